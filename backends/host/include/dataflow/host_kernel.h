@@ -1,0 +1,39 @@
+#ifndef DATAFLOW_HOST_KERNEL_H
+#define DATAFLOW_HOST_KERNEL_H
+
+/* Helpers for writing host-backend native kernels:
+ *   void kernel(void **args, int part, int num_parts)
+ * is called once per part (parts run concurrently on the handle's compute threads);
+ * args[i] points to the value of argument i (for a tensor, to its device pointer). */
+
+#include <stdint.h>
+
+#include "dataflow/handle.h"
+
+#define DATAFLOW_ARG(args, i, type) (*(type *)(args)[i])
+
+/* Splits [0, n) into num_parts contiguous ranges whose boundaries are multiples of align
+ * (except the end) and returns part's range in [*begin, *end). */
+static inline void dataflow_part_range(int64_t n, int part, int num_parts, int64_t align, int64_t *begin,
+				       int64_t *end)
+{
+	int64_t blocks = (n + align - 1) / align;
+	int64_t b0 = blocks * part / num_parts;
+	int64_t b1 = blocks * (part + 1) / num_parts;
+	*begin = b0 * align < n ? b0 * align : n;
+	*end = b1 * align < n ? b1 * align : n;
+}
+
+/* How many parts an elementwise kernel over n elements should use: enough to keep every
+ * compute thread busy, none smaller than min_per_part elements. */
+static inline int dataflow_elementwise_parts(int64_t n, int64_t min_per_part)
+{
+	int64_t parts = n / (min_per_part > 0 ? min_per_part : 1);
+	if (parts < 1)
+		parts = 1;
+	if (parts > 256)
+		parts = 256;
+	return (int)parts;
+}
+
+#endif

@@ -1,0 +1,130 @@
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "host.h"
+
+/* A fixed set of threads that run one kernel's parts at a time. Parts are handed out
+ * through an atomic counter, so uneven parts balance themselves; the submitting stream
+ * worker takes parts too, so a pool of N threads has N - 1 helpers. */
+struct Compute_Pool {
+	int num_helpers;
+	pthread_t *helpers;
+	pthread_mutex_t run_lock; /* one job at a time across streams */
+	pthread_mutex_t lock;
+	pthread_cond_t start, done;
+	uint64_t generation;
+	int shutdown;
+	/* the current job */
+	Dataflow_Host_Kernel kernel;
+	void **args;
+	int num_parts;
+	atomic_int next_part;
+	int parts_done;
+	int helpers_busy;
+};
+
+static void run_parts(Compute_Pool *p)
+{
+	int finished = 0, part;
+	while ((part = atomic_fetch_add(&p->next_part, 1)) < p->num_parts) {
+		p->kernel(p->args, part, p->num_parts);
+		finished++;
+	}
+	pthread_mutex_lock(&p->lock);
+	p->parts_done += finished;
+	if (p->parts_done == p->num_parts)
+		pthread_cond_broadcast(&p->done);
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void *helper_main(void *arg)
+{
+	Compute_Pool *p = arg;
+	uint64_t seen = 0;
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->shutdown && p->generation == seen)
+			pthread_cond_wait(&p->start, &p->lock);
+		if (p->shutdown)
+			break;
+		seen = p->generation;
+		p->helpers_busy++;
+		pthread_mutex_unlock(&p->lock);
+		run_parts(p);
+		pthread_mutex_lock(&p->lock);
+		/* the job's fields may only change once every helper has let go of them */
+		if (--p->helpers_busy == 0)
+			pthread_cond_broadcast(&p->done);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+Compute_Pool *compute_pool_create(int num_threads)
+{
+	Compute_Pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	pthread_mutex_init(&p->run_lock, NULL);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->start, NULL);
+	pthread_cond_init(&p->done, NULL);
+	p->helpers = calloc((size_t)(num_threads > 1 ? num_threads - 1 : 1), sizeof(pthread_t));
+	if (!p->helpers) {
+		compute_pool_destroy(p);
+		return NULL;
+	}
+	for (int i = 0; i < num_threads - 1; i++) {
+		if (pthread_create(&p->helpers[i], NULL, helper_main, p) != 0)
+			break;
+		p->num_helpers++;
+	}
+	return p;
+}
+
+void compute_pool_destroy(Compute_Pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->shutdown = 1;
+	pthread_cond_broadcast(&p->start);
+	pthread_mutex_unlock(&p->lock);
+	for (int i = 0; i < p->num_helpers; i++)
+		pthread_join(p->helpers[i], NULL);
+	pthread_cond_destroy(&p->start);
+	pthread_cond_destroy(&p->done);
+	pthread_mutex_destroy(&p->lock);
+	pthread_mutex_destroy(&p->run_lock);
+	free(p->helpers);
+	free(p);
+}
+
+void compute_pool_run(Compute_Pool *p, Dataflow_Host_Kernel kernel, void **args, int num_parts)
+{
+	if (num_parts == 1 || p->num_helpers == 0) {
+		for (int part = 0; part < num_parts; part++)
+			kernel(args, part, num_parts);
+		return;
+	}
+	pthread_mutex_lock(&p->run_lock);
+	pthread_mutex_lock(&p->lock);
+	while (p->helpers_busy > 0) /* a helper that woke late for the previous job */
+		pthread_cond_wait(&p->done, &p->lock);
+	p->kernel = kernel;
+	p->args = args;
+	p->num_parts = num_parts;
+	p->parts_done = 0;
+	atomic_store(&p->next_part, 0);
+	p->generation++;
+	pthread_cond_broadcast(&p->start);
+	pthread_mutex_unlock(&p->lock);
+
+	run_parts(p);
+
+	pthread_mutex_lock(&p->lock);
+	while (p->parts_done < p->num_parts || p->helpers_busy > 0)
+		pthread_cond_wait(&p->done, &p->lock);
+	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->run_lock);
+}

@@ -1,0 +1,230 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host.h"
+
+/* A stream is a worker thread draining a FIFO of tasks. `submitted` counts tasks queued,
+ * `completed` tasks finished; a stream state is (stream, submitted at record time), and
+ * waiting on it means waiting until that stream's `completed` reaches the value. */
+
+static _Thread_local Host_Stream *current_stream;
+
+Host_Stream *stream_current(void)
+{
+	return current_stream;
+}
+
+Task *task_new(Task_Kind kind)
+{
+	Task *t = malloc(sizeof(*t));
+	if (t) {
+		t->next = NULL;
+		t->kind = kind;
+	}
+	return t;
+}
+
+static void record_failure(Host_Stream *s, Dataflow_Status st, const char *message)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->error == DATAFLOW_OK) {
+		s->error = st;
+		snprintf(s->error_message, sizeof(s->error_message), "stream %d: %.1000s", s->id, message);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void wait_for(Host_Stream *other, uint64_t value)
+{
+	pthread_mutex_lock(&other->lock);
+	while (other->completed < value)
+		pthread_cond_wait(&other->cond, &other->lock);
+	pthread_mutex_unlock(&other->lock);
+}
+
+static void run_task(Host_Stream *s, Task *t)
+{
+	Host_Handle *h = s->handle;
+	switch (t->kind) {
+	case TASK_KERNEL:
+		compute_pool_run(h->pool, t->u.kernel.kernel, t->op.op_args, t->u.kernel.num_parts);
+		break;
+	case TASK_EXTERNAL: {
+		Dataflow_Status st = t->u.external.func(&h->base, s->id, &t->op, t->u.external.state);
+		if (st != DATAFLOW_OK) {
+			char msg[1024];
+			snprintf(msg, sizeof(msg), "external op '%s' failed: %s", t->op.skeleton.nickname,
+				 dataflow_last_error());
+			record_failure(s, st, msg);
+		}
+		break;
+	}
+	case TASK_HOST_FN:
+		t->u.host_fn.func(t->u.host_fn.arg);
+		break;
+	case TASK_COPY:
+		host_run_copy(h, t->u.copy.dst, t->u.copy.src, t->u.copy.size);
+		break;
+	case TASK_MEMSET:
+		memset(t->u.memset.dst, t->u.memset.value, t->u.memset.size);
+		break;
+	case TASK_WAIT:
+		wait_for(t->u.wait.stream, t->u.wait.value);
+		break;
+	}
+}
+
+static void *stream_main(void *arg)
+{
+	Host_Stream *s = arg;
+	current_stream = s;
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		while (!s->head && !s->shutdown)
+			pthread_cond_wait(&s->cond, &s->lock);
+		if (!s->head)
+			break; /* shutdown with an empty queue */
+		Task *t = s->head;
+		pthread_mutex_unlock(&s->lock);
+		run_task(s, t);
+		pthread_mutex_lock(&s->lock);
+		s->head = t->next;
+		if (!s->head)
+			s->tail = NULL;
+		s->completed++;
+		pthread_cond_broadcast(&s->cond);
+		free(t);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+Dataflow_Status stream_start(Host_Stream *s, Host_Handle *h, int id)
+{
+	memset(s, 0, sizeof(*s));
+	s->handle = h;
+	s->id = id;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+		pthread_cond_destroy(&s->cond);
+		pthread_mutex_destroy(&s->lock);
+		return dataflow_set_error(DATAFLOW_ERR_BACKEND, "host handle: cannot start worker thread of stream %d",
+					  id);
+	}
+	return DATAFLOW_OK;
+}
+
+void stream_stop(Host_Stream *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->shutdown = 1;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->thread, NULL);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->lock);
+}
+
+void stream_enqueue(Host_Stream *s, Task *t)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->tail)
+		s->tail->next = t;
+	else
+		s->head = t;
+	s->tail = t;
+	s->submitted++;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
+Dataflow_Status stream_sync(Host_Stream *s)
+{
+	if (current_stream == s)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "sync: stream %d cannot wait for itself from its own worker (this would "
+					  "deadlock)",
+					  s->id);
+	pthread_mutex_lock(&s->lock);
+	uint64_t target = s->submitted;
+	while (s->completed < target)
+		pthread_cond_wait(&s->cond, &s->lock);
+	Dataflow_Status st = s->error;
+	char message[sizeof(s->error_message)];
+	memcpy(message, s->error_message, sizeof(message));
+	s->error = DATAFLOW_OK;
+	pthread_mutex_unlock(&s->lock);
+	if (st != DATAFLOW_OK)
+		return dataflow_set_error(st, "%s", message);
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status host_check_stream(Dataflow_Handle *h, int stream_id, const char *what)
+{
+	if (stream_id < 0 || stream_id >= h->num_streams)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "%s: stream id must be in [0, %d) for this handle, got %d", what,
+					  h->num_streams, stream_id);
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status host_get_stream_state(Dataflow_Handle *h, int stream_id, Dataflow_Stream_State *state)
+{
+	Dataflow_Status st = host_check_stream(h, stream_id, "get_stream_state");
+	if (st != DATAFLOW_OK)
+		return st;
+	if (!state)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "get_stream_state: state pointer is NULL");
+	Host_Stream *s = &host_of(h)->streams[stream_id];
+	pthread_mutex_lock(&s->lock);
+	state->value = s->submitted;
+	pthread_mutex_unlock(&s->lock);
+	state->backend = host_backend_tag;
+	state->stream = s;
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status host_submit_dependency(Dataflow_Handle *h, int stream_id, const Dataflow_Stream_State *state)
+{
+	Dataflow_Status st = host_check_stream(h, stream_id, "submit_dependency");
+	if (st != DATAFLOW_OK)
+		return st;
+	if (!state || !state->stream)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "submit_dependency: state is NULL or was never recorded");
+	if (state->backend != host_backend_tag)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "submit_dependency: state was recorded by another backend, expected host");
+	Host_Stream *self = &host_of(h)->streams[stream_id], *other = state->stream;
+	if (other == self)
+		return DATAFLOW_OK; /* stream order already guarantees it */
+	Task *t = task_new(TASK_WAIT);
+	if (!t)
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "submit_dependency: no memory for a task");
+	t->u.wait.stream = other;
+	t->u.wait.value = state->value;
+	stream_enqueue(self, t);
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status host_sync_stream(Dataflow_Handle *h, int stream_id)
+{
+	Dataflow_Status st = host_check_stream(h, stream_id, "sync_stream");
+	return st != DATAFLOW_OK ? st : stream_sync(&host_of(h)->streams[stream_id]);
+}
+
+Dataflow_Status host_sync_handle(Dataflow_Handle *h)
+{
+	Dataflow_Status first = DATAFLOW_OK;
+	char message[1024] = "";
+	for (int i = 0; i < h->num_streams; i++) {
+		Dataflow_Status st = stream_sync(&host_of(h)->streams[i]);
+		if (st != DATAFLOW_OK && first == DATAFLOW_OK) {
+			first = st;
+			snprintf(message, sizeof(message), "%s", dataflow_last_error());
+		}
+	}
+	return first == DATAFLOW_OK ? DATAFLOW_OK : dataflow_set_error(first, "%s", message);
+}

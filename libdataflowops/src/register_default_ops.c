@@ -1,0 +1,87 @@
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dataflow/ops.h"
+
+/* Collects every default op variant with the symbol names the backend library provides
+ * (see ops.h), then registers natives and externals in one call each. */
+
+#define MAX_VARIANTS 64
+#define SYMBOL_LEN 160
+
+typedef struct {
+	int count;
+	Op_Skeleton skeletons[MAX_VARIANTS];
+	char names[MAX_VARIANTS][2][SYMBOL_LEN]; /* kernel or function, launch or init */
+	const char *first[MAX_VARIANTS], *second[MAX_VARIANTS];
+} Variant_List;
+
+static const DataflowDatatype float_dtypes[] = {DATAFLOW_FP32, DATAFLOW_FP16, DATAFLOW_BF16, DATAFLOW_FP8E4M3,
+						DATAFLOW_FP8E5M2};
+
+static void add_variant(Variant_List *v, const Op_Skeleton *s, const char *backend, const char *variant,
+			const char *second_suffix)
+{
+	int i = v->count++;
+	v->skeletons[i] = *s;
+	if (variant)
+		snprintf(v->names[i][0], SYMBOL_LEN, "dataflow_%s_%s_%s", backend, s->nickname, variant);
+	else
+		snprintf(v->names[i][0], SYMBOL_LEN, "dataflow_%s_%s", backend, s->nickname);
+	snprintf(v->names[i][1], SYMBOL_LEN, "dataflow_%s_%s_%s", backend, s->nickname, second_suffix);
+	v->first[i] = v->names[i][0];
+	v->second[i] = v->names[i][1];
+}
+
+Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
+{
+	if (!handle)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "register_default_ops: handle is NULL");
+	if (!handle->default_ops_library)
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+					  "register_default_ops: backend '%s' names no default ops library",
+					  handle->backend_name);
+	Variant_List *nat = calloc(1, sizeof(*nat)), *ext = calloc(1, sizeof(*ext));
+	if (!nat || !ext) {
+		free(nat);
+		free(ext);
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register_default_ops: no memory");
+	}
+	const char *b = handle->backend_name;
+	Op_Skeleton s;
+
+	for (int i = 0; i < 3; i++) {
+		DataflowDatatype in = float_dtypes[i];
+		dataflow_matmul_skeleton(&s, in, DATAFLOW_FP32);
+		add_variant(ext, &s, b, NULL, "init");
+		if (in != DATAFLOW_FP32) {
+			dataflow_matmul_skeleton(&s, in, in);
+			add_variant(ext, &s, b, NULL, "init");
+		}
+		const char *name = dataflow_datatype_name(in);
+		dataflow_add_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_set_mem_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+	}
+	for (int i = 0; i < 5; i++) {
+		for (int j = 0; j < 5; j++) {
+			if (i == j)
+				continue;
+			char variant[48];
+			snprintf(variant, sizeof(variant), "%s_to_%s", dataflow_datatype_name(float_dtypes[i]),
+				 dataflow_datatype_name(float_dtypes[j]));
+			dataflow_cast_skeleton(&s, float_dtypes[i], float_dtypes[j]);
+			add_variant(nat, &s, b, variant, "launch");
+		}
+	}
+
+	Dataflow_Status st = handle->register_native_code(handle, handle->default_ops_library, NULL, nat->count,
+							  nat->skeletons, nat->first, nat->second, NULL, 0);
+	if (st == DATAFLOW_OK)
+		st = handle->register_external_code(handle, handle->default_ops_library, ext->count, ext->skeletons,
+						    ext->first, ext->second, 0);
+	free(nat);
+	free(ext);
+	return st;
+}

@@ -1,0 +1,20 @@
+"""dataflow: streams, events, explicit data movement and fingerprinted ops over a C core.
+
+    import dataflow as df
+    h = df.Handle("host", streams=4, device_memory="256MiB")
+    a = h.from_numpy(x, dtype="bf16")
+    c = df.ops.matmul(h, a, a, transpose_b=True)
+    c.numpy()
+"""
+from . import dtypes, ops
+from .array import Array
+from .custom_ops import CompileError, CustomOp
+from .errors import (AlreadyRegisteredError, BadArgumentError, DataflowError, LoadError, OutOfMemoryError,
+                     UnknownOpError, UnsupportedError)
+from .handle import Event, Handle
+
+__version__ = "0.1.0"
+
+__all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CompileError", "CustomOp", "DataflowError",
+           "Event", "Handle", "LoadError", "OutOfMemoryError", "UnknownOpError", "UnsupportedError", "dtypes",
+           "ops"]

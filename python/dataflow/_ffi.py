@@ -1,0 +1,39 @@
+"""Loads libdataflow and libdataflowops with cffi (ABI mode).
+
+The declarations come from _cdef.h, which the build derives from the public C headers.
+Libraries are looked up in DATAFLOW_LIB_DIR (a meson build directory, for development)
+or in the package's _lib directory (pip install).
+"""
+import os
+
+import cffi
+
+_here = os.path.dirname(os.path.abspath(__file__))
+LIB_DIR = os.environ.get("DATAFLOW_LIB_DIR") or os.path.join(_here, "_lib")
+
+
+def _include_dirs():
+    installed = os.path.join(_here, "include")
+    if os.path.isdir(installed):
+        return [installed]
+    root = os.path.dirname(os.path.dirname(_here))  # source checkout: python/dataflow/..
+    return [os.path.join(root, d, "include") for d in ("libdataflow", "libdataflowops", "backends/host")]
+
+
+INCLUDE_DIRS = _include_dirs()
+
+
+def _load():
+    cdef_path = os.path.join(LIB_DIR, "_cdef.h")
+    if not os.path.exists(cdef_path):
+        raise ImportError(f"dataflow: no C declarations at {cdef_path}; is the package built? "
+                          "(pip install . or set DATAFLOW_LIB_DIR to a meson build directory)")
+    ffi = cffi.FFI()
+    with open(cdef_path) as f:
+        ffi.cdef(f.read())
+    core = ffi.dlopen(os.path.join(LIB_DIR, "libdataflow.so"))
+    ops = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowops.so"))
+    return ffi, core, ops
+
+
+ffi, lib, opslib = _load()

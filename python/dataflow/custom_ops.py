@@ -1,0 +1,174 @@
+"""User ops: skeletons, submission from Python, and registration of native (C source or
+shared object) and external (Python callable or shared object) ops."""
+import hashlib
+import os
+import subprocess
+import tempfile
+import traceback
+
+from . import dtypes
+from ._ffi import INCLUDE_DIRS, ffi, lib
+from .array import Array
+from .errors import BadArgumentError, DataflowError, check
+
+_SCALAR_CTYPES = {"fp32_scalar": "float", "fp64_scalar": "double", "int32_scalar": "int32_t",
+                  "int64_scalar": "int64_t", "uint64_scalar": "uint64_t", "bool_scalar": "int32_t"}
+
+
+class CompileError(DataflowError):
+    pass
+
+
+def skeleton(name, arg_dtypes):
+    """A C Op_Skeleton (cdata) for a nickname and a list of datatype names."""
+    if not isinstance(name, str):
+        raise BadArgumentError(f"op name must be a string, got {name!r}")
+    arg_dtypes = list(arg_dtypes)
+    values = ffi.new("DataflowDatatype[]", [dtypes.enum(d) for d in arg_dtypes] or [0])
+    s = ffi.new("Op_Skeleton *")
+    check(lib.dataflow_op_skeleton_init(s, name.encode(), len(arg_dtypes), values))
+    return s
+
+
+def fingerprint_hex(s):
+    out = ffi.new("char[65]")
+    lib.dataflow_fingerprint_hex(s.fingerprint, out)
+    return ffi.string(out).decode()
+
+
+class CustomOp:
+    """A registered op; call it with one value per argument: an Array (or int device
+    pointer, or None) for tensors, a number for scalars."""
+
+    def __init__(self, handle, skel):
+        self.handle = handle
+        self.skeleton = skel
+        self.name = ffi.string(skel.nickname).decode()
+        self.arg_dtypes = [dtypes.name_of(skel.arg_dtypes[i]) for i in range(skel.num_args)]
+        self.fingerprint = fingerprint_hex(skel)
+
+    def __call__(self, *args, stream=0):
+        if len(args) != len(self.arg_dtypes):
+            raise BadArgumentError(f"op '{self.name}': expected {len(self.arg_dtypes)} arguments "
+                                   f"({', '.join(self.arg_dtypes)}), got {len(args)}")
+        op = ffi.new("Op *")
+        op.skeleton = self.skeleton[0]
+        values = []
+        for i, (value, dt) in enumerate(zip(args, self.arg_dtypes)):
+            if dt in _SCALAR_CTYPES:
+                if not isinstance(value, (int, float)) and not hasattr(value, "__index__"):
+                    raise BadArgumentError(f"op '{self.name}' argument {i}: expected a number for {dt}, "
+                                           f"got {type(value).__name__}")
+                cell = ffi.new(_SCALAR_CTYPES[dt] + " *", value)
+            else:
+                if isinstance(value, Array):
+                    if value.dtype != dt:
+                        raise BadArgumentError(f"op '{self.name}' argument {i}: expected a {dt} array, "
+                                               f"got {value.dtype}")
+                    value = value.ptr
+                cell = ffi.new("void **", ffi.cast("void *", value or 0))
+            values.append(cell)
+            op.op_args[i] = cell
+        self.handle._call("submit_op", op, stream)
+
+
+def _flags(replace):
+    return lib.DATAFLOW_REGISTER_REPLACE if replace else 0
+
+
+def _cstr_array(names):
+    keep = [ffi.new("char[]", n.encode()) if n else ffi.NULL for n in names]
+    return ffi.new("const char *[]", keep), keep
+
+
+def cache_dir():
+    return os.environ.get("DATAFLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "dataflow",
+                                                                "native")
+
+
+def compile_c(source, flags=()):
+    """Compiles C source into a shared object cached by (source, compiler, flags, headers)."""
+    cc = os.environ.get("CC", "cc")
+    cmd = [cc, "-std=c11", "-O3", "-march=native", "-fPIC", "-shared", "-D_GNU_SOURCE", *flags]
+    cmd += [f"-I{d}" for d in INCLUDE_DIRS]
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise CompileError(f"native op: C compiler {cc!r} not usable: {e}") from None
+    key = hashlib.sha256("\0".join([source, version, *cmd]).encode())
+    for d in INCLUDE_DIRS:
+        for name in sorted(os.listdir(os.path.join(d, "dataflow"))):
+            with open(os.path.join(d, "dataflow", name), "rb") as f:
+                key.update(f.read())
+    out = os.path.join(cache_dir(), key.hexdigest()[:32] + ".so")
+    if os.path.exists(out):
+        return out
+    os.makedirs(cache_dir(), exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "op.c")
+        with open(src, "w") as f:
+            f.write(source)
+        built = os.path.join(tmp, "op.so")
+        r = subprocess.run(cmd + [src, "-o", built], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CompileError(f"native op: compiling C source failed ({' '.join(cmd)}):\n{r.stderr}")
+        os.replace(built, out + f".{os.getpid()}")
+        os.replace(out + f".{os.getpid()}", out)  # atomic: concurrent builders never see half a file
+    return out
+
+
+def register_native(handle, name, arg_dtypes, source, library, symbol, launch, init, replace, flags):
+    if (source is None) == (library is None):
+        raise BadArgumentError("register_native_op: give exactly one of source= (C code) or library= (a .so path)")
+    if not symbol:
+        raise BadArgumentError("register_native_op: symbol= (the kernel function's name) is required")
+    path = compile_c(source, flags) if source is not None else os.fspath(library)
+    skel = skeleton(name, arg_dtypes)
+    kernels, k1 = _cstr_array([symbol])
+    launches, k2 = _cstr_array([launch])
+    inits, k3 = _cstr_array([init])
+    handle._call("register_native_code", path.encode(), ffi.NULL, 1, skel, kernels, launches, inits,
+                 _flags(replace))
+    return CustomOp(handle, skel)
+
+
+def _python_external(handle, fn, arg_dtypes):
+    """Wraps fn in a C Dataflow_External_Fn. It runs on a stream worker; exceptions become
+    the op's failure status and message, reported by the next sync."""
+    kinds = [(i, _SCALAR_CTYPES.get(dt)) for i, dt in enumerate(arg_dtypes)]
+
+    @ffi.callback("Dataflow_Status(Dataflow_Handle *, int, const Op *, void *)")
+    def run(h, stream_id, op, state):
+        try:
+            args = []
+            for i, ctype in kinds:
+                if ctype:
+                    args.append(ffi.cast(ctype + " *", op.op_args[i])[0])
+                else:
+                    args.append(int(ffi.cast("uintptr_t", ffi.cast("void **", op.op_args[i])[0])))
+            fn(*args)
+            return lib.DATAFLOW_OK
+        except BaseException as e:  # never let an exception unwind into C
+            msg = "".join(traceback.format_exception_only(type(e), e)).strip()
+            lib.dataflow_set_error(lib.DATAFLOW_ERR_BACKEND, b"%s", ffi.new("char[]", msg.encode()))
+            return lib.DATAFLOW_ERR_BACKEND
+    return run
+
+
+def register_external(handle, name, arg_dtypes, fn, library, symbol, init, replace):
+    arg_dtypes = list(arg_dtypes)
+    skel = skeleton(name, arg_dtypes)
+    if fn is not None:
+        if library is not None or not callable(fn):
+            raise BadArgumentError("register_external_op: give a callable fn= or library= + symbol=, not both")
+        run = _python_external(handle, fn, arg_dtypes)
+        handle._call("register_external_func", skel, run, ffi.NULL, _flags(replace))
+        handle._callbacks.append(run)
+    else:
+        if library is None or not symbol:
+            raise BadArgumentError("register_external_op: give fn= (a callable) or library= and symbol=")
+        funcs, k1 = _cstr_array([symbol])
+        inits, k2 = _cstr_array([init])
+        handle._call("register_external_code", os.fspath(library).encode(), 1, skel, funcs, inits,
+                     _flags(replace))
+    return CustomOp(handle, skel)

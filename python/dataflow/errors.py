@@ -1,0 +1,56 @@
+"""Python exceptions for C statuses, carrying the C library's message."""
+from ._ffi import ffi, lib
+
+
+class DataflowError(RuntimeError):
+    """A dataflow call failed; .status is the C status code, the message is the C message."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+class BadArgumentError(DataflowError, ValueError):
+    pass
+
+
+class OutOfMemoryError(DataflowError, MemoryError):
+    pass
+
+
+class UnknownOpError(DataflowError, LookupError):
+    pass
+
+
+class AlreadyRegisteredError(DataflowError):
+    pass
+
+
+class LoadError(DataflowError, OSError):
+    pass
+
+
+class UnsupportedError(DataflowError):
+    pass
+
+
+_BY_STATUS = {
+    lib.DATAFLOW_ERR_INVALID_ARGUMENT: BadArgumentError,
+    lib.DATAFLOW_ERR_OUT_OF_MEMORY: OutOfMemoryError,
+    lib.DATAFLOW_ERR_UNKNOWN_OP: UnknownOpError,
+    lib.DATAFLOW_ERR_ALREADY_REGISTERED: AlreadyRegisteredError,
+    lib.DATAFLOW_ERR_LOAD_FAILED: LoadError,
+    lib.DATAFLOW_ERR_UNSUPPORTED: UnsupportedError,
+}
+
+
+def error_for(status):
+    """The exception for a failed status, with this thread's C error message."""
+    message = ffi.string(lib.dataflow_last_error()).decode(errors="replace")
+    name = ffi.string(lib.dataflow_status_name(status)).decode()
+    return _BY_STATUS.get(status, DataflowError)(message or name, status)
+
+
+def check(status):
+    if status != lib.DATAFLOW_OK:
+        raise error_for(status)

@@ -1,0 +1,240 @@
+"""Handle: one backend device (host or cuda) with its streams, memory and op table."""
+import math
+import re
+import threading
+
+import numpy as np
+
+from . import dtypes
+from ._ffi import ffi, lib, opslib
+from .array import Array
+from .errors import BadArgumentError, check
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(value, what="size"):
+    """256, "256MiB", "1.5GB" -> bytes."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        n = int(value)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise BadArgumentError(f"{what}: expected bytes as an int or a string like '256MiB', got {value!r}")
+        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise BadArgumentError(f"{what}: must be > 0 bytes, got {value!r}")
+    return n
+
+
+class Event:
+    """A recorded point in one stream's work (Dataflow_Stream_State); usable by other handles."""
+
+    def __init__(self, state, stream):
+        self._state = state
+        self.stream = stream
+
+
+class Handle:
+    """A device: Handle("host", streams=4, device_memory="256MiB", threads=None,
+    transfer_bandwidth=None). Default ops are registered at creation."""
+
+    def __init__(self, backend="host", streams=4, device_memory=None, threads=None, transfer_bandwidth=None,
+                 register_default_ops=True):
+        if not isinstance(backend, str):
+            raise BadArgumentError(f"Handle: backend must be a string like 'host' or 'cuda:0', got {backend!r}")
+        config = ffi.new("Dataflow_Handle_Config *")
+        config.num_streams = self._int_arg(streams, "streams")
+        if device_memory is not None:
+            config.device_memory_bytes = parse_bytes(device_memory, "device_memory")
+        if threads is not None:
+            config.num_threads = self._int_arg(threads, "threads")
+        if transfer_bandwidth is not None:
+            config.transfer_bytes_per_sec = parse_bytes(transfer_bandwidth, "transfer_bandwidth")
+        out = ffi.new("Dataflow_Handle **")
+        check(lib.dataflow_handle_create(backend.encode(), config, out))
+        self._h = out[0]
+        self.backend = backend
+        self.num_streams = self._h.num_streams
+        self._lock = threading.Lock()
+        self._pending = []    # host buffers and callbacks queued work still uses; dropped at sync()
+        self._callbacks = []  # registered Python ops live as long as the handle
+        if register_default_ops:
+            try:
+                check(opslib.dataflow_register_default_ops(self._h))
+            except Exception:
+                self.close()
+                raise
+
+    @staticmethod
+    def _int_arg(value, what):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise BadArgumentError(f"Handle: {what} must be a positive integer, got {value!r}")
+        return int(value)
+
+    # ---- lifetime ----
+    def _alive(self):
+        return getattr(self, "_h", None) is not None
+
+    def _ptr(self):
+        if not self._alive():
+            raise BadArgumentError("handle is closed")
+        return self._h
+
+    def close(self):
+        """Waits for queued work and releases the device; arrays of this handle become invalid."""
+        if self._alive():
+            h, self._h = self._h, None
+            lib.dataflow_handle_destroy(h)
+            self._pending.clear()
+            self._callbacks.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _call(self, entry, *args):
+        h = self._ptr()
+        check(getattr(h, entry)(h, *args))
+
+    # ---- memory ----
+    def memory_capacity(self):
+        cap = ffi.new("uint64_t *")
+        self._call("query_mem", cap, ffi.NULL)
+        return int(cap[0])
+
+    def memory_in_use(self):
+        used = ffi.new("uint64_t *")
+        self._call("query_mem", ffi.NULL, used)
+        return int(used[0])
+
+    def alloc(self, nbytes):
+        """Raw allocation; returns the device pointer as an int."""
+        if not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
+            raise BadArgumentError(f"alloc: nbytes must be a positive integer, got {nbytes!r}")
+        out = ffi.new("void **")
+        self._call("alloc_mem", int(nbytes), out)
+        return int(ffi.cast("uintptr_t", out[0]))
+
+    def _free(self, ptr):
+        self._call("free_mem", ffi.cast("void *", ptr))
+
+    def free(self, ptr):
+        self._free(ptr.ptr if isinstance(ptr, Array) else ptr)
+        if isinstance(ptr, Array):
+            ptr.ptr = 0
+
+    def empty(self, shape, dtype="fp32"):
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+            raise BadArgumentError(f"empty: shape must be non-negative integers, got {shape}")
+        nbytes = math.prod(shape) * dtypes.itemsize(dtype)
+        if nbytes == 0:
+            raise BadArgumentError(f"empty: shape {shape} has no elements; device arrays need at least one")
+        return Array(self, self.alloc(nbytes), shape, dtype)
+
+    def zeros(self, shape, dtype="fp32", stream=0):
+        a = self.empty(shape, dtype)
+        self.set_mem(a, 0, stream=stream)
+        return a
+
+    def from_numpy(self, values, dtype=None, stream=0):
+        """Copies a numpy array to the device (dtype from numpy unless given; values are
+        rounded to nearest even for bf16/fp16/fp8) and waits for the copy."""
+        values = np.asarray(values)
+        dtype = dtype or dtypes.from_numpy(values.dtype)
+        if values.ndim == 0:
+            values = values.reshape(1)
+        return self.empty(values.shape, dtype).copy_from_numpy(values, stream=stream)
+
+    def set_mem(self, array, byte_value, stream=0):
+        """Fills an array's bytes with byte_value, in stream order."""
+        if not isinstance(byte_value, (int, np.integer)) or not 0 <= byte_value <= 255:
+            raise BadArgumentError(f"set_mem: byte value must be an int in [0, 255], got {byte_value!r}")
+        self._call("set_mem", stream, array.cdata, int(byte_value), array.nbytes)
+
+    # ---- transfers: asynchronous; host buffers stay referenced until sync() ----
+    def _host_buffer(self, buf, nbytes, what, writable):
+        if not isinstance(buf, np.ndarray) or not buf.flags.c_contiguous or (writable and not buf.flags.writeable):
+            raise BadArgumentError(f"{what}: expected a C-contiguous{' writable' if writable else ''} numpy array")
+        if buf.nbytes != nbytes:
+            raise BadArgumentError(f"{what}: host buffer has {buf.nbytes} bytes, device array {nbytes}")
+        with self._lock:
+            self._pending.append(buf)
+        return ffi.from_buffer(buf, require_writable=writable)
+
+    def inbound_transfer(self, dst, host_src, stream=0):
+        src = self._host_buffer(host_src, dst.nbytes, "inbound transfer source", False)
+        self._call("submit_inbound_transfer", stream, dst.cdata, src, dst.nbytes)
+
+    def outbound_transfer(self, host_dst, src, stream=0):
+        dst = self._host_buffer(host_dst, src.nbytes, "outbound transfer destination", True)
+        self._call("submit_outbound_transfer", stream, dst, src.cdata, src.nbytes)
+
+    def peer_transfer(self, dst, src, stream=0):
+        if dst.nbytes != src.nbytes:
+            raise BadArgumentError(f"peer transfer: destination has {dst.nbytes} bytes, source {src.nbytes}")
+        self._call("submit_peer_transfer", stream, dst.cdata, src.cdata, src.nbytes)
+
+    def enable_peer_access(self, peer):
+        self._call("enable_access_to_peer_mem", peer._ptr())
+
+    def disable_peer_access(self, peer):
+        self._call("disable_access_to_peer_mem", peer._ptr())
+
+    # ---- ordering ----
+    def record(self, stream=0):
+        """An event marking everything submitted to `stream` so far."""
+        state = ffi.new("Dataflow_Stream_State *")
+        self._call("get_stream_state", stream, state)
+        return Event(state, stream)
+
+    def wait(self, stream, event):
+        """Makes `stream` wait (on the device, not here) until `event`'s work has finished."""
+        if not isinstance(event, Event):
+            raise BadArgumentError(f"wait: event must come from Handle.record, got {type(event).__name__}")
+        self._call("submit_dependency", stream, event._state)
+
+    def sync(self, stream=None):
+        """Blocks until the stream's (or every stream's) queued work is done; raises the
+        first error of asynchronous work (an external op that failed)."""
+        if stream is None:
+            self._call("sync_handle")
+            with self._lock:
+                self._pending.clear()
+        else:
+            self._call("sync_stream", stream)
+
+    def submit_host_op(self, fn, stream=0):
+        """Runs fn() on the stream's worker, in stream order."""
+        @ffi.callback("void(void *)")
+        def run(_):
+            fn()
+        with self._lock:
+            self._pending.append(run)
+        self._call("submit_host_op", run, ffi.NULL, stream)
+
+    # ---- user ops ----
+    def register_native_op(self, name, arg_dtypes, source=None, library=None, symbol=None, launch=None,
+                           init=None, replace=False, compile_flags=()):
+        """Registers a native kernel from C source (compiled with the system compiler into a
+        cached shared object) or from a prebuilt shared object; returns a callable CustomOp."""
+        from .custom_ops import register_native
+        return register_native(self, name, arg_dtypes, source, library, symbol, launch, init, replace,
+                               compile_flags)
+
+    def register_external_op(self, name, arg_dtypes, fn=None, library=None, symbol=None, init=None,
+                             replace=False):
+        """Registers an external op: a Python callable fn(*args) (tensor args arrive as int device
+        pointers, scalars as numbers), or a function in a shared object; returns a CustomOp."""
+        from .custom_ops import register_external
+        return register_external(self, name, arg_dtypes, fn, library, symbol, init, replace)
