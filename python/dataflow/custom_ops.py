@@ -7,7 +7,7 @@ import tempfile
 import traceback
 
 from . import dtypes
-from ._ffi import INCLUDE_DIRS, ffi, lib
+from ._ffi import INCLUDE_DIRS, LIB_DIR, ffi, lib
 from .array import Array
 from .errors import BadArgumentError, DataflowError, check
 
@@ -91,6 +91,7 @@ def compile_c(source, flags=()):
     cc = os.environ.get("CC", "cc")
     cmd = [cc, "-std=c11", "-O3", "-march=native", "-fPIC", "-shared", "-D_GNU_SOURCE", *flags]
     cmd += [f"-I{d}" for d in INCLUDE_DIRS]
+    cmd += [f"-L{LIB_DIR}", f"-Wl,-rpath,{LIB_DIR}"]  # kernels may call libdataflow (errors, conversions)
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
@@ -109,7 +110,7 @@ def compile_c(source, flags=()):
         with open(src, "w") as f:
             f.write(source)
         built = os.path.join(tmp, "op.so")
-        r = subprocess.run(cmd + [src, "-o", built], capture_output=True, text=True)
+        r = subprocess.run(cmd + [src, "-o", built, "-ldataflow"], capture_output=True, text=True)
         if r.returncode != 0:
             raise CompileError(f"native op: compiling C source failed ({' '.join(cmd)}):\n{r.stderr}")
         os.replace(built, out + f".{os.getpid()}")

@@ -8,7 +8,7 @@ import numpy as np
 from . import dtypes
 from ._ffi import ffi, lib, opslib
 from .array import Array
-from .errors import BadArgumentError, check
+from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -121,6 +121,9 @@ class Handle:
         """Raw allocation; returns the device pointer as an int."""
         if not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
             raise BadArgumentError(f"alloc: nbytes must be a positive integer, got {nbytes!r}")
+        if nbytes >= 2**64:
+            raise OutOfMemoryError(f"device memory: cannot allocate {nbytes} bytes: more than 64-bit sizes hold "
+                                   f"(capacity is {self.memory_capacity()} bytes)")
         out = ffi.new("void **")
         self._call("alloc_mem", int(nbytes), out)
         return int(ffi.cast("uintptr_t", out[0]))
@@ -155,6 +158,17 @@ class Handle:
         if values.ndim == 0:
             values = values.reshape(1)
         return self.empty(values.shape, dtype).copy_from_numpy(values, stream=stream)
+
+    def host_view(self, ptr, shape, dtype):
+        """A numpy view of device memory; host backend only (its device memory is host RAM).
+        For Python external ops, which receive tensors as int pointers."""
+        if ffi.string(self._ptr().backend_name).decode() != "host":
+            raise UnsupportedError(f"host_view: only the host backend's memory is host-addressable, not {self.backend}")
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        storage = np.dtype(dtypes.STORAGE[dtype])
+        nbytes = math.prod(shape) * storage.itemsize
+        check(self._ptr().check_mem_range(self._h, ffi.cast("void *", ptr), nbytes, b"host_view"))
+        return np.frombuffer(ffi.buffer(ffi.cast("char *", ptr), nbytes), dtype=storage).reshape(shape)
 
     def set_mem(self, array, byte_value, stream=0):
         """Fills an array's bytes with byte_value, in stream order."""

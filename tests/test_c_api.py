@@ -1,0 +1,58 @@
+"""The C side: `meson test` (the C test program), a C program built against the installed
+headers with pkg-config, and the same C test under ASan + UBSan."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MESON = [sys.executable, "-m", "mesonbuild.mesonmain"]
+
+
+def run(cmd, **kw):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    assert r.returncode == 0, f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("c_api")
+    build, prefix = tmp / "build", tmp / "prefix"
+    run(MESON + ["setup", build, ROOT, f"--prefix={prefix}", "--libdir=lib"])
+    run(MESON + ["compile", "-C", build])
+    out = run(MESON + ["test", "-C", build, "--print-errorlogs"])
+    assert re.search(r"c_matmul\s+OK", out) and re.search(r"Fail:\s+0\b", out), out
+    run(MESON + ["install", "-C", build])
+    return prefix
+
+
+def test_installed_layout(installed):
+    for header in ("dataflow.h", "handle.h", "op.h", "datatype.h", "status.h", "ops.h", "host_kernel.h"):
+        assert (installed / "include" / "dataflow" / header).is_file()
+    for library in ("libdataflow.so", "libdataflowops.so", "libdataflow_host.so", "libdataflow_host_ops.so"):
+        assert (installed / "lib" / library).is_file()
+
+
+@pytest.mark.skipif(shutil.which("pkg-config") is None, reason="pkg-config is not installed")
+def test_c_program_builds_with_pkg_config(installed, tmp_path):
+    env = dict(os.environ, PKG_CONFIG_PATH=str(installed / "lib" / "pkgconfig"))
+    flags = run(["pkg-config", "--cflags", "--libs", "dataflow"], env=env).split()
+    exe = tmp_path / "test_matmul"
+    cc = os.environ.get("CC", "cc")
+    run([cc, ROOT / "tests" / "c" / "test_matmul.c", "-o", exe, *flags, "-lm", f"-Wl,-rpath,{installed / 'lib'}"])
+    assert run([exe]).strip().endswith("ok")
+
+
+def test_sanitized_c_test(tmp_path):
+    build = tmp_path / "asan"
+    run(MESON + ["setup", build, ROOT, "-Db_sanitize=address,undefined", "-Db_lundef=false", "-Dbuildtype=debug"])
+    run(MESON + ["compile", "-C", build])
+    env = dict(os.environ, UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1",
+               ASAN_OPTIONS="detect_leaks=1:abort_on_error=1")
+    out = run(MESON + ["test", "-C", build, "--print-errorlogs"], env=env)
+    assert re.search(r"c_matmul\s+OK", out) and re.search(r"Fail:\s+0\b", out), out

@@ -1,0 +1,138 @@
+"""User ops through both paths: native (C source or prebuilt .so) and external (Python
+callable or .so), submitted with submit_op and found by fingerprint."""
+import numpy as np
+import pytest
+
+import dataflow as df
+from dataflow.custom_ops import CustomOp, compile_c, skeleton
+
+AXPY_SOURCE = r"""
+#include "dataflow/host_kernel.h"
+/* y[i] += a * x[i] */
+void axpy(void **args, int part, int num_parts) {
+    int64_t n = DATAFLOW_ARG(args, 0, int64_t), lo, hi;
+    float a = DATAFLOW_ARG(args, 1, float);
+    const float *x = DATAFLOW_ARG(args, 2, const float *);
+    float *y = DATAFLOW_ARG(args, 3, float *);
+    dataflow_part_range(n, part, num_parts, 64, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) y[i] += a * x[i];
+}
+Dataflow_Status axpy_launch(Dataflow_Handle *h, const Op *op, void *state, Dataflow_Launch_Config *c) {
+    (void)h; (void)state;
+    int64_t n = *(int64_t *)op->op_args[0];
+    if (n < 0) return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "axpy: n must be >= 0, got %lld", (long long)n);
+    c->num_parts = dataflow_elementwise_parts(n, 256);
+    return DATAFLOW_OK;
+}
+"""
+AXPY_DTYPES = ["int64_scalar", "fp32_scalar", "fp32", "fp32"]
+
+EXTERNAL_SOURCE = r"""
+#include <stdlib.h>
+#include "dataflow/handle.h"
+/* An external op with library state: out[i] = x[i] * state->factor, counting calls. */
+typedef struct { float factor; int calls; } Scale_State;
+static void scale_destroy(void *p) { free(p); }
+Dataflow_Status scale_init(Dataflow_Handle *h, const Op_Skeleton *s, Dataflow_Op_State *state) {
+    (void)h; (void)s;
+    Scale_State *st = malloc(sizeof *st);
+    if (!st) return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "scale_init: no memory");
+    st->factor = 3.0f; st->calls = 0;
+    state->data = st; state->destroy = scale_destroy;
+    return DATAFLOW_OK;
+}
+Dataflow_Status scale(Dataflow_Handle *h, int stream_id, const Op *op, void *state) {
+    (void)h; (void)stream_id;
+    Scale_State *st = state;
+    int64_t n = *(int64_t *)op->op_args[0];
+    const float *x = *(const float **)op->op_args[1];
+    float *out = *(float **)op->op_args[2];
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * st->factor + (float)st->calls;
+    st->calls++;
+    return DATAFLOW_OK;
+}
+"""
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal(10007).astype(np.float32), rng.standard_normal(10007).astype(np.float32)
+
+
+def test_native_op_from_c_source(h, data):
+    x, y = data
+    op = h.register_native_op("axpy", AXPY_DTYPES, source=AXPY_SOURCE, symbol="axpy", launch="axpy_launch")
+    dx, dy = h.from_numpy(x), h.from_numpy(y)
+    op(x.size, 0.5, dx, dy, stream=1)
+    h.sync()
+    np.testing.assert_allclose(dy.numpy(), y + 0.5 * x, rtol=1e-6)
+
+
+def test_native_op_found_by_fingerprint(h, data):
+    x, y = data
+    registered = h.register_native_op("axpy", AXPY_DTYPES, source=AXPY_SOURCE, symbol="axpy", launch="axpy_launch")
+    rebuilt = CustomOp(h, skeleton("axpy", AXPY_DTYPES))  # a fresh skeleton, not the registered object
+    assert rebuilt.fingerprint == registered.fingerprint
+    dx, dy = h.from_numpy(x), h.from_numpy(y)
+    rebuilt(x.size, 2.0, dx, dy)
+    h.sync()
+    np.testing.assert_allclose(dy.numpy(), y + 2 * x, rtol=1e-6)
+
+
+def test_native_op_from_prebuilt_library_and_launch_validation(h, data):
+    x, y = data
+    path = compile_c(AXPY_SOURCE)
+    assert compile_c(AXPY_SOURCE) == path  # cached
+    op = h.register_native_op("axpy", AXPY_DTYPES, library=path, symbol="axpy", launch="axpy_launch")
+    dx, dy = h.from_numpy(x), h.from_numpy(y)
+    with pytest.raises(df.BadArgumentError, match="axpy: n must be >= 0, got -1"):
+        op(-1, 1.0, dx, dy)
+    op(x.size, -1.0, dx, dy)
+    h.sync()
+    np.testing.assert_allclose(dy.numpy(), y - x, rtol=1e-6)
+
+
+def test_external_op_python_callable_on_a_stream(h, data):
+    x, _ = data
+    calls = []
+
+    def scaled_copy(n, alpha, src, dst):
+        calls.append(n)
+        h.host_view(dst, n, "fp32")[:] = alpha * h.host_view(src, n, "fp32")
+    op = h.register_external_op("py_scale", ["int64_scalar", "fp32_scalar", "fp32", "fp32"], scaled_copy)
+    dx, dout = h.from_numpy(x), h.empty(x.shape, "fp32")
+    op(x.size, 4.0, dx, dout, stream=2)
+    h.sync()
+    assert calls == [x.size]
+    np.testing.assert_array_equal(dout.numpy(), 4.0 * x)
+
+
+def test_external_op_from_library_with_init_state(h, data):
+    x, _ = data
+    path = compile_c(EXTERNAL_SOURCE)
+    op = h.register_external_op("lib_scale", ["int64_scalar", "fp32", "fp32"], library=path, symbol="scale",
+                                init="scale_init")
+    dx, dout = h.from_numpy(x), h.empty(x.shape, "fp32")
+    op(x.size, dx, dout)
+    op(x.size, dout, dout)  # second call sees calls == 1 in its state
+    h.sync()
+    np.testing.assert_allclose(dout.numpy(), (x * 3) * 3 + 1, rtol=1e-6)
+
+
+def test_register_twice_needs_replace(h):
+    h.register_external_op("twice", ["fp32"], lambda p: None)
+    with pytest.raises(df.AlreadyRegisteredError, match="already registered"):
+        h.register_external_op("twice", ["fp32"], lambda p: None)
+    hits = []
+    op = h.register_external_op("twice", ["fp32"], lambda p: hits.append(p), replace=True)
+    a = h.empty(4, "fp32")
+    op(a)
+    h.sync()
+    assert hits == [a.ptr]
+
+
+def test_same_name_other_dtypes_is_another_op(h):
+    f32 = h.register_external_op("variant", ["fp32"], lambda p: None)
+    b16 = h.register_external_op("variant", ["bf16"], lambda p: None)
+    assert f32.fingerprint != b16.fingerprint
