@@ -122,26 +122,43 @@ static Dataflow_Status install(Dataflow_Handle *h, int num_ops, const Op_Skeleto
 	return DATAFLOW_OK;
 }
 
-static Host_Op **alloc_records(int num_ops)
+/* One registration call's records, filled symbol by symbol, then installed or dropped. */
+typedef struct {
+	Host_Op **ops;
+	Dataflow_Op_Init_Fn *inits;
+} Batch;
+
+static Dataflow_Status batch_alloc(Batch *b, int num_ops)
 {
-	Host_Op **ops = calloc((size_t)num_ops, sizeof(Host_Op *));
-	for (int i = 0; ops && i < num_ops; i++) {
-		ops[i] = calloc(1, sizeof(Host_Op));
-		if (!ops[i]) {
-			for (int j = 0; j < i; j++)
-				free(ops[j]);
-			free(ops);
-			return NULL;
-		}
-	}
-	return ops;
+	b->ops = calloc((size_t)num_ops, sizeof(Host_Op *));
+	b->inits = calloc((size_t)num_ops, sizeof(Dataflow_Op_Init_Fn));
+	for (int i = 0; b->ops && i < num_ops; i++)
+		b->ops[i] = calloc(1, sizeof(Host_Op));
+	for (int i = 0; b->ops && b->inits && i < num_ops; i++)
+		if (!b->ops[i])
+			goto fail;
+	if (b->ops && b->inits)
+		return DATAFLOW_OK;
+fail:
+	for (int i = 0; b->ops && i < num_ops; i++)
+		free(b->ops[i]);
+	free(b->ops);
+	free(b->inits);
+	return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory");
 }
 
-/* Frees records that were never installed (no state yet); the array stays. */
-static void free_records(Host_Op **ops, int num_ops)
+/* Installs the batch if every symbol was found (st == OK), else frees it; returns the outcome. */
+static Dataflow_Status batch_finish(Dataflow_Handle *h, Dataflow_Status st, Batch *b, int num_ops,
+				    const Op_Skeleton *skeletons, int flags)
 {
-	for (int i = 0; i < num_ops; i++)
-		free(ops[i]);
+	if (st == DATAFLOW_OK)
+		st = install(h, num_ops, skeletons, b->ops, b->inits, flags);
+	else
+		for (int i = 0; i < num_ops; i++)
+			free(b->ops[i]);
+	free(b->ops);
+	free(b->inits);
+	return st;
 }
 
 static Dataflow_Status check_counts(int num_ops, const Op_Skeleton *skeletons, const void *funcs)
@@ -170,19 +187,12 @@ Dataflow_Status host_register_native_code(Dataflow_Handle *h, const char *code_p
 		st = open_library(host_of(h), launch_library_path, &launch_lib);
 	else
 		launch_lib = code;
+	Batch b;
+	if (st == DATAFLOW_OK)
+		st = batch_alloc(&b, num_ops);
 	if (st != DATAFLOW_OK)
 		return st;
 	const char *launch_path = launch_library_path ? launch_library_path : code_path;
-
-	Host_Op **ops = alloc_records(num_ops);
-	Dataflow_Op_Init_Fn *inits = calloc((size_t)num_ops, sizeof(*inits));
-	if (!ops || !inits) {
-		free(inits);
-		if (ops)
-			free_records(ops, num_ops);
-		free(ops);
-		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory");
-	}
 	for (int i = 0; i < num_ops && st == DATAFLOW_OK; i++) {
 		void *kernel, *launch, *init;
 		st = find_symbol(code, code_path, kernel_symbols, i, 1, "kernel", &kernel);
@@ -191,18 +201,12 @@ Dataflow_Status host_register_native_code(Dataflow_Handle *h, const char *code_p
 		if (st == DATAFLOW_OK)
 			st = find_symbol(launch_lib, launch_path, init_symbols, i, 0, "init", &init);
 		if (st == DATAFLOW_OK) {
-			ops[i]->kernel = (Dataflow_Host_Kernel)kernel;
-			ops[i]->launch = (Dataflow_Launch_Fn)launch;
-			inits[i] = (Dataflow_Op_Init_Fn)init;
+			b.ops[i]->kernel = (Dataflow_Host_Kernel)kernel;
+			b.ops[i]->launch = (Dataflow_Launch_Fn)launch;
+			b.inits[i] = (Dataflow_Op_Init_Fn)init;
 		}
 	}
-	if (st == DATAFLOW_OK)
-		st = install(h, num_ops, skeletons, ops, inits, flags);
-	else
-		free_records(ops, num_ops);
-	free(ops);
-	free(inits);
-	return st;
+	return batch_finish(h, st, &b, num_ops, skeletons, flags);
 }
 
 Dataflow_Status host_register_external_code(Dataflow_Handle *h, const char *library_path, int num_ops,
@@ -215,34 +219,22 @@ Dataflow_Status host_register_external_code(Dataflow_Handle *h, const char *libr
 	void *lib = NULL;
 	if (st == DATAFLOW_OK)
 		st = open_library(host_of(h), library_path, &lib);
+	Batch b;
+	if (st == DATAFLOW_OK)
+		st = batch_alloc(&b, num_ops);
 	if (st != DATAFLOW_OK)
 		return st;
-	Host_Op **ops = alloc_records(num_ops);
-	Dataflow_Op_Init_Fn *inits = calloc((size_t)num_ops, sizeof(*inits));
-	if (!ops || !inits) {
-		free(inits);
-		if (ops)
-			free_records(ops, num_ops);
-		free(ops);
-		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory");
-	}
 	for (int i = 0; i < num_ops && st == DATAFLOW_OK; i++) {
 		void *func, *init;
 		st = find_symbol(lib, library_path, func_symbols, i, 1, "external function", &func);
 		if (st == DATAFLOW_OK)
 			st = find_symbol(lib, library_path, init_symbols, i, 0, "init", &init);
 		if (st == DATAFLOW_OK) {
-			ops[i]->external = (Dataflow_External_Fn)func;
-			inits[i] = (Dataflow_Op_Init_Fn)init;
+			b.ops[i]->external = (Dataflow_External_Fn)func;
+			b.inits[i] = (Dataflow_Op_Init_Fn)init;
 		}
 	}
-	if (st == DATAFLOW_OK)
-		st = install(h, num_ops, skeletons, ops, inits, flags);
-	else
-		free_records(ops, num_ops);
-	free(ops);
-	free(inits);
-	return st;
+	return batch_finish(h, st, &b, num_ops, skeletons, flags);
 }
 
 Dataflow_Status host_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
@@ -253,13 +245,12 @@ Dataflow_Status host_register_external_func(Dataflow_Handle *h, const Op_Skeleto
 		st = check_batch(h, 1, skeleton, flags);
 	if (st != DATAFLOW_OK)
 		return st;
-	Host_Op **ops = alloc_records(1);
-	if (!ops)
-		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory");
-	ops[0]->external = func;
+	Batch b;
+	st = batch_alloc(&b, 1);
+	if (st != DATAFLOW_OK)
+		return st;
+	b.ops[0]->external = func;
 	if (state)
-		ops[0]->state = *state;
-	st = install(h, 1, skeleton, ops, NULL, flags);
-	free(ops);
-	return st;
+		b.ops[0]->state = *state;
+	return batch_finish(h, st, &b, 1, skeleton, flags);
 }
