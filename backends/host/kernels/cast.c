@@ -1,0 +1,60 @@
+/* cast: dst = convert(src) over n elements, RNE (dataflow_convert, bit-exact with
+ * ml_dtypes), one kernel per (src, dst) pair. */
+#include "dataflow/host_kernel.h"
+
+/* parts are multiples of 64 elements and at least 32 KiB of output */
+#define PART_ALIGN 64
+#define PART_MIN_BYTES 32768
+
+static void cast_part(DataflowDatatype src_dtype, DataflowDatatype dst_dtype, void **args, int part, int num_parts)
+{
+	int64_t n = DATAFLOW_ARG(args, 0, int64_t);
+	const char *src = DATAFLOW_ARG(args, 1, const char *);
+	char *dst = DATAFLOW_ARG(args, 2, char *);
+	int64_t begin, end;
+	dataflow_part_range(n, part, num_parts, PART_ALIGN, &begin, &end);
+	/* dtypes and pointers were checked at submission, so this cannot fail */
+	(void)dataflow_convert(dst_dtype, dst + begin * (int64_t)dataflow_datatype_size(dst_dtype), src_dtype,
+			       src + begin * (int64_t)dataflow_datatype_size(src_dtype), (size_t)(end - begin));
+}
+
+#define CAST(S, S_DTYPE, D, D_DTYPE)                                                  \
+	void dataflow_host_cast_##S##_to_##D(void **args, int part, int num_parts)     \
+	{                                                                             \
+		cast_part(S_DTYPE, D_DTYPE, args, part, num_parts);                   \
+	}
+
+CAST(fp32, DATAFLOW_FP32, fp16, DATAFLOW_FP16)
+CAST(fp32, DATAFLOW_FP32, bf16, DATAFLOW_BF16)
+CAST(fp32, DATAFLOW_FP32, fp8e4m3, DATAFLOW_FP8E4M3)
+CAST(fp32, DATAFLOW_FP32, fp8e5m2, DATAFLOW_FP8E5M2)
+CAST(fp16, DATAFLOW_FP16, fp32, DATAFLOW_FP32)
+CAST(fp16, DATAFLOW_FP16, bf16, DATAFLOW_BF16)
+CAST(fp16, DATAFLOW_FP16, fp8e4m3, DATAFLOW_FP8E4M3)
+CAST(fp16, DATAFLOW_FP16, fp8e5m2, DATAFLOW_FP8E5M2)
+CAST(bf16, DATAFLOW_BF16, fp32, DATAFLOW_FP32)
+CAST(bf16, DATAFLOW_BF16, fp16, DATAFLOW_FP16)
+CAST(bf16, DATAFLOW_BF16, fp8e4m3, DATAFLOW_FP8E4M3)
+CAST(bf16, DATAFLOW_BF16, fp8e5m2, DATAFLOW_FP8E5M2)
+CAST(fp8e4m3, DATAFLOW_FP8E4M3, fp32, DATAFLOW_FP32)
+CAST(fp8e4m3, DATAFLOW_FP8E4M3, fp16, DATAFLOW_FP16)
+CAST(fp8e4m3, DATAFLOW_FP8E4M3, bf16, DATAFLOW_BF16)
+CAST(fp8e4m3, DATAFLOW_FP8E4M3, fp8e5m2, DATAFLOW_FP8E5M2)
+CAST(fp8e5m2, DATAFLOW_FP8E5M2, fp32, DATAFLOW_FP32)
+CAST(fp8e5m2, DATAFLOW_FP8E5M2, fp16, DATAFLOW_FP16)
+CAST(fp8e5m2, DATAFLOW_FP8E5M2, bf16, DATAFLOW_BF16)
+CAST(fp8e5m2, DATAFLOW_FP8E5M2, fp8e4m3, DATAFLOW_FP8E4M3)
+
+/* Args: n, src, dst. Shapes were validated by libdataflowops. */
+Dataflow_Status dataflow_host_cast_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					  Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	int64_t n = *(const int64_t *)op->op_args[0];
+	if (n < 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "cast: n: expected >= 0, got %lld", (long long)n);
+	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[2]);
+	config->num_parts = dataflow_elementwise_parts(n, PART_MIN_BYTES / size);
+	return DATAFLOW_OK;
+}

@@ -1,0 +1,155 @@
+#ifndef DATAFLOW_HOST_KERNELS_SIMD_H
+#define DATAFLOW_HOST_KERNELS_SIMD_H
+
+/* Runtime choice of vector path for host kernels, and in-register bf16/fp16 <-> fp32
+ * conversions for kernels that compute in fp32. A kernel keeps one function per path,
+ * marked with the target attribute below, and a scalar loop (dataflow_fp32_to_bf16 and
+ * friends) for the tail and for CPUs without AVX2. Every path gives the same bits as
+ * dataflow_convert: RNE with subnormals, Inf on overflow, bf16 NaN -> canonical quiet NaN,
+ * fp16 NaN payloads kept as numpy keeps them. */
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SIMD_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define SIMD_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+
+enum { SIMD_SCALAR = 0, SIMD_AVX2 = 1, SIMD_AVX512 = 2 };
+
+/* Best path this CPU runs, capped by DATAFLOW_SIMD=scalar|avx2|avx512 as in
+ * dataflow_convert. Racing first calls store the same value. */
+static inline int simd_level(void)
+{
+	static int cached = -1;
+	int level = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+	if (level >= 0)
+		return level;
+	__builtin_cpu_init();
+	level = SIMD_SCALAR;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
+		level = SIMD_AVX2;
+	if (level == SIMD_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl"))
+		level = SIMD_AVX512;
+	const char *cap = getenv("DATAFLOW_SIMD");
+	if (cap && strcmp(cap, "scalar") == 0)
+		level = SIMD_SCALAR;
+	else if (cap && strcmp(cap, "avx2") == 0 && level > SIMD_AVX2)
+		level = SIMD_AVX2;
+	__atomic_store_n(&cached, level, __ATOMIC_RELAXED);
+	return level;
+}
+
+/* ---- AVX-512, 16 lanes ---- */
+
+/* bf16 is the top half of fp32 */
+SIMD_TARGET_AVX512 static inline __m512 simd_load_bf16_avx512(const uint16_t *p)
+{
+	__m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+	return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+
+/* RNE: add 0x7fff plus the kept lsb, keep the top half; NaN -> sign | 0x7fc0 */
+SIMD_TARGET_AVX512 static inline void simd_store_bf16_avx512(uint16_t *p, __m512 x)
+{
+	__m512i u = _mm512_castps_si512(x);
+	__m512i top = _mm512_srli_epi32(u, 16);
+	__m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+	__m512i qnan = _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7fc0));
+	r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, qnan);
+	_mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+}
+
+/* vcvtph2ps quiets signalling NaNs; NaN lanes are rebuilt with the payload as it was */
+SIMD_TARGET_AVX512 static inline __m512 simd_load_fp16_avx512(const uint16_t *p)
+{
+	__m256i h = _mm256_loadu_si256((const __m256i *)p);
+	__m512 x = _mm512_cvtph_ps(h);
+	__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+	if (nan) {
+		__m512i w = _mm512_cvtepu16_epi32(h);
+		__m512i fix = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x3ff)), 13),
+					      _mm512_set1_epi32(0x7f800000));
+		fix = _mm512_or_si512(fix, _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x8000)), 16));
+		x = _mm512_mask_blend_ps(nan, x, _mm512_castsi512_ps(fix));
+	}
+	return x;
+}
+
+/* vcvtps2ph with an explicit RNE immediate (independent of MXCSR); NaN lanes keep the top
+ * 10 payload bits, at least 1, as numpy does */
+SIMD_TARGET_AVX512 static inline void simd_store_fp16_avx512(uint16_t *p, __m512 x)
+{
+	__m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+	if (nan) {
+		__m512i u = _mm512_castps_si512(x);
+		__m512i payload = _mm512_max_epu32(
+			_mm512_srli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffff)), 13), _mm512_set1_epi32(1));
+		__m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000));
+		__m512i fix = _mm512_or_si512(_mm512_or_si512(sign, payload), _mm512_set1_epi32(0x7c00));
+		h = _mm256_mask_blend_epi16(nan, h, _mm512_cvtepi32_epi16(fix));
+	}
+	_mm256_storeu_si256((__m256i *)p, h);
+}
+
+/* ---- AVX2, 8 lanes ---- */
+
+/* 8 x uint32 (each < 2^16) -> 8 x uint16 */
+SIMD_TARGET_AVX2 static inline __m128i simd_narrow16_avx2(__m256i r)
+{
+	return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+SIMD_TARGET_AVX2 static inline __m256 simd_load_bf16_avx2(const uint16_t *p)
+{
+	__m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+	return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+
+SIMD_TARGET_AVX2 static inline void simd_store_bf16_avx2(uint16_t *p, __m256 x)
+{
+	__m256i u = _mm256_castps_si256(x);
+	__m256i top = _mm256_srli_epi32(u, 16);
+	__m256i lsb = _mm256_and_si256(top, _mm256_set1_epi32(1));
+	__m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+	__m256i qnan = _mm256_or_si256(_mm256_and_si256(top, _mm256_set1_epi32(0x8000)), _mm256_set1_epi32(0x7fc0));
+	r = _mm256_blendv_epi8(r, qnan, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+	_mm_storeu_si128((__m128i *)p, simd_narrow16_avx2(r));
+}
+
+SIMD_TARGET_AVX2 static inline __m256 simd_load_fp16_avx2(const uint16_t *p)
+{
+	__m128i h = _mm_loadu_si128((const __m128i *)p);
+	__m256 x = _mm256_cvtph_ps(h);
+	__m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+	if (_mm256_movemask_ps(nan)) {
+		__m256i w = _mm256_cvtepu16_epi32(h);
+		__m256i fix = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x3ff)), 13),
+					      _mm256_set1_epi32(0x7f800000));
+		fix = _mm256_or_si256(fix, _mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x8000)), 16));
+		x = _mm256_blendv_ps(x, _mm256_castsi256_ps(fix), nan);
+	}
+	return x;
+}
+
+SIMD_TARGET_AVX2 static inline void simd_store_fp16_avx2(uint16_t *p, __m256 x)
+{
+	__m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+	if (_mm256_movemask_ps(nan)) {
+		__m256i u = _mm256_castps_si256(x);
+		__m256i payload = _mm256_max_epu32(
+			_mm256_srli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffff)), 13), _mm256_set1_epi32(1));
+		__m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000));
+		__m256i fix = _mm256_or_si256(_mm256_or_si256(sign, payload), _mm256_set1_epi32(0x7c00));
+		__m128i lanes = simd_narrow16_avx2(_mm256_srli_epi32(_mm256_castps_si256(nan), 16));
+		h = _mm_blendv_epi8(h, simd_narrow16_avx2(fix), lanes);
+	}
+	_mm_storeu_si128((__m128i *)p, h);
+}
+
+#endif

@@ -1,0 +1,648 @@
+/* Conversions between fp32 and the narrow float formats, bit-exact with ml_dtypes / numpy:
+ *   bf16     1-8-7,  bias 127, Inf/NaN as IEEE
+ *   fp16     1-5-10, bias 15,  Inf/NaN as IEEE
+ *   fp8e4m3  1-4-3,  bias 7,   no Inf; S.1111.111 is NaN; max 448      (float8_e4m3fn)
+ *   fp8e5m2  1-5-2,  bias 15,  Inf/NaN as IEEE; max 57344               (float8_e5m2)
+ * Narrowing rounds to nearest, ties to even, with subnormal results where the format has
+ * them. Overflow gives Inf (bf16, fp16, e5m2) or NaN (e4m3, keeping the sign). NaN keeps its
+ * sign; its payload follows the reference library: bf16, e5m2 and e4m3 give the canonical
+ * quiet NaN, fp16 keeps the top payload bits as numpy does (a signalling NaN stays
+ * signalling). Widening is exact; fp16 and bf16 NaNs keep their payload, fp8 NaNs widen to
+ * the canonical quiet NaN.
+ *
+ * All of it is integer bit arithmetic (or conversion instructions whose result does not
+ * depend on MXCSR), so results do not change with the rounding mode or DAZ/FTZ, and the
+ * AVX-512 / AVX2 paths are bit-identical to the scalar one. The AVX-512 BF16 instruction
+ * vcvtneps2bf16 is not used: it flushes fp32 subnormal inputs to zero, where ml_dtypes
+ * keeps them as bf16 subnormals. */
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dataflow/datatype.h"
+
+static inline uint32_t bits_of(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof(u));
+	return u;
+}
+
+static inline float float_of(uint32_t u)
+{
+	float x;
+	memcpy(&x, &u, sizeof(x));
+	return x;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * scalar reference */
+
+/* Rounds the magnitude bits a of a non-NaN fp32 (|x| as uint32) to a format with the given
+ * exponent bias and mantissa bits; returns the exponent|mantissa code, which the caller
+ * clamps for overflow. With drop = 23 - mbits:
+ *   normal result:    code = (a - ((127-bias) << 23)) >> drop, rounded RNE (the re-biased
+ *                     exponent sits right above the mantissa, so a carry out of the
+ *                     mantissa bumps the exponent, as it must)
+ *   subnormal result: code = m24 * 2^-shift rounded RNE, m24 the mantissa with its hidden
+ *                     bit, shift = 151 - bias - mbits - exponent (capped at 25, where any
+ *                     m24 < 2^24 rounds to 0; fp32 subnormals land there too)
+ * RNE of q + rem/2^s: round up iff rem + (q & 1) > half. */
+static inline uint32_t round_magnitude(uint32_t a, uint32_t bias, uint32_t mbits)
+{
+	const uint32_t drop = 23 - mbits;
+	if (a >= (128 - bias) << 23) {
+		uint32_t r = a - ((127 - bias) << 23);
+		return (r + (1u << (drop - 1)) - 1 + ((r >> drop) & 1)) >> drop;
+	}
+	uint32_t m24 = (a & 0x7fffff) | 0x800000;
+	uint32_t shift = 151 - bias - mbits - (a >> 23);
+	if (shift > 25)
+		shift = 25;
+	uint32_t q = m24 >> shift;
+	uint32_t rem = m24 & ((1u << shift) - 1);
+	return q + (rem + (q & 1) > (1u << (shift - 1)));
+}
+
+/* bf16 is the top half of fp32: add 0x7fff plus the kept lsb and truncate (RNE). This
+ * also covers fp32 subnormals (bf16 has the same exponent range) and overflow to Inf. */
+uint16_t dataflow_fp32_to_bf16(float x)
+{
+	uint32_t u = bits_of(x);
+	if ((u & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)(((u >> 16) & 0x8000) | 0x7fc0);
+	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+float dataflow_bf16_to_fp32(uint16_t x)
+{
+	return float_of((uint32_t)x << 16);
+}
+
+uint16_t dataflow_fp32_to_fp16(float x)
+{
+	uint32_t u = bits_of(x);
+	uint32_t a = u & 0x7fffffff;
+	uint32_t sign = (u >> 16) & 0x8000;
+	if (a > 0x7f800000) {
+		/* numpy: keep the top 10 payload bits, but never let the NaN become Inf */
+		uint32_t payload = (a & 0x7fffff) >> 13;
+		return (uint16_t)(sign | 0x7c00 | (payload ? payload : 1));
+	}
+	uint32_t r = round_magnitude(a, 15, 10);
+	return (uint16_t)(sign | (r < 0x7c00 ? r : 0x7c00));
+}
+
+/* normal: rebias the exponent (15 -> 127); subnormal: m * 2^-24, exact in fp32 */
+float dataflow_fp16_to_fp32(uint16_t x)
+{
+	uint32_t sign = (uint32_t)(x & 0x8000) << 16;
+	uint32_t e = (x >> 10) & 0x1f;
+	uint32_t m = x & 0x3ff;
+	if (e == 0x1f)
+		return float_of(sign | 0x7f800000 | (m << 13));
+	if (e == 0)
+		return float_of(sign | bits_of((float)m * 0x1p-24f));
+	return float_of(sign | ((e + 112) << 23) | (m << 13));
+}
+
+/* Anything rounding past 448 (code 0x7e) lands on 0x7f, which is NaN; so do Inf and NaN
+ * (their re-biased magnitude is larger still). */
+uint8_t dataflow_fp32_to_fp8e4m3(float x)
+{
+	uint32_t u = bits_of(x);
+	uint32_t r = round_magnitude(u & 0x7fffffff, 7, 3);
+	return (uint8_t)(((u >> 24) & 0x80) | (r < 0x7f ? r : 0x7f));
+}
+
+/* normal: rebias the exponent (7 -> 127); subnormal: m * 2^-9, exact in fp32 */
+float dataflow_fp8e4m3_to_fp32(uint8_t x)
+{
+	uint32_t sign = (uint32_t)(x & 0x80) << 24;
+	uint32_t e = (x >> 3) & 0xf;
+	uint32_t m = x & 0x7;
+	if ((x & 0x7f) == 0x7f)
+		return float_of(sign | 0x7fc00000);
+	if (e == 0)
+		return float_of(sign | bits_of((float)m * 0x1p-9f));
+	return float_of(sign | ((e + 120) << 23) | (m << 20));
+}
+
+uint8_t dataflow_fp32_to_fp8e5m2(float x)
+{
+	uint32_t u = bits_of(x);
+	uint32_t a = u & 0x7fffffff;
+	uint32_t sign = (u >> 24) & 0x80;
+	if (a > 0x7f800000)
+		return (uint8_t)(sign | 0x7e);
+	uint32_t r = round_magnitude(a, 15, 2);
+	return (uint8_t)(sign | (r < 0x7c ? r : 0x7c));
+}
+
+/* e5m2 is the top byte of fp16 */
+float dataflow_fp8e5m2_to_fp32(uint8_t x)
+{
+	if ((x & 0x7f) > 0x7c)
+		return float_of(((uint32_t)(x & 0x80) << 24) | 0x7fc00000);
+	return dataflow_fp16_to_fp32((uint16_t)(x << 8));
+}
+
+/* ---------------------------------------------------------------------------------------
+ * vector paths: the same integer arithmetic, 16 (AVX-512) or 8 (AVX2) lanes at a time.
+ * Each bulk function converts the largest multiple of its width and returns that count;
+ * the scalar code does the rest. Magnitudes are < 2^31, so signed compares are safe. */
+
+#define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+
+enum { LEVEL_SCALAR = 0, LEVEL_AVX2 = 1, LEVEL_AVX512 = 2 };
+
+/* Best path this CPU runs, capped by DATAFLOW_SIMD=scalar|avx2|avx512 (lets the tests
+ * exercise every path on one machine). Racing first calls store the same value. */
+static int simd_level(void)
+{
+	static int cached = -1;
+	int level = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+	if (level >= 0)
+		return level;
+	__builtin_cpu_init();
+	level = LEVEL_SCALAR;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
+		level = LEVEL_AVX2;
+	if (level == LEVEL_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl"))
+		level = LEVEL_AVX512;
+	const char *cap = getenv("DATAFLOW_SIMD");
+	if (cap && strcmp(cap, "scalar") == 0)
+		level = LEVEL_SCALAR;
+	else if (cap && strcmp(cap, "avx2") == 0 && level > LEVEL_AVX2)
+		level = LEVEL_AVX2;
+	__atomic_store_n(&cached, level, __ATOMIC_RELAXED);
+	return level;
+}
+
+/* ---- AVX-512 ---- */
+
+TARGET_AVX512 static inline __m512i round_magnitude_avx512(__m512i a, int bias, int mbits)
+{
+	const int drop = 23 - mbits;
+	const __m512i one = _mm512_set1_epi32(1);
+	__m512i r = _mm512_sub_epi32(a, _mm512_set1_epi32((127 - bias) << 23));
+	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(r, drop), one);
+	__m512i normal = _mm512_srli_epi32(
+		_mm512_add_epi32(_mm512_add_epi32(r, _mm512_set1_epi32((1 << (drop - 1)) - 1)), lsb), drop);
+
+	__m512i m24 = _mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32(0x7fffff)), _mm512_set1_epi32(0x800000));
+	__m512i shift = _mm512_min_epu32(_mm512_sub_epi32(_mm512_set1_epi32(151 - bias - mbits), _mm512_srli_epi32(a, 23)),
+					 _mm512_set1_epi32(25));
+	__m512i q = _mm512_srlv_epi32(m24, shift);
+	__m512i rem = _mm512_and_si512(m24, _mm512_sub_epi32(_mm512_sllv_epi32(one, shift), one));
+	__m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(shift, one));
+	__mmask16 up = _mm512_cmpgt_epi32_mask(_mm512_add_epi32(rem, _mm512_and_si512(q, one)), half);
+	__m512i sub = _mm512_mask_add_epi32(q, up, q, one);
+
+	__mmask16 is_normal = _mm512_cmpge_epi32_mask(a, _mm512_set1_epi32((128 - bias) << 23));
+	return _mm512_mask_blend_epi32(is_normal, sub, normal);
+}
+
+TARGET_AVX512 static size_t encode_bf16_avx512(void *dst, const float *src, size_t n)
+{
+	uint16_t *d = dst;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+		__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+		__m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+		__mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+							_mm512_set1_epi32(0x7f800000));
+		__m512i qnan = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)),
+					       _mm512_set1_epi32(0x7fc0));
+		r = _mm512_mask_blend_epi32(nan, r, qnan);
+		_mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
+	}
+	return i;
+}
+
+TARGET_AVX512 static size_t decode_bf16_avx512(float *dst, const void *src, size_t n)
+{
+	const uint16_t *s = src;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i)));
+		_mm512_storeu_si512(dst + i, _mm512_slli_epi32(h, 16));
+	}
+	return i;
+}
+
+/* vcvtps2ph with an explicit RNE immediate matches the scalar code except that it quiets
+ * signalling NaNs; NaN lanes are redone numpy's way. */
+TARGET_AVX512 static size_t encode_fp16_avx512(void *dst, const float *src, size_t n)
+{
+	uint16_t *d = dst;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m512 x = _mm512_loadu_ps(src + i);
+		__m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+		__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+		if (nan) {
+			__m512i u = _mm512_castps_si512(x);
+			__m512i payload = _mm512_max_epu32(
+				_mm512_srli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffff)), 13), _mm512_set1_epi32(1));
+			__m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000));
+			__m512i fix = _mm512_or_si512(_mm512_or_si512(sign, payload), _mm512_set1_epi32(0x7c00));
+			h = _mm256_mask_blend_epi16(nan, h, _mm512_cvtepi32_epi16(fix));
+		}
+		_mm256_storeu_si256((__m256i *)(d + i), h);
+	}
+	return i;
+}
+
+/* vcvtph2ps, with NaN lanes rebuilt so a signalling NaN stays signalling (numpy) */
+TARGET_AVX512 static inline __m512 fp16_to_fp32_avx512(__m256i h)
+{
+	__m512 x = _mm512_cvtph_ps(h);
+	__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+	if (nan) {
+		__m512i w = _mm512_cvtepu16_epi32(h);
+		__m512i fix = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x3ff)), 13),
+					      _mm512_set1_epi32(0x7f800000));
+		fix = _mm512_or_si512(fix, _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x8000)), 16));
+		x = _mm512_mask_blend_ps(nan, x, _mm512_castsi512_ps(fix));
+	}
+	return x;
+}
+
+TARGET_AVX512 static size_t decode_fp16_avx512(float *dst, const void *src, size_t n)
+{
+	const uint16_t *s = src;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(dst + i, fp16_to_fp32_avx512(_mm256_loadu_si256((const __m256i *)(s + i))));
+	return i;
+}
+
+TARGET_AVX512 static size_t encode_fp8e4m3_avx512(void *dst, const float *src, size_t n)
+{
+	uint8_t *d = dst;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+		__m512i r = round_magnitude_avx512(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), 7, 3);
+		r = _mm512_min_epu32(r, _mm512_set1_epi32(0x7f));
+		r = _mm512_or_si512(r, _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
+		_mm_storeu_si128((__m128i *)(d + i), _mm512_cvtepi32_epi8(r));
+	}
+	return i;
+}
+
+TARGET_AVX512 static size_t decode_fp8e4m3_avx512(float *dst, const void *src, size_t n)
+{
+	const uint8_t *s = src;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+		__m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
+		__m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
+		__m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(7))),
+					   _mm512_set1_ps(0x1p-9f));
+		__m512i r = _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), normal,
+						    _mm512_castps_si512(sub));
+		r = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), r,
+					    _mm512_set1_epi32(0x7fc00000));
+		r = _mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24));
+		_mm512_storeu_si512(dst + i, r);
+	}
+	return i;
+}
+
+TARGET_AVX512 static size_t encode_fp8e5m2_avx512(void *dst, const float *src, size_t n)
+{
+	uint8_t *d = dst;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+		__m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+		__m512i r = _mm512_min_epu32(round_magnitude_avx512(a, 15, 2), _mm512_set1_epi32(0x7c));
+		r = _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7f800000)), r,
+					    _mm512_set1_epi32(0x7e));
+		r = _mm512_or_si512(r, _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
+		_mm_storeu_si128((__m128i *)(d + i), _mm512_cvtepi32_epi8(r));
+	}
+	return i;
+}
+
+/* e5m2 widened to fp16 is exact; its NaNs become the canonical quiet NaN */
+TARGET_AVX512 static size_t decode_fp8e5m2_avx512(float *dst, const void *src, size_t n)
+{
+	const uint8_t *s = src;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+		__m512 x = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_slli_epi32(b, 8)));
+		__m512i qnan = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24),
+					       _mm512_set1_epi32(0x7fc00000));
+		x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, _mm512_castsi512_ps(qnan));
+		_mm512_storeu_ps(dst + i, x);
+	}
+	return i;
+}
+
+/* ---- AVX2 ---- */
+
+TARGET_AVX2 static inline __m256i round_magnitude_avx2(__m256i a, int bias, int mbits)
+{
+	const int drop = 23 - mbits;
+	const __m256i one = _mm256_set1_epi32(1);
+	__m256i r = _mm256_sub_epi32(a, _mm256_set1_epi32((127 - bias) << 23));
+	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(r, drop), one);
+	__m256i normal = _mm256_srli_epi32(
+		_mm256_add_epi32(_mm256_add_epi32(r, _mm256_set1_epi32((1 << (drop - 1)) - 1)), lsb), drop);
+
+	__m256i m24 = _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0x7fffff)), _mm256_set1_epi32(0x800000));
+	__m256i shift = _mm256_min_epu32(_mm256_sub_epi32(_mm256_set1_epi32(151 - bias - mbits), _mm256_srli_epi32(a, 23)),
+					 _mm256_set1_epi32(25));
+	__m256i q = _mm256_srlv_epi32(m24, shift);
+	__m256i rem = _mm256_and_si256(m24, _mm256_sub_epi32(_mm256_sllv_epi32(one, shift), one));
+	__m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(shift, one));
+	__m256i up = _mm256_cmpgt_epi32(_mm256_add_epi32(rem, _mm256_and_si256(q, one)), half);
+	__m256i sub = _mm256_sub_epi32(q, up); /* up is -1 where rounding up */
+
+	__m256i is_normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(((128 - bias) << 23) - 1));
+	return _mm256_blendv_epi8(sub, normal, is_normal);
+}
+
+/* 8 x uint32 (each < 2^16) -> 8 x uint16 */
+TARGET_AVX2 static inline __m128i narrow16_avx2(__m256i r)
+{
+	return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+/* 8 x uint32 (each < 2^8) -> 8 x uint8 in the low 64 bits */
+TARGET_AVX2 static inline __m128i narrow8_avx2(__m256i r)
+{
+	__m128i w = narrow16_avx2(r);
+	return _mm_packus_epi16(w, w);
+}
+
+TARGET_AVX2 static size_t encode_bf16_avx2(void *dst, const float *src, size_t n)
+{
+	uint16_t *d = dst;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+		__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+		__m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+		__m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+						 _mm256_set1_epi32(0x7f800000));
+		__m256i qnan = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)),
+					       _mm256_set1_epi32(0x7fc0));
+		_mm_storeu_si128((__m128i *)(d + i), narrow16_avx2(_mm256_blendv_epi8(r, qnan, nan)));
+	}
+	return i;
+}
+
+TARGET_AVX2 static size_t decode_bf16_avx2(float *dst, const void *src, size_t n)
+{
+	const uint16_t *s = src;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+		_mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(h, 16));
+	}
+	return i;
+}
+
+TARGET_AVX2 static size_t encode_fp16_avx2(void *dst, const float *src, size_t n)
+{
+	uint16_t *d = dst;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = _mm256_loadu_ps(src + i);
+		__m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+		__m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+		if (_mm256_movemask_ps(nan)) {
+			__m256i u = _mm256_castps_si256(x);
+			__m256i payload = _mm256_max_epu32(
+				_mm256_srli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffff)), 13), _mm256_set1_epi32(1));
+			__m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000));
+			__m256i fix = _mm256_or_si256(_mm256_or_si256(sign, payload), _mm256_set1_epi32(0x7c00));
+			h = _mm_blendv_epi8(h, narrow16_avx2(fix), narrow16_avx2(_mm256_srli_epi32(_mm256_castps_si256(nan), 16)));
+		}
+		_mm_storeu_si128((__m128i *)(d + i), h);
+	}
+	return i;
+}
+
+TARGET_AVX2 static inline __m256 fp16_to_fp32_avx2(__m128i h)
+{
+	__m256 x = _mm256_cvtph_ps(h);
+	__m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+	if (_mm256_movemask_ps(nan)) {
+		__m256i w = _mm256_cvtepu16_epi32(h);
+		__m256i fix = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x3ff)), 13),
+					      _mm256_set1_epi32(0x7f800000));
+		fix = _mm256_or_si256(fix, _mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x8000)), 16));
+		x = _mm256_blendv_ps(x, _mm256_castsi256_ps(fix), nan);
+	}
+	return x;
+}
+
+TARGET_AVX2 static size_t decode_fp16_avx2(float *dst, const void *src, size_t n)
+{
+	const uint16_t *s = src;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, fp16_to_fp32_avx2(_mm_loadu_si128((const __m128i *)(s + i))));
+	return i;
+}
+
+TARGET_AVX2 static size_t encode_fp8e4m3_avx2(void *dst, const float *src, size_t n)
+{
+	uint8_t *d = dst;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+		__m256i r = round_magnitude_avx2(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), 7, 3);
+		r = _mm256_min_epu32(r, _mm256_set1_epi32(0x7f));
+		r = _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
+		_mm_storel_epi64((__m128i *)(d + i), narrow8_avx2(r));
+	}
+	return i;
+}
+
+TARGET_AVX2 static size_t decode_fp8e4m3_avx2(float *dst, const void *src, size_t n)
+{
+	const uint8_t *s = src;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + i)));
+		__m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
+		__m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
+		__m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(7))),
+					   _mm256_set1_ps(0x1p-9f));
+		__m256i r = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub),
+					       _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
+		r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f)));
+		r = _mm256_or_si256(r, _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24));
+		_mm256_storeu_si256((__m256i *)(dst + i), r);
+	}
+	return i;
+}
+
+TARGET_AVX2 static size_t encode_fp8e5m2_avx2(void *dst, const float *src, size_t n)
+{
+	uint8_t *d = dst;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+		__m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+		__m256i r = _mm256_min_epu32(round_magnitude_avx2(a, 15, 2), _mm256_set1_epi32(0x7c));
+		r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7e), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
+		r = _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
+		_mm_storel_epi64((__m128i *)(d + i), narrow8_avx2(r));
+	}
+	return i;
+}
+
+TARGET_AVX2 static size_t decode_fp8e5m2_avx2(float *dst, const void *src, size_t n)
+{
+	const uint8_t *s = src;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + i)));
+		__m256 x = _mm256_cvtph_ps(narrow16_avx2(_mm256_slli_epi32(b, 8)));
+		__m256i qnan = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24),
+					       _mm256_set1_epi32(0x7fc00000));
+		x = _mm256_blendv_ps(x, _mm256_castsi256_ps(qnan), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+		_mm256_storeu_ps(dst + i, x);
+	}
+	return i;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * dispatch */
+
+#define SCALAR_LOOPS(name, type)                                                       \
+	static void encode_##name##_scalar(void *dst, const float *src, size_t n)      \
+	{                                                                              \
+		type *d = dst;                                                         \
+		for (size_t i = 0; i < n; i++)                                         \
+			d[i] = dataflow_fp32_to_##name(src[i]);                        \
+	}                                                                              \
+	static void decode_##name##_scalar(float *dst, const void *src, size_t n)      \
+	{                                                                              \
+		const type *s = src;                                                   \
+		for (size_t i = 0; i < n; i++)                                         \
+			dst[i] = dataflow_##name##_to_fp32(s[i]);                      \
+	}
+SCALAR_LOOPS(bf16, uint16_t)
+SCALAR_LOOPS(fp16, uint16_t)
+SCALAR_LOOPS(fp8e4m3, uint8_t)
+SCALAR_LOOPS(fp8e5m2, uint8_t)
+
+typedef size_t (*Encode_Bulk)(void *dst, const float *src, size_t n);
+typedef size_t (*Decode_Bulk)(float *dst, const void *src, size_t n);
+
+typedef struct {
+	size_t size;
+	Encode_Bulk encode_bulk[3]; /* by level; [LEVEL_SCALAR] unused */
+	Decode_Bulk decode_bulk[3];
+	void (*encode_scalar)(void *dst, const float *src, size_t n);
+	void (*decode_scalar)(float *dst, const void *src, size_t n);
+} Narrow_Format;
+
+#define NARROW_FORMAT(name, type)                                                              \
+	{                                                                                      \
+		sizeof(type), {NULL, encode_##name##_avx2, encode_##name##_avx512},            \
+			{NULL, decode_##name##_avx2, decode_##name##_avx512}, encode_##name##_scalar, \
+			decode_##name##_scalar                                                 \
+	}
+
+static const Narrow_Format format_bf16 = NARROW_FORMAT(bf16, uint16_t);
+static const Narrow_Format format_fp16 = NARROW_FORMAT(fp16, uint16_t);
+static const Narrow_Format format_fp8e4m3 = NARROW_FORMAT(fp8e4m3, uint8_t);
+static const Narrow_Format format_fp8e5m2 = NARROW_FORMAT(fp8e5m2, uint8_t);
+
+static const Narrow_Format *narrow_format(DataflowDatatype dtype)
+{
+	switch (dtype) {
+	case DATAFLOW_BF16:
+		return &format_bf16;
+	case DATAFLOW_FP16:
+		return &format_fp16;
+	case DATAFLOW_FP8E4M3:
+		return &format_fp8e4m3;
+	case DATAFLOW_FP8E5M2:
+		return &format_fp8e5m2;
+	default:
+		return NULL;
+	}
+}
+
+static void encode(const Narrow_Format *f, void *dst, const float *src, size_t n)
+{
+	int level = simd_level();
+	size_t done = level > LEVEL_SCALAR ? f->encode_bulk[level](dst, src, n) : 0;
+	f->encode_scalar((char *)dst + done * f->size, src + done, n - done);
+}
+
+static void decode(const Narrow_Format *f, float *dst, const void *src, size_t n)
+{
+	int level = simd_level();
+	size_t done = level > LEVEL_SCALAR ? f->decode_bulk[level](dst, src, n) : 0;
+	f->decode_scalar(dst + done, (const char *)src + done * f->size, n - done);
+}
+
+static int is_float_dtype(DataflowDatatype dtype)
+{
+	return dtype == DATAFLOW_FP32 || narrow_format(dtype) != NULL;
+}
+
+static const char *name_or_unknown(DataflowDatatype dtype)
+{
+	const char *name = dataflow_datatype_name(dtype);
+	return name ? name : "unknown";
+}
+
+/* Narrow -> narrow goes through fp32 in an L1-sized stack chunk; widening to fp32 is exact,
+ * so the result is the single rounding of the source value. */
+Dataflow_Status dataflow_convert(DataflowDatatype dst_dtype, void *dst, DataflowDatatype src_dtype,
+				 const void *src, size_t n)
+{
+	if (!is_float_dtype(src_dtype))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "dataflow_convert: src_dtype: expected fp32, fp16, bf16, fp8e4m3 or fp8e5m2, got %s (%d)",
+					  name_or_unknown(src_dtype), (int)src_dtype);
+	if (!is_float_dtype(dst_dtype))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "dataflow_convert: dst_dtype: expected fp32, fp16, bf16, fp8e4m3 or fp8e5m2, got %s (%d)",
+					  name_or_unknown(dst_dtype), (int)dst_dtype);
+	if (n == 0)
+		return DATAFLOW_OK;
+	if (!src)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "dataflow_convert: src: expected a pointer to %zu elements, got NULL", n);
+	if (!dst)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "dataflow_convert: dst: expected a pointer to %zu elements, got NULL", n);
+
+	if (src_dtype == dst_dtype) {
+		memmove(dst, src, n * dataflow_datatype_size(src_dtype));
+		return DATAFLOW_OK;
+	}
+	const Narrow_Format *from = narrow_format(src_dtype);
+	const Narrow_Format *to = narrow_format(dst_dtype);
+	if (!from) {
+		encode(to, dst, src, n);
+	} else if (!to) {
+		decode(from, dst, src, n);
+	} else {
+		float chunk[1024];
+		for (size_t i = 0; i < n; i += 1024) {
+			size_t m = n - i < 1024 ? n - i : 1024;
+			decode(from, chunk, (const char *)src + i * from->size, m);
+			encode(to, (char *)dst + i * to->size, chunk, m);
+		}
+	}
+	return DATAFLOW_OK;
+}
