@@ -157,9 +157,7 @@ float dataflow_fp8e5m2_to_fp32(uint8_t x)
 
 enum { LEVEL_SCALAR = 0, LEVEL_AVX2 = 1, LEVEL_AVX512 = 2 };
 
-/* Best path this CPU runs, capped by DATAFLOW_SIMD=scalar|avx2|avx512 (lets the tests
- * exercise every path on one machine). Racing first calls store the same value. */
-static int simd_level(void)
+int dataflow_simd_level(void)
 {
 	static int cached = -1;
 	int level = __atomic_load_n(&cached, __ATOMIC_RELAXED);
@@ -177,7 +175,7 @@ static int simd_level(void)
 		level = LEVEL_SCALAR;
 	else if (cap && strcmp(cap, "avx2") == 0 && level > LEVEL_AVX2)
 		level = LEVEL_AVX2;
-	__atomic_store_n(&cached, level, __ATOMIC_RELAXED);
+	__atomic_store_n(&cached, level, __ATOMIC_RELAXED); /* racing first calls store the same value */
 	return level;
 }
 
@@ -581,14 +579,14 @@ static const Narrow_Format *narrow_format(DataflowDatatype dtype)
 
 static void encode(const Narrow_Format *f, void *dst, const float *src, size_t n)
 {
-	int level = simd_level();
+	int level = dataflow_simd_level();
 	size_t done = level > LEVEL_SCALAR ? f->encode_bulk[level](dst, src, n) : 0;
 	f->encode_scalar((char *)dst + done * f->size, src + done, n - done);
 }
 
 static void decode(const Narrow_Format *f, float *dst, const void *src, size_t n)
 {
-	int level = simd_level();
+	int level = dataflow_simd_level();
 	size_t done = level > LEVEL_SCALAR ? f->decode_bulk[level](dst, src, n) : 0;
 	f->decode_scalar(dst + done, (const char *)src + done * f->size, n - done);
 }

@@ -9,6 +9,8 @@
  * fp16 NaN payloads kept as numpy keeps them. */
 
 #include <immintrin.h>
+
+#include "dataflow/datatype.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,28 +20,10 @@
 
 enum { SIMD_SCALAR = 0, SIMD_AVX2 = 1, SIMD_AVX512 = 2 };
 
-/* Best path this CPU runs, capped by DATAFLOW_SIMD=scalar|avx2|avx512 as in
- * dataflow_convert. Racing first calls store the same value. */
+/* Chosen once in libdataflow, so conversions and kernels always take the same path. */
 static inline int simd_level(void)
 {
-	static int cached = -1;
-	int level = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-	if (level >= 0)
-		return level;
-	__builtin_cpu_init();
-	level = SIMD_SCALAR;
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
-		level = SIMD_AVX2;
-	if (level == SIMD_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl"))
-		level = SIMD_AVX512;
-	const char *cap = getenv("DATAFLOW_SIMD");
-	if (cap && strcmp(cap, "scalar") == 0)
-		level = SIMD_SCALAR;
-	else if (cap && strcmp(cap, "avx2") == 0 && level > SIMD_AVX2)
-		level = SIMD_AVX2;
-	__atomic_store_n(&cached, level, __ATOMIC_RELAXED);
-	return level;
+	return dataflow_simd_level();
 }
 
 /* ---- AVX-512, 16 lanes ---- */

@@ -59,6 +59,10 @@ float dataflow_fp8e4m3_to_fp32(uint8_t x);
 uint8_t dataflow_fp32_to_fp8e5m2(float x);
 float dataflow_fp8e5m2_to_fp32(uint8_t x);
 
+/* Vector path of the conversions and host kernels: 0 scalar, 1 AVX2, 2 AVX-512; the best
+ * this CPU runs, capped by DATAFLOW_SIMD=scalar|avx2|avx512 so tests can run every path. */
+int dataflow_simd_level(void);
+
 /* Converts n elements between any two floating tensor datatypes (fp32, fp16, bf16,
  * fp8e4m3, fp8e5m2), vectorized where the CPU allows (runtime dispatch; the environment
  * variable DATAFLOW_SIMD=scalar|avx2|avx512 caps the path, every path gives the same bits).
