@@ -1,0 +1,264 @@
+/* Host matmul on oneDNN (2.x C API):
+ *
+ *   D = alpha * op(A) @ op(B) + beta * D_in,  D_in = C (copied into D first when C != D)
+ *
+ * alpha is the primitive's output scale, beta a sum post-op (which reads D before writing
+ * it), transposes are strides on plain 2-D memory descriptors, and fpmath mode is strict so
+ * fp32 stays fp32; oneDNN accumulates bf16 products in fp32. Primitives are cached per
+ * (M, N, K, transposes, dtypes, alpha, beta), including "unimplemented" (fp16 without
+ * AVX512-FP16), so the caller can fall back without asking oneDNN again.
+ *
+ * Threads: the Debian build uses the OpenMP CPU runtime (DNNL_CPU_RUNTIME == OMP, libgomp),
+ * so each calling stream worker is an OpenMP initial thread with its own team, sized by
+ * OMP_NUM_THREADS, or by default all CPUs in the process affinity mask. Streams that run
+ * matmuls concurrently each bring a full team, oversubscribing the cores.
+ *
+ * Concurrency: the cache is guarded by a mutex (primitives are created outside it); each
+ * stream id owns a oneDNN stream and a user-mode scratchpad, so concurrent executions of one
+ * primitive never share scratch memory. */
+
+#ifdef DATAFLOW_HAVE_ONEDNN
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dnnl.h>
+#include <dnnl_debug.h>
+
+#include "dataflow/handle.h"
+#include "matmul.h"
+
+/* Everything that selects a primitive; no padding, so it compares with memcmp. */
+typedef struct {
+	int64_t M, N, K;
+	int32_t trans_a, trans_b, in_dtype, out_dtype;
+	float alpha, beta;
+} Key;
+
+typedef struct Entry {
+	struct Entry *next;
+	Key key;
+	dnnl_primitive_t primitive; /* NULL: oneDNN has no implementation, use the fallback */
+	dnnl_memory_desc_t src_md, weights_md, dst_md, scratchpad_md;
+} Entry;
+
+typedef struct {
+	dnnl_stream_t stream;
+	void *scratchpad;
+	size_t scratchpad_bytes;
+} Stream_Slot;
+
+struct Matmul_Onednn {
+	dnnl_engine_t engine;
+	pthread_mutex_t lock; /* guards entries */
+	Entry *entries;
+	Stream_Slot slots[DATAFLOW_MAX_STREAMS]; /* each touched only by its stream's worker */
+};
+
+static Dataflow_Status onednn_error(dnnl_status_t s, const char *what)
+{
+	return dataflow_set_error(s == dnnl_out_of_memory ? DATAFLOW_ERR_OUT_OF_MEMORY : DATAFLOW_ERR_BACKEND,
+				  "host matmul: oneDNN %s failed: %s", what, dnnl_status2str(s));
+}
+
+static dnnl_data_type_t onednn_dtype(int32_t dtype)
+{
+	return dtype == DATAFLOW_BF16 ? dnnl_bf16 : dtype == DATAFLOW_FP16 ? dnnl_f16 : dnnl_f32;
+}
+
+/* Row-major rows x cols matrix, or its transpose in storage when trans is set. */
+static dnnl_status_t matrix_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans, int32_t dtype)
+{
+	dnnl_dims_t dims = {rows, cols};
+	dnnl_dims_t strides = {trans ? 1 : cols, trans ? rows : 1};
+	return dnnl_memory_desc_init_by_strides(md, 2, dims, onednn_dtype(dtype), strides);
+}
+
+/* Builds e->primitive for e->key; leaves it NULL when oneDNN has no implementation. */
+static Dataflow_Status entry_build(Matmul_Onednn *o, Entry *e)
+{
+	const Key *k = &e->key;
+	dnnl_matmul_desc_t desc;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_post_ops_t post_ops = NULL;
+	dnnl_primitive_desc_t pd = NULL;
+	const char *what = "memory descriptor setup";
+	dnnl_status_t s;
+	if ((s = matrix_md(&e->src_md, k->M, k->K, k->trans_a, k->in_dtype)) != dnnl_success ||
+	    (s = matrix_md(&e->weights_md, k->K, k->N, k->trans_b, k->in_dtype)) != dnnl_success ||
+	    (s = matrix_md(&e->dst_md, k->M, k->N, 0, k->out_dtype)) != dnnl_success)
+		goto done;
+	what = "matmul setup";
+	if ((s = dnnl_matmul_desc_init(&desc, &e->src_md, &e->weights_md, NULL, &e->dst_md)) != dnnl_success ||
+	    (s = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
+	    (s = dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict)) != dnnl_success ||
+	    (s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) != dnnl_success)
+		goto done;
+	if (k->alpha != 1.0f && (s = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha)) != dnnl_success)
+		goto done;
+	if (k->beta != 0.0f) {
+		if ((s = dnnl_post_ops_create(&post_ops)) != dnnl_success ||
+		    (s = dnnl_post_ops_append_sum(post_ops, k->beta)) != dnnl_success ||
+		    (s = dnnl_primitive_attr_set_post_ops(attr, post_ops)) != dnnl_success)
+			goto done;
+	}
+	what = "primitive descriptor creation";
+	s = dnnl_primitive_desc_create(&pd, &desc, attr, o->engine, NULL);
+	if (s == dnnl_unimplemented) {
+		s = dnnl_success;
+		goto done;
+	}
+	if (s != dnnl_success)
+		goto done;
+	e->scratchpad_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	what = "primitive creation";
+	s = dnnl_primitive_create(&e->primitive, pd);
+done:
+	dnnl_primitive_desc_destroy(pd);
+	dnnl_post_ops_destroy(post_ops);
+	dnnl_primitive_attr_destroy(attr);
+	return s == dnnl_success ? DATAFLOW_OK : onednn_error(s, what);
+}
+
+static Entry *entry_find(Matmul_Onednn *o, const Key *key)
+{
+	for (Entry *e = o->entries; e; e = e->next)
+		if (memcmp(&e->key, key, sizeof(*key)) == 0)
+			return e;
+	return NULL;
+}
+
+static void entry_free(Entry *e)
+{
+	dnnl_primitive_destroy(e->primitive);
+	free(e);
+}
+
+/* The cached entry for key, built on first use. */
+static Dataflow_Status entry_get(Matmul_Onednn *o, const Key *key, Entry **entry)
+{
+	pthread_mutex_lock(&o->lock);
+	*entry = entry_find(o, key);
+	pthread_mutex_unlock(&o->lock);
+	if (*entry)
+		return DATAFLOW_OK;
+
+	/* Built outside the lock (milliseconds); a racing stream may insert the same key. */
+	Entry *e = calloc(1, sizeof(*e));
+	if (!e)
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "host matmul: out of host memory");
+	e->key = *key;
+	Dataflow_Status st = entry_build(o, e);
+	if (st != DATAFLOW_OK) {
+		entry_free(e);
+		return st;
+	}
+	pthread_mutex_lock(&o->lock);
+	*entry = entry_find(o, key);
+	if (*entry) {
+		entry_free(e);
+	} else {
+		e->next = o->entries;
+		o->entries = *entry = e;
+	}
+	pthread_mutex_unlock(&o->lock);
+	return DATAFLOW_OK;
+}
+
+/* The stream's oneDNN stream and a scratchpad of at least `bytes`, made on first use. */
+static Dataflow_Status slot_prepare(Matmul_Onednn *o, Stream_Slot *slot, size_t bytes)
+{
+	dnnl_status_t s;
+	if (!slot->stream && (s = dnnl_stream_create(&slot->stream, o->engine, dnnl_stream_default_flags)) != dnnl_success)
+		return onednn_error(s, "stream creation");
+	if (bytes > slot->scratchpad_bytes) {
+		free(slot->scratchpad);
+		slot->scratchpad_bytes = 0;
+		slot->scratchpad = aligned_alloc(64, (bytes + 63) / 64 * 64);
+		if (!slot->scratchpad)
+			return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
+						  "host matmul: cannot allocate a %zu-byte oneDNN scratchpad", bytes);
+		slot->scratchpad_bytes = bytes;
+	}
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status matmul_onednn_run(Matmul_Onednn *o, int stream_id, const Matmul_Args *x)
+{
+	if (stream_id < 0 || stream_id >= DATAFLOW_MAX_STREAMS)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "host matmul: stream id %d outside [0, %d)",
+					  stream_id, DATAFLOW_MAX_STREAMS);
+	Key key = {x->M, x->N, x->K, x->trans_a, x->trans_b, x->in_dtype, x->out_dtype, x->alpha, x->beta};
+	Entry *e;
+	Dataflow_Status st = entry_get(o, &key, &e);
+	if (st != DATAFLOW_OK)
+		return st;
+	if (!e->primitive)
+		return DATAFLOW_ERR_UNSUPPORTED;
+	Stream_Slot *slot = &o->slots[stream_id];
+	if ((st = slot_prepare(o, slot, dnnl_memory_desc_get_size(&e->scratchpad_md))) != DATAFLOW_OK)
+		return st;
+
+	/* The sum post-op accumulates into D, so D must hold C first. */
+	if (x->beta != 0.0f && x->C != x->D)
+		memcpy(x->D, x->C, (size_t)(x->M * x->N) * dataflow_datatype_size(x->out_dtype));
+
+	/* oneDNN takes non-const handles but only reads A and B. */
+	const dnnl_memory_desc_t *mds[4] = {&e->src_md, &e->weights_md, &e->dst_md, &e->scratchpad_md};
+	void *ptrs[4] = {(void *)x->A, (void *)x->B, x->D, slot->scratchpad};
+	const int arg_ids[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
+	dnnl_exec_arg_t args[4];
+	int made = 0;
+	dnnl_status_t s = dnnl_success;
+	const char *what = "memory creation";
+	for (; made < 4 && s == dnnl_success; made++) {
+		s = dnnl_memory_create(&args[made].memory, mds[made], o->engine, ptrs[made]);
+		args[made].arg = arg_ids[made];
+	}
+	if (s == dnnl_success) {
+		what = "matmul execution";
+		s = dnnl_primitive_execute(e->primitive, slot->stream, 4, args);
+		if (s == dnnl_success)
+			s = dnnl_stream_wait(slot->stream);
+	}
+	for (int i = 0; i < made; i++)
+		dnnl_memory_destroy(args[i].memory);
+	return s == dnnl_success ? DATAFLOW_OK : onednn_error(s, what);
+}
+
+Dataflow_Status matmul_onednn_create(Matmul_Onednn **onednn)
+{
+	Matmul_Onednn *o = calloc(1, sizeof(*o));
+	if (!o)
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "host matmul: out of host memory");
+	dnnl_status_t s = dnnl_engine_create(&o->engine, dnnl_cpu, 0);
+	if (s != dnnl_success) {
+		free(o);
+		return onednn_error(s, "CPU engine creation");
+	}
+	pthread_mutex_init(&o->lock, NULL);
+	*onednn = o;
+	return DATAFLOW_OK;
+}
+
+void matmul_onednn_destroy(Matmul_Onednn *o)
+{
+	if (!o)
+		return;
+	while (o->entries) {
+		Entry *e = o->entries;
+		o->entries = e->next;
+		entry_free(e);
+	}
+	for (int i = 0; i < DATAFLOW_MAX_STREAMS; i++) {
+		if (o->slots[i].stream)
+			dnnl_stream_destroy(o->slots[i].stream);
+		free(o->slots[i].scratchpad);
+	}
+	pthread_mutex_destroy(&o->lock);
+	dnnl_engine_destroy(o->engine);
+	free(o);
+}
+
+#endif

@@ -1,0 +1,123 @@
+"""Host matmul, D = alpha * op(A) @ op(B) + beta * C, against a float64 numpy oracle.
+
+Inputs are rounded to their dtype first, so the oracle sees exactly what the kernel sees and
+the comparison measures only fp32 accumulation and the final rounding (tolerances.py).
+Both engines run: "auto" (oneDNN when built in; fp16 still falls back) and "fallback"
+(DATAFLOW_HOST_MATMUL, read when the handle registers its ops). The fallback's AVX2 and
+scalar microkernels run in subprocesses, because the vector path is chosen once per process.
+"""
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import dataflow as df
+from tolerances import matmul_tolerance
+
+PAIRS = [("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "bf16"), ("fp16", "fp32"), ("fp16", "fp16")]
+TRANSPOSES = [(False, False), (True, False), (False, True), (True, True)]
+# (M, N, K): odd sizes, degenerate vectors, and (33, 2100, 129) for several column chunks.
+SHAPES = [(1, 1, 1), (7, 33, 129), (129, 7, 33), (33, 129, 7), (1, 1000, 33), (1000, 1, 129), (129, 1000, 1),
+          (7, 129, 1000), (1000, 129, 1000), (33, 2100, 129)]
+NUMPY_OF = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+@pytest.fixture(scope="module", params=["auto", "fallback"])
+def mh(request):
+    """A handle whose matmul runs on the given engine."""
+    old = os.environ.get("DATAFLOW_HOST_MATMUL")
+    os.environ["DATAFLOW_HOST_MATMUL"] = request.param
+    try:
+        handle = df.Handle("host", streams=2, device_memory="1GiB")
+    finally:
+        if old is None:
+            del os.environ["DATAFLOW_HOST_MATMUL"]
+        else:
+            os.environ["DATAFLOW_HOST_MATMUL"] = old
+    yield handle
+    handle.close()
+
+
+def exact(rng, shape, dtype):
+    """Uniform [-1, 1) values exactly representable in dtype, as float64."""
+    return rng.uniform(-1, 1, shape).astype(NUMPY_OF[dtype]).astype(np.float64)
+
+
+def run_case(h, in_dtype, out_dtype, m, n, k, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, c_mode="none",
+             stream=0):
+    """Submits one matmul; returns (device out array, float64 oracle). c_mode: "none" (C
+    NULL; out starts as NaN, which must not leak in), "separate" or "inplace" (C is out)."""
+    rng = np.random.default_rng([m, n, k, trans_a, trans_b, len(in_dtype), len(out_dtype)])
+    a = exact(rng, (k, m) if trans_a else (m, k), in_dtype)
+    b = exact(rng, (n, k) if trans_b else (k, n), in_dtype)
+    c = exact(rng, (m, n), out_dtype)
+    want = alpha * ((a.T if trans_a else a) @ (b.T if trans_b else b))
+    da, db = h.from_numpy(a.astype(np.float32), dtype=in_dtype), h.from_numpy(b.astype(np.float32), dtype=in_dtype)
+    out = h.from_numpy(np.full((m, n), np.nan if c_mode == "none" else 0, np.float32), dtype=out_dtype)
+    dc = None
+    if c_mode == "separate":
+        dc = h.from_numpy(c.astype(np.float32), dtype=out_dtype)
+    elif c_mode == "inplace":
+        out.copy_from_numpy(c.astype(np.float32))
+        dc = out
+    if dc is not None:
+        want = want + beta * c
+    df.ops.matmul(h, da, db, out=out, c=dc, transpose_a=trans_a, transpose_b=trans_b, alpha=alpha, beta=beta,
+                  out_dtype=out_dtype, stream=stream)
+    return out, want
+
+
+def check(out, want, out_dtype, k):
+    h = out.handle
+    h.sync()
+    got = out.numpy().astype(np.float64)
+    np.testing.assert_allclose(got, want, **matmul_tolerance(out_dtype, k))
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES, ids=lambda s: str(s))
+@pytest.mark.parametrize("trans_a,trans_b", TRANSPOSES, ids=["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("in_dtype,out_dtype", PAIRS, ids=[f"{i}-{o}" for i, o in PAIRS])
+def test_matmul_shapes(mh, in_dtype, out_dtype, trans_a, trans_b, m, n, k):
+    out, want = run_case(mh, in_dtype, out_dtype, m, n, k, trans_a, trans_b)
+    check(out, want, out_dtype, k)
+
+
+ALPHA_BETA = [(0.5, 0.0, "none"), (1.5, 0.75, "separate"), (-1.0, -0.5, "inplace"), (2.0, 1.0, "inplace")]
+
+
+@pytest.mark.parametrize("alpha,beta,c_mode", ALPHA_BETA, ids=[f"a{a}-b{b}-{c}" for a, b, c in ALPHA_BETA])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)], ids=["nn", "tt"])
+@pytest.mark.parametrize("m,n,k", [(33, 129, 7), (129, 33, 1000)], ids=lambda s: str(s))
+@pytest.mark.parametrize("in_dtype,out_dtype", PAIRS, ids=[f"{i}-{o}" for i, o in PAIRS])
+def test_matmul_alpha_beta(mh, in_dtype, out_dtype, m, n, k, trans_a, trans_b, alpha, beta, c_mode):
+    out, want = run_case(mh, in_dtype, out_dtype, m, n, k, trans_a, trans_b, alpha, beta, c_mode)
+    check(out, want, out_dtype, k)
+
+
+@pytest.mark.parametrize("in_dtype,out_dtype", [("bf16", "fp32"), ("fp16", "fp16")], ids=["bf16-fp32", "fp16-fp16"])
+def test_matmul_concurrent_streams(mh, in_dtype, out_dtype):
+    """Both streams run the same shapes at once: they share the primitive cache (and race to
+    fill it) but each has its own oneDNN stream and scratchpad."""
+    cases = [run_case(mh, in_dtype, out_dtype, m, n, k, stream=i % 2)
+             for i, (m, n, k) in enumerate([(129, 1000, 129)] * 4 + [(1000, 33, 129)] * 4)]
+    for out, want in cases:
+        check(out, want, out_dtype, 129)
+
+
+def test_matmul_bad_engine_name(monkeypatch):
+    monkeypatch.setenv("DATAFLOW_HOST_MATMUL", "gpu")
+    with pytest.raises(df.DataflowError, match="DATAFLOW_HOST_MATMUL"):
+        df.Handle("host", streams=1, device_memory="16MiB")
+
+
+@pytest.mark.parametrize("level", ["avx2", "scalar"])
+def test_matmul_fallback_microkernel_paths(level):
+    """Reruns this file's fallback tests with the vector path capped at `level`."""
+    env = dict(os.environ, DATAFLOW_SIMD=level)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__,
+                        "-k", "fallback and not microkernel_paths"], env=env, capture_output=True, text=True,
+                       cwd=os.path.dirname(__file__))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
