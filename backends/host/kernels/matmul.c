@@ -8,7 +8,7 @@
  *   unset or "auto"  oneDNN if built in, else the fallback
  *   "onednn"         oneDNN; registration fails if it is not built in
  *   "fallback"       the fallback only (its vector path follows DATAFLOW_SIMD, see simd.h)
- * Threads: OMP_NUM_THREADS, or all CPUs of the process affinity mask, for both engines. */
+ * Threads: the handle's thread count (Handle(threads=...)), for both engines. */
 
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +72,6 @@ Dataflow_Status dataflow_host_matmul_init(Dataflow_Handle *handle, const Op_Skel
 
 Dataflow_Status dataflow_host_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
-	(void)handle;
 	Matmul_State *s = op_state;
 	void *const *v = op->op_args;
 	Matmul_Args args = {
@@ -89,6 +88,7 @@ Dataflow_Status dataflow_host_matmul(Dataflow_Handle *handle, int stream_id, con
 		.trans_b = *(const int32_t *)v[8],
 		.alpha = *(const float *)v[9],
 		.beta = *(const float *)v[10],
+		.num_threads = handle->num_threads > 0 ? handle->num_threads : 1,
 	};
 #ifdef DATAFLOW_HAVE_ONEDNN
 	if (s->onednn) {

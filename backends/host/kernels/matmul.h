@@ -21,6 +21,7 @@ typedef struct {
 	int64_t M, N, K;
 	int trans_a, trans_b;
 	float alpha, beta;
+	int num_threads; /* the handle's compute threads */
 } Matmul_Args;
 
 typedef struct Matmul_Fallback Matmul_Fallback;

@@ -12,14 +12,13 @@
  *
  * Threads: pthreads, started per call (the calling stream worker is thread 0). Each NC chunk
  * is packed by all threads together, then (MC-row block x column range) items are dealt out
- * round-robin. Thread count: CPUs in the process affinity mask, or OMP_NUM_THREADS when set
- * (the same knob that sizes oneDNN's OpenMP team). Small problems run on the caller alone.
+ * round-robin. Thread count: the handle's (as for oneDNN's team). Small problems run on the
+ * caller alone.
  *
  * Workspace: one buffer kept in the state, grown under the state lock to the largest call
  * seen (packed B chunk: K x NC floats; per thread: an MC x K A block and a K-float row). */
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,9 +145,9 @@ static void from_fp32(void *dst, DataflowDatatype dtype, const float *src, int64
 }
 
 /* dst[k][l] = X[k * stride_k + l * stride_l] for k < K, l < w, zero for w <= l < R: one
- * R-wide panel of op(A) (R = MR) or op(B) (R = NR) as fp32. One stride is 1: rows of the
- * panel are converted in place, or each contiguous line is converted into tmp (K floats)
- * and scattered. */
+ * R-wide panel of op(A) (R = MR) or op(B) (R = NR) as fp32. One stride is 1: either each
+ * k-row of the panel is contiguous in X and converted straight into dst, or each line l is,
+ * and it is converted into tmp (K floats) and scattered with stride R. */
 static void pack_panel(float *dst, const char *x, DataflowDatatype dtype, int64_t K, int w, int R,
 		       int64_t stride_k, int64_t stride_l, float *tmp)
 {
@@ -281,7 +280,7 @@ static Dataflow_Status workspace_reserve(Matmul_Fallback *fb, size_t n)
 static Dataflow_Status run_locked(Matmul_Fallback *fb, const Matmul_Args *x)
 {
 	double flops = 2.0 * (double)x->M * (double)x->N * (double)x->K;
-	int T = flops < PARALLEL_MIN_FLOPS ? 1 : fb->num_threads;
+	int T = flops < PARALLEL_MIN_FLOPS ? 1 : x->num_threads;
 	const int nr = fb->kernel.nr;
 	int64_t nc = x->N < NC ? x->N : NC;
 	size_t b_floats = round_up((size_t)((nc + nr - 1) / nr * nr * x->K), FLOAT_ALIGN);
@@ -324,26 +323,12 @@ Dataflow_Status matmul_fallback_run(Matmul_Fallback *fb, const Matmul_Args *args
 	return st;
 }
 
-/* CPUs this process may run on, or OMP_NUM_THREADS when set to a positive number. */
-static int thread_count(void)
-{
-	const char *env = getenv("OMP_NUM_THREADS");
-	int n = env ? atoi(env) : 0;
-	if (n > 0)
-		return n;
-	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-		return CPU_COUNT(&set);
-	return 1;
-}
-
 Dataflow_Status matmul_fallback_create(Matmul_Fallback **fallback)
 {
 	Matmul_Fallback *fb = calloc(1, sizeof(*fb));
 	if (!fb)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "host matmul fallback: out of host memory");
 	fb->kernel = kernel_select();
-	fb->num_threads = thread_count();
 	pthread_mutex_init(&fb->lock, NULL);
 	*fallback = fb;
 	return DATAFLOW_OK;

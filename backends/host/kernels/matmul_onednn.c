@@ -9,9 +9,9 @@
  * AVX512-FP16), so the caller can fall back without asking oneDNN again.
  *
  * Threads: the Debian build uses the OpenMP CPU runtime (DNNL_CPU_RUNTIME == OMP, libgomp),
- * so each calling stream worker is an OpenMP initial thread with its own team, sized by
- * OMP_NUM_THREADS, or by default all CPUs in the process affinity mask. Streams that run
- * matmuls concurrently each bring a full team, oversubscribing the cores.
+ * so each calling stream worker is an OpenMP initial thread with its own team, sized here to
+ * the handle's thread count before each execution. Streams that run matmuls concurrently
+ * each bring a full team, oversubscribing the cores.
  *
  * Concurrency: the cache is guarded by a mutex (primitives are created outside it); each
  * stream id owns a oneDNN stream and a user-mode scratchpad, so concurrent executions of one
@@ -25,6 +25,9 @@
 
 #include <dnnl.h>
 #include <dnnl_debug.h>
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+#include <omp.h>
+#endif
 
 #include "dataflow/handle.h"
 #include "matmul.h"
@@ -111,7 +114,9 @@ static Dataflow_Status entry_build(Matmul_Onednn *o, Entry *e)
 	}
 	if (s != dnnl_success)
 		goto done;
-	e->scratchpad_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	const dnnl_memory_desc_t *scratchpad_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	if (scratchpad_md) /* else none is needed: the zeroed descriptor has size 0 */
+		e->scratchpad_md = *scratchpad_md;
 	what = "primitive creation";
 	s = dnnl_primitive_create(&e->primitive, pd);
 done:
@@ -218,6 +223,9 @@ Dataflow_Status matmul_onednn_run(Matmul_Onednn *o, int stream_id, const Matmul_
 	}
 	if (s == dnnl_success) {
 		what = "matmul execution";
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+		omp_set_num_threads(x->num_threads); /* this worker's OpenMP team: the handle's thread count */
+#endif
 		s = dnnl_primitive_execute(e->primitive, slot->stream, 4, args);
 		if (s == dnnl_success)
 			s = dnnl_stream_wait(slot->stream);

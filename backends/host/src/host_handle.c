@@ -101,7 +101,8 @@ Dataflow_Status dataflow_host_handle_create(int device_index, const Dataflow_Han
 		return st;
 	}
 	h->op_table = dataflow_op_table_create();
-	hh->pool = compute_pool_create(config->num_threads > 0 ? config->num_threads : online_cores());
+	h->num_threads = config->num_threads > 0 ? config->num_threads : online_cores();
+	hh->pool = compute_pool_create(h->num_threads);
 	int started = 0;
 	if (h->op_table && hh->pool)
 		for (; started < h->num_streams; started++)

@@ -69,6 +69,7 @@ struct Dataflow_Handle {
 	const char *backend_name;
 	int device_index;
 	int num_streams;
+	int num_threads; /* compute threads the backend uses on the host (host: its pool size) */
 	void *ctx;
 	Dataflow_Op_Table *op_table;
 	/* Shared object holding this backend's default kernels, launch functions and external
