@@ -9,9 +9,12 @@
 #include "dataflow/host_kernel.h"
 #include "simd_dtype.h"
 
-/* forward parts copy at least 32 KiB; backward column ranges are whole 64-byte lines of d_table */
+/* forward parts copy at least 32 KiB. Backward column ranges are whole 64-byte lines of
+ * d_table and at least 256 columns: a part visits every token's row, so narrow ranges would
+ * turn each visit into an isolated cache miss the prefetcher cannot help. */
 #define FWD_MIN_BYTES 32768
 #define BWD_COLS_ALIGN 16
+#define BWD_MIN_COLS 256
 #define BWD_MIN_ELEMENTS 16384
 
 typedef struct {
@@ -164,7 +167,7 @@ EMBEDDING_BWD(bf16, int64, DATAFLOW_BF16, DATAFLOW_INT64)
 EMBEDDING_BWD(fp16, int32, DATAFLOW_FP16, DATAFLOW_INT32)
 EMBEDDING_BWD(fp16, int64, DATAFLOW_FP16, DATAFLOW_INT64)
 
-/* Args: num_tokens, hidden, vocab, ids, d_out, d_table. One part per 16-column block at most. */
+/* Args: num_tokens, hidden, vocab, ids, d_out, d_table. */
 Dataflow_Status dataflow_host_embedding_bwd_w_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 						     Dataflow_Launch_Config *config)
 {
@@ -172,7 +175,7 @@ Dataflow_Status dataflow_host_embedding_bwd_w_launch(Dataflow_Handle *handle, co
 	(void)op_state;
 	int64_t num_tokens = *(const int64_t *)op->op_args[0], hidden = *(const int64_t *)op->op_args[1];
 	int parts = dataflow_elementwise_parts(num_tokens * hidden, BWD_MIN_ELEMENTS);
-	int64_t blocks = (hidden + BWD_COLS_ALIGN - 1) / BWD_COLS_ALIGN;
-	config->num_parts = parts < blocks ? parts : (int)blocks;
+	int64_t ranges = (hidden + BWD_MIN_COLS - 1) / BWD_MIN_COLS;
+	config->num_parts = parts < ranges ? parts : (int)ranges;
 	return DATAFLOW_OK;
 }
