@@ -28,3 +28,23 @@ def matmul_tolerance(out_dtype, k):
     """assert_allclose kwargs for a matmul with inner dimension k."""
     tol = MATMUL_TOLERANCES[out_dtype]
     return dict(rtol=tol["rtol"], atol=tol["atol"] * k ** 0.5)
+
+# embedding_bwd_w, d_table fp32: each row sums its tokens in token order in fp32; the oracle
+# sums in fp64 from the same (already rounded) d_out. With at most a few hundred repeats of an
+# id and |d_out| ~ 1, the fp32 summation error stays far below these. (embedding forward is a
+# copy and is compared bit for bit.)
+EMBEDDING_BWD_TOLERANCES = {
+    "fp32": dict(rtol=1e-5, atol=1e-5),
+    "fp16": dict(rtol=1e-5, atol=1e-5),
+    "bf16": dict(rtol=1e-5, atol=1e-5),
+}
+
+# rope / rope_bwd, by dtype: the oracle is HF's formulas in torch fp32 from the same rounded
+# inputs, rounded once to the dtype. cos/sin come from glibc sincosf in the kernel and from
+# torch's vectorized cos/sin in the oracle (either may be an ulp off), and x1*c - x2*s can
+# cancel, so fp32 gets an absolute slack of a few ulp of |x| ~ 4; fp16/bf16 are one rounding.
+ROPE_TOLERANCES = {
+    "fp32": dict(rtol=1e-5, atol=1e-5),
+    "fp16": dict(rtol=1e-3, atol=1e-5),
+    "bf16": dict(rtol=1.6e-2, atol=1e-5),
+}

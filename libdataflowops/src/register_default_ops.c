@@ -6,7 +6,7 @@
 /* Collects every default op variant with the symbol names the backend library provides
  * (see ops.h), then registers natives and externals in one call each. */
 
-#define MAX_VARIANTS 64
+#define MAX_VARIANTS 256
 #define SYMBOL_LEN 160
 
 typedef struct {
@@ -63,6 +63,20 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 		add_variant(nat, &s, b, name, "launch");
 		dataflow_set_mem_skeleton(&s, in);
 		add_variant(nat, &s, b, name, "launch");
+		dataflow_rope_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_rope_bwd_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		for (int k = 0; k < 2; k++) {
+			DataflowDatatype id = k ? DATAFLOW_INT64 : DATAFLOW_INT32;
+			char variant[48];
+			snprintf(variant, sizeof(variant), "%s_%s", name, dataflow_datatype_name(id));
+			dataflow_embedding_skeleton(&s, id, in);
+			add_variant(nat, &s, b, variant, "launch");
+			snprintf(variant, sizeof(variant), "%s_%s_fp32", name, dataflow_datatype_name(id));
+			dataflow_embedding_bwd_w_skeleton(&s, id, in, DATAFLOW_FP32);
+			add_variant(nat, &s, b, variant, "launch");
+		}
 	}
 	for (int i = 0; i < 5; i++) {
 		for (int j = 0; j < 5; j++) {

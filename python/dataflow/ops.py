@@ -1,5 +1,7 @@
 """The default ops on device arrays. Shapes are checked here; dtypes, pointers and buffer
 extents are checked again in C (libdataflowops), which has the last word."""
+import numpy as np
+
 from . import dtypes
 from ._ffi import ffi, opslib
 from .array import Array
@@ -80,3 +82,122 @@ def set_mem(h, x, value, stream=0):
     _same_handle(h, x)
     check(opslib.dataflow_submit_set_mem(h._ptr(), stream, dtypes.enum(x.dtype), x.size, float(value), x.cdata))
     return x
+
+
+def _index_array(h, x, what, allowed, limit=None):
+    """A device array of integer indices. numpy input is checked (every value in [0, limit)
+    when limit is given, since kernels treat out-of-range ids as absent) and uploaded; device
+    input is used as is: its values are never read on the host."""
+    if isinstance(x, Array):
+        if x.dtype not in allowed:
+            raise BadArgumentError(f"{what}: dtype must be one of {allowed}, got {x.dtype}")
+        return x
+    x = np.asarray(x)
+    name = dtypes.from_numpy(x.dtype) if x.dtype.kind in "iu" else None
+    if name not in allowed:
+        raise BadArgumentError(f"{what}: dtype must be one of {allowed}, got numpy {x.dtype}")
+    if x.ndim != 1 or x.size == 0:
+        raise BadArgumentError(f"{what}: must be 1-D and non-empty, got shape {x.shape}")
+    if limit is not None:
+        bad = np.flatnonzero((x < 0) | (x >= limit))
+        if bad.size:
+            raise BadArgumentError(f"{what}: value at position {bad[0]} is {x[bad[0]]}, expected in [0, {limit}) "
+                                   f"({bad.size} out of range)")
+    return h.from_numpy(x)
+
+
+def embedding(h, ids, table, out=None, stream=0):
+    """out[t, :] = table[ids[t], :]. ids: int32/int64, numpy (checked against the vocabulary)
+    or device array (an out-of-range id gives a zero row). table [vocab, hidden] fp32/fp16/bf16.
+    Returns out [len(ids), hidden]."""
+    table = _array(table, "embedding table")
+    if len(table.shape) != 2:
+        raise BadArgumentError(f"embedding: table must be [vocab, hidden], got shape {table.shape}")
+    vocab, hidden = table.shape
+    ids = _index_array(h, ids, "embedding ids", ("int32", "int64"), vocab)
+    n = ids.size
+    out = out if out is not None else h.empty((n, hidden), table.dtype)
+    if _array(out, "embedding out").shape != (n, hidden) or out.dtype != table.dtype:
+        raise BadArgumentError(f"embedding: out must be {table.dtype}{(n, hidden)}, got {out.dtype}{out.shape}")
+    _same_handle(h, ids, table, out)
+    check(opslib.dataflow_submit_embedding(h._ptr(), stream, dtypes.enum(ids.dtype), dtypes.enum(table.dtype), n,
+                                           hidden, vocab, ids.cdata, table.cdata, out.cdata))
+    return out
+
+
+def embedding_bwd_w(h, ids, d_out, d_table=None, vocab=None, stream=0):
+    """d_table[ids[t], :] += d_out[t, :] (fp32, deterministic, token order). d_table is an fp32
+    [vocab, hidden] array to accumulate into, or None for a fresh zeroed one of vocab rows.
+    Returns d_table."""
+    d_out = _array(d_out, "embedding_bwd_w d_out")
+    if len(d_out.shape) != 2:
+        raise BadArgumentError(f"embedding_bwd_w: d_out must be [tokens, hidden], got shape {d_out.shape}")
+    n, hidden = d_out.shape
+    if d_table is None:
+        if vocab is None:
+            raise BadArgumentError("embedding_bwd_w: give d_table or vocab")
+        d_table = h.zeros((vocab, hidden), "fp32", stream=stream)
+    if len(_array(d_table, "embedding_bwd_w d_table").shape) != 2 or d_table.shape[1] != hidden \
+            or d_table.dtype != "fp32":
+        raise BadArgumentError(f"embedding_bwd_w: d_table must be fp32 [vocab, {hidden}], "
+                               f"got {d_table.dtype}{d_table.shape}")
+    vocab = d_table.shape[0]
+    ids = _index_array(h, ids, "embedding_bwd_w ids", ("int32", "int64"), vocab)
+    if ids.size != n:
+        raise BadArgumentError(f"embedding_bwd_w: ids has {ids.size} tokens, d_out has {n}")
+    _same_handle(h, ids, d_out, d_table)
+    check(opslib.dataflow_submit_embedding_bwd_w(h._ptr(), stream, dtypes.enum(ids.dtype), dtypes.enum(d_out.dtype),
+                                                 dtypes.enum("fp32"), n, hidden, vocab, ids.cdata, d_out.cdata,
+                                                 d_table.cdata))
+    return d_table
+
+
+def rope_inv_freq(head_dim, theta=10000.0, scaling=None):
+    """fp32 numpy [head_dim/2] inverse frequencies for rope: HF's default, or with scaling (a
+    dict like HF's rope_scaling: factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings) its Llama-3 scaling."""
+    s = scaling or {}
+    out = np.empty(max(int(head_dim) // 2, 1), np.float32)
+    check(opslib.dataflow_rope_inv_freq(head_dim, theta, s.get("factor", 0.0), s.get("low_freq_factor", 0.0),
+                                        s.get("high_freq_factor", 0.0),
+                                        s.get("original_max_position_embeddings", 0.0),
+                                        ffi.cast("float *", ffi.from_buffer(out))))
+    return out
+
+
+def _rope(h, name, x, positions, inv_freq, out, stream, submit):
+    x = _array(x, f"{name} {'x' if name == 'rope' else 'dy'}")
+    if len(x.shape) != 3:
+        raise BadArgumentError(f"{name}: input must be [tokens, heads, head_dim], got shape {x.shape}")
+    n, heads, head_dim = x.shape
+    positions = _index_array(h, positions, f"{name} positions", ("int32",))
+    if positions.size != n:
+        raise BadArgumentError(f"{name}: positions has {positions.size} tokens, the input has {n}")
+    if not isinstance(inv_freq, Array):
+        inv_freq = np.asarray(inv_freq)
+        if inv_freq.dtype != np.float32 or inv_freq.shape != (head_dim // 2,):
+            raise BadArgumentError(f"{name}: inv_freq must be float32 of shape {(head_dim // 2,)}, "
+                                   f"got {inv_freq.dtype}{inv_freq.shape}")
+        inv_freq = h.from_numpy(inv_freq)
+    elif inv_freq.dtype != "fp32" or inv_freq.size != head_dim // 2:
+        raise BadArgumentError(f"{name}: inv_freq must be fp32 with {head_dim // 2} elements, "
+                               f"got {inv_freq.dtype}{inv_freq.shape}")
+    out = out if out is not None else h.empty(x.shape, x.dtype)
+    if _array(out, f"{name} out").shape != x.shape or out.dtype != x.dtype:
+        raise BadArgumentError(f"{name}: out must be {x.dtype}{x.shape}, got {out.dtype}{out.shape}")
+    _same_handle(h, x, positions, inv_freq, out)
+    check(submit(h._ptr(), stream, dtypes.enum(x.dtype), n, heads, head_dim, positions.cdata, inv_freq.cdata,
+                 x.cdata, out.cdata))
+    return out
+
+
+def rope(h, x, positions, inv_freq, out=None, stream=0):
+    """Rotary embedding, HF Llama rotate_half convention, on x [tokens, heads, head_dim].
+    positions: int32 [tokens] (numpy or device); inv_freq: fp32 [head_dim/2] from
+    rope_inv_freq (numpy or device). out may be x (in place). Returns out."""
+    return _rope(h, "rope", x, positions, inv_freq, out, stream, opslib.dataflow_submit_rope)
+
+
+def rope_bwd(h, dy, positions, inv_freq, dx=None, stream=0):
+    """dx = the inverse rotation of dy (the gradient of rope); dx may be dy. Returns dx."""
+    return _rope(h, "rope_bwd", dy, positions, inv_freq, dx, stream, opslib.dataflow_submit_rope_bwd)

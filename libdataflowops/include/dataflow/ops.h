@@ -48,4 +48,57 @@ Dataflow_Status dataflow_set_mem_skeleton(Op_Skeleton *skeleton, DataflowDatatyp
 Dataflow_Status dataflow_submit_set_mem(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype, int64_t n,
 					float value, void *x);
 
+/* embedding (native): out[t, :] = table[ids[t], :] for t < num_tokens; out is [num_tokens,
+ * hidden], table [vocab, hidden], both dtype (fp32, fp16, bf16); ids int32 or int64. An id
+ * outside [0, vocab) gives a zero row (ids live in device memory, so they are not checked
+ * here; the Python wrapper checks host ids). out must not overlap table.
+ * Args: num_tokens, hidden, vocab, ids, table, out. */
+Dataflow_Status dataflow_embedding_skeleton(Op_Skeleton *skeleton, DataflowDatatype id_dtype, DataflowDatatype dtype);
+Dataflow_Status dataflow_submit_embedding(Dataflow_Handle *handle, int stream_id, DataflowDatatype id_dtype,
+					  DataflowDatatype dtype, int64_t num_tokens, int64_t hidden, int64_t vocab,
+					  const void *ids, const void *table, void *out);
+
+/* embedding_bwd_w (native): d_table[ids[t], :] += d_out[t, :] for t < num_tokens, ids outside
+ * [0, vocab) skipped. d_out [num_tokens, hidden] is dtype (fp32, fp16, bf16); d_table
+ * [vocab, hidden] is grad_dtype (fp32) and accumulates (zero it first for a fresh gradient).
+ * Deterministic: each d_table element sums its tokens in token order, in fp32, whatever the
+ * thread count. Args: num_tokens, hidden, vocab, ids, d_out, d_table. */
+Dataflow_Status dataflow_embedding_bwd_w_skeleton(Op_Skeleton *skeleton, DataflowDatatype id_dtype,
+						  DataflowDatatype dtype, DataflowDatatype grad_dtype);
+Dataflow_Status dataflow_submit_embedding_bwd_w(Dataflow_Handle *handle, int stream_id, DataflowDatatype id_dtype,
+						DataflowDatatype dtype, DataflowDatatype grad_dtype, int64_t num_tokens,
+						int64_t hidden, int64_t vocab, const void *ids, const void *d_out,
+						void *d_table);
+
+/* rope (native), Hugging Face Llama convention (rotate_half pairs i and i + head_dim/2):
+ * with a = positions[t] * inv_freq[i] (fp32), c = cos(a), s = sin(a), for every head,
+ *   out[t, h, i]       = x[t, h, i] * c - x[t, h, i + head_dim/2] * s
+ *   out[t, h, i + d/2] = x[t, h, i + d/2] * c + x[t, h, i] * s
+ * x and out are [num_tokens, num_heads, head_dim] of dtype (fp32, fp16, bf16), fp32 math,
+ * one rounding; out may equal x (in place). positions int32 [num_tokens] (position ids:
+ * packed sequences restart at 0; any value is safe). inv_freq fp32 [head_dim/2], made by
+ * dataflow_rope_inv_freq. head_dim even, at most DATAFLOW_ROPE_MAX_HEAD_DIM.
+ * Args: num_tokens, num_heads, head_dim, positions, inv_freq, x, out. */
+#define DATAFLOW_ROPE_MAX_HEAD_DIM 1024
+Dataflow_Status dataflow_rope_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+Dataflow_Status dataflow_submit_rope(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype, int64_t num_tokens,
+				     int64_t num_heads, int64_t head_dim, const void *positions, const void *inv_freq,
+				     const void *x, void *out);
+
+/* rope_bwd (native): dx = the inverse rotation of dy (rope with s negated), same layout,
+ * dtypes and aliasing as rope. Args: num_tokens, num_heads, head_dim, positions, inv_freq, dy, dx. */
+Dataflow_Status dataflow_rope_bwd_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+Dataflow_Status dataflow_submit_rope_bwd(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+					 int64_t num_tokens, int64_t num_heads, int64_t head_dim, const void *positions,
+					 const void *inv_freq, const void *dy, void *dx);
+
+/* Host helper for rope: inv_freq[i] = 1 / theta^(2i / head_dim) for i < head_dim/2, then, when
+ * factor != 0, Llama-3 scaling exactly as Hugging Face's _compute_llama3_parameters (fp32):
+ * wavelengths above original_max_position_embeddings / low_freq_factor are divided by factor,
+ * those below original_max_position_embeddings / high_freq_factor kept, those between
+ * interpolated smoothly. factor == 0 gives the default (unscaled) frequencies. inv_freq is host
+ * memory of head_dim/2 floats; upload it for the op. */
+Dataflow_Status dataflow_rope_inv_freq(int64_t head_dim, float theta, float factor, float low_freq_factor,
+				       float high_freq_factor, float original_max_position_embeddings, float *inv_freq);
+
 #endif

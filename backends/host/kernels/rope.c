@@ -1,0 +1,149 @@
+/* rope (HF Llama rotate_half): with a = pos[t] * inv_freq[i], c = cos(a), s = sin(a), d = head_dim/2
+ *   out[i]     = x[i] * c - x[i + d] * s
+ *   out[i + d] = x[i + d] * c + x[i] * s
+ * rope_bwd is the inverse rotation, the same with s negated (negation is exact, so the
+ * backward is the forward kernel on -s). Parts own token ranges; each token's cos/sin are
+ * computed once (glibc sincosf, correctly reduced for any position) into a stack table
+ * and reused for every head. Products and sums are rounded to fp32 separately (no fma;
+ * ISO C does not contract), so every SIMD path and thread count gives the same bits.
+ * out may equal x: each pair is read before it is written. */
+#include <math.h>
+
+#include "dataflow/host_kernel.h"
+#include "dataflow/ops.h"
+#include "simd_dtype.h"
+
+/* parts rotate at least 32 KiB */
+#define PART_MIN_BYTES 32768
+
+typedef struct {
+	int64_t num_tokens, num_heads, head_dim;
+	const int32_t *positions;
+	const float *inv_freq;
+	const void *x;
+	void *out;
+} Rope_Args;
+
+SIMD_TARGET_AVX512 SIMD_INLINE int64_t rotate_avx512(const void *x, void *out, int64_t base, int64_t d, const float *c,
+						    const float *s, DataflowDatatype dt)
+{
+	int64_t i = 0;
+	for (; i + 16 <= d; i += 16) {
+		__m512 x1 = simd_load16_avx512(x, base + i, dt), x2 = simd_load16_avx512(x, base + d + i, dt);
+		__m512 vc = _mm512_loadu_ps(c + i), vs = _mm512_loadu_ps(s + i);
+		simd_store16_avx512(out, base + i, _mm512_sub_ps(_mm512_mul_ps(x1, vc), _mm512_mul_ps(x2, vs)), dt);
+		simd_store16_avx512(out, base + d + i, _mm512_add_ps(_mm512_mul_ps(x2, vc), _mm512_mul_ps(x1, vs)), dt);
+	}
+	return i;
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE int64_t rotate_avx2(const void *x, void *out, int64_t base, int64_t d, const float *c,
+						const float *s, DataflowDatatype dt)
+{
+	int64_t i = 0;
+	for (; i + 8 <= d; i += 8) {
+		__m256 x1 = simd_load8_avx2(x, base + i, dt), x2 = simd_load8_avx2(x, base + d + i, dt);
+		__m256 vc = _mm256_loadu_ps(c + i), vs = _mm256_loadu_ps(s + i);
+		simd_store8_avx2(out, base + i, _mm256_sub_ps(_mm256_mul_ps(x1, vc), _mm256_mul_ps(x2, vs)), dt);
+		simd_store8_avx2(out, base + d + i, _mm256_add_ps(_mm256_mul_ps(x2, vc), _mm256_mul_ps(x1, vs)), dt);
+	}
+	return i;
+}
+
+SIMD_INLINE void rotate_tail(const void *x, void *out, int64_t base, int64_t d, int64_t i, const float *c,
+			     const float *s, DataflowDatatype dt)
+{
+	for (; i < d; i++) {
+		float x1 = simd_load1(x, base + i, dt), x2 = simd_load1(x, base + d + i, dt);
+		simd_store1(out, base + i, x1 * c[i] - x2 * s[i], dt);
+		simd_store1(out, base + d + i, x2 * c[i] + x1 * s[i], dt);
+	}
+}
+
+#define ROPE_PATH(path, attr)                                                                              \
+	attr static void rope_rows_##path(Rope_Args a, int64_t t, int64_t end, float sign, DataflowDatatype dt) \
+	{                                                                                                  \
+		float c[DATAFLOW_ROPE_MAX_HEAD_DIM / 2], s[DATAFLOW_ROPE_MAX_HEAD_DIM / 2];                \
+		int64_t d = a.head_dim / 2;                                                                \
+		for (; t < end; t++) {                                                                     \
+			float pos = (float)a.positions[t];                                                 \
+			for (int64_t i = 0; i < d; i++) {                                                  \
+				sincosf(pos * a.inv_freq[i], &s[i], &c[i]);                                \
+				s[i] *= sign;                                                              \
+			}                                                                                  \
+			for (int64_t h = 0; h < a.num_heads; h++) {                                        \
+				int64_t base = (t * a.num_heads + h) * a.head_dim;                         \
+				rotate_tail(a.x, a.out, base, d, rotate_##path(a.x, a.out, base, d, c, s, dt), c, \
+					    s, dt);                                                        \
+			}                                                                                  \
+		}                                                                                          \
+	}
+
+ROPE_PATH(avx512, SIMD_TARGET_AVX512)
+ROPE_PATH(avx2, SIMD_TARGET_AVX2)
+
+/* the scalar path: no whole vectors, everything is tail */
+SIMD_INLINE int64_t rotate_scalar(const void *x, void *out, int64_t base, int64_t d, const float *c, const float *s,
+				  DataflowDatatype dt)
+{
+	(void)x, (void)out, (void)base, (void)d, (void)c, (void)s, (void)dt;
+	return 0;
+}
+ROPE_PATH(scalar, )
+
+SIMD_INLINE void rope(void **args, int part, int num_parts, float sign, DataflowDatatype dt)
+{
+	Rope_Args a = {DATAFLOW_ARG(args, 0, int64_t),	      DATAFLOW_ARG(args, 1, int64_t),
+		       DATAFLOW_ARG(args, 2, int64_t),	      DATAFLOW_ARG(args, 3, const int32_t *),
+		       DATAFLOW_ARG(args, 4, const float *), DATAFLOW_ARG(args, 5, const void *),
+		       DATAFLOW_ARG(args, 6, void *)};
+	int64_t t, end;
+	dataflow_part_range(a.num_tokens, part, num_parts, 1, &t, &end);
+	int level = simd_level();
+	if (level == SIMD_AVX512)
+		rope_rows_avx512(a, t, end, sign, dt);
+	else if (level == SIMD_AVX2)
+		rope_rows_avx2(a, t, end, sign, dt);
+	else
+		rope_rows_scalar(a, t, end, sign, dt);
+}
+
+#define ROPE_VARIANT(dt, dt_enum)                                         \
+	void dataflow_host_rope_##dt(void **args, int part, int num_parts)      \
+	{                                                                        \
+		rope(args, part, num_parts, 1.0f, dt_enum);                      \
+	}                                                                        \
+	void dataflow_host_rope_bwd_##dt(void **args, int part, int num_parts) \
+	{                                                                        \
+		rope(args, part, num_parts, -1.0f, dt_enum);                     \
+	}
+ROPE_VARIANT(fp32, DATAFLOW_FP32)
+ROPE_VARIANT(bf16, DATAFLOW_BF16)
+ROPE_VARIANT(fp16, DATAFLOW_FP16)
+
+/* Args: num_tokens, num_heads, head_dim, positions, inv_freq, x, out. Sizes were validated
+ * by libdataflowops (head_dim even and at most DATAFLOW_ROPE_MAX_HEAD_DIM: the stack tables). */
+static Dataflow_Status rope_launch(const Op *op, Dataflow_Launch_Config *config)
+{
+	int64_t num_tokens = *(const int64_t *)op->op_args[0];
+	int64_t numel = num_tokens * *(const int64_t *)op->op_args[1] * *(const int64_t *)op->op_args[2];
+	int parts = dataflow_elementwise_parts(numel, PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[5]));
+	config->num_parts = parts < num_tokens ? parts : (int)num_tokens;
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_host_rope_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					  Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	return rope_launch(op, config);
+}
+
+Dataflow_Status dataflow_host_rope_bwd_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					      Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	return rope_launch(op, config);
+}
