@@ -3,14 +3,13 @@
     python bench/matmul.py [--backend host] [--threads N] [--sizes 256,512,1024,2048,4096]
                            [--dtypes bf16,fp32]
 
-GFLOP/s = 2 * n^3 / t, t the median of timed calls after warm-up, each call including its
+GFLOP/s = 2 * n^3 / t, t the median of timed calls after a warm-up, each call including its
 sync (h.sync() / torch.cuda.synchronize()). Output is in and out dtype alike, as torch does.
 Prints one JSON object (rows, machine, the matmul path the backend used), then a summary line.
 
 Threads: OMP_NUM_THREADS is set before torch and dataflow load, since both run their CPU
 matmul on OpenMP (oneDNN's Debian build; torch's MKL/oneDNN), plus torch.set_num_threads
-and Handle(threads=N). The two runtimes are timed in separate blocks so that one's
-spin-waiting workers do not steal cores from the other.
+and Handle(threads=N). The two libraries take turns in blocks of calls (see timed_medians).
 """
 import argparse
 import json
@@ -23,7 +22,7 @@ import sys
 import time
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-SECONDS_PER_MEASUREMENT = 2.0  # timed calls per (size, dtype, library) fill about this long
+SECONDS_PER_MEASUREMENT = 2.0  # timed calls per (size, dtype, library) take about this long
 
 
 def parse_args():
@@ -41,18 +40,24 @@ def parse_args():
     return args
 
 
-def timed_median(fn):
-    """Median seconds of fn() after a warm-up call; enough calls to fill the time budget."""
-    t0 = time.perf_counter()
-    fn()
-    first = time.perf_counter() - t0
-    repeats = max(3, min(50, int(SECONDS_PER_MEASUREMENT / max(first, 1e-6))))
-    times = []
-    for _ in range(repeats):
+def timed_medians(fns, rounds=3):
+    """Median seconds per call of each fn, after a warm-up call each. The fns take turns in
+    `rounds` blocks of calls, so load that comes and goes on a shared machine hits them alike,
+    while one runtime's spin-waiting workers only touch the first call of the other's block."""
+    firsts = []
+    for fn in fns:
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        firsts.append(time.perf_counter() - t0)
+    calls = [max(1, min(20, int(SECONDS_PER_MEASUREMENT / rounds / max(t, 1e-6)))) for t in firsts]
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, n, ts in zip(fns, calls, times):
+            for _ in range(n):
+                t0 = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
 
 
 PATH_PROBE = """
@@ -115,22 +120,20 @@ def main():
             x, y = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
             a, b, c = h.from_numpy(x, dtype=dtype), h.from_numpy(y, dtype=dtype), h.empty((n, n), dtype)
 
-            def run_dataflow():
-                df.ops.matmul(h, a, b, out=c)
-                h.sync()
-
-            t_df = timed_median(run_dataflow)
-            a.free(), b.free(), c.free()
-
             tdt = getattr(torch, TORCH_DTYPES[dtype])
             ta, tb = torch.from_numpy(x).to(device, tdt), torch.from_numpy(y).to(device, tdt)
             tc = torch.empty((n, n), dtype=tdt, device=device)
+
+            def run_dataflow():
+                df.ops.matmul(h, a, b, out=c)
+                h.sync()
 
             def run_torch():
                 torch.matmul(ta, tb, out=tc)
                 torch_sync()
 
-            t_torch = timed_median(run_torch)
+            t_df, t_torch = timed_medians([run_dataflow, run_torch])
+            a.free(), b.free(), c.free()
             del ta, tb, tc
             flops = 2.0 * n ** 3
             rows.append(dict(size=n, dtype=dtype, dataflow_gflops=round(flops / t_df / 1e9, 1),
