@@ -35,6 +35,15 @@ Dataflow_Status ops_check_positive(const char *op, const char *arg, int64_t valu
 	return DATAFLOW_OK;
 }
 
+Dataflow_Status ops_check_range(const char *op, const char *arg, double value, double lo, double hi, int hi_open)
+{
+	int ok = value >= lo && (hi_open ? value < hi : value <= hi) && value - value == 0;
+	if (!ok)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: %s must be a finite number in [%g, %g%c, got %g",
+					  op, arg, lo, hi, hi_open ? ')' : ']', value);
+	return DATAFLOW_OK;
+}
+
 Dataflow_Status ops_mul_numel(const char *op, const char *what, int64_t a, int64_t b, int64_t *numel)
 {
 	if (a < 0 || b < 0 || (a > 0 && b > INT64_MAX / 16 / a))

@@ -10,6 +10,8 @@ Dataflow_Status ops_check_handle(const char *op, const Dataflow_Handle *handle);
 Dataflow_Status ops_check_dtype(const char *op, const char *arg, DataflowDatatype got, const DataflowDatatype *allowed,
 				int num_allowed);
 Dataflow_Status ops_check_positive(const char *op, const char *arg, int64_t value);
+/* value must be finite and in [lo, hi] ([lo, hi) when hi_open); NaN fails. */
+Dataflow_Status ops_check_range(const char *op, const char *arg, double value, double lo, double hi, int hi_open);
 /* ptr must be non-NULL and hold numel elements of dtype inside one device allocation. */
 Dataflow_Status ops_check_tensor(Dataflow_Handle *handle, const char *op, const char *arg, const void *ptr,
 				 DataflowDatatype dtype, int64_t numel);

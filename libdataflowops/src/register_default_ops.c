@@ -90,6 +90,24 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 		}
 	}
 
+	static const DataflowDatatype opt_dtypes[] = {DATAFLOW_FP32, DATAFLOW_BF16};
+	static const DataflowDatatype sum_dtypes[] = {DATAFLOW_FP32, DATAFLOW_FP64};
+	for (int i = 0; i < 2; i++) {
+		for (int j = 0; j < 2; j++) {
+			char variant[48];
+			snprintf(variant, sizeof(variant), "%s_%s", dataflow_datatype_name(opt_dtypes[i]),
+				 dataflow_datatype_name(opt_dtypes[j]));
+			dataflow_adamw_step_skeleton(&s, opt_dtypes[i], opt_dtypes[j]);
+			add_variant(nat, &s, b, variant, "launch");
+		}
+		dataflow_grad_norm_sq_partials_skeleton(&s, opt_dtypes[i]);
+		add_variant(nat, &s, b, dataflow_datatype_name(opt_dtypes[i]), "launch");
+		dataflow_grad_norm_sq_reduce_skeleton(&s, sum_dtypes[i]);
+		add_variant(nat, &s, b, dataflow_datatype_name(sum_dtypes[i]), "launch");
+		dataflow_clip_by_global_norm_skeleton(&s, sum_dtypes[i]);
+		add_variant(nat, &s, b, dataflow_datatype_name(sum_dtypes[i]), "launch");
+	}
+
 	Dataflow_Status st = handle->register_native_code(handle, handle->default_ops_library, NULL, nat->count,
 							  nat->skeletons, nat->first, nat->second, NULL, 0);
 	if (st == DATAFLOW_OK)

@@ -201,3 +201,72 @@ def rope(h, x, positions, inv_freq, out=None, stream=0):
 def rope_bwd(h, dy, positions, inv_freq, dx=None, stream=0):
     """dx = the inverse rotation of dy (the gradient of rope); dx may be dy. Returns dx."""
     return _rope(h, "rope_bwd", dy, positions, inv_freq, dx, stream, opslib.dataflow_submit_rope_bwd)
+def _scale_array(x, what):
+    if x is not None and (_array(x, what).dtype != "fp32" or x.size != 1):
+        raise BadArgumentError(f"{what}: expected an fp32 array of 1 element, got {x.dtype}{x.shape}")
+    return x
+
+
+def adamw_step(h, param, grad, m, v, step, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, master=None,
+               scale=None, stream=0):
+    """One torch.optim.AdamW step in place on param, m, v (and master): param fp32 or bf16,
+    grad fp32 or bf16, m and v fp32, master an optional fp32 copy of a bf16 param, scale an
+    optional device fp32 [1] multiplying the gradient (clip_by_global_norm's output).
+    step counts from 1. Returns param."""
+    param, grad = _array(param, "adamw_step param"), _array(grad, "adamw_step grad")
+    m, v = _array(m, "adamw_step m"), _array(v, "adamw_step v")
+    for name, x, dtype in (("grad", grad, grad.dtype), ("m", m, "fp32"), ("v", v, "fp32"),
+                           ("master", master, "fp32")):
+        if x is not None and (_array(x, f"adamw_step {name}").size != param.size or x.dtype != dtype):
+            raise BadArgumentError(f"adamw_step: {name} must be {dtype} with {param.size} elements like param, "
+                                   f"got {x.dtype}{x.shape}")
+    _scale_array(scale, "adamw_step scale")
+    _same_handle(h, param, grad, m, v, master, scale)
+    beta1, beta2 = betas
+    check(opslib.dataflow_submit_adamw_step(
+        h._ptr(), stream, dtypes.enum(param.dtype), dtypes.enum(grad.dtype), param.size, param.cdata, grad.cdata,
+        m.cdata, v.cdata, master.cdata if master is not None else ffi.NULL,
+        scale.cdata if scale is not None else ffi.NULL, lr, beta1, beta2, eps, weight_decay, int(step)))
+    return param
+
+
+def grad_norm_sq(h, x, out=None, accumulate=False, out_dtype=None, workspace=None, stream=0):
+    """out[0] = (out[0] if accumulate else 0) + sum(x^2), fp64 accumulation, the same bits
+    for any thread count. out: fp32 or fp64 [1] (default fp32). workspace: fp64 scratch of
+    grad_norm_sq_workspace_bytes(x.size) bytes, allocated when not given. Returns out."""
+    x = _array(x, "grad_norm_sq x")
+    out_dtype = out_dtype or (out.dtype if out is not None else "fp32")
+    if out is None:
+        if accumulate:
+            raise BadArgumentError("grad_norm_sq: accumulate=True needs out")
+        out = h.empty((1,), out_dtype)
+    if _array(out, "grad_norm_sq out").dtype != out_dtype or out.size != 1:
+        raise BadArgumentError(f"grad_norm_sq: out must be {out_dtype} of 1 element, got {out.dtype}{out.shape}")
+    nbytes = opslib.dataflow_grad_norm_sq_workspace_bytes(x.size)
+    if workspace is None:
+        workspace = h.empty((nbytes // 8,), "fp64")
+    if _array(workspace, "grad_norm_sq workspace").nbytes < nbytes:
+        raise BadArgumentError(f"grad_norm_sq: workspace must hold {nbytes} bytes, got {workspace.nbytes}")
+    _same_handle(h, x, out, workspace)
+    check(opslib.dataflow_submit_grad_norm_sq(h._ptr(), stream, dtypes.enum(x.dtype), dtypes.enum(out.dtype), x.size,
+                                              x.cdata, workspace.cdata, out.cdata, int(bool(accumulate))))
+    return out
+
+
+def grad_norm_sq_workspace_bytes(n):
+    return opslib.dataflow_grad_norm_sq_workspace_bytes(n)
+
+
+def clip_by_global_norm(h, sumsq, max_norm, scale=None, norm=None, stream=0):
+    """scale = min(1, max_norm / (sqrt(sumsq) + 1e-6)) and norm = sqrt(sumsq), as
+    torch.nn.utils.clip_grad_norm_, into device fp32 [1] arrays (allocated when not given);
+    pass scale to adamw_step. Returns (scale, norm)."""
+    sumsq = _array(sumsq, "clip_by_global_norm sumsq")
+    if sumsq.size != 1:
+        raise BadArgumentError(f"clip_by_global_norm: sumsq must have 1 element, got shape {sumsq.shape}")
+    scale = _scale_array(scale, "clip_by_global_norm scale") if scale is not None else h.empty((1,), "fp32")
+    norm = _scale_array(norm, "clip_by_global_norm norm") if norm is not None else h.empty((1,), "fp32")
+    _same_handle(h, sumsq, scale, norm)
+    check(opslib.dataflow_submit_clip_by_global_norm(h._ptr(), stream, dtypes.enum(sumsq.dtype), sumsq.cdata,
+                                                     float(max_norm), scale.cdata, norm.cdata))
+    return scale, norm

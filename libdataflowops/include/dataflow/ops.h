@@ -101,4 +101,55 @@ Dataflow_Status dataflow_submit_rope_bwd(Dataflow_Handle *handle, int stream_id,
 Dataflow_Status dataflow_rope_inv_freq(int64_t head_dim, float theta, float factor, float low_freq_factor,
 				       float high_freq_factor, float original_max_position_embeddings, float *inv_freq);
 
+/* adamw_step (native): one torch.optim.AdamW step (decoupled weight decay, bias correction,
+ * no amsgrad) over n elements, in torch's _single_tensor_adam order, fp32 arithmetic:
+ *   g = grad * scale[0]                        (scale may be NULL: g = grad)
+ *   p = p * (1 - lr * weight_decay)
+ *   m = lerp(m, g, 1 - beta1)                  (torch's lerp: fma(w, g - m, m) for w < 0.5)
+ *   v = fma((1 - beta2) * g, g, v * beta2)     (torch's addcmul)
+ *   p = p + (-lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+ * Host scalars are doubles (as torch's Python floats); the per-step constants are formed in
+ * double and rounded once to fp32, as torch does. m and v are fp32. param is fp32 or bf16;
+ * grad fp32 or bf16. master (fp32, only with a bf16 param, may be NULL): when given, p is the
+ * master copy, updated in fp32, and param receives it rounded to bf16 (RNE); when NULL a bf16
+ * param is read, updated in fp32 and rounded back. scale is a device fp32 [1] (for example
+ * written by clip_by_global_norm), so clipping needs no host round trip. No aliasing between
+ * tensors. Requires lr >= 0, 0 <= beta1, beta2 < 1, eps >= 0, weight_decay >= 0, step >= 1.
+ * Args: n, param, grad, m, v, master, scale, lr, beta1, beta2, eps, weight_decay, step. */
+Dataflow_Status dataflow_adamw_step_skeleton(Op_Skeleton *skeleton, DataflowDatatype param_dtype,
+					     DataflowDatatype grad_dtype);
+Dataflow_Status dataflow_submit_adamw_step(Dataflow_Handle *handle, int stream_id, DataflowDatatype param_dtype,
+					   DataflowDatatype grad_dtype, int64_t n, void *param, const void *grad, void *m,
+					   void *v, void *master, const void *scale, double lr, double beta1,
+					   double beta2, double eps, double weight_decay, int64_t step);
+
+/* grad_norm_sq: out[0] = (accumulate ? out[0] : 0) + sum_i x[i]^2 over n elements of x (fp32,
+ * bf16), accumulated in fp64; out is fp32 or fp64 [1]. Deterministic for any thread count:
+ * x is cut into blocks of DATAFLOW_GRAD_NORM_BLOCK elements, each summed in a fixed order
+ * into workspace[b] (fp64), then the partials are added in block order and once to out.
+ * A global norm over many tensors is one submit per tensor with accumulate = 1 after the
+ * first. Submits two native ops on the stream, in order:
+ *   grad_norm_sq_partials  Args: n, x, workspace
+ *   grad_norm_sq_reduce    Args: num_blocks, workspace, out, accumulate
+ * workspace must hold dataflow_grad_norm_sq_workspace_bytes(n) bytes and may be reused by
+ * the next submit on the same stream. */
+#define DATAFLOW_GRAD_NORM_BLOCK 8192
+int64_t dataflow_grad_norm_sq_workspace_bytes(int64_t n);
+Dataflow_Status dataflow_grad_norm_sq_partials_skeleton(Op_Skeleton *skeleton, DataflowDatatype x_dtype);
+Dataflow_Status dataflow_grad_norm_sq_reduce_skeleton(Op_Skeleton *skeleton, DataflowDatatype out_dtype);
+Dataflow_Status dataflow_submit_grad_norm_sq(Dataflow_Handle *handle, int stream_id, DataflowDatatype x_dtype,
+					     DataflowDatatype out_dtype, int64_t n, const void *x, void *workspace,
+					     void *out, int accumulate);
+
+/* clip_by_global_norm (native): from a sum of squares (grad_norm_sq's out, fp32 or fp64 [1]),
+ * as torch.nn.utils.clip_grad_norm_ does in fp32:
+ *   norm = sqrt(sumsq); scale = min(1, (1 / (norm + 1e-6)) * max_norm)
+ * (NaN stays NaN, as torch's clamp). Writes the device fp32 [1] scale, which adamw_step reads
+ * as its scale argument (the gradients themselves are not touched), and norm (fp32 [1],
+ * may be NULL). Requires max_norm > 0. Args: sumsq, max_norm, scale, norm. */
+Dataflow_Status dataflow_clip_by_global_norm_skeleton(Op_Skeleton *skeleton, DataflowDatatype sumsq_dtype);
+Dataflow_Status dataflow_submit_clip_by_global_norm(Dataflow_Handle *handle, int stream_id,
+						    DataflowDatatype sumsq_dtype, const void *sumsq, double max_norm,
+						    void *scale, void *norm);
+
 #endif
