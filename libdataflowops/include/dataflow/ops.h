@@ -48,4 +48,18 @@ Dataflow_Status dataflow_set_mem_skeleton(Op_Skeleton *skeleton, DataflowDatatyp
 Dataflow_Status dataflow_submit_set_mem(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype, int64_t n,
 					float value, void *x);
 
+/* cross_entropy (native), softmax fused, forward and backward in one call, per token row t
+ * of logits [tokens, vocab] (fp32, fp16, bf16) with fp32 arithmetic:
+ *   loss[t] = logsumexp(logits[t]) - logits[t, labels[t]]                (fp32 [tokens])
+ *   dlogits[t] = scale * (softmax(logits[t]) - onehot(labels[t]))        (logits' dtype)
+ * scale is e.g. 1 / (number of valid tokens) for a mean loss. labels are int32 [tokens] in
+ * device memory (never read by this layer); a row whose label equals ignore_index or lies
+ * outside [0, vocab) gets loss 0 and an all-zero dlogits row, and is never read out of
+ * bounds. dlogits may be logits (in place) but must not otherwise overlap it.
+ * Args: tokens, vocab, ignore_index, scale, logits, labels, loss, dlogits. */
+Dataflow_Status dataflow_cross_entropy_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+Dataflow_Status dataflow_submit_cross_entropy(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+					      int64_t tokens, int64_t vocab, int32_t ignore_index, float scale,
+					      const void *logits, const int32_t *labels, float *loss, void *dlogits);
+
 #endif
