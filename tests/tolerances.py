@@ -68,3 +68,17 @@ GRAD_NORM_TOLERANCES = {
     "fp32": dict(rtol=1.2e-7, atol=0),   # one rounding of the fp64 sum
     "torch": dict(rtol=2e-6, atol=0),    # torch accumulates in fp32
 }
+
+# cross_entropy, against torch autograd in fp32 on the same (already rounded) logits, the
+# dlogits oracle then rounded once to the dtype. The kernel's exp has 1 ulp of error, and
+# x - max is rounded before it (relative error |x - max| * 2^-24 in exp), so fp32 gets a
+# few ulp (rtol 1e-5); losses are logsumexp sums of fp32 terms, within 1e-5 of each other.
+# fp16 gradients of 1/vocab/tokens are subnormal: atol is one fp16 subnormal step (6e-8).
+# Not torch's native bf16/fp16 path: it rounds the log-probabilities to the dtype before the
+# backward exp, off by up to |logp| * 2^-8 relative, which is the oracle's error, not ours.
+CROSS_ENTROPY_TOLERANCES = {
+    "loss": dict(rtol=1e-5, atol=1e-5),
+    "fp32": dict(rtol=1e-5, atol=1e-12),
+    "fp16": dict(rtol=1e-3, atol=6e-8),
+    "bf16": dict(rtol=1.6e-2, atol=1e-12),
+}

@@ -77,6 +77,8 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 			dataflow_embedding_bwd_w_skeleton(&s, id, in, DATAFLOW_FP32);
 			add_variant(nat, &s, b, variant, "launch");
 		}
+		dataflow_cross_entropy_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
 	}
 	for (int i = 0; i < 5; i++) {
 		for (int j = 0; j < 5; j++) {

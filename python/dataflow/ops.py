@@ -270,3 +270,53 @@ def clip_by_global_norm(h, sumsq, max_norm, scale=None, norm=None, stream=0):
     check(opslib.dataflow_submit_clip_by_global_norm(h._ptr(), stream, dtypes.enum(sumsq.dtype), sumsq.cdata,
                                                      float(max_norm), scale.cdata, norm.cdata))
     return scale, norm
+def cross_entropy(h, logits, labels, ignore_index=-100, scale=None, dlogits=None, stream=0):
+    """Softmax cross-entropy forward and backward in one pass per row of logits [tokens, vocab]:
+    loss[t] = logsumexp(logits[t]) - logits[t, labels[t]] (fp32) and
+    dlogits = scale * (softmax(logits) - onehot(labels)) in logits' dtype. Rows labelled
+    ignore_index get loss 0 and zero gradient. scale defaults to 1 / (number of valid tokens),
+    the gradient of the mean loss. dlogits: an array to fill, None (a new one) or "inplace"
+    (overwrite logits). labels: numpy integers (validated, uploaded) or a device int32 array
+    (labels outside [0, vocab) other than ignore_index then give loss 0, zero gradient; with
+    scale=None they are read back to count the valid tokens). Returns (loss, dlogits)."""
+    logits = _array(logits, "cross_entropy logits")
+    if len(logits.shape) != 2:
+        raise BadArgumentError(f"cross_entropy: logits must be 2-D [tokens, vocab], got shape {logits.shape}")
+    tokens, vocab = logits.shape
+    if not isinstance(ignore_index, (int, np.integer)) or not -2**31 <= ignore_index < 2**31:
+        raise BadArgumentError(f"cross_entropy: ignore_index must be an int32, got {ignore_index!r}")
+    if isinstance(labels, Array):
+        if _array(labels, "cross_entropy labels").dtype != "int32" or labels.shape != (tokens,):
+            raise BadArgumentError(f"cross_entropy: labels must be int32 of shape {(tokens,)}, "
+                                   f"got {labels.dtype}{labels.shape}")
+        host_labels = labels.numpy() if scale is None else None
+    else:
+        host_labels = np.asarray(labels)
+        if host_labels.dtype.kind not in "iu" or host_labels.shape != (tokens,):
+            raise BadArgumentError(f"cross_entropy: labels must be integers of shape {(tokens,)}, "
+                                   f"got {host_labels.dtype}{host_labels.shape}")
+        bad = (host_labels != ignore_index) & ((host_labels < 0) | (host_labels >= vocab))
+        if bad.any():
+            t = int(np.flatnonzero(bad)[0])
+            raise BadArgumentError(f"cross_entropy: labels must be in [0, {vocab}) or ignore_index={ignore_index}, "
+                                   f"got {host_labels[t]} at token {t} ({int(bad.sum())} out of range)")
+        labels = h.from_numpy(host_labels.astype(np.int32), stream=stream)
+    if scale is None:
+        valid = int(np.count_nonzero((host_labels != ignore_index) & (host_labels >= 0) & (host_labels < vocab)))
+        scale = 1.0 / valid if valid else 0.0
+    if isinstance(dlogits, str):
+        if dlogits != "inplace":
+            raise BadArgumentError(f"cross_entropy: dlogits must be an Array, None or 'inplace', got {dlogits!r}")
+        dlogits = logits
+    elif dlogits is None:
+        dlogits = h.empty(logits.shape, logits.dtype)
+    elif _array(dlogits, "cross_entropy dlogits").shape != logits.shape or dlogits.dtype != logits.dtype:
+        raise BadArgumentError(f"cross_entropy: dlogits must be {logits.dtype}{logits.shape}, "
+                               f"got {dlogits.dtype}{dlogits.shape}")
+    loss = h.empty((tokens,), "fp32")
+    _same_handle(h, logits, labels, dlogits)
+    check(opslib.dataflow_submit_cross_entropy(h._ptr(), stream, dtypes.enum(logits.dtype), tokens, vocab,
+                                               int(ignore_index), float(scale), logits.cdata,
+                                               ffi.cast("int32_t *", labels.ptr), ffi.cast("float *", loss.ptr),
+                                               dlogits.cdata))
+    return loss, dlogits

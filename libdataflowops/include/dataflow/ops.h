@@ -151,5 +151,18 @@ Dataflow_Status dataflow_clip_by_global_norm_skeleton(Op_Skeleton *skeleton, Dat
 Dataflow_Status dataflow_submit_clip_by_global_norm(Dataflow_Handle *handle, int stream_id,
 						    DataflowDatatype sumsq_dtype, const void *sumsq, double max_norm,
 						    void *scale, void *norm);
+/* cross_entropy (native), softmax fused, forward and backward in one call, per token row t
+ * of logits [tokens, vocab] (fp32, fp16, bf16) with fp32 arithmetic:
+ *   loss[t] = logsumexp(logits[t]) - logits[t, labels[t]]                (fp32 [tokens])
+ *   dlogits[t] = scale * (softmax(logits[t]) - onehot(labels[t]))        (logits' dtype)
+ * scale is e.g. 1 / (number of valid tokens) for a mean loss. labels are int32 [tokens] in
+ * device memory (never read by this layer); a row whose label equals ignore_index or lies
+ * outside [0, vocab) gets loss 0 and an all-zero dlogits row, and is never read out of
+ * bounds. dlogits may be logits (in place) but must not otherwise overlap it.
+ * Args: tokens, vocab, ignore_index, scale, logits, labels, loss, dlogits. */
+Dataflow_Status dataflow_cross_entropy_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+Dataflow_Status dataflow_submit_cross_entropy(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+					      int64_t tokens, int64_t vocab, int32_t ignore_index, float scale,
+					      const void *logits, const int32_t *labels, float *loss, void *dlogits);
 
 #endif
