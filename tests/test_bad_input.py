@@ -165,3 +165,11 @@ def test_closed_handle():
     with pytest.raises(df.BadArgumentError, match="handle is closed"):
         df.ops.add(h, a, a)
     a.free()  # no crash: the memory went with the handle
+
+
+def test_extent_checked_to_the_byte(h, kept):
+    """Allocations are rounded up to 256 bytes, but extents are checked against what was asked."""
+    small = h.empty(2, "fp32")  # 8 bytes
+    with pytest.raises(df.BadArgumentError, match="runs 8 bytes past the end of its allocation"):
+        check(opslib.dataflow_submit_add(h._h, 0, df.dtypes.enum("fp32"), 4, 1.0, small.cdata, 1.0, kept.cdata,
+                                         kept.cdata))

@@ -10,7 +10,7 @@
 #define SYMBOL_LEN 160
 
 typedef struct {
-	int count;
+	int count, overflow;
 	Op_Skeleton skeletons[MAX_VARIANTS];
 	char names[MAX_VARIANTS][2][SYMBOL_LEN]; /* kernel or function, launch or init */
 	const char *first[MAX_VARIANTS], *second[MAX_VARIANTS];
@@ -22,6 +22,10 @@ static const DataflowDatatype float_dtypes[] = {DATAFLOW_FP32, DATAFLOW_FP16, DA
 static void add_variant(Variant_List *v, const Op_Skeleton *s, const char *backend, const char *variant,
 			const char *second_suffix)
 {
+	if (v->count == MAX_VARIANTS) {
+		v->overflow = 1;
+		return;
+	}
 	int i = v->count++;
 	v->skeletons[i] = *s;
 	if (variant)
@@ -110,8 +114,13 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 		add_variant(nat, &s, b, dataflow_datatype_name(sum_dtypes[i]), "launch");
 	}
 
-	Dataflow_Status st = handle->register_native_code(handle, handle->default_ops_library, NULL, nat->count,
-							  nat->skeletons, nat->first, nat->second, NULL, 0);
+	Dataflow_Status st = DATAFLOW_OK;
+	if (nat->overflow || ext->overflow)
+		st = dataflow_set_error(DATAFLOW_ERR_INTERNAL, "register_default_ops: more than %d variants; raise MAX_VARIANTS",
+					MAX_VARIANTS);
+	if (st == DATAFLOW_OK)
+		st = handle->register_native_code(handle, handle->default_ops_library, NULL, nat->count, nat->skeletons,
+						  nat->first, nat->second, NULL, 0);
 	if (st == DATAFLOW_OK)
 		st = handle->register_external_code(handle, handle->default_ops_library, ext->count, ext->skeletons,
 						    ext->first, ext->second, 0);

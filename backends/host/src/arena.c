@@ -77,7 +77,7 @@ Dataflow_Status arena_init(Arena *a, uint64_t capacity)
 		arena_destroy(a);
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "host device memory: no memory for block lists");
 	}
-	a->free[0] = (Arena_Block){0, a->capacity};
+	a->free[0] = (Arena_Block){0, a->capacity, 0};
 	a->num_free = 1;
 	pthread_mutex_init(&a->lock, NULL);
 	return DATAFLOW_OK;
@@ -114,7 +114,7 @@ Dataflow_Status arena_alloc(Arena *a, uint64_t size, void **ptr)
 					  (unsigned long long)size, (unsigned long long)need, (unsigned long long)cap,
 					  (unsigned long long)in_use, (unsigned long long)largest);
 	}
-	Arena_Block blk = {a->free[best].offset, need};
+	Arena_Block blk = {a->free[best].offset, need, size};
 	a->free[best].offset += need;
 	a->free[best].size -= need;
 	if (a->free[best].size == 0)
@@ -185,8 +185,8 @@ int arena_contains(Arena *a, const void *ptr, uint64_t size, char *why, size_t w
 	uint64_t off = (uint64_t)(p - a->base);
 	pthread_mutex_lock(&a->lock);
 	int i = floor_index(a->live, a->num_live, off);
-	int live = i >= 0 && off < a->live[i].offset + a->live[i].size;
-	uint64_t end = live ? a->live[i].offset + a->live[i].size : 0;
+	int live = i >= 0 && off < a->live[i].offset + a->live[i].requested;
+	uint64_t end = live ? a->live[i].offset + a->live[i].requested : 0;
 	pthread_mutex_unlock(&a->lock);
 	if (!live) {
 		snprintf(why, why_size, "pointer %p is not inside a live allocation (freed?)", ptr);

@@ -16,7 +16,8 @@ typedef struct Host_Stream Host_Stream;
 #define HOST_ARENA_ALIGN 256
 
 typedef struct {
-	uint64_t offset, size;
+	uint64_t offset, size; /* size: rounded to the alignment */
+	uint64_t requested;    /* live blocks: the bytes asked for, the extent ranges are checked against */
 } Arena_Block;
 
 typedef struct {
