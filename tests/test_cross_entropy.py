@@ -3,9 +3,6 @@
 The oracle is torch.nn.functional.cross_entropy in fp32 on the logits as the device holds
 them (rounded to the dtype), with autograd giving dlogits; the kernel computes in fp32 too
 and rounds dlogits once. Results must not depend on thread count or SIMD path (bitwise)."""
-import os
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -14,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import dataflow as df
+from simd_paths import assert_simd_levels_agree
 from dataflow._ffi import ffi, opslib
 from dataflow.errors import check
 from tolerances import CROSS_ENTROPY_TOLERANCES as TOL
@@ -140,31 +138,9 @@ def test_threads_bitwise_identical():
             assert np.array_equal(one, two)
 
 
-_PATHS_SCRIPT = r"""
-import hashlib, sys
-import dataflow as df
-sys.path.insert(0, sys.argv[1])
-import test_cross_entropy as t
-digest = hashlib.sha256()
-with df.Handle("host", threads=2) as h:
-    for out in t._run_all(h, tokens=9, vocab=32003):
-        digest.update(out.tobytes())
-print(digest.hexdigest())
-"""
-
-
 def test_simd_levels_agree():
     """DATAFLOW_SIMD=avx512 / avx2 / scalar must give identical bits."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(df.__file__)), env.get("PYTHONPATH", "")])
-    digests = {}
-    for level in ("avx512", "avx2", "scalar"):
-        env["DATAFLOW_SIMD"] = level
-        out = subprocess.run([sys.executable, "-c", _PATHS_SCRIPT, os.path.dirname(__file__)], env=env,
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr
-        digests[level] = out.stdout.strip()
-    assert len(set(digests.values())) == 1, digests
+    assert_simd_levels_agree("test_cross_entropy", tokens=9, vocab=32003)
 
 
 # ---- bad input ----

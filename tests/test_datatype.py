@@ -5,15 +5,13 @@ sign and payload. Every SIMD path (AVX-512, AVX2, scalar) must give the same bit
 length 1..40 put values in the scalar tail, large arrays in the vector body, and a
 subprocess per DATAFLOW_SIMD level compares whole outputs."""
 import hashlib
-import os
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import dataflow as df
+from simd_paths import assert_simd_levels_agree
 
 NARROW = ("bf16", "fp16", "fp8e4m3", "fp8e5m2")
 REF = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "fp8e4m3": ml_dtypes.float8_e4m3fn,
@@ -189,38 +187,20 @@ def test_every_length_and_offset(h, name):
         assert_bits_equal(device_convert(h, narrow[:n], name, "fp32"), wide[:n], f"{name} -> fp32 n={n}")
 
 
-_PATHS_SCRIPT = r"""
-import hashlib, sys
-import numpy as np
-import dataflow as df
-sys.path.insert(0, sys.argv[1])
-import test_datatype as t
-digest = hashlib.sha256()
-with df.Handle("host", streams=1) as h:
-    for name in t.NARROW:
-        x = np.concatenate([t.special_values(name), t.random_values(200_003, seed=3)])
-        digest.update(t.encode_bits(x, name).tobytes())
-        digest.update(t.device_convert(h, t.all_patterns(name), name, "fp32").tobytes())
-        for dst in t.NARROW:
+def _run_all(h):
+    """Every conversion the SIMD paths implement, on special and random values."""
+    for name in NARROW:
+        x = np.concatenate([special_values(name), random_values(200_003, seed=3)])
+        yield encode_bits(x, name)
+        yield device_convert(h, all_patterns(name), name, "fp32")
+        for dst in NARROW:
             if dst != name:
-                digest.update(t.device_convert(h, t.all_patterns(name), name, dst).tobytes())
-print(digest.hexdigest())
-"""
+                yield device_convert(h, all_patterns(name), name, dst)
 
 
 def test_simd_levels_agree():
-    """DATAFLOW_SIMD caps the path; avx512, avx2 and scalar must produce identical bits (a
-    level the CPU lacks falls back to the best it has, which must agree as well)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(df.__file__)), env.get("PYTHONPATH", "")])
-    digests = {}
-    for level in ("avx512", "avx2", "scalar"):
-        env["DATAFLOW_SIMD"] = level
-        out = subprocess.run([sys.executable, "-c", _PATHS_SCRIPT, os.path.dirname(__file__)], env=env,
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr
-        digests[level] = out.stdout.strip()
-    assert len(set(digests.values())) == 1, digests
+    """DATAFLOW_SIMD caps the path; avx512, avx2 and scalar must produce identical bits."""
+    digests = assert_simd_levels_agree("test_datatype")
     # and they agree with the reference computed here
     digest = hashlib.sha256()
     for name in NARROW:

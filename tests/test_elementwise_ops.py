@@ -4,10 +4,6 @@ add computes alpha * a + beta * b in fp32 (two products, one sum, no fma) and ro
 the dtype, so a numpy float32 oracle on the same (already rounded) inputs must match bit for
 bit; torch, computing in fp32 as well, is checked with the tolerance table. Results must not
 depend on the thread count (part boundaries) or the SIMD path."""
-import hashlib
-import os
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -15,6 +11,7 @@ import pytest
 import torch
 
 import dataflow as df
+from simd_paths import assert_simd_levels_agree
 from tolerances import TOLERANCES
 
 FLOATS = ("fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2")
@@ -190,28 +187,6 @@ def test_threads_bitwise_identical():
             assert np.array_equal(one, two)
 
 
-_PATHS_SCRIPT = r"""
-import hashlib, sys
-import dataflow as df
-sys.path.insert(0, sys.argv[1])
-import test_elementwise_ops as t
-digest = hashlib.sha256()
-with df.Handle("host", threads=2) as h:
-    for out in t._run_all(h, n=100_003):
-        digest.update(out.tobytes())
-print(digest.hexdigest())
-"""
-
-
 def test_simd_levels_agree():
     """DATAFLOW_SIMD=avx512 / avx2 / scalar must give identical bits."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(df.__file__)), env.get("PYTHONPATH", "")])
-    digests = {}
-    for level in ("avx512", "avx2", "scalar"):
-        env["DATAFLOW_SIMD"] = level
-        out = subprocess.run([sys.executable, "-c", _PATHS_SCRIPT, os.path.dirname(__file__)], env=env,
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr
-        digests[level] = out.stdout.strip()
-    assert len(set(digests.values())) == 1, digests
+    assert_simd_levels_agree("test_elementwise_ops", n=100_003)

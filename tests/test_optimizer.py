@@ -4,9 +4,6 @@ torch.nn.utils.clip_grad_norm_ (CPU, fp32), over several steps and odd sizes.
 The torch oracle for bf16 parameters is torch doing the same step in fp32 and rounding the
 result to bf16: with a master copy the fp32 trajectory is torch's, without one each step
 starts from the rounded bf16 value. Tolerances are in tolerances.py."""
-import os
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -14,6 +11,7 @@ import pytest
 import torch
 
 import dataflow as df
+from simd_paths import assert_simd_levels_agree
 from tolerances import ADAMW_TOLERANCES, GRAD_NORM_TOLERANCES
 
 SIZES = (1, 7, 1000, 100003)
@@ -213,31 +211,9 @@ def test_threads_bitwise_identical():
             assert np.array_equal(one.view(np.uint8), two.view(np.uint8))
 
 
-_PATHS_SCRIPT = r"""
-import hashlib, sys
-import dataflow as df
-sys.path.insert(0, sys.argv[1])
-import test_optimizer as t
-digest = hashlib.sha256()
-with df.Handle("host", threads=2) as h:
-    for out in t._run_all(h, n=20_011):
-        digest.update(out.tobytes())
-print(digest.hexdigest())
-"""
-
-
 def test_simd_levels_agree():
     """DATAFLOW_SIMD=avx512 / avx2 / scalar must give identical bits."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(df.__file__)), env.get("PYTHONPATH", "")])
-    digests = {}
-    for level in ("avx512", "avx2", "scalar"):
-        env["DATAFLOW_SIMD"] = level
-        out = subprocess.run([sys.executable, "-c", _PATHS_SCRIPT, os.path.dirname(__file__)], env=env,
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr
-        digests[level] = out.stdout.strip()
-    assert len(set(digests.values())) == 1, digests
+    assert_simd_levels_agree("test_optimizer", n=20_011)
 
 
 # ---- bad input ----

@@ -6,11 +6,7 @@ against Hugging Face's Llama rotary embedding (transformers is not a dependency,
 formulas are reproduced below in torch, named after the HF functions), and rope_bwd against
 torch autograd through that reproduction. Results must not depend on the thread count or
 the SIMD path."""
-import hashlib
 import math
-import os
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -18,6 +14,7 @@ import pytest
 import torch
 
 import dataflow as df
+from simd_paths import assert_simd_levels_agree
 from tolerances import EMBEDDING_BWD_TOLERANCES, ROPE_TOLERANCES
 
 DTYPES = ("fp32", "fp16", "bf16")
@@ -248,30 +245,9 @@ def test_threads_bitwise_identical():
             assert np.array_equal(one, two)
 
 
-_PATHS_SCRIPT = r"""
-import hashlib, sys
-sys.path.insert(0, sys.argv[1])
-import dataflow as df
-import test_rope_embedding as t
-digest = hashlib.sha256()
-with df.Handle("host", threads=2) as h:
-    for out in t._run_all(h):
-        digest.update(out.tobytes())
-print(digest.hexdigest())
-"""
-
-
 def test_simd_levels_agree():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(df.__file__)), env.get("PYTHONPATH", "")])
-    digests = {}
-    for level in ("avx512", "avx2", "scalar"):
-        env["DATAFLOW_SIMD"] = level
-        out = subprocess.run([sys.executable, "-c", _PATHS_SCRIPT, os.path.dirname(__file__)], env=env,
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr
-        digests[level] = out.stdout.strip()
-    assert len(set(digests.values())) == 1, digests
+    """DATAFLOW_SIMD=avx512 / avx2 / scalar must give identical bits."""
+    assert_simd_levels_agree("test_rope_embedding")
 
 
 # ---- bad input ----

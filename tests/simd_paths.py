@@ -1,0 +1,46 @@
+"""Runs a test module's `_run_all(h, **kwargs)` once per SIMD path and hashes what it yields.
+
+The path (DATAFLOW_SIMD=avx512|avx2|scalar) is chosen once per process, so each level runs in
+a fresh interpreter. A level the CPU lacks falls back to the best it has, which must agree too.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import dataflow as df
+
+LEVELS = ("avx512", "avx2", "scalar")
+
+_SCRIPT = r"""
+import hashlib, json, sys
+import dataflow as df
+sys.path.insert(0, sys.argv[1])
+module = __import__(sys.argv[2])
+digest = hashlib.sha256()
+with df.Handle("host", threads=2) as h:
+    for out in module._run_all(h, **json.loads(sys.argv[3])):
+        digest.update(out.tobytes())
+print(digest.hexdigest())
+"""
+
+
+def digests_by_level(module, **kwargs):
+    """{level: sha256 of the module's _run_all outputs under that level}."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(df.__file__)), env.get("PYTHONPATH", "")])
+    digests = {}
+    for level in LEVELS:
+        env["DATAFLOW_SIMD"] = level
+        out = subprocess.run([sys.executable, "-c", _SCRIPT, here, module, json.dumps(kwargs)], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        digests[level] = out.stdout.strip()
+    return digests
+
+
+def assert_simd_levels_agree(module, **kwargs):
+    digests = digests_by_level(module, **kwargs)
+    assert len(set(digests.values())) == 1, digests
+    return digests
