@@ -97,3 +97,30 @@ def test_peer_transfer_needs_enabled_access():
         h2.disable_peer_access(h1)
         with pytest.raises(df.BadArgumentError):
             h2.peer_transfer(a2, a1)
+
+
+def test_free_is_stream_ordered():
+    """free returns at once; the block is unusable immediately but reused only after the work
+    queued before the free has finished."""
+    with df.Handle("host", streams=1, device_memory="16MiB", transfer_bandwidth="10MB") as h:
+        src = np.ones(8 * MiB, dtype=np.uint8)
+        a = h.empty(src.shape, "uint8")
+        h.inbound_transfer(a, src)            # ~0.8 s at 10 MB/s
+        ptr = a.ptr
+        a.free()                              # had it waited for the transfer, nothing would be in use
+        assert h.memory_in_use() == 8 * MiB   # still held by the queued transfer
+        op = h.register_external_op("touch", ["uint8"], lambda p: None)
+        with pytest.raises(df.BadArgumentError, match="freed"):
+            op(ptr)
+        h.sync()
+        assert h.memory_in_use() == 0
+
+
+def test_allocation_waits_for_pending_frees_instead_of_failing():
+    with df.Handle("host", streams=1, device_memory="8MiB", transfer_bandwidth="40MB") as h:
+        src = np.ones(6 * MiB, dtype=np.uint8)
+        a = h.empty(src.shape, "uint8")
+        h.inbound_transfer(a, src)
+        a.free()
+        b = h.empty(src.shape, "uint8")       # only fits once the transfer has finished
+        assert b.nbytes == 6 * MiB

@@ -77,7 +77,7 @@ Dataflow_Status arena_init(Arena *a, uint64_t capacity)
 		arena_destroy(a);
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "host device memory: no memory for block lists");
 	}
-	a->free[0] = (Arena_Block){0, a->capacity, 0};
+	a->free[0] = (Arena_Block){0, a->capacity, 0, 0};
 	a->num_free = 1;
 	pthread_mutex_init(&a->lock, NULL);
 	return DATAFLOW_OK;
@@ -114,7 +114,7 @@ Dataflow_Status arena_alloc(Arena *a, uint64_t size, void **ptr)
 					  (unsigned long long)size, (unsigned long long)need, (unsigned long long)cap,
 					  (unsigned long long)in_use, (unsigned long long)largest);
 	}
-	Arena_Block blk = {a->free[best].offset, need, size};
+	Arena_Block blk = {a->free[best].offset, need, size, 0};
 	a->free[best].offset += need;
 	a->free[best].size -= need;
 	if (a->free[best].size == 0)
@@ -133,27 +133,46 @@ static void release_pages(Arena *a, uint64_t offset, uint64_t size)
 		madvise(a->base + lo, hi - lo, MADV_DONTNEED);
 }
 
-Dataflow_Status arena_free(Arena *a, void *ptr)
+/* Index of the live block starting at ptr, or -1 with the reason set as the error. */
+static int find_live(Arena *a, void *ptr)
 {
 	const uint8_t *p = ptr;
-	if (p < a->base || p >= a->base + a->capacity)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "free: pointer %p is not device memory of this handle (foreign pointer)", ptr);
+	if (p < a->base || p >= a->base + a->capacity) {
+		dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+				   "free: pointer %p is not device memory of this handle (foreign pointer)", ptr);
+		return -1;
+	}
 	uint64_t off = (uint64_t)(p - a->base);
+	int i = floor_index(a->live, a->num_live, off);
+	if (i >= 0 && a->live[i].offset == off && !a->live[i].retired)
+		return i;
+	int inside = i >= 0 && !a->live[i].retired && off < a->live[i].offset + a->live[i].size;
+	dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+			   inside ? "free: pointer %p points inside an allocation, not at its start"
+				  : "free: pointer %p is not a live allocation (already freed?)",
+			   ptr);
+	return -1;
+}
+
+Dataflow_Status arena_retire(Arena *a, void *ptr)
+{
+	pthread_mutex_lock(&a->lock);
+	int i = find_live(a, ptr);
+	/* room for the block in the free list later: release must not fail */
+	int ok = i >= 0 && reserve(&a->free, &a->cap_free, a->num_free + a->num_live);
+	if (ok)
+		a->live[i].retired = 1;
+	pthread_mutex_unlock(&a->lock);
+	if (i >= 0 && !ok)
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "free: no memory to grow the free list");
+	return i >= 0 ? DATAFLOW_OK : DATAFLOW_ERR_INVALID_ARGUMENT;
+}
+
+void arena_release(Arena *a, void *ptr)
+{
+	uint64_t off = (uint64_t)((uint8_t *)ptr - a->base);
 	pthread_mutex_lock(&a->lock);
 	int i = floor_index(a->live, a->num_live, off);
-	if (i < 0 || a->live[i].offset != off) {
-		int inside = i >= 0 && off < a->live[i].offset + a->live[i].size;
-		pthread_mutex_unlock(&a->lock);
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  inside ? "free: pointer %p points inside an allocation, not at its start"
-						 : "free: pointer %p is not a live allocation (already freed?)",
-					  ptr);
-	}
-	if (!reserve(&a->free, &a->cap_free, a->num_free + 1)) {
-		pthread_mutex_unlock(&a->lock);
-		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "free: no memory to grow the free list");
-	}
 	Arena_Block blk = a->live[i];
 	remove_at(a->live, &a->num_live, i);
 	a->in_use -= blk.size;
@@ -172,7 +191,6 @@ Dataflow_Status arena_free(Arena *a, void *ptr)
 	insert_at(a->free, &a->num_free, j, blk);
 	release_pages(a, blk.offset, blk.size);
 	pthread_mutex_unlock(&a->lock);
-	return DATAFLOW_OK;
 }
 
 int arena_contains(Arena *a, const void *ptr, uint64_t size, char *why, size_t why_size)
@@ -185,7 +203,7 @@ int arena_contains(Arena *a, const void *ptr, uint64_t size, char *why, size_t w
 	uint64_t off = (uint64_t)(p - a->base);
 	pthread_mutex_lock(&a->lock);
 	int i = floor_index(a->live, a->num_live, off);
-	int live = i >= 0 && off < a->live[i].offset + a->live[i].requested;
+	int live = i >= 0 && !a->live[i].retired && off < a->live[i].offset + a->live[i].requested;
 	uint64_t end = live ? a->live[i].offset + a->live[i].requested : 0;
 	pthread_mutex_unlock(&a->lock);
 	if (!live) {

@@ -18,6 +18,7 @@ typedef struct Host_Stream Host_Stream;
 typedef struct {
 	uint64_t offset, size; /* size: rounded to the alignment */
 	uint64_t requested;    /* live blocks: the bytes asked for, the extent ranges are checked against */
+	int retired;           /* live blocks: freed by the user, released once queued work is done */
 } Arena_Block;
 
 typedef struct {
@@ -31,7 +32,10 @@ typedef struct {
 Dataflow_Status arena_init(Arena *arena, uint64_t capacity);
 void arena_destroy(Arena *arena);
 Dataflow_Status arena_alloc(Arena *arena, uint64_t size, void **ptr);
-Dataflow_Status arena_free(Arena *arena, void *ptr);
+/* Marks a live allocation freed: no longer valid for ops or transfers, not yet reusable. */
+Dataflow_Status arena_retire(Arena *arena, void *ptr);
+/* Returns a retired allocation's block to the free list. */
+void arena_release(Arena *arena, void *ptr);
 /* 1 if [ptr, ptr + size) lies in one live allocation; else 0 with a reason in why. */
 int arena_contains(Arena *arena, const void *ptr, uint64_t size, char *why, size_t why_size);
 
@@ -119,6 +123,12 @@ typedef struct {
 	uint64_t size;
 } Host_Range;
 
+/* A freed block and, per stream, how much work was queued when it was freed. */
+typedef struct {
+	void *ptr;
+	uint64_t submitted[DATAFLOW_MAX_STREAMS];
+} Host_Pending_Free;
+
 struct Host_Handle {
 	Dataflow_Handle base;
 	Host_Stream streams[DATAFLOW_MAX_STREAMS];
@@ -132,6 +142,8 @@ struct Host_Handle {
 	int num_host_ranges;
 	Host_Handle **peers;
 	int num_peers;
+	Host_Pending_Free *pending_frees;
+	int num_pending_frees;
 	char ops_library_path[4096];
 };
 

@@ -40,6 +40,7 @@ static void host_destroy(Dataflow_Handle *h)
 	free(hh->libraries);
 	free(hh->host_ranges);
 	free(hh->peers);
+	free(hh->pending_frees);
 	arena_destroy(&hh->arena);
 	pthread_mutex_destroy(&hh->lock);
 	free(hh);

@@ -4,35 +4,104 @@
 
 #include "host.h"
 
+/* Frees are stream-ordered: free_mem retires the block at once (ops and transfers submitted
+ * after it reject the pointer) and returns; the block goes back to the arena when all work
+ * queued before the free has finished. So freeing never stalls the caller, and queued
+ * kernels never see their memory reused. */
+
+static uint64_t stream_completed(Host_Stream *s)
+{
+	pthread_mutex_lock(&s->lock);
+	uint64_t done = s->completed;
+	pthread_mutex_unlock(&s->lock);
+	return done;
+}
+
+/* Releases the pending frees whose preceding work has finished. */
+static void reap_frees(Host_Handle *h)
+{
+	pthread_mutex_lock(&h->lock);
+	for (int i = 0; i < h->num_pending_frees;) {
+		Host_Pending_Free *p = &h->pending_frees[i];
+		int done = 1;
+		for (int s = 0; s < h->base.num_streams && done; s++)
+			done = stream_completed(&h->streams[s]) >= p->submitted[s];
+		if (done) {
+			arena_release(&h->arena, p->ptr);
+			*p = h->pending_frees[--h->num_pending_frees];
+		} else {
+			i++;
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* Waits for the work queued before every pending free (not from a stream worker, which
+ * could be waiting for itself), then releases them. */
+static void drain_frees(Host_Handle *h)
+{
+	if (stream_current())
+		return;
+	for (int s = 0; s < h->base.num_streams; s++) {
+		uint64_t target = 0;
+		pthread_mutex_lock(&h->lock);
+		for (int i = 0; i < h->num_pending_frees; i++)
+			if (h->pending_frees[i].submitted[s] > target)
+				target = h->pending_frees[i].submitted[s];
+		pthread_mutex_unlock(&h->lock);
+		Host_Stream *st = &h->streams[s];
+		pthread_mutex_lock(&st->lock);
+		while (st->completed < target)
+			pthread_cond_wait(&st->cond, &st->lock);
+		pthread_mutex_unlock(&st->lock);
+	}
+	reap_frees(h);
+}
+
 Dataflow_Status host_alloc_mem(Dataflow_Handle *h, uint64_t size, void **ptr)
 {
 	if (!ptr)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "alloc_mem: output pointer is NULL");
 	*ptr = NULL;
-	Arena *a = &host_of(h)->arena;
+	Host_Handle *hh = host_of(h);
 	if (size == 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "alloc_mem: size_bytes must be > 0, got 0");
-	if (size > a->capacity)
+	if (size > hh->arena.capacity)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
 					  "device memory: cannot allocate %llu bytes: capacity is %llu bytes",
-					  (unsigned long long)size, (unsigned long long)a->capacity);
-	return arena_alloc(a, size, ptr);
+					  (unsigned long long)size, (unsigned long long)hh->arena.capacity);
+	reap_frees(hh);
+	Dataflow_Status st = arena_alloc(&hh->arena, size, ptr);
+	if (st == DATAFLOW_ERR_OUT_OF_MEMORY && hh->num_pending_frees > 0) {
+		drain_frees(hh); /* memory freed but still in use by queued work: wait for it */
+		st = arena_alloc(&hh->arena, size, ptr);
+	}
+	return st;
 }
 
-/* Like cuMemFree, waits for the handle's queued work first: a kernel still in a queue may
- * use the block. A stream worker freeing (from a host op) skips the wait, or it would
- * wait for itself. */
 Dataflow_Status host_free_mem(Dataflow_Handle *h, void *ptr)
 {
 	if (!ptr)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "free_mem: pointer is NULL");
-	Host_Stream *cur = stream_current();
-	if (!cur || cur->handle != host_of(h)) {
-		Dataflow_Status st = host_sync_handle(h);
-		if (st != DATAFLOW_OK)
-			return st;
+	Host_Handle *hh = host_of(h);
+	Host_Pending_Free p = {.ptr = ptr};
+	for (int s = 0; s < h->num_streams; s++) {
+		pthread_mutex_lock(&hh->streams[s].lock);
+		p.submitted[s] = hh->streams[s].submitted;
+		pthread_mutex_unlock(&hh->streams[s].lock);
 	}
-	return arena_free(&host_of(h)->arena, ptr);
+	pthread_mutex_lock(&hh->lock);
+	Host_Pending_Free *grown = realloc(hh->pending_frees, (size_t)(hh->num_pending_frees + 1) * sizeof(p));
+	if (grown)
+		hh->pending_frees = grown;
+	Dataflow_Status st = grown ? arena_retire(&hh->arena, ptr)
+				   : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "free_mem: no memory");
+	if (st == DATAFLOW_OK)
+		hh->pending_frees[hh->num_pending_frees++] = p;
+	pthread_mutex_unlock(&hh->lock);
+	if (st == DATAFLOW_OK)
+		reap_frees(hh);
+	return st;
 }
 
 static int in_host_ranges(Host_Handle *h, const uint8_t *p, uint64_t size)
@@ -182,6 +251,7 @@ Dataflow_Status host_disable_access_to_peer_mem(Dataflow_Handle *h, Dataflow_Han
 
 Dataflow_Status host_query_mem(Dataflow_Handle *h, uint64_t *capacity, uint64_t *in_use)
 {
+	reap_frees(host_of(h));
 	Arena *a = &host_of(h)->arena;
 	pthread_mutex_lock(&a->lock);
 	if (capacity)

@@ -101,7 +101,8 @@ struct Dataflow_Handle {
 
 	/* memory */
 	Dataflow_Status (*alloc_mem)(Dataflow_Handle *handle, uint64_t size_bytes, void **ptr);
-	/* Waits for the handle's queued work before releasing (as cuMemFree does). */
+	/* Stream-ordered: the pointer is invalid at once; the memory is reused only after the work
+	 * queued (on any stream) before the free has finished. Never blocks. */
 	Dataflow_Status (*free_mem)(Dataflow_Handle *handle, void *ptr);
 	Dataflow_Status (*set_mem)(Dataflow_Handle *handle, int stream_id, void *ptr, uint8_t value,
 				   uint64_t size_bytes);
