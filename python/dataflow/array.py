@@ -77,7 +77,7 @@ class Array:
         return self
 
     def free(self):
-        """Releases the allocation now (waits for the handle's queued work first)."""
+        """Frees the allocation: invalid at once, reused after the work queued before it finishes."""
         if self._owner is None and self.ptr and self.handle._alive():
             self.handle._free(self.ptr)
         self.ptr = 0

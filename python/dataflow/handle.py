@@ -58,7 +58,7 @@ class Handle:
         self.backend = backend
         self.num_streams = self._h.num_streams
         self._lock = threading.Lock()
-        self._pending = []    # host buffers and callbacks queued work still uses; dropped at sync()
+        self._pending = {}    # stream -> host buffers and callbacks its queued work uses; dropped at sync
         self._callbacks = []  # registered Python ops live as long as the handle
         if register_default_ops:
             try:
@@ -177,21 +177,24 @@ class Handle:
         self._call("set_mem", stream, array.cdata, int(byte_value), array.nbytes)
 
     # ---- transfers: asynchronous; host buffers stay referenced until sync() ----
-    def _host_buffer(self, buf, nbytes, what, writable):
+    def _keep(self, stream, obj):
+        with self._lock:
+            self._pending.setdefault(stream, []).append(obj)
+
+    def _host_buffer(self, buf, nbytes, what, writable, stream):
         if not isinstance(buf, np.ndarray) or not buf.flags.c_contiguous or (writable and not buf.flags.writeable):
             raise BadArgumentError(f"{what}: expected a C-contiguous{' writable' if writable else ''} numpy array")
         if buf.nbytes != nbytes:
             raise BadArgumentError(f"{what}: host buffer has {buf.nbytes} bytes, device array {nbytes}")
-        with self._lock:
-            self._pending.append(buf)
+        self._keep(stream, buf)
         return ffi.from_buffer(buf, require_writable=writable)
 
     def inbound_transfer(self, dst, host_src, stream=0):
-        src = self._host_buffer(host_src, dst.nbytes, "inbound transfer source", False)
+        src = self._host_buffer(host_src, dst.nbytes, "inbound transfer source", False, stream)
         self._call("submit_inbound_transfer", stream, dst.cdata, src, dst.nbytes)
 
     def outbound_transfer(self, host_dst, src, stream=0):
-        dst = self._host_buffer(host_dst, src.nbytes, "outbound transfer destination", True)
+        dst = self._host_buffer(host_dst, src.nbytes, "outbound transfer destination", True, stream)
         self._call("submit_outbound_transfer", stream, dst, src.cdata, src.nbytes)
 
     def peer_transfer(self, dst, src, stream=0):
@@ -227,14 +230,15 @@ class Handle:
                 self._pending.clear()
         else:
             self._call("sync_stream", stream)
+            with self._lock:
+                self._pending.pop(stream, None)
 
     def submit_host_op(self, fn, stream=0):
         """Runs fn() on the stream's worker, in stream order."""
         @ffi.callback("void(void *)")
         def run(_):
             fn()
-        with self._lock:
-            self._pending.append(run)
+        self._keep(stream, run)
         self._call("submit_host_op", run, ffi.NULL, stream)
 
     # ---- user ops ----
