@@ -63,6 +63,12 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 		add_variant(nat, &s, b, name, "launch");
 		dataflow_set_mem_skeleton(&s, in);
 		add_variant(nat, &s, b, name, "launch");
+		dataflow_attention_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_attention_bwd_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_attention_bwd_delta_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
 	}
 	for (int i = 0; i < 5; i++) {
 		for (int j = 0; j < 5; j++) {
