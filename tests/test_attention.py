@@ -3,6 +3,10 @@
 The oracle runs per sequence in fp32 on the same (dtype-rounded) inputs, with K/V heads
 expanded by repeat_interleave (Hugging Face's repeat_kv) for GQA, and autograd for dq, dk, dv;
 lse against torch.logsumexp of the scaled, masked scores. Tolerances: tests/tolerances.py."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -159,6 +163,37 @@ def test_attention_deterministic_across_threads(dtype):
             results.append([x.raw().copy() for x in (out, lse, *grads)])
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), *results):
         assert np.array_equal(a, b), f"{name} differs between 1 and 2 threads"
+
+
+_SIMD_SCRIPT = """
+import hashlib, numpy as np, dataflow as df
+h = df.Handle("host")
+cu = np.array([0, 1, 8, 41, 105, 110, 240], np.int32)
+rng = np.random.default_rng(0)
+digest = hashlib.sha256()
+for dtype in ("fp32", "bf16", "fp16"):
+    for d in (64, 20):
+        x = [h.from_numpy(rng.standard_normal((240, m, d)).astype(np.float32), dtype=dtype) for m in (8, 2, 2, 8)]
+        out, lse = df.ops.attention(h, *x[:3], cu)
+        for a in (out, lse, *df.ops.attention_bwd(h, x[3], *x[:3], out, lse, cu)):
+            digest.update(a.raw().tobytes())
+print(digest.hexdigest())
+"""
+
+
+def test_attention_simd_levels_agree():
+    """DATAFLOW_SIMD=avx512 / avx2 / scalar give identical bits: every path does the same fp32
+    operations (fma included) in the same order (see backends/host/kernels/attention.h)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(df.__file__)), env.get("PYTHONPATH", "")])
+    digests = {}
+    for level in ("avx512", "avx2", "scalar"):
+        env["DATAFLOW_SIMD"] = level
+        out = subprocess.run([sys.executable, "-c", _SIMD_SCRIPT], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr
+        digests[level] = out.stdout.strip()
+    assert len(set(digests.values())) == 1, digests
 
 
 def test_attention_garbage_device_cu_seqlens_is_memory_safe(h):
