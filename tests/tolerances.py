@@ -82,3 +82,18 @@ CROSS_ENTROPY_TOLERANCES = {
     "fp16": dict(rtol=1e-3, atol=6e-8),
     "bf16": dict(rtol=1.6e-2, atol=1e-12),
 }
+
+# attention (forward and backward), by dtype; inputs exact in the dtype, oracle torch SDPA in
+# fp32 on the same values. out: one rounding to the dtype (rtol as TOLERANCES) plus fp32
+# summation-order noise over a few hundred keys (atol). lse is fp32 for every dtype: scores
+# and sums in fp32 in a different order than torch, about 1e-6 at |lse| < 10.
+# Gradients: atol is a fraction of the largest |gradient| of the array (grad_atol * max|want|).
+# The kernel forms D = rowsum(dO * O) from O as stored in the dtype, as FlashAttention does,
+# while autograd uses the fp32 O; that shifts every ds_ij = p_ij (dp_ij - D_i) by about one
+# ulp of the dtype times |dO||O|, which dq and dk collect over the keys (measured: 0.5% of
+# max|dq| in bf16, 0.05% in fp16; fp32 about 1e-6).
+ATTENTION_TOLERANCES = {
+    "fp32": dict(rtol=1e-4, atol=1e-5, lse_atol=2e-5, grad_rtol=1e-4, grad_atol=2e-5),
+    "fp16": dict(rtol=1e-3, atol=1e-5, lse_atol=2e-5, grad_rtol=1e-3, grad_atol=2e-3),
+    "bf16": dict(rtol=1.6e-2, atol=1e-5, lse_atol=2e-5, grad_rtol=1.6e-2, grad_atol=1e-2),
+}

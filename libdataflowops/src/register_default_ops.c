@@ -83,6 +83,12 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 		}
 		dataflow_cross_entropy_skeleton(&s, in);
 		add_variant(nat, &s, b, name, "launch");
+		dataflow_attention_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_attention_bwd_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_attention_bwd_delta_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
 	}
 	for (int i = 0; i < 5; i++) {
 		for (int j = 0; j < 5; j++) {

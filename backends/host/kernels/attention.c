@@ -1,0 +1,136 @@
+/* attention forward, FlashAttention-2 style over packed variable-length sequences.
+ * For each sequence, query head h (kv head h / (Hq / Hkv)) and query i:
+ *   s_ij = scale * q_i . k_j          (causal: only keys j <= i of the same sequence)
+ *   o_i = sum_j softmax_j(s_ij) v_j,  lse_i = log sum_j exp(s_ij)
+ * One work item is (sequence, query head, block of 64 queries). Keys are visited in blocks
+ * of 64 with the online softmax: running max m and sum l per query, in base 2 (scale * log2 e
+ * is folded into Q), O rescaled by 2^(m_old - m_new) whenever the max grows. Memory is the
+ * item's fp32 tiles only; nothing of size tokens^2 exists. */
+#include "attention.h"
+
+typedef struct {
+	const void *q, *k, *v;
+	const int32_t *cu;
+	void *o;
+	float *lse;
+	int64_t total, num_seqs, hq, hkv, d;
+	float scale;
+	int causal;
+} Fwd_Args;
+
+static Fwd_Args fwd_args(void **args)
+{
+	return (Fwd_Args){DATAFLOW_ARG(args, 0, const void *), DATAFLOW_ARG(args, 1, const void *),
+			  DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const int32_t *),
+			  DATAFLOW_ARG(args, 4, void *),       DATAFLOW_ARG(args, 5, float *),
+			  DATAFLOW_ARG(args, 6, int64_t),      DATAFLOW_ARG(args, 7, int64_t),
+			  DATAFLOW_ARG(args, 8, int64_t),      DATAFLOW_ARG(args, 9, int64_t),
+			  DATAFLOW_ARG(args, 10, int64_t),     DATAFLOW_ARG(args, 11, float),
+			  DATAFLOW_ARG(args, 12, int)};
+}
+
+/* Queries [q0, q0 + nq) of head h; the sequence's keys are [lo, hi). */
+static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, int64_t lo, int64_t hi, int64_t q0,
+		     int nq, int64_t h)
+{
+	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
+	const int64_t hk = h / (x->hq / x->hkv);
+	const size_t es = dataflow_datatype_size(dt);
+	float qrows[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], qt[ATTN_MAX_HEAD_DIM * ATTN_BLOCK];
+	float kv[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], o[ATTN_BLOCK * ATTN_MAX_HEAD_DIM];
+	float s[ATTN_BLOCK * ATTN_BLOCK], m[ATTN_BLOCK], l[ATTN_BLOCK], alpha[ATTN_BLOCK];
+
+	attn_load_rows(qrows, dp, (const char *)x->q + (size_t)((q0 * x->hq + h) * d) * es, x->hq * d, dt, nq,
+		       ATTN_BLOCK, d);
+	attn_transpose(qt, qrows, dp, d, x->scale * ATTN_LOG2E);
+	memset(o, 0, sizeof(float) * ATTN_BLOCK * dp);
+	for (int i = 0; i < ATTN_BLOCK; i++) {
+		m[i] = -INFINITY;
+		l[i] = 0.0f;
+	}
+	int64_t kend = x->causal ? q0 + nq : hi;
+	for (int64_t kb = lo; kb < kend; kb += ATTN_BLOCK) {
+		int nk = (int)(kend - kb < ATTN_BLOCK ? kend - kb : ATTN_BLOCK);
+		const char *kv_row0 = (const char *)x->k + (size_t)((kb * x->hkv + hk) * d) * es;
+		attn_load_rows(kv, dp, kv_row0, x->hkv * d, dt, nk, nk, d);
+		t->qk(kv, nk, dp, qt, d, s);
+		if (x->causal && kb + nk - 1 > q0)
+			attn_mask_causal(s, nk, kb, q0);
+
+		/* m_new = max(m, max_j s_j); alpha = 2^(m - m_new); p = 2^(s - m_new); l = alpha l + sum p.
+		 * Padded queries (i >= nq) see scores 0, so m_new stays finite for every lane. */
+		float mnew[ATTN_BLOCK];
+		memcpy(mnew, m, sizeof(mnew));
+		for (int j = 0; j < nk; j++)
+			for (int i = 0; i < ATTN_BLOCK; i++)
+				mnew[i] = s[j * ATTN_BLOCK + i] > mnew[i] ? s[j * ATTN_BLOCK + i] : mnew[i];
+		memcpy(alpha, m, sizeof(alpha));
+		t->exp2(alpha, 1, mnew);
+		t->exp2(s, nk, mnew);
+		for (int i = 0; i < ATTN_BLOCK; i++)
+			l[i] *= alpha[i];
+		for (int j = 0; j < nk; j++)
+			for (int i = 0; i < ATTN_BLOCK; i++)
+				l[i] += s[j * ATTN_BLOCK + i];
+		memcpy(m, mnew, sizeof(m));
+		for (int i = 0; i < nq; i++)
+			for (int k = 0; k < dp; k++)
+				o[i * dp + k] *= alpha[i];
+
+		/* o_i += sum_j p_ji v_j */
+		kv_row0 = (const char *)x->v + (size_t)((kb * x->hkv + hk) * d) * es;
+		attn_load_rows(kv, dp, kv_row0, x->hkv * d, dt, nk, nk, d);
+		t->acc(o, nq, dp, s, 1, ATTN_BLOCK, nk, kv);
+	}
+	for (int i = 0; i < nq; i++) {
+		attn_store_rows((char *)x->o + (size_t)(((q0 + i) * x->hq + h) * d) * es, 0, dt, o + i * dp, dp, 1, d,
+				1.0f / l[i]);
+		x->lse[h * x->total + q0 + i] = (m[i] + log2f(l[i])) * ATTN_LN2;
+	}
+}
+
+static void fwd(void **args, int part, int num_parts, DataflowDatatype dt)
+{
+	Fwd_Args x = fwd_args(args);
+	Attn_Tiles t = attn_tiles();
+	int64_t items = attn_max_blocks(x.total, x.num_seqs) * x.hq, begin, end;
+	dataflow_part_range(items, part, num_parts, 1, &begin, &end);
+	Seq_Cursor c = seq_cursor(x.cu, x.num_seqs, x.total);
+	for (int64_t item = begin; item < end; item++) {
+		int64_t b = seq_cursor_find(&c, item / x.hq);
+		if (b < 0)
+			break;
+		int64_t q0 = c.lo + b * ATTN_BLOCK;
+		int nq = (int)(c.hi - q0 < ATTN_BLOCK ? c.hi - q0 : ATTN_BLOCK);
+		fwd_item(&x, dt, &t, c.lo, c.hi, q0, nq, item % x.hq);
+	}
+}
+
+void dataflow_host_attention_fp32(void **args, int part, int num_parts)
+{
+	fwd(args, part, num_parts, DATAFLOW_FP32);
+}
+
+void dataflow_host_attention_bf16(void **args, int part, int num_parts)
+{
+	fwd(args, part, num_parts, DATAFLOW_BF16);
+}
+
+void dataflow_host_attention_fp16(void **args, int part, int num_parts)
+{
+	fwd(args, part, num_parts, DATAFLOW_FP16);
+}
+
+/* Args: q, k, v, cu_seqlens, out, lse, total_tokens, num_seqs, num_q_heads, num_kv_heads,
+ * head_dim, scale, causal; validated by libdataflowops. cu_seqlens is not read here: it may be
+ * written by earlier work on the stream, so parts cover an upper bound of the blocks. */
+Dataflow_Status dataflow_host_attention_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					       Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	int64_t total = *(const int64_t *)op->op_args[6], num_seqs = *(const int64_t *)op->op_args[7];
+	int64_t hq = *(const int64_t *)op->op_args[8];
+	config->num_parts = attn_num_parts(attn_max_blocks(total, num_seqs) * hq);
+	return DATAFLOW_OK;
+}

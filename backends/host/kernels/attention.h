@@ -1,0 +1,425 @@
+/* Shared tile code of the host attention kernels (attention.c, attention_bwd.c).
+ *
+ * Layout: Q [T][Hq][d], K/V [T][Hkv][d] (T = total_tokens, packed sequences), LSE and the
+ * backward's D [Hq][T] fp32. Work is cut in blocks of ATTN_BLOCK tokens per sequence.
+ *
+ * Scores are computed transposed, S^T[j][i] for key j and query i of a 64 x 64 tile, so that
+ * every softmax reduction (max and sum over keys) is an elementwise vector op over the 64
+ * queries of a row, and every dot product is summed over the head dimension in order. No
+ * horizontal reductions anywhere: the AVX-512, AVX2 and scalar paths (fmaf) perform the same
+ * fp32 operations in the same order and give the same bits.
+ *
+ * Tiles are fp32 and live on the stack, sized for head_dim <= ATTN_MAX_HEAD_DIM: about
+ * 280 KiB per thread forward and 560 KiB backward at head_dim 256 (threads have 8 MiB). */
+#ifndef DATAFLOW_HOST_KERNELS_ATTENTION_H
+#define DATAFLOW_HOST_KERNELS_ATTENTION_H
+
+#include <math.h>
+
+#include "dataflow/host_kernel.h"
+#include "simd.h"
+
+enum {
+	ATTN_BLOCK = 64,         /* queries per tile (the vector dimension) and keys per tile */
+	ATTN_MAX_HEAD_DIM = 256,
+	ATTN_MAX_PARTS = 1024,
+};
+
+#define ATTN_LOG2E 1.44269504088896340736f
+#define ATTN_LN2 0.69314718055994530942f
+
+/* ---- sequences: cu_seqlens is untrusted device data ---- */
+
+/* Walks the sequences in order, numbering their ATTN_BLOCK-token blocks globally. Offsets
+ * are clamped to [0, total] and each range starts no earlier than the previous one ended, so
+ * any cu_seqlens content gives disjoint in-bounds ranges (non-monotone ones come out empty). */
+typedef struct {
+	const int32_t *cu;
+	int64_t num_seqs, total;
+	int64_t s;      /* current sequence; num_seqs once past the last */
+	int64_t lo, hi; /* its tokens [lo, hi) */
+	int64_t g0;     /* global index of its first block */
+	int64_t end;    /* end of the ranges seen so far */
+} Seq_Cursor;
+
+static inline int64_t attn_clamp(int64_t x, int64_t total)
+{
+	return x < 0 ? 0 : x > total ? total : x;
+}
+
+static inline int64_t attn_blocks(int64_t n)
+{
+	return (n + ATTN_BLOCK - 1) / ATTN_BLOCK;
+}
+
+static inline void seq_cursor_load(Seq_Cursor *c)
+{
+	if (c->s >= c->num_seqs)
+		return;
+	int64_t lo = attn_clamp(c->cu[c->s], c->total), hi = attn_clamp(c->cu[c->s + 1], c->total);
+	c->lo = lo > c->end ? lo : c->end;
+	c->hi = hi > c->lo ? hi : c->lo;
+	c->end = c->hi;
+}
+
+static inline Seq_Cursor seq_cursor(const int32_t *cu, int64_t num_seqs, int64_t total)
+{
+	Seq_Cursor c = {cu, num_seqs, total, 0, 0, 0, 0, 0};
+	seq_cursor_load(&c);
+	return c;
+}
+
+/* Moves forward to the sequence holding global block g; returns its local block index, or
+ * -1 when g is past the last block. g must not decrease between calls. */
+static inline int64_t seq_cursor_find(Seq_Cursor *c, int64_t g)
+{
+	while (c->s < c->num_seqs && g >= c->g0 + attn_blocks(c->hi - c->lo)) {
+		c->g0 += attn_blocks(c->hi - c->lo);
+		c->s++;
+		seq_cursor_load(c);
+	}
+	return c->s < c->num_seqs ? g - c->g0 : -1;
+}
+
+/* At most this many blocks over all sequences: ceil(L/B) <= L/B + 1 per non-empty one. */
+static inline int64_t attn_max_blocks(int64_t total, int64_t num_seqs)
+{
+	return total / ATTN_BLOCK + (num_seqs < total ? num_seqs : total);
+}
+
+/* Parts are contiguous ranges of items (the result never depends on the split; many small
+ * parts let the dynamic part scheduler balance causal blocks of unequal cost). */
+static inline int attn_num_parts(int64_t items)
+{
+	return (int)(items < 1 ? 1 : items > ATTN_MAX_PARTS ? ATTN_MAX_PARTS : items);
+}
+
+/* ---- rows in and out of fp32 tiles ---- */
+
+/* dst[i][k] = src row i (n elements of dtype, row stride src_stride elements), zero for
+ * n <= k < dp; rows past `rows` up to `pad_rows` are all zero. */
+static inline void attn_load_rows(float *dst, int dp, const void *src, int64_t src_stride, DataflowDatatype dtype,
+				  int rows, int pad_rows, int n)
+{
+	size_t es = dataflow_datatype_size(dtype);
+	for (int i = 0; i < pad_rows; i++) {
+		float *row = dst + (size_t)i * dp;
+		int w = i < rows ? n : 0;
+		if (w)
+			dataflow_convert(DATAFLOW_FP32, row, dtype, (const char *)src + (size_t)i * src_stride * es, n);
+		memset(row + w, 0, (size_t)(dp - w) * sizeof(float));
+	}
+}
+
+/* yt[k][i] = scale * rows[i][k] for i < ATTN_BLOCK (rows: ATTN_BLOCK x dp, zero-padded). */
+static inline void attn_transpose(float *restrict yt, const float *restrict rows, int dp, int d, float scale)
+{
+	for (int k = 0; k < d; k++)
+		for (int i = 0; i < ATTN_BLOCK; i++)
+			yt[k * ATTN_BLOCK + i] = scale * rows[i * dp + k];
+}
+
+/* dst row i = scale * src[i][:n] rounded to dtype, for i < rows. */
+static inline void attn_store_rows(void *dst, int64_t dst_stride, DataflowDatatype dtype, const float *src, int dp,
+				   int rows, int n, float scale)
+{
+	size_t es = dataflow_datatype_size(dtype);
+	float tmp[ATTN_MAX_HEAD_DIM];
+	for (int i = 0; i < rows; i++) {
+		for (int k = 0; k < n; k++)
+			tmp[k] = scale * src[(size_t)i * dp + k];
+		dataflow_convert(dtype, (char *)dst + (size_t)i * dst_stride * es, DATAFLOW_FP32, tmp, n);
+	}
+}
+
+/* Causal mask of an S^T tile: key kb + j sees query q0 + i only when kb + j <= q0 + i. */
+static inline void attn_mask_causal(float *s, int nk, int64_t kb, int64_t q0)
+{
+	for (int j = 0; j < nk; j++)
+		for (int i = 0; i < ATTN_BLOCK; i++)
+			if (kb + j > q0 + i)
+				s[j * ATTN_BLOCK + i] = -INFINITY;
+}
+
+/* ---- the three vector primitives, one function per SIMD path ----
+ *
+ * qk:   out[j][i] = sum_k x[j * xs + k] * yt[k][i]       j < nx, i < ATTN_BLOCK, k < d
+ * acc:  c[r][col] += sum_k a[r * ars + k * aks] * b[k][col]   r < rows, col < dp, k < nk
+ *       (dp a multiple of 16; c and b rows dp floats apart)
+ * exp2: s[j][i] = 2^(s[j][i] - sub[i])                    j < rows, i < ATTN_BLOCK
+ *
+ * Every sum starts at 0 (qk) or at c (acc) and adds one fma per k in k order.
+ * exp2: 2^x = 2^n * p(f), n = rint(x), f = x - n in [-1/2, 1/2], p the degree-7 Taylor
+ * polynomial of e^(f ln 2) (truncation < 6e-9 relative), Horner with fma: max error about
+ * 2 ulp (2.4e-7 relative). x is clamped to -127 first: x < -126.5 (and -inf) gives exactly 0. */
+
+typedef void (*Attn_Qk_Fn)(const float *x, int nx, int64_t xs, const float *yt, int d, float *out);
+typedef void (*Attn_Acc_Fn)(float *c, int rows, int dp, const float *a, int64_t ars, int64_t aks, int nk,
+			    const float *b);
+typedef void (*Attn_Exp2_Fn)(float *s, int rows, const float *sub);
+
+typedef struct {
+	Attn_Qk_Fn qk;
+	Attn_Acc_Fn acc;
+	Attn_Exp2_Fn exp2;
+} Attn_Tiles;
+
+static const float attn_exp2_poly[8] = {1.0f,
+					0.693147180559945309f,
+					0.240226506959100712f,
+					0.0555041086648215800f,
+					0.00961812910762847716f,
+					0.00133335581464284434f,
+					0.000154035303933816099f,
+					1.52527338040598403e-05f};
+
+/* ---- AVX-512 ---- */
+
+SIMD_TARGET_AVX512 static inline __attribute__((always_inline)) void
+attn_qk_rows_avx512(const float *x, int64_t xs, const float *yt, int d, float *out, const int R)
+{
+	__m512 acc[4][4];
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		for (int q = 0; q < 4; q++)
+			acc[r][q] = _mm512_setzero_ps();
+	for (int k = 0; k < d; k++) {
+		const float *y = yt + k * ATTN_BLOCK;
+		__m512 y0 = _mm512_loadu_ps(y), y1 = _mm512_loadu_ps(y + 16);
+		__m512 y2 = _mm512_loadu_ps(y + 32), y3 = _mm512_loadu_ps(y + 48);
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			__m512 a = _mm512_set1_ps(x[r * xs + k]);
+			acc[r][0] = _mm512_fmadd_ps(a, y0, acc[r][0]);
+			acc[r][1] = _mm512_fmadd_ps(a, y1, acc[r][1]);
+			acc[r][2] = _mm512_fmadd_ps(a, y2, acc[r][2]);
+			acc[r][3] = _mm512_fmadd_ps(a, y3, acc[r][3]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		for (int q = 0; q < 4; q++)
+			_mm512_storeu_ps(out + r * ATTN_BLOCK + q * 16, acc[r][q]);
+}
+
+SIMD_TARGET_AVX512 static void attn_qk_avx512(const float *x, int nx, int64_t xs, const float *yt, int d, float *out)
+{
+	int j = 0;
+	for (; j + 4 <= nx; j += 4)
+		attn_qk_rows_avx512(x + j * xs, xs, yt, d, out + j * ATTN_BLOCK, 4);
+	for (; j < nx; j++)
+		attn_qk_rows_avx512(x + j * xs, xs, yt, d, out + j * ATTN_BLOCK, 1);
+}
+
+SIMD_TARGET_AVX512 static inline __attribute__((always_inline)) void
+attn_acc_block_avx512(float *c, int dp, const float *a, int64_t ars, int64_t aks, int nk, const float *b, const int R,
+		      const int C)
+{
+	__m512 acc[4][4];
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int q = 0; q < C; q++)
+			acc[r][q] = _mm512_loadu_ps(c + r * dp + q * 16);
+	for (int k = 0; k < nk; k++) {
+		__m512 bv[4];
+#pragma GCC unroll 4
+		for (int q = 0; q < C; q++)
+			bv[q] = _mm512_loadu_ps(b + (size_t)k * dp + q * 16);
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			__m512 av = _mm512_set1_ps(a[r * ars + k * aks]);
+#pragma GCC unroll 4
+			for (int q = 0; q < C; q++)
+				acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int q = 0; q < C; q++)
+			_mm512_storeu_ps(c + r * dp + q * 16, acc[r][q]);
+}
+
+SIMD_TARGET_AVX512 static void attn_acc_avx512(float *c, int rows, int dp, const float *a, int64_t ars, int64_t aks,
+					       int nk, const float *b)
+{
+	for (int r = 0; r < rows; r += 4) {
+		const float *ar = a + r * ars;
+		float *cr = c + (size_t)r * dp;
+		int col = 0;
+		if (rows - r >= 4) {
+			for (; col + 64 <= dp; col += 64)
+				attn_acc_block_avx512(cr + col, dp, ar, ars, aks, nk, b + col, 4, 4);
+			for (; col < dp; col += 16)
+				attn_acc_block_avx512(cr + col, dp, ar, ars, aks, nk, b + col, 4, 1);
+		} else {
+			for (int rr = 0; rr < rows - r; rr++) {
+				for (col = 0; col + 64 <= dp; col += 64)
+					attn_acc_block_avx512(cr + rr * dp + col, dp, ar + rr * ars, ars, aks, nk,
+							      b + col, 1, 4);
+				for (; col < dp; col += 16)
+					attn_acc_block_avx512(cr + rr * dp + col, dp, ar + rr * ars, ars, aks, nk,
+							      b + col, 1, 1);
+			}
+		}
+	}
+}
+
+SIMD_TARGET_AVX512 static void attn_exp2_avx512(float *s, int rows, const float *sub)
+{
+	for (int j = 0; j < rows; j++) {
+		for (int i = 0; i < ATTN_BLOCK; i += 16) {
+			__m512 x = _mm512_sub_ps(_mm512_loadu_ps(s + j * ATTN_BLOCK + i), _mm512_loadu_ps(sub + i));
+			x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));
+			__m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+			__m512 f = _mm512_sub_ps(x, n);
+			__m512 p = _mm512_set1_ps(attn_exp2_poly[7]);
+			for (int m = 6; m >= 0; m--)
+				p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(attn_exp2_poly[m]));
+			__m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+			_mm512_storeu_ps(s + j * ATTN_BLOCK + i, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+		}
+	}
+}
+
+/* ---- AVX2 ---- */
+
+SIMD_TARGET_AVX2 static inline __attribute__((always_inline)) void
+attn_qk_rows_avx2(const float *x, int64_t xs, const float *yt, int d, float *out, const int R)
+{
+	__m256 acc[2][8];
+#pragma GCC unroll 2
+	for (int r = 0; r < R; r++)
+		for (int q = 0; q < 8; q++)
+			acc[r][q] = _mm256_setzero_ps();
+	for (int k = 0; k < d; k++) {
+		const float *y = yt + k * ATTN_BLOCK;
+#pragma GCC unroll 2
+		for (int r = 0; r < R; r++) {
+			__m256 a = _mm256_broadcast_ss(x + r * xs + k);
+#pragma GCC unroll 8
+			for (int q = 0; q < 8; q++)
+				acc[r][q] = _mm256_fmadd_ps(a, _mm256_loadu_ps(y + q * 8), acc[r][q]);
+		}
+	}
+#pragma GCC unroll 2
+	for (int r = 0; r < R; r++)
+		for (int q = 0; q < 8; q++)
+			_mm256_storeu_ps(out + r * ATTN_BLOCK + q * 8, acc[r][q]);
+}
+
+SIMD_TARGET_AVX2 static void attn_qk_avx2(const float *x, int nx, int64_t xs, const float *yt, int d, float *out)
+{
+	int j = 0;
+	for (; j + 2 <= nx; j += 2)
+		attn_qk_rows_avx2(x + j * xs, xs, yt, d, out + j * ATTN_BLOCK, 2);
+	for (; j < nx; j++)
+		attn_qk_rows_avx2(x + j * xs, xs, yt, d, out + j * ATTN_BLOCK, 1);
+}
+
+SIMD_TARGET_AVX2 static inline __attribute__((always_inline)) void
+attn_acc_block_avx2(float *c, int dp, const float *a, int64_t ars, int64_t aks, int nk, const float *b, const int R)
+{
+	__m256 acc[4][2];
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		for (int q = 0; q < 2; q++)
+			acc[r][q] = _mm256_loadu_ps(c + r * dp + q * 8);
+	for (int k = 0; k < nk; k++) {
+		__m256 b0 = _mm256_loadu_ps(b + (size_t)k * dp), b1 = _mm256_loadu_ps(b + (size_t)k * dp + 8);
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			__m256 av = _mm256_broadcast_ss(a + r * ars + k * aks);
+			acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+			acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		for (int q = 0; q < 2; q++)
+			_mm256_storeu_ps(c + r * dp + q * 8, acc[r][q]);
+}
+
+SIMD_TARGET_AVX2 static void attn_acc_avx2(float *c, int rows, int dp, const float *a, int64_t ars, int64_t aks,
+					   int nk, const float *b)
+{
+	int r = 0;
+	for (; r + 4 <= rows; r += 4)
+		for (int col = 0; col < dp; col += 16)
+			attn_acc_block_avx2(c + (size_t)r * dp + col, dp, a + r * ars, ars, aks, nk, b + col, 4);
+	for (; r < rows; r++)
+		for (int col = 0; col < dp; col += 16)
+			attn_acc_block_avx2(c + (size_t)r * dp + col, dp, a + r * ars, ars, aks, nk, b + col, 1);
+}
+
+SIMD_TARGET_AVX2 static void attn_exp2_avx2(float *s, int rows, const float *sub)
+{
+	for (int j = 0; j < rows; j++) {
+		for (int i = 0; i < ATTN_BLOCK; i += 8) {
+			__m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + j * ATTN_BLOCK + i), _mm256_loadu_ps(sub + i));
+			x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
+			__m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+			__m256 f = _mm256_sub_ps(x, n);
+			__m256 p = _mm256_set1_ps(attn_exp2_poly[7]);
+			for (int m = 6; m >= 0; m--)
+				p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(attn_exp2_poly[m]));
+			__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+			_mm256_storeu_ps(s + j * ATTN_BLOCK + i, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+		}
+	}
+}
+
+/* ---- scalar (fmaf: the same roundings as the vector paths) ---- */
+
+static void attn_qk_scalar(const float *x, int nx, int64_t xs, const float *yt, int d, float *out)
+{
+	for (int j = 0; j < nx; j++) {
+		float acc[ATTN_BLOCK] = {0};
+		for (int k = 0; k < d; k++)
+			for (int i = 0; i < ATTN_BLOCK; i++)
+				acc[i] = fmaf(x[j * xs + k], yt[k * ATTN_BLOCK + i], acc[i]);
+		memcpy(out + j * ATTN_BLOCK, acc, sizeof(acc));
+	}
+}
+
+static void attn_acc_scalar(float *c, int rows, int dp, const float *a, int64_t ars, int64_t aks, int nk,
+			    const float *b)
+{
+	for (int r = 0; r < rows; r++)
+		for (int k = 0; k < nk; k++)
+			for (int col = 0; col < dp; col++)
+				c[(size_t)r * dp + col] = fmaf(a[r * ars + k * aks], b[(size_t)k * dp + col],
+							       c[(size_t)r * dp + col]);
+}
+
+static void attn_exp2_scalar(float *s, int rows, const float *sub)
+{
+	for (int j = 0; j < rows; j++) {
+		for (int i = 0; i < ATTN_BLOCK; i++) {
+			float x = s[j * ATTN_BLOCK + i] - sub[i];
+			x = x > -127.0f ? x : -127.0f; /* as vmaxps: NaN -> -127 */
+			float n = nearbyintf(x), f = x - n, p = attn_exp2_poly[7];
+			for (int m = 6; m >= 0; m--)
+				p = fmaf(p, f, attn_exp2_poly[m]);
+			uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+			float scale;
+			memcpy(&scale, &bits, sizeof(scale));
+			s[j * ATTN_BLOCK + i] = p * scale;
+		}
+	}
+}
+
+static inline Attn_Tiles attn_tiles(void)
+{
+	switch (simd_level()) {
+	case SIMD_AVX512:
+		return (Attn_Tiles){attn_qk_avx512, attn_acc_avx512, attn_exp2_avx512};
+	case SIMD_AVX2:
+		return (Attn_Tiles){attn_qk_avx2, attn_acc_avx2, attn_exp2_avx2};
+	default:
+		return (Attn_Tiles){attn_qk_scalar, attn_acc_scalar, attn_exp2_scalar};
+	}
+}
+
+#endif

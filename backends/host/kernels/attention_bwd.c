@@ -1,0 +1,237 @@
+/* attention backward, FlashAttention-2 style, deterministic.
+ * With p_ij = exp(s_ij - lse_i) recomputed per tile from the saved logsumexp and
+ *   D_i = do_i . o_i                               (attention_bwd_delta, run first)
+ *   dp_ij = do_i . v_j,  ds_ij = p_ij (dp_ij - D_i)
+ *   dv_j = sum_i p_ij do_i,  dk_j = scale sum_i ds_ij q_i,  dq_i = scale sum_j ds_ij k_j
+ * where for GQA the sums over i run over every query head of k_j's group.
+ * Two kinds of work item, each the only writer of its outputs and summing in a fixed order,
+ * so the bits never depend on the number of parts or threads:
+ *   - (sequence, kv head, block of 64 keys): dk, dv of those keys, over the group's query
+ *     heads in order, then query blocks in order;
+ *   - (sequence, query head, block of 64 queries): dq, over key blocks in order.
+ * s and p are computed twice (once per kind): 7 tile products instead of 5, in exchange
+ * for no atomics and no dq partial sums. */
+#include "attention.h"
+
+typedef struct {
+	const void *dout, *q, *k, *v;
+	const float *lse, *delta;
+	const int32_t *cu;
+	void *dq, *dk, *dv;
+	int64_t total, num_seqs, hq, hkv, d;
+	float scale;
+	int causal;
+} Bwd_Args;
+
+static Bwd_Args bwd_args(void **args)
+{
+	return (Bwd_Args){DATAFLOW_ARG(args, 0, const void *),  DATAFLOW_ARG(args, 1, const void *),
+			  DATAFLOW_ARG(args, 2, const void *),  DATAFLOW_ARG(args, 3, const void *),
+			  DATAFLOW_ARG(args, 4, const float *), DATAFLOW_ARG(args, 5, const float *),
+			  DATAFLOW_ARG(args, 6, const int32_t *), DATAFLOW_ARG(args, 7, void *),
+			  DATAFLOW_ARG(args, 8, void *),        DATAFLOW_ARG(args, 9, void *),
+			  DATAFLOW_ARG(args, 10, int64_t),      DATAFLOW_ARG(args, 11, int64_t),
+			  DATAFLOW_ARG(args, 12, int64_t),      DATAFLOW_ARG(args, 13, int64_t),
+			  DATAFLOW_ARG(args, 14, int64_t),      DATAFLOW_ARG(args, 15, float),
+			  DATAFLOW_ARG(args, 16, int)};
+}
+
+/* The query side of a tile: queries [q0, q0 + nq) of head h, as rows and transposed. */
+typedef struct {
+	float q[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], qt[ATTN_MAX_HEAD_DIM * ATTN_BLOCK];
+	float dout[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], doutt[ATTN_MAX_HEAD_DIM * ATTN_BLOCK];
+	float lse2[ATTN_BLOCK], delta[ATTN_BLOCK]; /* lse in base 2; padded queries: +inf, 0 */
+} Query_Tile;
+
+static void load_query_tile(Query_Tile *qt, const Bwd_Args *x, DataflowDatatype dt, int64_t q0, int nq, int64_t h)
+{
+	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
+	const size_t es = dataflow_datatype_size(dt);
+	size_t row0 = (size_t)((q0 * x->hq + h) * d) * es;
+	attn_load_rows(qt->q, dp, (const char *)x->q + row0, x->hq * d, dt, nq, ATTN_BLOCK, d);
+	attn_transpose(qt->qt, qt->q, dp, d, x->scale * ATTN_LOG2E);
+	attn_load_rows(qt->dout, dp, (const char *)x->dout + row0, x->hq * d, dt, nq, ATTN_BLOCK, d);
+	attn_transpose(qt->doutt, qt->dout, dp, d, 1.0f);
+	for (int i = 0; i < ATTN_BLOCK; i++) {
+		qt->lse2[i] = i < nq ? x->lse[h * x->total + q0 + i] * ATTN_LOG2E : INFINITY;
+		qt->delta[i] = i < nq ? x->delta[h * x->total + q0 + i] : 0.0f;
+	}
+}
+
+/* p^T and ds^T of keys [kb, kb + nk) (rows k, v: fp32, dp apart) against a query tile. */
+static void tile_p_ds(const Attn_Tiles *t, const Bwd_Args *x, const Query_Tile *qt, const float *k, const float *v,
+		      int64_t kb, int nk, int64_t q0, float *p, float *ds)
+{
+	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
+	t->qk(k, nk, dp, qt->qt, d, p);
+	if (x->causal && kb + nk - 1 > q0)
+		attn_mask_causal(p, nk, kb, q0);
+	t->exp2(p, nk, qt->lse2);
+	t->qk(v, nk, dp, qt->doutt, d, ds);
+	for (int j = 0; j < nk; j++)
+		for (int i = 0; i < ATTN_BLOCK; i++)
+			ds[j * ATTN_BLOCK + i] = p[j * ATTN_BLOCK + i] * (ds[j * ATTN_BLOCK + i] - qt->delta[i]);
+}
+
+/* dk, dv of keys [k0, k0 + nk) of kv head hk; the sequence's queries are [lo, hi). */
+static void dkdv_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, int64_t lo, int64_t hi, int64_t k0,
+		      int nk, int64_t hk)
+{
+	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
+	const size_t es = dataflow_datatype_size(dt);
+	const int64_t group = x->hq / x->hkv;
+	float k[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], v[ATTN_BLOCK * ATTN_MAX_HEAD_DIM];
+	float dk[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], dv[ATTN_BLOCK * ATTN_MAX_HEAD_DIM];
+	float p[ATTN_BLOCK * ATTN_BLOCK], ds[ATTN_BLOCK * ATTN_BLOCK];
+	Query_Tile qt;
+
+	size_t row0 = (size_t)((k0 * x->hkv + hk) * d) * es;
+	attn_load_rows(k, dp, (const char *)x->k + row0, x->hkv * d, dt, nk, nk, d);
+	attn_load_rows(v, dp, (const char *)x->v + row0, x->hkv * d, dt, nk, nk, d);
+	memset(dk, 0, sizeof(float) * nk * dp);
+	memset(dv, 0, sizeof(float) * nk * dp);
+	for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+		for (int64_t q0 = x->causal ? k0 : lo; q0 < hi; q0 += ATTN_BLOCK) {
+			int nq = (int)(hi - q0 < ATTN_BLOCK ? hi - q0 : ATTN_BLOCK);
+			load_query_tile(&qt, x, dt, q0, nq, h);
+			tile_p_ds(t, x, &qt, k, v, k0, nk, q0, p, ds);
+			t->acc(dv, nk, dp, p, ATTN_BLOCK, 1, nq, qt.dout);
+			t->acc(dk, nk, dp, ds, ATTN_BLOCK, 1, nq, qt.q);
+		}
+	}
+	attn_store_rows((char *)x->dk + row0, x->hkv * d, dt, dk, dp, nk, d, x->scale);
+	attn_store_rows((char *)x->dv + row0, x->hkv * d, dt, dv, dp, nk, d, 1.0f);
+}
+
+/* dq of queries [q0, q0 + nq) of head h; the sequence's keys are [lo, hi). */
+static void dq_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, int64_t lo, int64_t hi, int64_t q0,
+		    int nq, int64_t h)
+{
+	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
+	const size_t es = dataflow_datatype_size(dt);
+	const int64_t hk = h / (x->hq / x->hkv);
+	float k[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], v[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], dq[ATTN_BLOCK * ATTN_MAX_HEAD_DIM];
+	float p[ATTN_BLOCK * ATTN_BLOCK], ds[ATTN_BLOCK * ATTN_BLOCK];
+	Query_Tile qt;
+
+	load_query_tile(&qt, x, dt, q0, nq, h);
+	memset(dq, 0, sizeof(float) * nq * dp);
+	int64_t kend = x->causal ? q0 + nq : hi;
+	for (int64_t kb = lo; kb < kend; kb += ATTN_BLOCK) {
+		int nk = (int)(kend - kb < ATTN_BLOCK ? kend - kb : ATTN_BLOCK);
+		size_t row0 = (size_t)((kb * x->hkv + hk) * d) * es;
+		attn_load_rows(k, dp, (const char *)x->k + row0, x->hkv * d, dt, nk, nk, d);
+		attn_load_rows(v, dp, (const char *)x->v + row0, x->hkv * d, dt, nk, nk, d);
+		tile_p_ds(t, x, &qt, k, v, kb, nk, q0, p, ds);
+		t->acc(dq, nq, dp, ds, 1, ATTN_BLOCK, nk, k); /* dq_i += sum_j ds_ji k_j */
+	}
+	attn_store_rows((char *)x->dq + (size_t)((q0 * x->hq + h) * d) * es, x->hq * d, dt, dq, dp, nq, d, x->scale);
+}
+
+/* Items: first every (key block, kv head), then every (query block, query head), blocks
+ * numbered over all sequences (seq_cursor). */
+static void bwd(void **args, int part, int num_parts, DataflowDatatype dt)
+{
+	Bwd_Args x = bwd_args(args);
+	Attn_Tiles t = attn_tiles();
+	int64_t blocks = attn_max_blocks(x.total, x.num_seqs), kv_items = blocks * x.hkv, begin, end;
+	dataflow_part_range(kv_items + blocks * x.hq, part, num_parts, 1, &begin, &end);
+	Seq_Cursor c = seq_cursor(x.cu, x.num_seqs, x.total);
+	int64_t item = begin;
+	for (; item < end && item < kv_items; item++) {
+		int64_t b = seq_cursor_find(&c, item / x.hkv);
+		if (b < 0) {
+			item = kv_items;
+			break;
+		}
+		int64_t k0 = c.lo + b * ATTN_BLOCK;
+		dkdv_item(&x, dt, &t, c.lo, c.hi, k0, (int)(c.hi - k0 < ATTN_BLOCK ? c.hi - k0 : ATTN_BLOCK),
+			  item % x.hkv);
+	}
+	c = seq_cursor(x.cu, x.num_seqs, x.total);
+	for (; item < end; item++) {
+		int64_t b = seq_cursor_find(&c, (item - kv_items) / x.hq);
+		if (b < 0)
+			break;
+		int64_t q0 = c.lo + b * ATTN_BLOCK;
+		dq_item(&x, dt, &t, c.lo, c.hi, q0, (int)(c.hi - q0 < ATTN_BLOCK ? c.hi - q0 : ATTN_BLOCK),
+			(item - kv_items) % x.hq);
+	}
+}
+
+void dataflow_host_attention_bwd_fp32(void **args, int part, int num_parts)
+{
+	bwd(args, part, num_parts, DATAFLOW_FP32);
+}
+
+void dataflow_host_attention_bwd_bf16(void **args, int part, int num_parts)
+{
+	bwd(args, part, num_parts, DATAFLOW_BF16);
+}
+
+void dataflow_host_attention_bwd_fp16(void **args, int part, int num_parts)
+{
+	bwd(args, part, num_parts, DATAFLOW_FP16);
+}
+
+/* Args: dout, q, k, v, lse, delta, cu_seqlens, dq, dk, dv, total_tokens, num_seqs,
+ * num_q_heads, num_kv_heads, head_dim, scale, causal; validated by libdataflowops. */
+Dataflow_Status dataflow_host_attention_bwd_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+						   Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	int64_t total = *(const int64_t *)op->op_args[10], num_seqs = *(const int64_t *)op->op_args[11];
+	int64_t hq = *(const int64_t *)op->op_args[12], hkv = *(const int64_t *)op->op_args[13];
+	config->num_parts = attn_num_parts(attn_max_blocks(total, num_seqs) * (hq + hkv));
+	return DATAFLOW_OK;
+}
+
+/* ---- attention_bwd_delta: D[h][t] = sum_k dout[t][h][k] * out[t][h][k] ----
+ * A plain in-order sum (the same bits on every path); parts are ranges of (token, head) rows. */
+
+static void delta(void **args, int part, int num_parts, DataflowDatatype dt)
+{
+	const void *dout = DATAFLOW_ARG(args, 0, const void *), *out = DATAFLOW_ARG(args, 1, const void *);
+	float *dlt = DATAFLOW_ARG(args, 2, float *);
+	int64_t total = DATAFLOW_ARG(args, 3, int64_t), hq = DATAFLOW_ARG(args, 4, int64_t);
+	int d = (int)DATAFLOW_ARG(args, 5, int64_t);
+	size_t es = dataflow_datatype_size(dt);
+	float a[ATTN_MAX_HEAD_DIM], b[ATTN_MAX_HEAD_DIM];
+	int64_t begin, end;
+	dataflow_part_range(total * hq, part, num_parts, 1, &begin, &end);
+	for (int64_t r = begin; r < end; r++) {
+		dataflow_convert(DATAFLOW_FP32, a, dt, (const char *)dout + (size_t)(r * d) * es, d);
+		dataflow_convert(DATAFLOW_FP32, b, dt, (const char *)out + (size_t)(r * d) * es, d);
+		float sum = 0.0f;
+		for (int k = 0; k < d; k++)
+			sum += a[k] * b[k];
+		dlt[(r % hq) * total + r / hq] = sum;
+	}
+}
+
+void dataflow_host_attention_bwd_delta_fp32(void **args, int part, int num_parts)
+{
+	delta(args, part, num_parts, DATAFLOW_FP32);
+}
+
+void dataflow_host_attention_bwd_delta_bf16(void **args, int part, int num_parts)
+{
+	delta(args, part, num_parts, DATAFLOW_BF16);
+}
+
+void dataflow_host_attention_bwd_delta_fp16(void **args, int part, int num_parts)
+{
+	delta(args, part, num_parts, DATAFLOW_FP16);
+}
+
+/* Args: dout, out, delta, total_tokens, num_q_heads, head_dim. */
+Dataflow_Status dataflow_host_attention_bwd_delta_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+							 Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	int64_t rows = *(const int64_t *)op->op_args[3] * *(const int64_t *)op->op_args[4];
+	config->num_parts = dataflow_elementwise_parts(rows, 1024);
+	return DATAFLOW_OK;
+}

@@ -1,0 +1,239 @@
+"""Host attention forward/backward against torch scaled_dot_product_attention.
+
+The oracle runs per sequence in fp32 on the same (dtype-rounded) inputs, with K/V heads
+expanded by repeat_interleave (Hugging Face's repeat_kv) for GQA, and autograd for dq, dk, dv;
+lse against torch.logsumexp of the scaled, masked scores. Tolerances: tests/tolerances.py."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import dataflow as df
+from test_elementwise_ops import quantize
+from tolerances import ATTENTION_TOLERANCES
+
+DTYPES = ("fp32", "bf16", "fp16")
+LENGTHS = [1, 7, 33, 64, 5, 130]
+
+
+@pytest.fixture(scope="module")
+def h():
+    with df.Handle("host", streams=2, device_memory="1GiB") as handle:
+        yield handle
+
+
+def offsets(lengths):
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+
+
+def make_inputs(lengths, hq, hkv, d, dtype, seed):
+    """q, k, v, dout as float32 values exact in dtype (standard normal)."""
+    rng = np.random.default_rng(seed)
+    total = int(sum(lengths))
+    return [quantize(rng.standard_normal((total, n, d)), dtype) for n in (hq, hkv, hkv, hq)]
+
+
+def oracle(q, k, v, dout, cu, scale, causal=True):
+    """torch fp32: out, lse (q_heads, tokens), and dq, dk, dv when dout is given."""
+    q, k, v = (torch.from_numpy(x).requires_grad_(dout is not None) for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    outs, lses = [], []
+    for a, b in zip(cu[:-1], cu[1:]):
+        qs = q[a:b].transpose(0, 1)
+        ks = k[a:b].repeat_interleave(group, dim=1).transpose(0, 1)
+        vs = v[a:b].repeat_interleave(group, dim=1).transpose(0, 1)
+        outs.append(torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale)
+                    .transpose(0, 1))
+        scores = (qs @ ks.transpose(1, 2)) * scale
+        if causal:
+            scores = scores.masked_fill(torch.ones(b - a, b - a, dtype=torch.bool).triu(1), -float("inf"))
+        lses.append(torch.logsumexp(scores, dim=-1))
+    out, lse = torch.cat(outs), torch.cat(lses, dim=1)
+    grads = None
+    if dout is not None:
+        out.backward(torch.from_numpy(dout))
+        grads = [x.grad.numpy() for x in (q, k, v)]
+    return out.detach().numpy(), lse.detach().numpy(), grads
+
+
+def run(h, q, k, v, dout, cu, dtype, scale=None, causal=True):
+    dev = [h.from_numpy(x, dtype=dtype) for x in (q, k, v)]
+    out, lse = df.ops.attention(h, *dev, cu, scale=scale, causal=causal)
+    grads = None
+    if dout is not None:
+        grads = df.ops.attention_bwd(h, h.from_numpy(dout, dtype=dtype), *dev, out, lse, cu, scale=scale,
+                                     causal=causal)
+    return out, lse, grads
+
+
+def assert_attention_close(got, want, dtype, what):
+    tol = ATTENTION_TOLERANCES[dtype]
+    (out, lse, grads), (w_out, w_lse, w_grads) = got, want
+    np.testing.assert_allclose(out.numpy().astype(np.float32), w_out, rtol=tol["rtol"], atol=tol["atol"],
+                               err_msg=f"{what}: out")
+    np.testing.assert_allclose(lse.numpy(), w_lse, rtol=0, atol=tol["lse_atol"], err_msg=f"{what}: lse")
+    for name, g, w in zip(("dq", "dk", "dv"), grads or (), w_grads or ()):
+        np.testing.assert_allclose(g.numpy().astype(np.float32), w, rtol=tol["grad_rtol"],
+                                   atol=tol["grad_atol"] * np.abs(w).max(), err_msg=f"{what}: {name}")
+
+
+# q_heads / kv_heads ratios 1..8 and head_dims 48, 64, 80, 128, 256
+SHAPES = [(8, 8, 64), (8, 4, 48), (8, 2, 80), (8, 1, 128), (6, 3, 64), (6, 2, 48), (7, 7, 80), (5, 1, 64),
+          (3, 3, 256)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hq,hkv,d", SHAPES)
+def test_attention_fwd_bwd(h, dtype, hq, hkv, d):
+    q, k, v, dout = make_inputs(LENGTHS, hq, hkv, d, dtype, seed=hq * 1000 + hkv * 10 + d)
+    cu = offsets(LENGTHS)
+    want = oracle(q, k, v, dout, cu, 1 / d ** 0.5)
+    assert_attention_close(run(h, q, k, v, dout, cu, dtype), want, dtype, f"{dtype} {hq}/{hkv} d={d}")
+
+
+@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
+def test_attention_not_causal_custom_scale_odd_head_dim(h, dtype):
+    """causal=False, an explicit scale, head_dim 20 (not a multiple of 16), a single token."""
+    lengths = [70, 1, 9]
+    q, k, v, dout = make_inputs(lengths, 4, 2, 20, dtype, seed=5)
+    cu = offsets(lengths)
+    want = oracle(q, k, v, dout, cu, 0.3, causal=False)
+    assert_attention_close(run(h, q, k, v, dout, cu, dtype, scale=0.3, causal=False), want, dtype, "non-causal")
+
+
+def test_attention_device_cu_seqlens_and_empty_sequence(h):
+    """cu_seqlens given as a device int32 array; an empty sequence in the middle."""
+    lengths = [5, 0, 40]
+    q, k, v, dout = make_inputs(lengths, 4, 2, 64, "fp32", seed=6)
+    cu = offsets(lengths)
+    want = oracle(q, k, v, dout, cu, 0.125)
+    got = run(h, q, k, v, dout, h.from_numpy(cu), "fp32")
+    assert_attention_close(got, want, "fp32", "device cu_seqlens")
+
+
+def test_attention_bwd_finite_differences(h):
+    """dq, dk, dv against central differences of L = sum(out * R), with L evaluated by the
+    forward op in fp32 (accumulated in float64 on the host) at a few coordinates.
+    eps = 1e-2: truncation error eps^2 / 6 * |d3L| ~ 2e-5 for these O(1) inputs; rounding
+    error ~ 2 * 6e-8 * sum|out * R| / (2 eps) ~ 1e-4 (about 30 terms of size ~1). The
+    tolerance 1e-3 + 1e-2 relative is several times both, and far below the gradients (~0.1-1),
+    so a wrong formula (a missing scale, a dropped GQA head, a wrong D) fails."""
+    lengths, hq, hkv, d = [3, 5], 4, 2, 8
+    q, k, v, _ = make_inputs(lengths, hq, hkv, d, "fp32", seed=7)
+    cu = offsets(lengths)
+    r = np.random.default_rng(8).standard_normal(q.shape).astype(np.float32)
+
+    def loss(q, k, v):
+        out, _ = df.ops.attention(h, h.from_numpy(q), h.from_numpy(k), h.from_numpy(v), cu)
+        return float(np.sum(out.numpy().astype(np.float64) * r))
+
+    _, _, grads = run(h, q, k, v, r, cu, "fp32")
+    rng = np.random.default_rng(9)
+    eps = 1e-2
+    for which, (x, g) in enumerate(zip((q, k, v), grads)):
+        g = g.numpy()
+        for _ in range(4):
+            at = tuple(int(rng.integers(n)) for n in x.shape)
+            args = [q, k, v]
+            plus, minus = x.copy(), x.copy()
+            plus[at] += eps
+            minus[at] -= eps
+            args[which] = plus
+            lp = loss(*args)
+            args[which] = minus
+            numeric = (lp - loss(*args)) / (2 * eps)
+            assert abs(g[at] - numeric) <= 1e-3 + 1e-2 * abs(numeric), (
+                f"{'qkv'[which]}{at}: analytic {g[at]} vs central difference {numeric}")
+
+
+@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
+def test_attention_deterministic_across_threads(dtype):
+    """The same bits with 1 and 2 compute threads, forward and backward (GQA: dk, dv sum over
+    the group's query heads in a fixed order)."""
+    lengths = [200, 3, 90]
+    q, k, v, dout = make_inputs(lengths, 8, 2, 64, dtype, seed=10)
+    cu = offsets(lengths)
+    results = []
+    for threads in (1, 2):
+        with df.Handle("host", threads=threads) as hh:
+            out, lse, grads = run(hh, q, k, v, dout, cu, dtype)
+            results.append([x.raw().copy() for x in (out, lse, *grads)])
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), *results):
+        assert np.array_equal(a, b), f"{name} differs between 1 and 2 threads"
+
+
+_SIMD_SCRIPT = """
+import hashlib, numpy as np, dataflow as df
+h = df.Handle("host")
+cu = np.array([0, 1, 8, 41, 105, 110, 240], np.int32)
+rng = np.random.default_rng(0)
+digest = hashlib.sha256()
+for dtype in ("fp32", "bf16", "fp16"):
+    for d in (64, 20):
+        x = [h.from_numpy(rng.standard_normal((240, m, d)).astype(np.float32), dtype=dtype) for m in (8, 2, 2, 8)]
+        out, lse = df.ops.attention(h, *x[:3], cu)
+        for a in (out, lse, *df.ops.attention_bwd(h, x[3], *x[:3], out, lse, cu)):
+            digest.update(a.raw().tobytes())
+print(digest.hexdigest())
+"""
+
+
+def test_attention_simd_levels_agree():
+    """DATAFLOW_SIMD=avx512 / avx2 / scalar give identical bits: every path does the same fp32
+    operations (fma included) in the same order (see backends/host/kernels/attention.h)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(df.__file__)), env.get("PYTHONPATH", "")])
+    digests = {}
+    for level in ("avx512", "avx2", "scalar"):
+        env["DATAFLOW_SIMD"] = level
+        out = subprocess.run([sys.executable, "-c", _SIMD_SCRIPT], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr
+        digests[level] = out.stdout.strip()
+    assert len(set(digests.values())) == 1, digests
+
+
+def test_attention_garbage_device_cu_seqlens_is_memory_safe(h):
+    """Offsets out of range or decreasing, from device memory: no crash, no out-of-bounds
+    access; the well-formed leading sequence is still computed right."""
+    lengths = [20]
+    q, k, v, dout = make_inputs([40], 4, 2, 32, "fp32", seed=11)
+    cu = np.array([0, 20, -7, 1 << 30, 3, 2 ** 31 - 1, -(2 ** 31)], np.int32)
+    out, lse, grads = run(h, q, k, v, dout, h.from_numpy(cu), "fp32")
+    want = oracle(q[:20], k[:20], v[:20], dout[:20], offsets(lengths), 32 ** -0.5)
+    np.testing.assert_allclose(out.numpy()[:20], want[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(grads[0].numpy()[:20], want[2][0], rtol=1e-4, atol=1e-4)
+
+
+def test_attention_bad_input(h):
+    f32 = lambda *shape: h.empty(shape, "fp32")  # noqa: E731
+    q, k, cu = f32(10, 6, 64), f32(10, 4, 64), np.array([0, 10])
+    with pytest.raises(df.BadArgumentError, match="multiple of num_kv_heads"):
+        df.ops.attention(h, q, k, k, cu)
+    with pytest.raises(df.BadArgumentError, match="share a dtype"):
+        df.ops.attention(h, q, h.empty((10, 2, 64), "bf16"), f32(10, 2, 64), cu)
+    with pytest.raises(df.BadArgumentError, match="dtype must be one of"):
+        i32 = h.empty((10, 2, 64), "int32")
+        df.ops.attention(h, i32, i32, i32, cu)
+    with pytest.raises(df.BadArgumentError, match="head_dim"):
+        df.ops.attention(h, q, f32(10, 2, 32), f32(10, 2, 32), cu)
+    with pytest.raises(df.BadArgumentError, match="head_dim must be <= 256"):
+        big = f32(4, 1, 264)
+        df.ops.attention(h, big, big, big, np.array([0, 4]))
+    kv = f32(10, 2, 64)
+    for bad, msg in (([1, 10], r"cu_seqlens\[0\] must be 0, got 1"),
+                     ([0, 6, 4, 10], r"cu_seqlens\[2\] = 4 < cu_seqlens\[1\] = 6"),
+                     ([0, 4, 9], r"cu_seqlens\[2\] must equal total_tokens = 10, got 9"),
+                     ([0.0, 10.0], "integer array")):
+        with pytest.raises(df.BadArgumentError, match=msg):
+            df.ops.attention(h, q, kv, kv, np.array(bad))
+    with pytest.raises(df.BadArgumentError, match="lse must be fp32"):
+        df.ops.attention(h, q, kv, kv, cu, lse=f32(10, 6))
+    out, lse = df.ops.attention(h, q, kv, kv, cu)
+    with pytest.raises(df.BadArgumentError, match="dout must be"):
+        df.ops.attention_bwd(h, f32(10, 6, 32), q, kv, kv, out, lse, cu)
+    with pytest.raises(df.BadArgumentError, match="workspace_bytes must be >="):
+        df.ops.attention_bwd(h, out, q, kv, kv, out, lse, cu, workspace=h.empty((16,), "uint8"))
