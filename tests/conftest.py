@@ -1,10 +1,51 @@
+import functools
+
 import pytest
 
 import dataflow as df
+
+BACKENDS = ("host", "cuda")
+
+
+@functools.lru_cache(maxsize=None)
+def backend_unavailable(backend):
+    """None if a handle of this backend can be created here, else the reason (once per session)."""
+    try:
+        df.Handle(backend, streams=1, register_default_ops=False).close()
+    except df.LoadError as e:
+        return f"no CUDA driver: {e}"
+    except df.DataflowError as e:
+        return f"{backend} unavailable: {e}"
+    return None
+
+
+def open_handle(backend, **kwargs):
+    """df.Handle(backend, **kwargs), skipping the test with the reason when the backend is absent."""
+    reason = backend_unavailable(backend) if backend != "host" else None
+    if reason:
+        pytest.skip(reason)
+    return df.Handle(backend, **kwargs)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    """Each backend in turn; cuda cases skip with the reason where no GPU is usable."""
+    reason = backend_unavailable(request.param) if request.param != "host" else None
+    if reason:
+        pytest.skip(reason)
+    return request.param
 
 
 @pytest.fixture
 def h():
     handle = df.Handle("host", streams=4, device_memory="256MiB")
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def bh(backend):
+    """Like h, on each backend."""
+    handle = df.Handle(backend, streams=4, device_memory="256MiB")
     yield handle
     handle.close()

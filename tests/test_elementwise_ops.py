@@ -1,4 +1,4 @@
-"""Host elementwise ops add / cast / set_mem against numpy, ml_dtypes and torch oracles.
+"""Elementwise ops add / cast / set_mem against numpy, ml_dtypes and torch oracles.
 
 add computes alpha * a + beta * b in fp32 (two products, one sum, no fma) and rounds once to
 the dtype, so a numpy float32 oracle on the same (already rounded) inputs must match bit for
@@ -23,9 +23,11 @@ UINT = {"fp32": np.uint32, "fp16": np.uint16, "bf16": np.uint16, "fp8e4m3": np.u
 TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-@pytest.fixture(scope="module")
-def h():
-    with df.Handle("host", streams=2) as handle:
+@pytest.fixture(scope="module", params=("host", "cuda"))
+def h(request):
+    """add / cast / set_mem run on every backend against the same oracles."""
+    from conftest import open_handle
+    with open_handle(request.param, streams=2) as handle:
         yield handle
 
 

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 import dataflow as df
+from conftest import open_handle
 
 KiB, MiB = 1 << 10, 1 << 20
 
 
-def test_allocation_past_capacity_raises_with_sizes_and_loses_nothing():
-    with df.Handle("host", streams=1, device_memory="1MiB") as h:
+def test_allocation_past_capacity_raises_with_sizes_and_loses_nothing(backend):
+    with df.Handle(backend, streams=1, device_memory="1MiB") as h:
         kept = h.from_numpy(np.arange(512 * KiB // 4, dtype=np.float32))
         with pytest.raises(df.OutOfMemoryError) as e:
             h.alloc(768 * KiB)
@@ -21,13 +22,14 @@ def test_allocation_past_capacity_raises_with_sizes_and_loses_nothing():
         assert h.memory_in_use() == 512 * KiB
 
 
-def test_request_larger_than_capacity():
-    with df.Handle("host", streams=1, device_memory="1MiB") as h:
+def test_request_larger_than_capacity(backend):
+    with df.Handle(backend, streams=1, device_memory="1MiB") as h:
         with pytest.raises(df.OutOfMemoryError, match="capacity is 1048576"):
             h.alloc(2**62)
 
 
-def test_in_use_returns_to_zero_and_blocks_coalesce(h):
+def test_in_use_returns_to_zero_and_blocks_coalesce(bh):
+    h = bh
     assert h.memory_in_use() == 0
     arrays = [h.empty((1000 + i,), "bf16") for i in range(50)]
     assert h.memory_in_use() == sum((2 * (1000 + i) + 255) // 256 * 256 for i in range(50))
@@ -39,16 +41,20 @@ def test_in_use_returns_to_zero_and_blocks_coalesce(h):
     assert h.memory_in_use() == 0
 
 
-def test_alignment_is_256_bytes(h):
+def test_alignment_is_256_bytes(bh):
+    h = bh
     ptrs = [h.alloc(n) for n in (1, 3, 255, 257, 1000, 4097)]
     assert all(p % 256 == 0 for p in ptrs)
     for p in ptrs:
         h.free(p)
 
 
-def test_capacity_setting_and_default():
-    with df.Handle("host", streams=1, device_memory="3MiB") as h:
+def test_capacity_setting(backend):
+    with df.Handle(backend, streams=1, device_memory="3MiB") as h:
         assert h.memory_capacity() == 3 * MiB
+
+
+def test_capacity_default():
     with df.Handle("host", streams=1) as h:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         assert 0.4 * ram <= h.memory_capacity() <= 0.6 * ram
@@ -67,7 +73,22 @@ def test_throttle_makes_transfer_take_bytes_over_bandwidth():
         np.testing.assert_array_equal(a.raw(), src)
 
 
-def test_round_trip_every_storage_dtype(h):
+def test_cuda_default_capacity_is_free_device_memory():
+    with open_handle("cuda", streams=1, register_default_ops=False) as h:
+        assert 0 < h.memory_capacity() and h.memory_in_use() == 0
+
+
+def test_freed_and_foreign_pointers_are_errors(bh):
+    a = bh.alloc(1000)
+    with pytest.raises(df.BadArgumentError, match="not at its start"):
+        bh.free(a + 256)
+    bh.free(a)
+    with pytest.raises(df.BadArgumentError, match="not a live allocation"):
+        bh.free(a)
+
+
+def test_round_trip_every_storage_dtype(bh):
+    h = bh
     rng = np.random.default_rng(1)
     for name, storage in df.dtypes.STORAGE.items():
         if name in df.dtypes.CONVERTIBLE:
@@ -76,19 +97,20 @@ def test_round_trip_every_storage_dtype(h):
         np.testing.assert_array_equal(h.from_numpy(x).numpy(), x)
 
 
-def test_set_mem_fills_bytes_in_stream_order(h):
+def test_set_mem_fills_bytes_in_stream_order(bh):
+    h = bh
     a = h.from_numpy(np.zeros(1000, dtype=np.uint8))
     h.set_mem(a, 7, stream=3)
     h.sync()
     assert (a.raw() == 7).all()
 
 
-def test_peer_transfer_needs_enabled_access():
-    with df.Handle("host", streams=1, device_memory="1MiB") as h1, \
-         df.Handle("host", streams=1, device_memory="1MiB") as h2:
+def test_peer_transfer_needs_enabled_access(backend):
+    with df.Handle(backend, streams=1, device_memory="1MiB") as h1, \
+         df.Handle(backend, streams=1, device_memory="1MiB") as h2:
         a1 = h1.from_numpy(np.arange(100, dtype=np.float32))
         a2 = h2.empty(100, "fp32")
-        with pytest.raises(df.BadArgumentError, match="not device memory of this handle"):
+        with pytest.raises(df.BadArgumentError, match="not device memory of this handle|not inside a live"):
             h2.peer_transfer(a2, a1)
         h2.enable_peer_access(h1)
         h2.peer_transfer(a2, a1)

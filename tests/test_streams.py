@@ -54,14 +54,58 @@ def test_same_stream_runs_in_submission_order(h):
     assert seen == [(i, 2.0 ** (i + 1)) for i in range(20)]
 
 
-def test_host_op_runs_on_stream_worker_not_caller(h):
+def test_dependency_chain_across_streams(bh):
+    """stream 0 writes, stream 1 adds after waiting, stream 2 reads after waiting."""
+    h = bh
+    n = 1 << 20
+    src = np.arange(n, dtype=np.float32)
+    a = h.empty(n, "fp32")
+    out = h.empty(n, "fp32")
+    back = np.empty(n, np.float32)
+    h.inbound_transfer(a, src, stream=0)
+    h.wait(1, h.record(0))
+    df.ops.add(h, a, a, out=out, stream=1)
+    h.wait(2, h.record(1))
+    h.outbound_transfer(back, out, stream=2)
+    h.sync()
+    np.testing.assert_array_equal(back, 2 * src)
+
+
+def test_cross_handle_event_orders_peer_copy(backend):
+    with df.Handle(backend, streams=2, device_memory="64MiB") as h1, \
+         df.Handle(backend, streams=2, device_memory="64MiB") as h2:
+        src = np.arange(1 << 20, dtype=np.float32)
+        a1 = h1.empty(src.shape, "fp32")
+        a2 = h2.empty(src.shape, "fp32")
+        h2.enable_peer_access(h1)
+        h1.inbound_transfer(a1, src, stream=1)
+        h2.wait(0, h1.record(1))
+        h2.peer_transfer(a2, a1, stream=0)
+        h2.sync()
+        h1.sync()
+        np.testing.assert_array_equal(a2.numpy(), src)
+
+
+def test_cuda_stale_stream_state_is_a_clear_error():
+    from conftest import open_handle
+    with open_handle("cuda", streams=2, register_default_ops=False) as h:
+        old = h.record(0)
+        for _ in range(1024):  # CUDA_EVENT_RING in backends/cuda/src/cuda_backend.h
+            h.record(0)
+        with pytest.raises(df.BadArgumentError, match="too old"):
+            h.wait(1, old)
+
+
+def test_host_op_runs_on_stream_worker_not_caller(bh):
+    h = bh
     threads = []
     h.submit_host_op(lambda: threads.append(threading.get_ident()), stream=1)
     h.sync()
     assert threads and threads[0] != threading.get_ident()
 
 
-def test_waiting_on_an_already_finished_event_does_not_block(h):
+def test_waiting_on_an_already_finished_event_does_not_block(bh):
+    h = bh
     ev = h.record(0)
     h.sync()
     h.wait(1, ev)

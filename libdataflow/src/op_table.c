@@ -151,3 +151,81 @@ Dataflow_Status dataflow_op_table_unknown_error(Dataflow_Op_Table *t, const Op_S
 				  "no op registered with fingerprint %.16s... for %s; registered variants of '%s': %s", hex,
 				  desc, skeleton->nickname, listed ? variants : "none");
 }
+
+static Dataflow_Status check_skeleton(const Op_Skeleton *s, int index)
+{
+	Op_Skeleton again;
+	if (dataflow_op_skeleton_init(&again, s->nickname, s->num_args, s->arg_dtypes) != DATAFLOW_OK ||
+	    memcmp(again.fingerprint, s->fingerprint, DATAFLOW_FINGERPRINT_BYTES) != 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "register: skeleton %d ('%.63s') is not a valid skeleton or its fingerprint does "
+					  "not match its contents (build it with dataflow_op_skeleton_init)",
+					  index, s->nickname);
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_op_table_check_batch(Dataflow_Op_Table *table, int num_ops, const Op_Skeleton *skeletons,
+					      const void *symbols, int replace)
+{
+	if (num_ops <= 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "register: num_ops must be > 0, got %d",
+					  num_ops);
+	if (!skeletons || !symbols)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "register: skeletons and symbol arrays must not be NULL");
+	for (int i = 0; i < num_ops; i++) {
+		Dataflow_Status st = check_skeleton(&skeletons[i], i);
+		if (st != DATAFLOW_OK)
+			return st;
+		for (int j = 0; j < i; j++)
+			if (!memcmp(skeletons[i].fingerprint, skeletons[j].fingerprint, DATAFLOW_FINGERPRINT_BYTES))
+				return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+							  "register: skeletons %d and %d are identical ('%s')", j, i,
+							  skeletons[i].nickname);
+		if (!replace && dataflow_op_table_lookup(table, skeletons[i].fingerprint)) {
+			char desc[512];
+			dataflow_op_skeleton_describe(&skeletons[i], desc, sizeof(desc));
+			return dataflow_set_error(DATAFLOW_ERR_ALREADY_REGISTERED,
+						  "register: op %s is already registered on this handle (pass "
+						  "DATAFLOW_REGISTER_REPLACE to override it)",
+						  desc);
+		}
+	}
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_op_check(const Op *op, const Op_Skeleton *registered,
+				  Dataflow_Status (*check_tensor)(void *ctx, const void *ptr, const char *what),
+				  void *ctx)
+{
+	const Op_Skeleton *s = &op->skeleton;
+	if (s->num_args != registered->num_args ||
+	    memcmp(s->arg_dtypes, registered->arg_dtypes, (size_t)registered->num_args * sizeof(DataflowDatatype)) != 0) {
+		char want[512];
+		dataflow_op_skeleton_describe(registered, want, sizeof(want));
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "submit_op: op has the fingerprint of %s but its skeleton says %d args; "
+					  "rebuild the skeleton with dataflow_op_skeleton_init",
+					  want, s->num_args);
+	}
+	for (int i = 0; i < s->num_args; i++) {
+		const char *dt = dataflow_datatype_name(s->arg_dtypes[i]);
+		if (!op->op_args[i])
+			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+						  "op '%s' argument %d (%s): op_args[%d] is NULL; expected a pointer to "
+						  "the argument value",
+						  s->nickname, i, dt, i);
+		if (!dataflow_datatype_is_tensor(s->arg_dtypes[i]))
+			continue;
+		/* A NULL tensor is allowed (optional inputs); the op decides whether it needs it. */
+		const void *ptr = *(void *const *)op->op_args[i];
+		if (ptr) {
+			char what[128];
+			snprintf(what, sizeof(what), "op '%s' argument %d (%s tensor)", s->nickname, i, dt);
+			Dataflow_Status st = check_tensor(ctx, ptr, what);
+			if (st != DATAFLOW_OK)
+				return st;
+		}
+	}
+	return DATAFLOW_OK;
+}

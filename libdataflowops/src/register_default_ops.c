@@ -1,10 +1,15 @@
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dataflow/ops.h"
 
 /* Collects every default op variant with the symbol names the backend library provides
- * (see ops.h), then registers natives and externals in one call each. */
+ * (see ops.h), then registers natives and externals in one call each. A backend may provide
+ * a subset of the default ops (cuda: add, cast, set_mem, matmul so far): an op whose launch
+ * (native) or init (external) symbol its library lacks is left out; a provided op must then
+ * provide every variant, or registration fails as before. */
 
 #define MAX_VARIANTS 256
 #define SYMBOL_LEN 160
@@ -35,6 +40,24 @@ static void add_variant(Variant_List *v, const Op_Skeleton *s, const char *backe
 	snprintf(v->names[i][1], SYMBOL_LEN, "dataflow_%s_%s_%s", backend, s->nickname, second_suffix);
 	v->first[i] = v->names[i][0];
 	v->second[i] = v->names[i][1];
+}
+
+/* Drops the variants whose second symbol (launch or init) lib does not export. */
+static void keep_provided(Variant_List *v, void *lib)
+{
+	int kept = 0;
+	for (int i = 0; i < v->count; i++) {
+		if (!dlsym(lib, v->names[i][1]))
+			continue;
+		if (kept != i) {
+			v->skeletons[kept] = v->skeletons[i];
+			memcpy(v->names[kept], v->names[i], sizeof(v->names[i]));
+		}
+		v->first[kept] = v->names[kept][0];
+		v->second[kept] = v->names[kept][1];
+		kept++;
+	}
+	v->count = kept;
 }
 
 Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
@@ -124,10 +147,19 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 	if (nat->overflow || ext->overflow)
 		st = dataflow_set_error(DATAFLOW_ERR_INTERNAL, "register_default_ops: more than %d variants; raise MAX_VARIANTS",
 					MAX_VARIANTS);
-	if (st == DATAFLOW_OK)
+	void *lib = st == DATAFLOW_OK ? dlopen(handle->default_ops_library, RTLD_NOW | RTLD_LOCAL) : NULL;
+	if (st == DATAFLOW_OK && !lib)
+		st = dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED, "register_default_ops: cannot load %s: %s",
+					handle->default_ops_library, dlerror());
+	if (lib) {
+		keep_provided(nat, lib);
+		keep_provided(ext, lib);
+		dlclose(lib);
+	}
+	if (st == DATAFLOW_OK && nat->count)
 		st = handle->register_native_code(handle, handle->default_ops_library, NULL, nat->count, nat->skeletons,
 						  nat->first, nat->second, NULL, 0);
-	if (st == DATAFLOW_OK)
+	if (st == DATAFLOW_OK && ext->count)
 		st = handle->register_external_code(handle, handle->default_ops_library, ext->count, ext->skeletons,
 						    ext->first, ext->second, 0);
 	free(nat);

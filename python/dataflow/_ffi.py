@@ -37,3 +37,14 @@ def _load():
 
 
 ffi, lib, opslib = _load()
+
+
+def use_nvidia_wheels():
+    """Points the CUDA backend at the libraries of pip's nvidia-* wheels (NVRTC, cuBLASLt):
+    site-packages/nvidia/*/lib of this interpreter, via DATAFLOW_CUDA_LIBRARY_PATH (read by
+    backends/cuda/src/cuda_library.c). A path the user set comes first. Imports nothing."""
+    import glob
+    import sys
+    dirs = [d for p in sys.path if p for d in sorted(glob.glob(os.path.join(p, "nvidia", "*", "lib")))]
+    current = [d for d in os.environ.get("DATAFLOW_CUDA_LIBRARY_PATH", "").split(os.pathsep) if d]
+    os.environ["DATAFLOW_CUDA_LIBRARY_PATH"] = os.pathsep.join(dict.fromkeys(current + dirs))

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 
 from . import dtypes
-from ._ffi import ffi, lib, opslib
+from ._ffi import ffi, lib, opslib, use_nvidia_wheels
 from .array import Array
 from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
 
@@ -52,6 +52,8 @@ class Handle:
             config.num_threads = self._int_arg(threads, "threads")
         if transfer_bandwidth is not None:
             config.transfer_bytes_per_sec = parse_bytes(transfer_bandwidth, "transfer_bandwidth")
+        if backend.startswith("cuda"):
+            use_nvidia_wheels()
         out = ffi.new("Dataflow_Handle **")
         check(lib.dataflow_handle_create(backend.encode(), config, out))
         self._h = out[0]

@@ -7,9 +7,10 @@
 
 /* Device memory of the host backend: one region reserved up front (MAP_NORESERVE, so pages
  * cost nothing until touched) and carved into 256-byte aligned blocks. Live and free blocks
- * are kept as arrays sorted by offset: best-fit allocation, coalescing on free, and a
- * binary search tells whether any pointer lies inside a live allocation. Counts stay in the
- * thousands, so the O(n) inserts are cheap next to the work the memory is used for. */
+ * are kept in block lists (block_list.c): best-fit allocation, coalescing on release, and a
+ * floor search tells whether any pointer lies inside a live allocation. A freed block is first
+ * retired (invalid for new work) and released once the work queued before the free is done
+ * (memory.c). */
 
 /* Freed runs at least this large are handed back to the kernel so RSS follows usage. */
 #define RELEASE_BYTES (64ull << 20)
@@ -17,50 +18,6 @@
 static uint64_t round_up(uint64_t x, uint64_t a)
 {
 	return (x + a - 1) / a * a;
-}
-
-static int reserve(Arena_Block **arr, int *cap, int need)
-{
-	if (need <= *cap)
-		return 1;
-	int cap2 = *cap ? *cap * 2 : 64;
-	while (cap2 < need)
-		cap2 *= 2;
-	Arena_Block *a = realloc(*arr, (size_t)cap2 * sizeof(Arena_Block));
-	if (!a)
-		return 0;
-	*arr = a;
-	*cap = cap2;
-	return 1;
-}
-
-static void insert_at(Arena_Block *arr, int *n, int i, Arena_Block b)
-{
-	memmove(arr + i + 1, arr + i, (size_t)(*n - i) * sizeof(Arena_Block));
-	arr[i] = b;
-	(*n)++;
-}
-
-static void remove_at(Arena_Block *arr, int *n, int i)
-{
-	memmove(arr + i, arr + i + 1, (size_t)(*n - i - 1) * sizeof(Arena_Block));
-	(*n)--;
-}
-
-/* Index of the last block with offset <= off, or -1. */
-static int floor_index(const Arena_Block *arr, int n, uint64_t off)
-{
-	int lo = 0, hi = n - 1, ans = -1;
-	while (lo <= hi) {
-		int mid = (lo + hi) / 2;
-		if (arr[mid].offset <= off) {
-			ans = mid;
-			lo = mid + 1;
-		} else {
-			hi = mid - 1;
-		}
-	}
-	return ans;
 }
 
 Dataflow_Status arena_init(Arena *a, uint64_t capacity)
@@ -73,12 +30,10 @@ Dataflow_Status arena_init(Arena *a, uint64_t capacity)
 					  "host device memory: cannot reserve %llu bytes of address space",
 					  (unsigned long long)a->capacity);
 	a->base = base;
-	if (!reserve(&a->free, &a->cap_free, 1) || !reserve(&a->live, &a->cap_live, 1)) {
+	if (!block_list_insert(&a->free, (Block){.offset = 0, .size = a->capacity}) || !block_list_reserve(&a->live, 1)) {
 		arena_destroy(a);
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "host device memory: no memory for block lists");
 	}
-	a->free[0] = (Arena_Block){0, a->capacity, 0, 0};
-	a->num_free = 1;
 	pthread_mutex_init(&a->lock, NULL);
 	return DATAFLOW_OK;
 }
@@ -87,8 +42,8 @@ void arena_destroy(Arena *a)
 {
 	if (a->base)
 		munmap(a->base, a->capacity);
-	free(a->live);
-	free(a->free);
+	block_list_free(&a->live);
+	block_list_free(&a->free);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -96,16 +51,17 @@ Dataflow_Status arena_alloc(Arena *a, uint64_t size, void **ptr)
 {
 	uint64_t need = round_up(size, HOST_ARENA_ALIGN);
 	pthread_mutex_lock(&a->lock);
+	Block *free_blocks = a->free.items;
 	int best = -1;
 	uint64_t largest = 0;
-	for (int i = 0; i < a->num_free; i++) {
-		uint64_t s = a->free[i].size;
+	for (int i = 0; i < a->free.count; i++) {
+		uint64_t s = free_blocks[i].size;
 		if (s > largest)
 			largest = s;
-		if (s >= need && (best < 0 || s < a->free[best].size))
+		if (s >= need && (best < 0 || s < free_blocks[best].size))
 			best = i;
 	}
-	if (best < 0 || !reserve(&a->live, &a->cap_live, a->num_live + 1)) {
+	if (best < 0 || !block_list_reserve(&a->live, a->live.count + 1)) {
 		uint64_t in_use = a->in_use, cap = a->capacity;
 		pthread_mutex_unlock(&a->lock);
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
@@ -114,12 +70,12 @@ Dataflow_Status arena_alloc(Arena *a, uint64_t size, void **ptr)
 					  (unsigned long long)size, (unsigned long long)need, (unsigned long long)cap,
 					  (unsigned long long)in_use, (unsigned long long)largest);
 	}
-	Arena_Block blk = {a->free[best].offset, need, size, 0};
-	a->free[best].offset += need;
-	a->free[best].size -= need;
-	if (a->free[best].size == 0)
-		remove_at(a->free, &a->num_free, best);
-	insert_at(a->live, &a->num_live, floor_index(a->live, a->num_live, blk.offset) + 1, blk);
+	Block blk = {.offset = free_blocks[best].offset, .size = need, .requested = size};
+	free_blocks[best].offset += need;
+	free_blocks[best].size -= need;
+	if (free_blocks[best].size == 0)
+		block_list_remove_at(&a->free, best);
+	block_list_insert_at(&a->live, block_list_floor(&a->live, blk.offset) + 1, blk);
 	a->in_use += need;
 	pthread_mutex_unlock(&a->lock);
 	*ptr = a->base + blk.offset;
@@ -133,7 +89,7 @@ static void release_pages(Arena *a, uint64_t offset, uint64_t size)
 		madvise(a->base + lo, hi - lo, MADV_DONTNEED);
 }
 
-/* Index of the live block starting at ptr, or -1 with the reason set as the error. */
+/* Index of the live, not yet freed block starting at ptr, or -1 with the error set. */
 static int find_live(Arena *a, void *ptr)
 {
 	const uint8_t *p = ptr;
@@ -143,10 +99,11 @@ static int find_live(Arena *a, void *ptr)
 		return -1;
 	}
 	uint64_t off = (uint64_t)(p - a->base);
-	int i = floor_index(a->live, a->num_live, off);
-	if (i >= 0 && a->live[i].offset == off && !a->live[i].retired)
+	int i = block_list_floor(&a->live, off);
+	const Block *b = i >= 0 ? &a->live.items[i] : NULL;
+	if (b && b->offset == off && !b->retired)
 		return i;
-	int inside = i >= 0 && !a->live[i].retired && off < a->live[i].offset + a->live[i].size;
+	int inside = b && !b->retired && off < b->offset + b->size;
 	dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 			   inside ? "free: pointer %p points inside an allocation, not at its start"
 				  : "free: pointer %p is not a live allocation (already freed?)",
@@ -158,10 +115,10 @@ Dataflow_Status arena_retire(Arena *a, void *ptr)
 {
 	pthread_mutex_lock(&a->lock);
 	int i = find_live(a, ptr);
-	/* room for the block in the free list later: release must not fail */
-	int ok = i >= 0 && reserve(&a->free, &a->cap_free, a->num_free + a->num_live);
+	/* room in the free list for every live block, so that a later release cannot fail */
+	int ok = i >= 0 && block_list_reserve(&a->free, a->free.count + a->live.count);
 	if (ok)
-		a->live[i].retired = 1;
+		a->live.items[i].retired = 1;
 	pthread_mutex_unlock(&a->lock);
 	if (i >= 0 && !ok)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "free: no memory to grow the free list");
@@ -172,23 +129,25 @@ void arena_release(Arena *a, void *ptr)
 {
 	uint64_t off = (uint64_t)((uint8_t *)ptr - a->base);
 	pthread_mutex_lock(&a->lock);
-	int i = floor_index(a->live, a->num_live, off);
-	Arena_Block blk = a->live[i];
-	remove_at(a->live, &a->num_live, i);
+	int i = block_list_floor(&a->live, off);
+	Block blk = a->live.items[i];
+	block_list_remove_at(&a->live, i);
 	a->in_use -= blk.size;
 	/* insert into the free list, merging with the neighbours it touches */
-	int j = floor_index(a->free, a->num_free, blk.offset) + 1;
-	if (j > 0 && a->free[j - 1].offset + a->free[j - 1].size == blk.offset) {
+	Block *f = a->free.items;
+	int j = block_list_floor(&a->free, blk.offset) + 1;
+	if (j > 0 && f[j - 1].offset + f[j - 1].size == blk.offset) {
 		j--;
-		blk.offset = a->free[j].offset;
-		blk.size += a->free[j].size;
-		remove_at(a->free, &a->num_free, j);
+		blk.offset = f[j].offset;
+		blk.size += f[j].size;
+		block_list_remove_at(&a->free, j);
 	}
-	if (j < a->num_free && blk.offset + blk.size == a->free[j].offset) {
-		blk.size += a->free[j].size;
-		remove_at(a->free, &a->num_free, j);
+	if (j < a->free.count && blk.offset + blk.size == f[j].offset) {
+		blk.size += f[j].size;
+		block_list_remove_at(&a->free, j);
 	}
-	insert_at(a->free, &a->num_free, j, blk);
+	blk.requested = 0;
+	block_list_insert_at(&a->free, j, blk);
 	release_pages(a, blk.offset, blk.size);
 	pthread_mutex_unlock(&a->lock);
 }
@@ -200,20 +159,8 @@ int arena_contains(Arena *a, const void *ptr, uint64_t size, char *why, size_t w
 		snprintf(why, why_size, "pointer %p is not device memory of this handle", ptr);
 		return 0;
 	}
-	uint64_t off = (uint64_t)(p - a->base);
 	pthread_mutex_lock(&a->lock);
-	int i = floor_index(a->live, a->num_live, off);
-	int live = i >= 0 && !a->live[i].retired && off < a->live[i].offset + a->live[i].requested;
-	uint64_t end = live ? a->live[i].offset + a->live[i].requested : 0;
+	int ok = block_list_contains(&a->live, (uint64_t)(p - a->base), size, ptr, why, why_size);
 	pthread_mutex_unlock(&a->lock);
-	if (!live) {
-		snprintf(why, why_size, "pointer %p is not inside a live allocation (freed?)", ptr);
-		return 0;
-	}
-	if (size > end - off) {
-		snprintf(why, why_size, "range of %llu bytes at %p runs %llu bytes past the end of its allocation",
-			 (unsigned long long)size, ptr, (unsigned long long)(size - (end - off)));
-		return 0;
-	}
-	return 1;
+	return ok;
 }

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "block_list.h"
 #include "dataflow/handle.h"
 
 typedef struct Host_Handle Host_Handle;
@@ -16,17 +17,10 @@ typedef struct Host_Stream Host_Stream;
 #define HOST_ARENA_ALIGN 256
 
 typedef struct {
-	uint64_t offset, size; /* size: rounded to the alignment */
-	uint64_t requested;    /* live blocks: the bytes asked for, the extent ranges are checked against */
-	int retired;           /* live blocks: freed by the user, released once queued work is done */
-} Arena_Block;
-
-typedef struct {
 	pthread_mutex_t lock;
 	uint8_t *base;
 	uint64_t capacity, in_use;
-	Arena_Block *live, *free; /* both sorted by offset */
-	int num_live, num_free, cap_live, cap_free;
+	Block_List live, free; /* offsets relative to base */
 } Arena;
 
 Dataflow_Status arena_init(Arena *arena, uint64_t capacity);

@@ -16,41 +16,6 @@ void host_op_destroy(void *value)
 	free(op);
 }
 
-static Dataflow_Status check_skeleton(const Op_Skeleton *s, int index)
-{
-	Op_Skeleton again;
-	if (dataflow_op_skeleton_init(&again, s->nickname, s->num_args, s->arg_dtypes) != DATAFLOW_OK ||
-	    memcmp(again.fingerprint, s->fingerprint, DATAFLOW_FINGERPRINT_BYTES) != 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "register: skeleton %d ('%.63s') is not a valid skeleton or its fingerprint does "
-					  "not match its contents (build it with dataflow_op_skeleton_init)",
-					  index, s->nickname);
-	return DATAFLOW_OK;
-}
-
-static Dataflow_Status check_batch(Dataflow_Handle *h, int num_ops, const Op_Skeleton *skeletons, int flags)
-{
-	for (int i = 0; i < num_ops; i++) {
-		Dataflow_Status st = check_skeleton(&skeletons[i], i);
-		if (st != DATAFLOW_OK)
-			return st;
-		for (int j = 0; j < i; j++)
-			if (!memcmp(skeletons[i].fingerprint, skeletons[j].fingerprint, DATAFLOW_FINGERPRINT_BYTES))
-				return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-							  "register: skeletons %d and %d are identical ('%s')", j, i,
-							  skeletons[i].nickname);
-		if (!(flags & DATAFLOW_REGISTER_REPLACE) && dataflow_op_table_lookup(h->op_table, skeletons[i].fingerprint)) {
-			char desc[512];
-			dataflow_op_skeleton_describe(&skeletons[i], desc, sizeof(desc));
-			return dataflow_set_error(DATAFLOW_ERR_ALREADY_REGISTERED,
-						  "register: op %s is already registered on this handle (pass "
-						  "DATAFLOW_REGISTER_REPLACE to override it)",
-						  desc);
-		}
-	}
-	return DATAFLOW_OK;
-}
-
 static Dataflow_Status open_library(Host_Handle *h, const char *path, void **lib)
 {
 	if (!path)
@@ -161,25 +126,13 @@ static Dataflow_Status batch_finish(Dataflow_Handle *h, Dataflow_Status st, Batc
 	return st;
 }
 
-static Dataflow_Status check_counts(int num_ops, const Op_Skeleton *skeletons, const void *funcs)
-{
-	if (num_ops <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "register: num_ops must be > 0, got %d",
-					  num_ops);
-	if (!skeletons || !funcs)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "register: skeletons and symbol arrays must not be NULL");
-	return DATAFLOW_OK;
-}
-
 Dataflow_Status host_register_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
 					  int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
 					  const char *const *launch_symbols, const char *const *init_symbols,
 					  int flags)
 {
-	Dataflow_Status st = check_counts(num_ops, skeletons, kernel_symbols);
-	if (st == DATAFLOW_OK)
-		st = check_batch(h, num_ops, skeletons, flags);
+	Dataflow_Status st = dataflow_op_table_check_batch(h->op_table, num_ops, skeletons, kernel_symbols,
+							   flags & DATAFLOW_REGISTER_REPLACE);
 	void *code = NULL, *launch_lib = NULL;
 	if (st == DATAFLOW_OK)
 		st = open_library(host_of(h), code_path, &code);
@@ -213,9 +166,8 @@ Dataflow_Status host_register_external_code(Dataflow_Handle *h, const char *libr
 					    const Op_Skeleton *skeletons, const char *const *func_symbols,
 					    const char *const *init_symbols, int flags)
 {
-	Dataflow_Status st = check_counts(num_ops, skeletons, func_symbols);
-	if (st == DATAFLOW_OK)
-		st = check_batch(h, num_ops, skeletons, flags);
+	Dataflow_Status st = dataflow_op_table_check_batch(h->op_table, num_ops, skeletons, func_symbols,
+							   flags & DATAFLOW_REGISTER_REPLACE);
 	void *lib = NULL;
 	if (st == DATAFLOW_OK)
 		st = open_library(host_of(h), library_path, &lib);
@@ -240,9 +192,8 @@ Dataflow_Status host_register_external_code(Dataflow_Handle *h, const char *libr
 Dataflow_Status host_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
 					    Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags)
 {
-	Dataflow_Status st = check_counts(1, skeleton, (const void *)func);
-	if (st == DATAFLOW_OK)
-		st = check_batch(h, 1, skeleton, flags);
+	Dataflow_Status st = dataflow_op_table_check_batch(h->op_table, 1, skeleton, (const void *)func,
+							   flags & DATAFLOW_REGISTER_REPLACE);
 	if (st != DATAFLOW_OK)
 		return st;
 	Batch b;

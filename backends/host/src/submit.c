@@ -8,29 +8,9 @@
  * skeleton's fields, argument pointers, tensor arguments inside device memory, the op's
  * launch function), so a bad op fails at the call that submitted it, nothing queued. */
 
-static Dataflow_Status check_args(Host_Handle *h, const Op *op)
+static Dataflow_Status check_tensor(void *ctx, const void *ptr, const char *what)
 {
-	const Op_Skeleton *s = &op->skeleton;
-	for (int i = 0; i < s->num_args; i++) {
-		const char *dt = dataflow_datatype_name(s->arg_dtypes[i]);
-		if (!op->op_args[i])
-			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-						  "op '%s' argument %d (%s): op_args[%d] is NULL; expected a pointer to "
-						  "the argument value",
-						  s->nickname, i, dt, i);
-		if (!dataflow_datatype_is_tensor(s->arg_dtypes[i]))
-			continue;
-		/* A NULL tensor is allowed (optional inputs); the op decides whether it needs it. */
-		const void *ptr = *(void *const *)op->op_args[i];
-		if (ptr) {
-			char what[128];
-			snprintf(what, sizeof(what), "op '%s' argument %d (%s tensor)", s->nickname, i, dt);
-			Dataflow_Status st = host_check_device_range(h, ptr, 1, 1, what);
-			if (st != DATAFLOW_OK)
-				return st;
-		}
-	}
-	return DATAFLOW_OK;
+	return host_check_device_range(ctx, ptr, 1, 1, what);
 }
 
 /* Copies argument values into the task so the caller may reuse its Op at once. */
@@ -56,17 +36,7 @@ Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 	Host_Op *rec = dataflow_op_table_lookup(h->op_table, op->skeleton.fingerprint);
 	if (!rec)
 		return dataflow_op_table_unknown_error(h->op_table, &op->skeleton);
-	if (op->skeleton.num_args != rec->skeleton.num_args ||
-	    memcmp(op->skeleton.arg_dtypes, rec->skeleton.arg_dtypes,
-		   (size_t)rec->skeleton.num_args * sizeof(DataflowDatatype)) != 0) {
-		char want[512];
-		dataflow_op_skeleton_describe(&rec->skeleton, want, sizeof(want));
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "submit_op: op has the fingerprint of %s but its skeleton says %d args; "
-					  "rebuild the skeleton with dataflow_op_skeleton_init",
-					  want, op->skeleton.num_args);
-	}
-	st = check_args(host_of(h), op);
+	st = dataflow_op_check(op, &rec->skeleton, check_tensor, host_of(h));
 	if (st != DATAFLOW_OK)
 		return st;
 

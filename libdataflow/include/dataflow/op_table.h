@@ -22,4 +22,18 @@ int dataflow_op_table_count(Dataflow_Op_Table *table);
  * variants that share its nickname; returns DATAFLOW_ERR_UNKNOWN_OP. */
 Dataflow_Status dataflow_op_table_unknown_error(Dataflow_Op_Table *table, const Op_Skeleton *skeleton);
 
+/* Backend helpers shared by every backend's registration and submission. */
+
+/* Checks a registration batch before anything is registered: num_ops > 0, skeletons and
+ * symbols non-NULL, every skeleton well-formed with a matching fingerprint, no duplicates
+ * within the batch, none already in the table unless replace. */
+Dataflow_Status dataflow_op_table_check_batch(Dataflow_Op_Table *table, int num_ops, const Op_Skeleton *skeletons,
+					      const void *symbols, int replace);
+/* Checks an op against its registered skeleton and its arguments: arg count, every op_args
+ * entry non-NULL, every non-NULL tensor argument accepted by check_tensor (which sets the
+ * error; `what` names the argument). */
+Dataflow_Status dataflow_op_check(const Op *op, const Op_Skeleton *registered,
+				  Dataflow_Status (*check_tensor)(void *ctx, const void *ptr, const char *what),
+				  void *ctx);
+
 #endif

@@ -1,0 +1,74 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+
+/* The default native ops of the CUDA backend: their CUDA C++ sources (backends/cuda/kernels,
+ * embedded at build time) and their launch functions, found by register_default_ops in
+ * this library (handle->default_ops_library). */
+
+#define BLOCK 256
+#define MAX_GRID 65535 /* kernels loop over the rest (grid-stride) */
+
+const Cuda_Source *cuda_find_source(const char *name)
+{
+	for (int i = 0; i < cuda_num_kernel_sources; i++)
+		if (!strcmp(cuda_kernel_sources[i].name, name))
+			return &cuda_kernel_sources[i];
+	return NULL;
+}
+
+/* The source of op `nickname` is kernels/<nickname>.cu. */
+int dataflow_cuda_kernel_source(const char *op_nickname, const char **name, const char **text)
+{
+	char file[96];
+	snprintf(file, sizeof(file), "%s.cu", op_nickname);
+	const Cuda_Source *s = cuda_find_source(file);
+	if (!s)
+		return 0;
+	*name = s->name;
+	*text = s->text;
+	return 1;
+}
+
+/* One thread per element, BLOCK threads per block; n == 0 launches nothing. */
+static Dataflow_Status elementwise(const char *op, const Op *o, Dataflow_Launch_Config *c)
+{
+	int64_t n = *(const int64_t *)o->op_args[0];
+	if (n < 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: n: expected >= 0, got %lld", op, (long long)n);
+	int64_t blocks = (n + BLOCK - 1) / BLOCK;
+	c->grid[0] = (uint32_t)(blocks < MAX_GRID ? blocks : MAX_GRID);
+	c->grid[1] = c->grid[2] = 1;
+	c->block[0] = BLOCK;
+	c->block[1] = c->block[2] = 1;
+	c->shared_mem_bytes = 0;
+	return DATAFLOW_OK;
+}
+
+/* Args: n, alpha, a, beta, b, out. */
+Dataflow_Status dataflow_cuda_add_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					 Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	return elementwise("add", op, config);
+}
+
+/* Args: n, src, dst. */
+Dataflow_Status dataflow_cuda_cast_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					  Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	return elementwise("cast", op, config);
+}
+
+/* Args: n, value, x. */
+Dataflow_Status dataflow_cuda_set_mem_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					     Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	return elementwise("set_mem", op, config);
+}

@@ -1,0 +1,94 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+
+/* submit_op validates what it can (stream, fingerprint, skeleton, argument pointers, tensors
+ * inside device memory, the launch function's choice), then launches: a native kernel with
+ * cuLaunchKernel (which copies the argument values at the call, so the caller may reuse its
+ * Op at once), an external op by calling it now on the caller's thread; it enqueues its
+ * library's work on the stream, and its failure is this call's failure. */
+
+Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op)
+{
+	Dataflow_Status st = DATAFLOW_OK;
+	/* one compile per module, even when several threads submit its first ops at once */
+	pthread_mutex_lock(&h->lock);
+	Cuda_Module *m = op->module;
+	if (!m->module) {
+		void *cubin = NULL;
+		size_t size = 0;
+		st = cuda_nvrtc_compile(m->name, m->source, m->include_dir, h->cc_major * 10 + h->cc_minor, &cubin, &size);
+		if (st == DATAFLOW_OK) {
+			char what[512];
+			snprintf(what, sizeof(what), "cuModuleLoadData(%.400s)", m->name);
+			st = cuda_check(h->cu->cuModuleLoadData(&m->module, cubin), h->base.device_index, what);
+		}
+		free(cubin);
+	}
+	if (st == DATAFLOW_OK && !op->function) {
+		char what[512];
+		snprintf(what, sizeof(what), "cuModuleGetFunction(%s in %.300s)", op->kernel_name, m->name);
+		st = cuda_check(h->cu->cuModuleGetFunction(&op->function, m->module, op->kernel_name),
+				h->base.device_index, what);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return st;
+}
+
+static Dataflow_Status check_tensor(void *ctx, const void *ptr, const char *what)
+{
+	return cuda_check_device_range(ctx, ptr, 1, 1, NULL, what);
+}
+
+static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, const Op *op, int stream_id)
+{
+	Dataflow_Launch_Config c = {{0, 0, 0}, {0, 0, 0}, 0, 1};
+	Dataflow_Status st = rec->launch(&h->base, op, rec->state.data, &c);
+	if (st != DATAFLOW_OK)
+		return st;
+	if (c.grid[0] == 0)
+		return DATAFLOW_OK; /* the launch function found nothing to do (n == 0) */
+	for (int d = 0; d < 3; d++)
+		if (c.grid[d] == 0 || c.block[d] == 0)
+			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+						  "op '%s': launch function chose grid (%u, %u, %u), block (%u, %u, %u); "
+						  "every dimension must be >= 1",
+						  op->skeleton.nickname, c.grid[0], c.grid[1], c.grid[2], c.block[0],
+						  c.block[1], c.block[2]);
+	st = cuda_op_function(h, rec);
+	if (st != DATAFLOW_OK)
+		return st;
+	char what[sizeof(rec->kernel_name) + 32];
+	snprintf(what, sizeof(what), "cuLaunchKernel(%s)", rec->kernel_name);
+	return cuda_check(h->cu->cuLaunchKernel(rec->function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
+						c.block[2], c.shared_mem_bytes, h->streams[stream_id].stream,
+						(void **)op->op_args, NULL),
+			  h->base.device_index, what);
+}
+
+Dataflow_Status cuda_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
+{
+	Cuda_Handle *ch = cuda_of(h);
+	Dataflow_Status st = cuda_enter(ch, stream_id, "submit_op");
+	if (st != DATAFLOW_OK)
+		return st;
+	if (!op)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "submit_op: op is NULL");
+	Cuda_Op *rec = dataflow_op_table_lookup(h->op_table, op->skeleton.fingerprint);
+	if (!rec)
+		return dataflow_op_table_unknown_error(h->op_table, &op->skeleton);
+	st = dataflow_op_check(op, &rec->skeleton, check_tensor, ch);
+	if (st != DATAFLOW_OK)
+		return st;
+	if (!rec->external)
+		return launch_native(ch, rec, op, stream_id);
+	st = rec->external(h, stream_id, op, rec->state.data);
+	if (st != DATAFLOW_OK) {
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", dataflow_last_error());
+		return dataflow_set_error(st, "external op '%s' failed: %s", op->skeleton.nickname, msg);
+	}
+	return DATAFLOW_OK;
+}
