@@ -14,15 +14,11 @@ and Handle(threads=N). The two libraries take turns in blocks of calls (see time
 import argparse
 import json
 import os
-import platform
 import re
-import statistics
 import subprocess
 import sys
-import time
 
-TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-SECONDS_PER_MEASUREMENT = 2.0  # timed calls per (size, dtype, library) take about this long
+from harness import TORCH_DTYPES, import_dataflow, machine_info, timed_medians
 
 
 def parse_args():
@@ -40,26 +36,6 @@ def parse_args():
     return args
 
 
-def timed_medians(fns, rounds=3):
-    """Median seconds per call of each fn, after a warm-up call each. The fns take turns in
-    `rounds` blocks of calls, so load that comes and goes on a shared machine hits them alike,
-    while one runtime's spin-waiting workers only touch the first call of the other's block."""
-    firsts = []
-    for fn in fns:
-        t0 = time.perf_counter()
-        fn()
-        firsts.append(time.perf_counter() - t0)
-    calls = [max(1, min(20, int(SECONDS_PER_MEASUREMENT / rounds / max(t, 1e-6)))) for t in firsts]
-    times = [[] for _ in fns]
-    for _ in range(rounds):
-        for fn, n, ts in zip(fns, calls, times):
-            for _ in range(n):
-                t0 = time.perf_counter()
-                fn()
-                ts.append(time.perf_counter() - t0)
-    return [statistics.median(ts) for ts in times]
-
-
 PATH_PROBE = """
 import sys, numpy as np, dataflow as df
 h = df.Handle(sys.argv[1], streams=1, device_memory="64MiB")
@@ -71,12 +47,13 @@ for dt in sys.argv[2].split(","):
 """
 
 
-def matmul_paths(backend, dtypes):
+def matmul_paths(backend, dtypes, df):
     """Which engine the host matmul ran per dtype: oneDNN's implementation name from its
-    verbose log (read in a subprocess), else the portable fallback."""
+    verbose log (read in a subprocess that imports the same dataflow as the bench), else the
+    portable fallback."""
     if backend != "host":
         return {d: "n/a" for d in dtypes}
-    env = dict(os.environ, ONEDNN_VERBOSE="1")
+    env = dict(os.environ, ONEDNN_VERBOSE="1", PYTHONPATH=os.path.dirname(os.path.dirname(df.__file__)))
     out = subprocess.run([sys.executable, "-c", PATH_PROBE, backend, ",".join(dtypes)], env=env,
                          capture_output=True, text=True).stdout
     paths, version, current = {}, None, None
@@ -91,21 +68,13 @@ def matmul_paths(backend, dtypes):
     return {d: paths.get(d, "unknown") for d in dtypes}
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
-
-
 def main():
     args = parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import numpy as np
     import torch
 
-    import dataflow as df
+    df = import_dataflow()
 
     torch.set_num_threads(args.threads)
     device = "cpu" if args.backend == "host" else args.backend
@@ -141,10 +110,9 @@ def main():
     h.close()
 
     result = dict(
-        bench="matmul", backend=args.backend, threads=args.threads, matmul_path=matmul_paths(args.backend, args.dtypes),
-        machine=dict(cpu=cpu_model(), cpus=os.cpu_count(), affinity=len(os.sched_getaffinity(0)),
-                     python=platform.python_version(), torch=torch.__version__, dataflow=df.__version__,
-                     env={k: os.environ[k] for k in ("DATAFLOW_HOST_MATMUL", "DATAFLOW_SIMD") if k in os.environ}),
+        bench="matmul", backend=args.backend, threads=args.threads,
+        matmul_path=matmul_paths(args.backend, args.dtypes, df),
+        machine=machine_info(),
         rows=rows)
     print(json.dumps(result, indent=2))
     big = [r for r in rows if r["size"] >= 1024] or rows

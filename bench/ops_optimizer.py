@@ -1,110 +1,81 @@
-"""adamw_step and grad_norm_sq on the host backend vs PyTorch CPU in the same run, same
-thread count. Prints JSON and a one-line summary. Ratios are torch_time / dataflow_time
-(> 1: dataflow faster). Bandwidth fraction = bytes moved per step / time, over numpy
-memcpy bandwidth measured in the same run (torch copy_ of an n x fp32 buffer, same threads)."""
-import argparse
-import json
-import time
+"""adamw_step and grad_norm_sq vs PyTorch CPU, on one 25M-element parameter (--quick: 1M).
+
+Peers: adamw_step fp32 vs torch.optim.AdamW (default, then fused=True: row adamw_step_vs_fused);
+bf16 param + bf16 grad + fp32 master vs fp32 AdamW on the master plus the copy to the bf16
+param; grad_norm_sq (fp32) vs torch.linalg.vector_norm. All memory-bound: bytes count each
+buffer read and written once per step. grad_norm_sq only reads, so it can pass 1.0 of memcpy
+(which reads and writes).
+
+    python bench/ops_optimizer.py [--threads 2] [--dtypes fp32,bf16] [--quick]
+"""
+import itertools
 
 import numpy as np
 import torch
 
-import dataflow as df
+import harness
+from harness import Case
+
+df = harness.import_dataflow()
 
 
-def best(fn, reps):
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=25_000_000)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=5)
-    args = ap.parse_args()
-    n, T = args.n, args.threads
-    torch.set_num_threads(T)
+def _host(n):
     rng = np.random.default_rng(0)
-    p0 = rng.standard_normal(n).astype(np.float32)
-    g0 = (rng.standard_normal(n) * 0.01).astype(np.float32)
-    res = {"n": n, "threads": T}
+    return rng.standard_normal(n).astype(np.float32), (rng.standard_normal(n) * 0.01).astype(np.float32)
 
-    src, dst = torch.ones(n), torch.empty(n)
-    t = best(lambda: dst.copy_(src), args.reps)
-    res["memcpy_GBps"] = 2 * n * 4 / t / 1e9  # read + write
 
-    with df.Handle("host", threads=T, device_memory=f"{n * 40 + (1 << 26)}B") as h:
-        # ---- adamw fp32 ----
-        p, g = h.from_numpy(p0), h.from_numpy(g0)
-        m, v = h.zeros(n), h.zeros(n)
-        step = [0]
+def _adamw_fp32(h, n, fused):
+    p0, g0 = _host(n)
+    p, g, m, v = h.from_numpy(p0), h.from_numpy(g0), h.zeros(n), h.zeros(n)
+    steps = itertools.count(1)
+    tp = torch.nn.Parameter(torch.from_numpy(p0))
+    tp.grad = torch.from_numpy(g0)
+    opt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=1e-2, fused=fused)
+    return Case("adamw_step_vs_fused" if fused else "adamw_step", "fwd", "fp32", str(n),
+                harness.synced(h, lambda: df.ops.adamw_step(h, p, g, m, v, next(steps))), opt.step,
+                f"torch.optim.AdamW(fused={fused})", bytes=n * 4 * (2 + 1 + 2 + 2))  # p rw, g r, m rw, v rw
 
-        def ours():
-            step[0] += 1
-            df.ops.adamw_step(h, p, g, m, v, step[0])
-            h.sync()
-        tp = torch.nn.Parameter(torch.from_numpy(p0.copy()))
-        tp.grad = torch.from_numpy(g0.copy())
-        opt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=1e-2)
-        ours_t, torch_t = best(ours, args.reps), best(opt.step, args.reps)
-        bytes_fp32 = n * 4 * (2 + 1 + 2 + 2)  # p rw, g r, m rw, v rw
-        res["adamw_fp32"] = dict(dataflow_ms=ours_t * 1e3, torch_ms=torch_t * 1e3, ratio=torch_t / ours_t,
-                                 GBps=bytes_fp32 / ours_t / 1e9, bw_frac=bytes_fp32 / ours_t / 1e9 / res["memcpy_GBps"])
-        tf = torch.nn.Parameter(torch.from_numpy(p0.copy()))
-        tf.grad = tp.grad
-        optf = torch.optim.AdamW([tf], lr=1e-3, weight_decay=1e-2, fused=True)
-        res["adamw_fp32"]["torch_fused_ms"] = best(optf.step, args.reps) * 1e3
-        res["adamw_fp32"]["ratio_vs_fused"] = res["adamw_fp32"]["torch_fused_ms"] / 1e3 / ours_t
-        del p, m, v, tp, opt, tf, optf
 
-        # ---- adamw bf16 param + bf16 grad + fp32 master (torch: fp32 AdamW + copy to bf16) ----
-        pb, gb, master = h.from_numpy(p0, dtype="bf16"), h.from_numpy(g0, dtype="bf16"), h.from_numpy(p0)
-        m, v = h.zeros(n), h.zeros(n)
+def _adamw_bf16_master(h, n):
+    p0, g0 = _host(n)
+    pb, gb, master = h.from_numpy(p0, dtype="bf16"), h.from_numpy(g0, dtype="bf16"), h.from_numpy(p0)
+    m, v = h.zeros(n), h.zeros(n)
+    steps = itertools.count(1)
+    tp = torch.nn.Parameter(torch.from_numpy(p0.copy()))
+    tgb, tpb = torch.from_numpy(g0).bfloat16(), tp.detach().bfloat16()
+    opt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=1e-2)
 
-        def ours_bf16():
-            step[0] += 1
-            df.ops.adamw_step(h, pb, gb, m, v, step[0], master=master)
-            h.sync()
-        tp = torch.nn.Parameter(torch.from_numpy(p0.copy()))
-        tgb = torch.from_numpy(g0.copy()).bfloat16()
-        tpb = tp.detach().bfloat16()
-        opt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=1e-2)
+    def theirs():
+        tp.grad = tgb.float()
+        opt.step()
+        tpb.copy_(tp.detach())
 
-        def torch_bf16():
-            tp.grad = tgb.float()
-            opt.step()
-            tpb.copy_(tp.detach())
-        ours_t, torch_t = best(ours_bf16, args.reps), best(torch_bf16, args.reps)
-        bytes_bf16 = n * (2 + 2 + 4 * 2 + 4 * 2 + 4 * 2)  # param w, grad r, master rw, m rw, v rw
-        res["adamw_bf16_master"] = dict(dataflow_ms=ours_t * 1e3, torch_ms=torch_t * 1e3, ratio=torch_t / ours_t,
-                                        GBps=bytes_bf16 / ours_t / 1e9,
-                                        bw_frac=bytes_bf16 / ours_t / 1e9 / res["memcpy_GBps"])
-        del pb, master, m, v, tp, opt
+    return Case("adamw_step", "fwd", "bf16", f"{n} (+fp32 master)",
+                harness.synced(h, lambda: df.ops.adamw_step(h, pb, gb, m, v, next(steps), master=master)), theirs,
+                "fp32 torch.optim.AdamW on the master + copy_ to bf16",
+                bytes=n * (2 + 2 + 4 * 2 + 4 * 2 + 4 * 2))  # param w, grad r, master rw, m rw, v rw
 
-        # ---- grad_norm_sq fp32 ----
-        out = h.empty(1)
-        ws = h.empty(df.ops.grad_norm_sq_workspace_bytes(n) // 8, "fp64")
 
-        def ours_norm():
-            df.ops.grad_norm_sq(h, g, out=out, workspace=ws)
-            h.sync()
-        tg = torch.from_numpy(g0.copy())
-        ours_t = best(ours_norm, args.reps)
-        torch_t = best(lambda: torch.linalg.vector_norm(tg).item(), args.reps)
-        res["grad_norm_sq_fp32"] = dict(dataflow_ms=ours_t * 1e3, torch_ms=torch_t * 1e3, ratio=torch_t / ours_t,
-                                        GBps=n * 4 / ours_t / 1e9)
-    print(json.dumps(res, indent=1))
-    print(f"n={n} threads={T} memcpy={res['memcpy_GBps']:.1f}GB/s | adamw fp32 {res['adamw_fp32']['ratio']:.2f}x torch "
-          f"({res['adamw_fp32']['ratio_vs_fused']:.2f}x fused=True, {res['adamw_fp32']['bw_frac']:.2f} of memcpy) | adamw bf16+master {res['adamw_bf16_master']['ratio']:.2f}x "
-          f"torch ({res['adamw_bf16_master']['bw_frac']:.2f} of memcpy) | grad_norm_sq {res['grad_norm_sq_fp32']['ratio']:.2f}x "
-          f"torch vector_norm")
+def _grad_norm_sq(h, n):
+    _, g0 = _host(n)
+    g, out = h.from_numpy(g0), h.empty(1)
+    ws = h.empty(df.ops.grad_norm_sq_workspace_bytes(n) // 8, "fp64")
+    tg = torch.from_numpy(g0)
+    return Case("grad_norm_sq", "fwd", "fp32", str(n),
+                harness.synced(h, lambda: df.ops.grad_norm_sq(h, g, out=out, workspace=ws)),
+                lambda: torch.linalg.vector_norm(tg).item(), "torch.linalg.vector_norm(g).item()", bytes=n * 4)
+
+
+def cases(h, args):
+    n = 1_000_000 if args.quick else 25_000_000
+    if "fp32" in args.dtypes:
+        yield _adamw_fp32(h, n, fused=False)
+        yield _adamw_fp32(h, n, fused=True)
+    if "bf16" in args.dtypes:
+        yield _adamw_bf16_master(h, n)
+    if "fp32" in args.dtypes:
+        yield _grad_norm_sq(h, n)
 
 
 if __name__ == "__main__":
-    main()
+    harness.main({"optimizer": cases})
