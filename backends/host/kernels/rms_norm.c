@@ -1,0 +1,327 @@
+/* rms_norm forward and bwd_x, row by row in fp32 (bwd_w, a reduction over rows, is in
+ * rms_norm_bwd_w.c). Forward, as Hugging Face LlamaRMSNorm:
+ *   rstd = 1 / sqrt(sum(x^2) / hidden + eps),   y = w * to_dtype(x * rstd)
+ * the normalized row rounded to x's dtype before the weight multiply and the product rounded
+ * again, as `weight * hidden_states.to(input_dtype)` does. Backward, with g = dy * w:
+ *   dx = rstd * (g - x * (rstd^2 * (sum(g * x) / hidden)))
+ * rounded once. The row sums are the 16-lane sums of simd_math.h, so every path gives the
+ * same bits. y may alias x and dx may alias dy or x: a row is read whole (for its sum)
+ * before any of it is written, and the second pass reads each element before writing it. */
+#include <math.h>
+
+#include "dataflow/host_kernel.h"
+#include "simd_math.h"
+
+/* parts are whole rows, at least 32 KiB of x each */
+#define PART_MIN_BYTES 32768
+
+typedef struct {
+	int64_t rows, hidden;
+	float eps;
+	const void *x, *w;
+	void *y;
+	float *rstd;
+} Rms_Norm_Args;
+
+static inline float rms_norm_rstd(float sum_sq, int64_t hidden, float eps)
+{
+	return 1.0f / sqrtf(sum_sq / (float)hidden + eps);
+}
+
+static inline int64_t row_offset(int64_t row, int64_t hidden, DataflowDatatype dt)
+{
+	return row * hidden * (dt == DATAFLOW_FP32 ? 4 : 2);
+}
+
+SIMD_TARGET_AVX512 static SIMD_INLINE void rms_norm_rows_avx512(const Rms_Norm_Args *a, int64_t r0, int64_t r1,
+								DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *x = (const char *)a->x + row_offset(r, h, dt);
+		char *y = (char *)a->y + row_offset(r, h, dt);
+		__m512 acc = _mm512_setzero_ps();
+		int64_t j = 0;
+		for (; j < h16; j += 16) {
+			__m512 v = simd_load16_avx512(x, j, dt);
+			acc = _mm512_add_ps(acc, _mm512_mul_ps(v, v));
+		}
+		float sum = simd_hsum16_avx512(acc);
+		for (; j < h; j++) {
+			float v = scalar_load(x, j, dt);
+			sum += v * v;
+		}
+		float rstd = rms_norm_rstd(sum, h, a->eps);
+		a->rstd[r] = rstd;
+		__m512 rs = _mm512_set1_ps(rstd);
+		for (j = 0; j < h16; j += 16) {
+			__m512 q = simd_round16_avx512(_mm512_mul_ps(simd_load16_avx512(x, j, dt), rs), dt);
+			simd_store16_avx512(y, j, _mm512_mul_ps(simd_load16_avx512(a->w, j, dt), q), dt);
+		}
+		for (; j < h; j++)
+			scalar_store(y, j, scalar_load(a->w, j, dt) * scalar_round(scalar_load(x, j, dt) * rstd, dt), dt);
+	}
+}
+
+SIMD_TARGET_AVX2 static SIMD_INLINE void rms_norm_rows_avx2(const Rms_Norm_Args *a, int64_t r0, int64_t r1,
+							    DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15, h8 = h & ~(int64_t)7;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *x = (const char *)a->x + row_offset(r, h, dt);
+		char *y = (char *)a->y + row_offset(r, h, dt);
+		__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+		int64_t j = 0;
+		for (; j < h16; j += 16) {
+			__m256 v0 = simd_load8_avx2(x, j, dt), v1 = simd_load8_avx2(x, j + 8, dt);
+			lo = _mm256_add_ps(lo, _mm256_mul_ps(v0, v0));
+			hi = _mm256_add_ps(hi, _mm256_mul_ps(v1, v1));
+		}
+		float sum = simd_hsum16_avx2(lo, hi);
+		for (; j < h; j++) {
+			float v = scalar_load(x, j, dt);
+			sum += v * v;
+		}
+		float rstd = rms_norm_rstd(sum, h, a->eps);
+		a->rstd[r] = rstd;
+		__m256 rs = _mm256_set1_ps(rstd);
+		for (j = 0; j < h8; j += 8) {
+			__m256 q = simd_round8_avx2(_mm256_mul_ps(simd_load8_avx2(x, j, dt), rs), dt);
+			simd_store8_avx2(y, j, _mm256_mul_ps(simd_load8_avx2(a->w, j, dt), q), dt);
+		}
+		for (; j < h; j++)
+			scalar_store(y, j, scalar_load(a->w, j, dt) * scalar_round(scalar_load(x, j, dt) * rstd, dt), dt);
+	}
+}
+
+static SIMD_INLINE void rms_norm_rows_scalar(const Rms_Norm_Args *a, int64_t r0, int64_t r1, DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *x = (const char *)a->x + row_offset(r, h, dt);
+		char *y = (char *)a->y + row_offset(r, h, dt);
+		float acc[16] = {0};
+		int64_t j = 0;
+		for (; j < h16; j += 16)
+			for (int l = 0; l < 16; l++) {
+				float v = scalar_load(x, j + l, dt);
+				acc[l] += v * v;
+			}
+		float sum = scalar_hsum16(acc);
+		for (; j < h; j++) {
+			float v = scalar_load(x, j, dt);
+			sum += v * v;
+		}
+		float rstd = rms_norm_rstd(sum, h, a->eps);
+		a->rstd[r] = rstd;
+		for (j = 0; j < h; j++)
+			scalar_store(y, j, scalar_load(a->w, j, dt) * scalar_round(scalar_load(x, j, dt) * rstd, dt), dt);
+	}
+}
+
+SIMD_DTYPE_KERNEL(rms_norm_fp32_rows, rms_norm_rows, Rms_Norm_Args, DATAFLOW_FP32)
+SIMD_DTYPE_KERNEL(rms_norm_fp16_rows, rms_norm_rows, Rms_Norm_Args, DATAFLOW_FP16)
+SIMD_DTYPE_KERNEL(rms_norm_bf16_rows, rms_norm_rows, Rms_Norm_Args, DATAFLOW_BF16)
+
+/* Args: rows, hidden, eps, x, w, y, rstd. */
+static Rms_Norm_Args rms_norm_args(void **args, int part, int num_parts, int64_t *r0, int64_t *r1)
+{
+	Rms_Norm_Args a = {DATAFLOW_ARG(args, 0, int64_t),	 DATAFLOW_ARG(args, 1, int64_t),
+			   DATAFLOW_ARG(args, 2, float),	 DATAFLOW_ARG(args, 3, const void *),
+			   DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, void *),
+			   DATAFLOW_ARG(args, 6, float *)};
+	dataflow_part_range(a.rows, part, num_parts, 1, r0, r1);
+	return a;
+}
+
+void dataflow_host_rms_norm_fp32(void **args, int part, int num_parts)
+{
+	int64_t r0, r1;
+	Rms_Norm_Args a = rms_norm_args(args, part, num_parts, &r0, &r1);
+	rms_norm_fp32_rows(&a, r0, r1);
+}
+
+void dataflow_host_rms_norm_fp16(void **args, int part, int num_parts)
+{
+	int64_t r0, r1;
+	Rms_Norm_Args a = rms_norm_args(args, part, num_parts, &r0, &r1);
+	rms_norm_fp16_rows(&a, r0, r1);
+}
+
+void dataflow_host_rms_norm_bf16(void **args, int part, int num_parts)
+{
+	int64_t r0, r1;
+	Rms_Norm_Args a = rms_norm_args(args, part, num_parts, &r0, &r1);
+	rms_norm_bf16_rows(&a, r0, r1);
+}
+
+/* ---- bwd_x ---- */
+
+typedef struct {
+	int64_t rows, hidden;
+	const void *dy, *x, *w;
+	const float *rstd;
+	void *dx;
+} Rms_Norm_Bwd_X_Args;
+
+/* rstd^2 * mean(g * x) */
+static inline float rms_norm_bwd_x_scale(float rstd, float sum_gx, int64_t hidden)
+{
+	return (rstd * rstd) * (sum_gx / (float)hidden);
+}
+
+SIMD_TARGET_AVX512 static SIMD_INLINE void rms_norm_bwd_x_rows_avx512(const Rms_Norm_Bwd_X_Args *a, int64_t r0,
+								      int64_t r1, DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *dy = (const char *)a->dy + row_offset(r, h, dt), *x = (const char *)a->x + row_offset(r, h, dt);
+		char *dx = (char *)a->dx + row_offset(r, h, dt);
+		__m512 acc = _mm512_setzero_ps();
+		int64_t j = 0;
+		for (; j < h16; j += 16) {
+			__m512 g = _mm512_mul_ps(simd_load16_avx512(dy, j, dt), simd_load16_avx512(a->w, j, dt));
+			acc = _mm512_add_ps(acc, _mm512_mul_ps(g, simd_load16_avx512(x, j, dt)));
+		}
+		float sum = simd_hsum16_avx512(acc);
+		for (; j < h; j++)
+			sum += (scalar_load(dy, j, dt) * scalar_load(a->w, j, dt)) * scalar_load(x, j, dt);
+		float rstd = a->rstd[r], c = rms_norm_bwd_x_scale(rstd, sum, h);
+		__m512 rs = _mm512_set1_ps(rstd), cs = _mm512_set1_ps(c);
+		for (j = 0; j < h16; j += 16) {
+			__m512 g = _mm512_mul_ps(simd_load16_avx512(dy, j, dt), simd_load16_avx512(a->w, j, dt));
+			__m512 xc = _mm512_mul_ps(simd_load16_avx512(x, j, dt), cs);
+			simd_store16_avx512(dx, j, _mm512_mul_ps(rs, _mm512_sub_ps(g, xc)), dt);
+		}
+		for (; j < h; j++) {
+			float g = scalar_load(dy, j, dt) * scalar_load(a->w, j, dt);
+			scalar_store(dx, j, rstd * (g - scalar_load(x, j, dt) * c), dt);
+		}
+	}
+}
+
+SIMD_TARGET_AVX2 static SIMD_INLINE void rms_norm_bwd_x_rows_avx2(const Rms_Norm_Bwd_X_Args *a, int64_t r0,
+								  int64_t r1, DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15, h8 = h & ~(int64_t)7;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *dy = (const char *)a->dy + row_offset(r, h, dt), *x = (const char *)a->x + row_offset(r, h, dt);
+		char *dx = (char *)a->dx + row_offset(r, h, dt);
+		__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+		int64_t j = 0;
+		for (; j < h16; j += 16) {
+			__m256 g0 = _mm256_mul_ps(simd_load8_avx2(dy, j, dt), simd_load8_avx2(a->w, j, dt));
+			__m256 g1 = _mm256_mul_ps(simd_load8_avx2(dy, j + 8, dt), simd_load8_avx2(a->w, j + 8, dt));
+			lo = _mm256_add_ps(lo, _mm256_mul_ps(g0, simd_load8_avx2(x, j, dt)));
+			hi = _mm256_add_ps(hi, _mm256_mul_ps(g1, simd_load8_avx2(x, j + 8, dt)));
+		}
+		float sum = simd_hsum16_avx2(lo, hi);
+		for (; j < h; j++)
+			sum += (scalar_load(dy, j, dt) * scalar_load(a->w, j, dt)) * scalar_load(x, j, dt);
+		float rstd = a->rstd[r], c = rms_norm_bwd_x_scale(rstd, sum, h);
+		__m256 rs = _mm256_set1_ps(rstd), cs = _mm256_set1_ps(c);
+		for (j = 0; j < h8; j += 8) {
+			__m256 g = _mm256_mul_ps(simd_load8_avx2(dy, j, dt), simd_load8_avx2(a->w, j, dt));
+			__m256 xc = _mm256_mul_ps(simd_load8_avx2(x, j, dt), cs);
+			simd_store8_avx2(dx, j, _mm256_mul_ps(rs, _mm256_sub_ps(g, xc)), dt);
+		}
+		for (; j < h; j++) {
+			float g = scalar_load(dy, j, dt) * scalar_load(a->w, j, dt);
+			scalar_store(dx, j, rstd * (g - scalar_load(x, j, dt) * c), dt);
+		}
+	}
+}
+
+static SIMD_INLINE void rms_norm_bwd_x_rows_scalar(const Rms_Norm_Bwd_X_Args *a, int64_t r0, int64_t r1,
+						   DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *dy = (const char *)a->dy + row_offset(r, h, dt), *x = (const char *)a->x + row_offset(r, h, dt);
+		char *dx = (char *)a->dx + row_offset(r, h, dt);
+		float acc[16] = {0};
+		int64_t j = 0;
+		for (; j < h16; j += 16)
+			for (int l = 0; l < 16; l++)
+				acc[l] += (scalar_load(dy, j + l, dt) * scalar_load(a->w, j + l, dt)) *
+					  scalar_load(x, j + l, dt);
+		float sum = scalar_hsum16(acc);
+		for (; j < h; j++)
+			sum += (scalar_load(dy, j, dt) * scalar_load(a->w, j, dt)) * scalar_load(x, j, dt);
+		float rstd = a->rstd[r], c = rms_norm_bwd_x_scale(rstd, sum, h);
+		for (j = 0; j < h; j++) {
+			float g = scalar_load(dy, j, dt) * scalar_load(a->w, j, dt);
+			scalar_store(dx, j, rstd * (g - scalar_load(x, j, dt) * c), dt);
+		}
+	}
+}
+
+SIMD_DTYPE_KERNEL(rms_norm_bwd_x_fp32_rows, rms_norm_bwd_x_rows, Rms_Norm_Bwd_X_Args, DATAFLOW_FP32)
+SIMD_DTYPE_KERNEL(rms_norm_bwd_x_fp16_rows, rms_norm_bwd_x_rows, Rms_Norm_Bwd_X_Args, DATAFLOW_FP16)
+SIMD_DTYPE_KERNEL(rms_norm_bwd_x_bf16_rows, rms_norm_bwd_x_rows, Rms_Norm_Bwd_X_Args, DATAFLOW_BF16)
+
+/* Args: rows, hidden, dy, x, w, rstd, dx. */
+static Rms_Norm_Bwd_X_Args rms_norm_bwd_x_args(void **args, int part, int num_parts, int64_t *r0, int64_t *r1)
+{
+	Rms_Norm_Bwd_X_Args a = {DATAFLOW_ARG(args, 0, int64_t),	DATAFLOW_ARG(args, 1, int64_t),
+				 DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const void *),
+				 DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, const float *),
+				 DATAFLOW_ARG(args, 6, void *)};
+	dataflow_part_range(a.rows, part, num_parts, 1, r0, r1);
+	return a;
+}
+
+void dataflow_host_rms_norm_bwd_x_fp32(void **args, int part, int num_parts)
+{
+	int64_t r0, r1;
+	Rms_Norm_Bwd_X_Args a = rms_norm_bwd_x_args(args, part, num_parts, &r0, &r1);
+	rms_norm_bwd_x_fp32_rows(&a, r0, r1);
+}
+
+void dataflow_host_rms_norm_bwd_x_fp16(void **args, int part, int num_parts)
+{
+	int64_t r0, r1;
+	Rms_Norm_Bwd_X_Args a = rms_norm_bwd_x_args(args, part, num_parts, &r0, &r1);
+	rms_norm_bwd_x_fp16_rows(&a, r0, r1);
+}
+
+void dataflow_host_rms_norm_bwd_x_bf16(void **args, int part, int num_parts)
+{
+	int64_t r0, r1;
+	Rms_Norm_Bwd_X_Args a = rms_norm_bwd_x_args(args, part, num_parts, &r0, &r1);
+	rms_norm_bwd_x_bf16_rows(&a, r0, r1);
+}
+
+/* ---- launch ---- */
+
+/* Whole rows per part, at least PART_MIN_BYTES of x each. Args 0 and 1 are rows and hidden,
+ * arg 3 is x in both ops. Shapes were validated by libdataflowops. */
+static Dataflow_Status rms_norm_row_launch(const Op *op, Dataflow_Launch_Config *config)
+{
+	int64_t rows = *(const int64_t *)op->op_args[0], hidden = *(const int64_t *)op->op_args[1];
+	if (rows <= 0 || hidden <= 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "%s: rows and hidden must be > 0, got %lld and %lld", op->skeleton.nickname,
+					  (long long)rows, (long long)hidden);
+	int64_t row_bytes = hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[3]);
+	config->num_parts = dataflow_elementwise_parts(rows, (PART_MIN_BYTES + row_bytes - 1) / row_bytes);
+	return DATAFLOW_OK;
+}
+
+/* Args: rows, hidden, eps, x, w, y, rstd. */
+Dataflow_Status dataflow_host_rms_norm_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					      Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	return rms_norm_row_launch(op, config);
+}
+
+/* Args: rows, hidden, dy, x, w, rstd, dx. */
+Dataflow_Status dataflow_host_rms_norm_bwd_x_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+						    Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	return rms_norm_row_launch(op, config);
+}
