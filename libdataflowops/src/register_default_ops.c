@@ -116,7 +116,7 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 		add_variant(nat, &s, b, name, "launch");
 		dataflow_rms_norm_bwd_x_skeleton(&s, in);
 		add_variant(nat, &s, b, name, "launch");
-		dataflow_rms_norm_bwd_w_skeleton(&s, in);
+		dataflow_rms_norm_bwd_w_partials_skeleton(&s, in);
 		add_variant(nat, &s, b, name, "launch");
 		dataflow_rms_norm_bwd_w_reduce_skeleton(&s, in);
 		add_variant(nat, &s, b, name, "launch");

@@ -25,14 +25,14 @@ Dataflow_Status dataflow_rms_norm_bwd_x_skeleton(Op_Skeleton *skeleton, Dataflow
 	return dataflow_op_skeleton_init(skeleton, "rms_norm_bwd_x", 7, dtypes);
 }
 
-Dataflow_Status dataflow_rms_norm_bwd_w_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype)
+Dataflow_Status dataflow_rms_norm_bwd_w_partials_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype)
 {
 	Dataflow_Status st = ops_check_dtype("rms_norm_bwd_w", "dy/x", dtype, norm_dtypes, 3);
 	if (st != DATAFLOW_OK)
 		return st;
 	DataflowDatatype dtypes[] = {DATAFLOW_INT64_SCALAR, DATAFLOW_INT64_SCALAR, dtype, dtype, DATAFLOW_FP32,
 				     DATAFLOW_FP32};
-	return dataflow_op_skeleton_init(skeleton, "rms_norm_bwd_w", 6, dtypes);
+	return dataflow_op_skeleton_init(skeleton, "rms_norm_bwd_w_partials", 6, dtypes);
 }
 
 Dataflow_Status dataflow_rms_norm_bwd_w_reduce_skeleton(Op_Skeleton *skeleton, DataflowDatatype dw_dtype)
@@ -44,12 +44,12 @@ Dataflow_Status dataflow_rms_norm_bwd_w_reduce_skeleton(Op_Skeleton *skeleton, D
 	return dataflow_op_skeleton_init(skeleton, "rms_norm_bwd_w_reduce", 4, dtypes);
 }
 
-uint64_t dataflow_rms_norm_bwd_w_workspace_bytes(int64_t rows, int64_t hidden)
+int64_t dataflow_rms_norm_bwd_w_workspace_bytes(int64_t rows, int64_t hidden)
 {
 	int64_t blocks = (rows + DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS - 1) / DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS;
 	if (rows <= 0 || hidden <= 0 || blocks > INT64_MAX / 16 / hidden)
 		return 0;
-	return (uint64_t)blocks * (uint64_t)hidden * sizeof(float);
+	return blocks * hidden * (int64_t)sizeof(float);
 }
 
 /* The checks every rms_norm op shares: rows, hidden > 0, rows * hidden in range, x and w. */
@@ -128,7 +128,7 @@ Dataflow_Status dataflow_submit_rms_norm_bwd_w(Dataflow_Handle *handle, int stre
 	DataflowDatatype dw_allowed[] = {dtype, DATAFLOW_FP32};
 	Dataflow_Status st = ops_check_handle("rms_norm_bwd_w", handle);
 	if (st == DATAFLOW_OK)
-		st = dataflow_rms_norm_bwd_w_skeleton(&partial, dtype);
+		st = dataflow_rms_norm_bwd_w_partials_skeleton(&partial, dtype);
 	if (st == DATAFLOW_OK)
 		st = ops_check_dtype("rms_norm_bwd_w", "dw", dw_dtype, dw_allowed, 2);
 	if (st == DATAFLOW_OK)
@@ -141,7 +141,7 @@ Dataflow_Status dataflow_submit_rms_norm_bwd_w(Dataflow_Handle *handle, int stre
 		st = ops_check_tensor(handle, "rms_norm_bwd_w", "rstd", rstd, DATAFLOW_FP32, rows);
 	if (st == DATAFLOW_OK)
 		st = ops_check_tensor(handle, "rms_norm_bwd_w", "workspace", workspace, DATAFLOW_FP32,
-				      (int64_t)(dataflow_rms_norm_bwd_w_workspace_bytes(rows, hidden) / sizeof(float)));
+				      dataflow_rms_norm_bwd_w_workspace_bytes(rows, hidden) / (int64_t)sizeof(float));
 	if (st == DATAFLOW_OK)
 		st = ops_check_tensor(handle, "rms_norm_bwd_w", "dw", dw, dw_dtype, hidden);
 	/* both halves or neither: the reduce must be known before the partial sums are queued */

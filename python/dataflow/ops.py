@@ -478,8 +478,8 @@ def rms_norm_bwd_w(h, dy, x, rstd, dw=None, dw_dtype=None, workspace=None, strea
     """dw = sum over rows of dy * (x * rstd), in fp32 in a fixed order (the same bits for any
     thread count), rounded once to dw_dtype (x's dtype or fp32; default: dw's, else x's).
     workspace: fp32 of at least rms_norm_bwd_w_workspace_bytes(rows, hidden) bytes, kept
-    untouched until the op has run; when not given, one is made and freed (freeing waits for
-    the handle's queued work). Returns dw."""
+    untouched until the op has run; when not given, one is made and dropped on return (its
+    free waits for the handle's queued work, so pass one to stay asynchronous). Returns dw."""
     dy, x, rstd = (_array(a, f"rms_norm_bwd_w {n}") for a, n in ((dy, "dy"), (x, "x"), (rstd, "rstd")))
     rows, hidden = _rows(x, "rms_norm_bwd_w x")
     if dy.shape != x.shape or dy.dtype != x.dtype:
@@ -487,19 +487,15 @@ def rms_norm_bwd_w(h, dy, x, rstd, dw=None, dw_dtype=None, workspace=None, strea
     _check_rstd(rstd, rows, "rms_norm_bwd_w")
     dw_dtype = dw_dtype or (dw.dtype if dw is not None else x.dtype)
     dw = _like(h, dw, (hidden,), dw_dtype, "rms_norm_bwd_w dw")
-    scratch = None
+    nbytes = rms_norm_bwd_w_workspace_bytes(rows, hidden)
     if workspace is None:
-        scratch = workspace = h.empty((rms_norm_bwd_w_workspace_bytes(rows, hidden) // 4,), "fp32")
-    elif _array(workspace, "rms_norm_bwd_w workspace").dtype != "fp32":
-        raise BadArgumentError(f"rms_norm_bwd_w: workspace must be fp32, got {workspace.dtype}")
+        workspace = h.empty((nbytes // 4,), "fp32")
+    if _array(workspace, "rms_norm_bwd_w workspace").dtype != "fp32" or workspace.nbytes < nbytes:
+        raise BadArgumentError(f"rms_norm_bwd_w: workspace must be fp32 of at least {nbytes} bytes, got "
+                               f"{workspace.dtype} of {workspace.nbytes}")
     _same_handle(h, dy, x, rstd, dw, workspace)
-    try:
-        check(opslib.dataflow_submit_rms_norm_bwd_w(h._ptr(), stream, dtypes.enum(x.dtype), dtypes.enum(dw_dtype),
-                                                    rows, hidden, dy.cdata, x.cdata, rstd.cdata, workspace.cdata,
-                                                    dw.cdata))
-    finally:
-        if scratch is not None:
-            scratch.free()
+    check(opslib.dataflow_submit_rms_norm_bwd_w(h._ptr(), stream, dtypes.enum(x.dtype), dtypes.enum(dw_dtype), rows,
+                                                hidden, dy.cdata, x.cdata, rstd.cdata, workspace.cdata, dw.cdata))
     return dw
 
 

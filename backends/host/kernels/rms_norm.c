@@ -4,16 +4,48 @@
  * the normalized row rounded to x's dtype before the weight multiply and the product rounded
  * again, as `weight * hidden_states.to(input_dtype)` does. Backward, with g = dy * w:
  *   dx = rstd * (g - x * (rstd^2 * (sum(g * x) / hidden)))
- * rounded once. The row sums are the 16-lane sums of simd_math.h, so every path gives the
- * same bits. y may alias x and dx may alias dy or x: a row is read whole (for its sum)
+ * rounded once. Row sums run in 16 lanes (lane l takes elements l mod 16, in order; the
+ * lanes are then added l + 8, l + 4, l + 2, l + 1; the last hidden % 16 elements after that),
+ * with no fma, so every path gives the same bits. y may alias x and dx may alias dy or x: a row is read whole (for its sum)
  * before any of it is written, and the second pass reads each element before writing it. */
 #include <math.h>
 
 #include "dataflow/host_kernel.h"
-#include "simd_math.h"
+#include "simd_dtype.h"
 
 /* parts are whole rows, at least 32 KiB of x each */
 #define PART_MIN_BYTES 32768
+
+/* ---- the 16 lanes of a row sum, added l + 8, l + 4, l + 2, l + 1 ---- */
+
+SIMD_TARGET_AVX512 SIMD_INLINE float lanes_sum_avx512(__m512 a)
+{
+	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+	__m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), hi);
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+/* lanes 0-7 in lo, 8-15 in hi */
+SIMD_TARGET_AVX2 SIMD_INLINE float lanes_sum_avx2(__m256 lo, __m256 hi)
+{
+	__m256 s8 = _mm256_add_ps(lo, hi);
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+SIMD_INLINE float lanes_sum_scalar(const float a[16])
+{
+	float s8[8], s4[4];
+	for (int l = 0; l < 8; l++)
+		s8[l] = a[l] + a[l + 8];
+	for (int l = 0; l < 4; l++)
+		s4[l] = s8[l] + s8[l + 4];
+	return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+/* ---- forward ---- */
 
 typedef struct {
 	int64_t rows, hidden;
@@ -33,7 +65,7 @@ static inline int64_t row_offset(int64_t row, int64_t hidden, DataflowDatatype d
 	return row * hidden * (dt == DATAFLOW_FP32 ? 4 : 2);
 }
 
-SIMD_TARGET_AVX512 static SIMD_INLINE void rms_norm_rows_avx512(const Rms_Norm_Args *a, int64_t r0, int64_t r1,
+SIMD_TARGET_AVX512 SIMD_INLINE void rms_norm_rows_avx512(const Rms_Norm_Args *a, int64_t r0, int64_t r1,
 								DataflowDatatype dt)
 {
 	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
@@ -46,9 +78,9 @@ SIMD_TARGET_AVX512 static SIMD_INLINE void rms_norm_rows_avx512(const Rms_Norm_A
 			__m512 v = simd_load16_avx512(x, j, dt);
 			acc = _mm512_add_ps(acc, _mm512_mul_ps(v, v));
 		}
-		float sum = simd_hsum16_avx512(acc);
+		float sum = lanes_sum_avx512(acc);
 		for (; j < h; j++) {
-			float v = scalar_load(x, j, dt);
+			float v = simd_load1(x, j, dt);
 			sum += v * v;
 		}
 		float rstd = rms_norm_rstd(sum, h, a->eps);
@@ -59,11 +91,11 @@ SIMD_TARGET_AVX512 static SIMD_INLINE void rms_norm_rows_avx512(const Rms_Norm_A
 			simd_store16_avx512(y, j, _mm512_mul_ps(simd_load16_avx512(a->w, j, dt), q), dt);
 		}
 		for (; j < h; j++)
-			scalar_store(y, j, scalar_load(a->w, j, dt) * scalar_round(scalar_load(x, j, dt) * rstd, dt), dt);
+			simd_store1(y, j, simd_load1(a->w, j, dt) * simd_round1(simd_load1(x, j, dt) * rstd, dt), dt);
 	}
 }
 
-SIMD_TARGET_AVX2 static SIMD_INLINE void rms_norm_rows_avx2(const Rms_Norm_Args *a, int64_t r0, int64_t r1,
+SIMD_TARGET_AVX2 SIMD_INLINE void rms_norm_rows_avx2(const Rms_Norm_Args *a, int64_t r0, int64_t r1,
 							    DataflowDatatype dt)
 {
 	int64_t h = a->hidden, h16 = h & ~(int64_t)15, h8 = h & ~(int64_t)7;
@@ -77,9 +109,9 @@ SIMD_TARGET_AVX2 static SIMD_INLINE void rms_norm_rows_avx2(const Rms_Norm_Args 
 			lo = _mm256_add_ps(lo, _mm256_mul_ps(v0, v0));
 			hi = _mm256_add_ps(hi, _mm256_mul_ps(v1, v1));
 		}
-		float sum = simd_hsum16_avx2(lo, hi);
+		float sum = lanes_sum_avx2(lo, hi);
 		for (; j < h; j++) {
-			float v = scalar_load(x, j, dt);
+			float v = simd_load1(x, j, dt);
 			sum += v * v;
 		}
 		float rstd = rms_norm_rstd(sum, h, a->eps);
@@ -90,11 +122,11 @@ SIMD_TARGET_AVX2 static SIMD_INLINE void rms_norm_rows_avx2(const Rms_Norm_Args 
 			simd_store8_avx2(y, j, _mm256_mul_ps(simd_load8_avx2(a->w, j, dt), q), dt);
 		}
 		for (; j < h; j++)
-			scalar_store(y, j, scalar_load(a->w, j, dt) * scalar_round(scalar_load(x, j, dt) * rstd, dt), dt);
+			simd_store1(y, j, simd_load1(a->w, j, dt) * simd_round1(simd_load1(x, j, dt) * rstd, dt), dt);
 	}
 }
 
-static SIMD_INLINE void rms_norm_rows_scalar(const Rms_Norm_Args *a, int64_t r0, int64_t r1, DataflowDatatype dt)
+SIMD_INLINE void rms_norm_rows_scalar(const Rms_Norm_Args *a, int64_t r0, int64_t r1, DataflowDatatype dt)
 {
 	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
 	for (int64_t r = r0; r < r1; r++) {
@@ -104,18 +136,18 @@ static SIMD_INLINE void rms_norm_rows_scalar(const Rms_Norm_Args *a, int64_t r0,
 		int64_t j = 0;
 		for (; j < h16; j += 16)
 			for (int l = 0; l < 16; l++) {
-				float v = scalar_load(x, j + l, dt);
+				float v = simd_load1(x, j + l, dt);
 				acc[l] += v * v;
 			}
-		float sum = scalar_hsum16(acc);
+		float sum = lanes_sum_scalar(acc);
 		for (; j < h; j++) {
-			float v = scalar_load(x, j, dt);
+			float v = simd_load1(x, j, dt);
 			sum += v * v;
 		}
 		float rstd = rms_norm_rstd(sum, h, a->eps);
 		a->rstd[r] = rstd;
 		for (j = 0; j < h; j++)
-			scalar_store(y, j, scalar_load(a->w, j, dt) * scalar_round(scalar_load(x, j, dt) * rstd, dt), dt);
+			simd_store1(y, j, simd_load1(a->w, j, dt) * simd_round1(simd_load1(x, j, dt) * rstd, dt), dt);
 	}
 }
 
@@ -170,7 +202,7 @@ static inline float rms_norm_bwd_x_scale(float rstd, float sum_gx, int64_t hidde
 	return (rstd * rstd) * (sum_gx / (float)hidden);
 }
 
-SIMD_TARGET_AVX512 static SIMD_INLINE void rms_norm_bwd_x_rows_avx512(const Rms_Norm_Bwd_X_Args *a, int64_t r0,
+SIMD_TARGET_AVX512 SIMD_INLINE void rms_norm_bwd_x_rows_avx512(const Rms_Norm_Bwd_X_Args *a, int64_t r0,
 								      int64_t r1, DataflowDatatype dt)
 {
 	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
@@ -183,9 +215,9 @@ SIMD_TARGET_AVX512 static SIMD_INLINE void rms_norm_bwd_x_rows_avx512(const Rms_
 			__m512 g = _mm512_mul_ps(simd_load16_avx512(dy, j, dt), simd_load16_avx512(a->w, j, dt));
 			acc = _mm512_add_ps(acc, _mm512_mul_ps(g, simd_load16_avx512(x, j, dt)));
 		}
-		float sum = simd_hsum16_avx512(acc);
+		float sum = lanes_sum_avx512(acc);
 		for (; j < h; j++)
-			sum += (scalar_load(dy, j, dt) * scalar_load(a->w, j, dt)) * scalar_load(x, j, dt);
+			sum += (simd_load1(dy, j, dt) * simd_load1(a->w, j, dt)) * simd_load1(x, j, dt);
 		float rstd = a->rstd[r], c = rms_norm_bwd_x_scale(rstd, sum, h);
 		__m512 rs = _mm512_set1_ps(rstd), cs = _mm512_set1_ps(c);
 		for (j = 0; j < h16; j += 16) {
@@ -194,13 +226,13 @@ SIMD_TARGET_AVX512 static SIMD_INLINE void rms_norm_bwd_x_rows_avx512(const Rms_
 			simd_store16_avx512(dx, j, _mm512_mul_ps(rs, _mm512_sub_ps(g, xc)), dt);
 		}
 		for (; j < h; j++) {
-			float g = scalar_load(dy, j, dt) * scalar_load(a->w, j, dt);
-			scalar_store(dx, j, rstd * (g - scalar_load(x, j, dt) * c), dt);
+			float g = simd_load1(dy, j, dt) * simd_load1(a->w, j, dt);
+			simd_store1(dx, j, rstd * (g - simd_load1(x, j, dt) * c), dt);
 		}
 	}
 }
 
-SIMD_TARGET_AVX2 static SIMD_INLINE void rms_norm_bwd_x_rows_avx2(const Rms_Norm_Bwd_X_Args *a, int64_t r0,
+SIMD_TARGET_AVX2 SIMD_INLINE void rms_norm_bwd_x_rows_avx2(const Rms_Norm_Bwd_X_Args *a, int64_t r0,
 								  int64_t r1, DataflowDatatype dt)
 {
 	int64_t h = a->hidden, h16 = h & ~(int64_t)15, h8 = h & ~(int64_t)7;
@@ -215,9 +247,9 @@ SIMD_TARGET_AVX2 static SIMD_INLINE void rms_norm_bwd_x_rows_avx2(const Rms_Norm
 			lo = _mm256_add_ps(lo, _mm256_mul_ps(g0, simd_load8_avx2(x, j, dt)));
 			hi = _mm256_add_ps(hi, _mm256_mul_ps(g1, simd_load8_avx2(x, j + 8, dt)));
 		}
-		float sum = simd_hsum16_avx2(lo, hi);
+		float sum = lanes_sum_avx2(lo, hi);
 		for (; j < h; j++)
-			sum += (scalar_load(dy, j, dt) * scalar_load(a->w, j, dt)) * scalar_load(x, j, dt);
+			sum += (simd_load1(dy, j, dt) * simd_load1(a->w, j, dt)) * simd_load1(x, j, dt);
 		float rstd = a->rstd[r], c = rms_norm_bwd_x_scale(rstd, sum, h);
 		__m256 rs = _mm256_set1_ps(rstd), cs = _mm256_set1_ps(c);
 		for (j = 0; j < h8; j += 8) {
@@ -226,13 +258,13 @@ SIMD_TARGET_AVX2 static SIMD_INLINE void rms_norm_bwd_x_rows_avx2(const Rms_Norm
 			simd_store8_avx2(dx, j, _mm256_mul_ps(rs, _mm256_sub_ps(g, xc)), dt);
 		}
 		for (; j < h; j++) {
-			float g = scalar_load(dy, j, dt) * scalar_load(a->w, j, dt);
-			scalar_store(dx, j, rstd * (g - scalar_load(x, j, dt) * c), dt);
+			float g = simd_load1(dy, j, dt) * simd_load1(a->w, j, dt);
+			simd_store1(dx, j, rstd * (g - simd_load1(x, j, dt) * c), dt);
 		}
 	}
 }
 
-static SIMD_INLINE void rms_norm_bwd_x_rows_scalar(const Rms_Norm_Bwd_X_Args *a, int64_t r0, int64_t r1,
+SIMD_INLINE void rms_norm_bwd_x_rows_scalar(const Rms_Norm_Bwd_X_Args *a, int64_t r0, int64_t r1,
 						   DataflowDatatype dt)
 {
 	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
@@ -243,15 +275,15 @@ static SIMD_INLINE void rms_norm_bwd_x_rows_scalar(const Rms_Norm_Bwd_X_Args *a,
 		int64_t j = 0;
 		for (; j < h16; j += 16)
 			for (int l = 0; l < 16; l++)
-				acc[l] += (scalar_load(dy, j + l, dt) * scalar_load(a->w, j + l, dt)) *
-					  scalar_load(x, j + l, dt);
-		float sum = scalar_hsum16(acc);
+				acc[l] += (simd_load1(dy, j + l, dt) * simd_load1(a->w, j + l, dt)) *
+					  simd_load1(x, j + l, dt);
+		float sum = lanes_sum_scalar(acc);
 		for (; j < h; j++)
-			sum += (scalar_load(dy, j, dt) * scalar_load(a->w, j, dt)) * scalar_load(x, j, dt);
+			sum += (simd_load1(dy, j, dt) * simd_load1(a->w, j, dt)) * simd_load1(x, j, dt);
 		float rstd = a->rstd[r], c = rms_norm_bwd_x_scale(rstd, sum, h);
 		for (j = 0; j < h; j++) {
-			float g = scalar_load(dy, j, dt) * scalar_load(a->w, j, dt);
-			scalar_store(dx, j, rstd * (g - scalar_load(x, j, dt) * c), dt);
+			float g = simd_load1(dy, j, dt) * simd_load1(a->w, j, dt);
+			simd_store1(dx, j, rstd * (g - simd_load1(x, j, dt) * c), dt);
 		}
 	}
 }

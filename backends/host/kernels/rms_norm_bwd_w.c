@@ -6,7 +6,7 @@
  * count or the SIMD path (columns are independent lanes), so dw has the same bits on all. */
 #include "dataflow/host_kernel.h"
 #include "dataflow/ops.h"
-#include "simd_math.h"
+#include "simd_dtype.h"
 
 #define BLOCK_ROWS DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS
 /* partial: a unit of work is one block of rows times CHUNK_COLS columns (at most 64 x 256) */
@@ -36,7 +36,7 @@ typedef struct {
 
 /* Units [u0, u1) of (block, chunk) pairs, chunk fastest. In a unit, columns go in groups of
  * 64 (4 accumulators), then 16, then one at a time, each group down the block's rows. */
-SIMD_TARGET_AVX512 static SIMD_INLINE void bwd_w_partial_avx512(const Bwd_W_Partial_Args *a, int64_t u0, int64_t u1,
+SIMD_TARGET_AVX512 SIMD_INLINE void bwd_w_partial_avx512(const Bwd_W_Partial_Args *a, int64_t u0, int64_t u1,
 								DataflowDatatype dt)
 {
 	int64_t h = a->hidden, chunks = (h + CHUNK_COLS - 1) / CHUNK_COLS, es = elem_bytes(dt);
@@ -75,14 +75,14 @@ SIMD_TARGET_AVX512 static SIMD_INLINE void bwd_w_partial_avx512(const Bwd_W_Part
 		for (; c < c1; c++) {
 			float s = 0.0f;
 			for (int64_t r = r0, o = 0; r < r1; r++, o += h)
-				s += scalar_load(dy, o + c, dt) * (scalar_load(x, o + c, dt) * a->rstd[r]);
+				s += simd_load1(dy, o + c, dt) * (simd_load1(x, o + c, dt) * a->rstd[r]);
 			ws[c] = s;
 		}
 	}
 }
 
 /* as above with columns in groups of 32 (4 accumulators), then 8, then one at a time */
-SIMD_TARGET_AVX2 static SIMD_INLINE void bwd_w_partial_avx2(const Bwd_W_Partial_Args *a, int64_t u0, int64_t u1,
+SIMD_TARGET_AVX2 SIMD_INLINE void bwd_w_partial_avx2(const Bwd_W_Partial_Args *a, int64_t u0, int64_t u1,
 							    DataflowDatatype dt)
 {
 	int64_t h = a->hidden, chunks = (h + CHUNK_COLS - 1) / CHUNK_COLS, es = elem_bytes(dt);
@@ -121,14 +121,14 @@ SIMD_TARGET_AVX2 static SIMD_INLINE void bwd_w_partial_avx2(const Bwd_W_Partial_
 		for (; c < c1; c++) {
 			float s = 0.0f;
 			for (int64_t r = r0, o = 0; r < r1; r++, o += h)
-				s += scalar_load(dy, o + c, dt) * (scalar_load(x, o + c, dt) * a->rstd[r]);
+				s += simd_load1(dy, o + c, dt) * (simd_load1(x, o + c, dt) * a->rstd[r]);
 			ws[c] = s;
 		}
 	}
 }
 
 /* rows outer, the chunk's running sums in the workspace row (in cache) */
-static SIMD_INLINE void bwd_w_partial_scalar(const Bwd_W_Partial_Args *a, int64_t u0, int64_t u1,
+SIMD_INLINE void bwd_w_partial_scalar(const Bwd_W_Partial_Args *a, int64_t u0, int64_t u1,
 					     DataflowDatatype dt)
 {
 	int64_t h = a->hidden, chunks = (h + CHUNK_COLS - 1) / CHUNK_COLS, es = elem_bytes(dt);
@@ -142,7 +142,7 @@ static SIMD_INLINE void bwd_w_partial_scalar(const Bwd_W_Partial_Args *a, int64_
 			ws[c] = 0.0f;
 		for (int64_t r = r0, o = 0; r < r1; r++, o += h)
 			for (int64_t c = c0; c < c1; c++)
-				ws[c] += scalar_load(dy, o + c, dt) * (scalar_load(x, o + c, dt) * a->rstd[r]);
+				ws[c] += simd_load1(dy, o + c, dt) * (simd_load1(x, o + c, dt) * a->rstd[r]);
 	}
 }
 
@@ -165,21 +165,21 @@ static Bwd_W_Partial_Args bwd_w_partial_args(void **args, int part, int num_part
 	return a;
 }
 
-void dataflow_host_rms_norm_bwd_w_fp32(void **args, int part, int num_parts)
+void dataflow_host_rms_norm_bwd_w_partials_fp32(void **args, int part, int num_parts)
 {
 	int64_t u0, u1;
 	Bwd_W_Partial_Args a = bwd_w_partial_args(args, part, num_parts, &u0, &u1);
 	bwd_w_partial_fp32(&a, u0, u1);
 }
 
-void dataflow_host_rms_norm_bwd_w_fp16(void **args, int part, int num_parts)
+void dataflow_host_rms_norm_bwd_w_partials_fp16(void **args, int part, int num_parts)
 {
 	int64_t u0, u1;
 	Bwd_W_Partial_Args a = bwd_w_partial_args(args, part, num_parts, &u0, &u1);
 	bwd_w_partial_fp16(&a, u0, u1);
 }
 
-void dataflow_host_rms_norm_bwd_w_bf16(void **args, int part, int num_parts)
+void dataflow_host_rms_norm_bwd_w_partials_bf16(void **args, int part, int num_parts)
 {
 	int64_t u0, u1;
 	Bwd_W_Partial_Args a = bwd_w_partial_args(args, part, num_parts, &u0, &u1);
@@ -187,7 +187,7 @@ void dataflow_host_rms_norm_bwd_w_bf16(void **args, int part, int num_parts)
 }
 
 /* Args: rows, hidden, dy, x, rstd, workspace. Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_rms_norm_bwd_w_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+Dataflow_Status dataflow_host_rms_norm_bwd_w_partials_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 						    Dataflow_Launch_Config *config)
 {
 	(void)handle;
@@ -209,7 +209,7 @@ typedef struct {
 	void *dw;
 } Bwd_W_Reduce_Args;
 
-static SIMD_INLINE void bwd_w_reduce_scalar(const Bwd_W_Reduce_Args *a, int64_t c0, int64_t c1,
+SIMD_INLINE void bwd_w_reduce_scalar(const Bwd_W_Reduce_Args *a, int64_t c0, int64_t c1,
 					    DataflowDatatype dt)
 {
 	int64_t h = a->hidden, nb = num_blocks(a->rows);
@@ -217,13 +217,13 @@ static SIMD_INLINE void bwd_w_reduce_scalar(const Bwd_W_Reduce_Args *a, int64_t 
 		float s = 0.0f;
 		for (int64_t b = 0, o = c; b < nb; b++, o += h)
 			s += a->workspace[o];
-		scalar_store(a->dw, c, s, dt);
+		simd_store1(a->dw, c, s, dt);
 	}
 }
 
 /* Columns [c0, c1), in groups of 64 (4 accumulators), then 16, then one at a time, each
  * summed down the blocks. */
-SIMD_TARGET_AVX512 static SIMD_INLINE void bwd_w_reduce_avx512(const Bwd_W_Reduce_Args *a, int64_t c0, int64_t c1,
+SIMD_TARGET_AVX512 SIMD_INLINE void bwd_w_reduce_avx512(const Bwd_W_Reduce_Args *a, int64_t c0, int64_t c1,
 							       DataflowDatatype dt)
 {
 	int64_t h = a->hidden, nb = num_blocks(a->rows), c = c0;
@@ -250,7 +250,7 @@ SIMD_TARGET_AVX512 static SIMD_INLINE void bwd_w_reduce_avx512(const Bwd_W_Reduc
 	bwd_w_reduce_scalar(a, c, c1, dt); /* the last columns */
 }
 
-SIMD_TARGET_AVX2 static SIMD_INLINE void bwd_w_reduce_avx2(const Bwd_W_Reduce_Args *a, int64_t c0, int64_t c1,
+SIMD_TARGET_AVX2 SIMD_INLINE void bwd_w_reduce_avx2(const Bwd_W_Reduce_Args *a, int64_t c0, int64_t c1,
 							   DataflowDatatype dt)
 {
 	int64_t h = a->hidden, nb = num_blocks(a->rows), c = c0;

@@ -232,7 +232,7 @@ Dataflow_Status dataflow_submit_rms_norm_bwd_x(Dataflow_Handle *handle, int stre
 
 /* rms_norm_bwd_w: dw[j] = sum over rows r of dy[r, j] * (x[r, j] * rstd[r]), deterministic:
  * the same bits for any thread count. Two native ops, submitted in order on the stream:
- *   rms_norm_bwd_w (args: rows, hidden, dy, x, rstd, workspace): for each block b of
+ *   rms_norm_bwd_w_partials (args: rows, hidden, dy, x, rstd, workspace): for each block b of
  *     DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS rows (the last may be shorter),
  *     workspace[b, j] = fp32 sum over the block's rows in row order;
  *   rms_norm_bwd_w_reduce (args: rows, hidden, workspace, dw): dw[j] = fp32 sum over b in
@@ -242,23 +242,24 @@ Dataflow_Status dataflow_submit_rms_norm_bwd_x(Dataflow_Handle *handle, int stre
  * owned by the caller and untouched by other work until the reduce has run. */
 #define DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS 64
 /* Bytes of fp32 workspace rms_norm_bwd_w needs; 0 if rows or hidden is not positive. */
-uint64_t dataflow_rms_norm_bwd_w_workspace_bytes(int64_t rows, int64_t hidden);
-Dataflow_Status dataflow_rms_norm_bwd_w_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+int64_t dataflow_rms_norm_bwd_w_workspace_bytes(int64_t rows, int64_t hidden);
+Dataflow_Status dataflow_rms_norm_bwd_w_partials_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
 Dataflow_Status dataflow_rms_norm_bwd_w_reduce_skeleton(Op_Skeleton *skeleton, DataflowDatatype dw_dtype);
 Dataflow_Status dataflow_submit_rms_norm_bwd_w(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
 					       DataflowDatatype dw_dtype, int64_t rows, int64_t hidden, const void *dy,
 					       const void *x, const void *rstd, void *workspace, void *dw);
 
 /* swiglu (native), as Hugging Face LlamaMLP's act_fn(gate) * up: in fp32,
- *   out = to_dtype(to_dtype(silu(gate)) * up),   silu(g) = g / (1 + exp(-g))
- * (silu rounded to the dtype before the multiply, as F.silu(gate) * up does in bf16/fp16).
+ *   out = to_dtype(to_dtype(silu(gate)) * up),   silu(g) = g * sigmoid(g)
+ * (silu rounded to the dtype before the multiply, as F.silu(gate) * up does in bf16/fp16;
+ * sigmoid from exp(-|g|), which cannot overflow).
  * gate, up, out [rows, ffn] share dtype (fp32, fp16, bf16); out may alias gate or up.
  * Args: rows, ffn, gate, up, out. */
 Dataflow_Status dataflow_swiglu_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
 Dataflow_Status dataflow_submit_swiglu(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype, int64_t rows,
 				       int64_t ffn, const void *gate, const void *up, void *out);
 
-/* swiglu_bwd (native): in fp32 with s = 1 / (1 + exp(-gate)), each rounded once,
+/* swiglu_bwd (native): in fp32 with s = sigmoid(gate), each rounded once,
  *   d_up = d_out * silu(gate),   d_gate = d_out * up * s * (1 + gate * (1 - s))
  * (the gradient of silu(gate) * up; the forward's rounding of silu is passed straight
  * through). All [rows, ffn], one dtype. d_gate and d_up may alias any input but not each
