@@ -11,15 +11,12 @@ once.
   autograd in fp32 rounded once, with the tolerances of tolerances.py; in bf16/fp16 the
   gradients are no less accurate than torch's autograd in that dtype.
 """
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
 import dataflow as df
+from simd_paths import assert_simd_levels_agree
 from test_elementwise_ops import TORCH, UINT, quantize
 from tolerances import TOLERANCES, TWO_ROUNDING_TOLERANCES
 
@@ -227,31 +224,9 @@ def test_threads_bitwise_identical():
             assert np.array_equal(one, two)
 
 
-_PATHS_SCRIPT = r"""
-import hashlib, sys
-import dataflow as df
-sys.path.insert(0, sys.argv[1])
-import test_swiglu as t
-digest = hashlib.sha256()
-with df.Handle("host", threads=2) as h:
-    for out in t._run_all(h, rows=13, ffn=1001):
-        digest.update(out.tobytes())
-print(digest.hexdigest())
-"""
-
-
 def test_simd_levels_agree():
     """DATAFLOW_SIMD=avx512 / avx2 / scalar must give identical bits."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(df.__file__)), env.get("PYTHONPATH", "")])
-    digests = {}
-    for level in ("avx512", "avx2", "scalar"):
-        env["DATAFLOW_SIMD"] = level
-        out = subprocess.run([sys.executable, "-c", _PATHS_SCRIPT, os.path.dirname(__file__)], env=env,
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr
-        digests[level] = out.stdout.strip()
-    assert len(set(digests.values())) == 1, digests
+    assert_simd_levels_agree("test_swiglu", rows=13, ffn=1001)
 
 
 # ---- bad input ----

@@ -478,8 +478,8 @@ def rms_norm_bwd_w(h, dy, x, rstd, dw=None, dw_dtype=None, workspace=None, strea
     """dw = sum over rows of dy * (x * rstd), in fp32 in a fixed order (the same bits for any
     thread count), rounded once to dw_dtype (x's dtype or fp32; default: dw's, else x's).
     workspace: fp32 of at least rms_norm_bwd_w_workspace_bytes(rows, hidden) bytes, kept
-    untouched until the op has run; when not given, one is made and dropped on return (its
-    free waits for the handle's queued work, so pass one to stay asynchronous). Returns dw."""
+    untouched until the op has run; when not given, one is made for the call (freed in stream
+    order once the op has run). Returns dw."""
     dy, x, rstd = (_array(a, f"rms_norm_bwd_w {n}") for a, n in ((dy, "dy"), (x, "x"), (rstd, "rstd")))
     rows, hidden = _rows(x, "rms_norm_bwd_w x")
     if dy.shape != x.shape or dy.dtype != x.dtype:
