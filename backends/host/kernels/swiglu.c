@@ -68,41 +68,6 @@ SIMD_TARGET_AVX2 SIMD_INLINE void swiglu_avx2(const Swiglu_Args *a, int64_t i, i
 	swiglu_scalar(a, i, end, dt); /* the tail */
 }
 
-SIMD_DTYPE_KERNEL(swiglu_fp32, swiglu, Swiglu_Args, DATAFLOW_FP32)
-SIMD_DTYPE_KERNEL(swiglu_fp16, swiglu, Swiglu_Args, DATAFLOW_FP16)
-SIMD_DTYPE_KERNEL(swiglu_bf16, swiglu, Swiglu_Args, DATAFLOW_BF16)
-
-/* Args: rows, ffn, gate, up, out. */
-static Swiglu_Args swiglu_args(void **args, int part, int num_parts, int64_t *begin, int64_t *end)
-{
-	int64_t n = DATAFLOW_ARG(args, 0, int64_t) * DATAFLOW_ARG(args, 1, int64_t);
-	Swiglu_Args a = {DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const void *),
-			 DATAFLOW_ARG(args, 4, void *)};
-	dataflow_part_range(n, part, num_parts, PART_ALIGN, begin, end);
-	return a;
-}
-
-void dataflow_host_swiglu_fp32(void **args, int part, int num_parts)
-{
-	int64_t i, end;
-	Swiglu_Args a = swiglu_args(args, part, num_parts, &i, &end);
-	swiglu_fp32(&a, i, end);
-}
-
-void dataflow_host_swiglu_fp16(void **args, int part, int num_parts)
-{
-	int64_t i, end;
-	Swiglu_Args a = swiglu_args(args, part, num_parts, &i, &end);
-	swiglu_fp16(&a, i, end);
-}
-
-void dataflow_host_swiglu_bf16(void **args, int part, int num_parts)
-{
-	int64_t i, end;
-	Swiglu_Args a = swiglu_args(args, part, num_parts, &i, &end);
-	swiglu_bf16(&a, i, end);
-}
-
 /* ---- backward ---- */
 
 typedef struct {
@@ -162,9 +127,17 @@ SIMD_TARGET_AVX2 SIMD_INLINE void swiglu_bwd_avx2(const Swiglu_Bwd_Args *a, int6
 	swiglu_bwd_scalar(a, i, end, dt); /* the tail */
 }
 
-SIMD_DTYPE_KERNEL(swiglu_bwd_fp32, swiglu_bwd, Swiglu_Bwd_Args, DATAFLOW_FP32)
-SIMD_DTYPE_KERNEL(swiglu_bwd_fp16, swiglu_bwd, Swiglu_Bwd_Args, DATAFLOW_FP16)
-SIMD_DTYPE_KERNEL(swiglu_bwd_bf16, swiglu_bwd, Swiglu_Bwd_Args, DATAFLOW_BF16)
+/* ---- entry points: elementwise ranges of rows * ffn ---- */
+
+/* Args: rows, ffn, gate, up, out. */
+static Swiglu_Args swiglu_args(void **args, int part, int num_parts, int64_t *begin, int64_t *end)
+{
+	int64_t n = DATAFLOW_ARG(args, 0, int64_t) * DATAFLOW_ARG(args, 1, int64_t);
+	Swiglu_Args a = {DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const void *),
+			 DATAFLOW_ARG(args, 4, void *)};
+	dataflow_part_range(n, part, num_parts, PART_ALIGN, begin, end);
+	return a;
+}
 
 /* Args: rows, ffn, d_out, gate, up, d_gate, d_up. */
 static Swiglu_Bwd_Args swiglu_bwd_args(void **args, int part, int num_parts, int64_t *begin, int64_t *end)
@@ -177,26 +150,25 @@ static Swiglu_Bwd_Args swiglu_bwd_args(void **args, int part, int num_parts, int
 	return a;
 }
 
-void dataflow_host_swiglu_bwd_fp32(void **args, int part, int num_parts)
-{
-	int64_t i, end;
-	Swiglu_Bwd_Args a = swiglu_bwd_args(args, part, num_parts, &i, &end);
-	swiglu_bwd_fp32(&a, i, end);
-}
+#define SWIGLU_KERNELS(name, DT)                                                                          \
+	SIMD_DTYPE_KERNEL(swiglu_##name, swiglu, Swiglu_Args, DT)                                         \
+	SIMD_DTYPE_KERNEL(swiglu_bwd_##name, swiglu_bwd, Swiglu_Bwd_Args, DT)                             \
+	void dataflow_host_swiglu_##name(void **args, int part, int num_parts)                           \
+	{                                                                                                 \
+		int64_t i, end;                                                                           \
+		Swiglu_Args a = swiglu_args(args, part, num_parts, &i, &end);                             \
+		swiglu_##name(&a, i, end);                                                                \
+	}                                                                                                 \
+	void dataflow_host_swiglu_bwd_##name(void **args, int part, int num_parts)                       \
+	{                                                                                                 \
+		int64_t i, end;                                                                           \
+		Swiglu_Bwd_Args a = swiglu_bwd_args(args, part, num_parts, &i, &end);                     \
+		swiglu_bwd_##name(&a, i, end);                                                            \
+	}
 
-void dataflow_host_swiglu_bwd_fp16(void **args, int part, int num_parts)
-{
-	int64_t i, end;
-	Swiglu_Bwd_Args a = swiglu_bwd_args(args, part, num_parts, &i, &end);
-	swiglu_bwd_fp16(&a, i, end);
-}
-
-void dataflow_host_swiglu_bwd_bf16(void **args, int part, int num_parts)
-{
-	int64_t i, end;
-	Swiglu_Bwd_Args a = swiglu_bwd_args(args, part, num_parts, &i, &end);
-	swiglu_bwd_bf16(&a, i, end);
-}
+SWIGLU_KERNELS(fp32, DATAFLOW_FP32)
+SWIGLU_KERNELS(fp16, DATAFLOW_FP16)
+SWIGLU_KERNELS(bf16, DATAFLOW_BF16)
 
 /* ---- launch (both ops: args 0 and 1 are rows and ffn, arg 2 a tensor of the dtype) ---- */
 
