@@ -1,4 +1,4 @@
-#include <math.h>
+#include <float.h>
 
 #include "check.h"
 #include "dataflow/ops.h"
@@ -77,9 +77,8 @@ Dataflow_Status dataflow_submit_rms_norm(Dataflow_Handle *handle, int stream_id,
 	Dataflow_Status st = ops_check_handle("rms_norm", handle);
 	if (st == DATAFLOW_OK)
 		st = dataflow_rms_norm_skeleton(&skeleton, dtype);
-	if (st == DATAFLOW_OK && !(eps >= 0.0f && isfinite(eps)))
-		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "rms_norm: eps must be finite and >= 0, got %g",
-					(double)eps);
+	if (st == DATAFLOW_OK)
+		st = ops_check_range("rms_norm", "eps", eps, 0.0, FLT_MAX, 0);
 	if (st == DATAFLOW_OK && !w)
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "rms_norm: w is NULL");
 	if (st == DATAFLOW_OK)
