@@ -97,3 +97,28 @@ ATTENTION_TOLERANCES = {
     "fp16": dict(rtol=1e-3, atol=1e-5, lse_atol=2e-5, grad_rtol=1e-3, grad_atol=2e-3),
     "bf16": dict(rtol=1.6e-2, atol=1e-5, lse_atol=2e-5, grad_rtol=1.6e-2, grad_atol=1e-2),
 }
+
+# Ops that round twice in the dtype because the Hugging Face modules they match do
+# (rms_norm: to_dtype(x * rstd) before * w; swiglu: to_dtype(silu(gate)) before * up): a
+# one-ulp difference in the intermediate (from an fp32 sum or exp differing in the last bit)
+# can become two ulps in the result, which fp16's one-ulp rtol does not cover.
+TWO_ROUNDING_TOLERANCES = {
+    "fp32": dict(rtol=1.3e-6, atol=1e-5),
+    "fp16": dict(rtol=2e-3, atol=1e-5),
+    "bf16": dict(rtol=1.6e-2, atol=1e-5),
+}
+
+# Sums over n fp32 terms in an order other than the oracle's (rms_norm's row sums, its dw
+# over rows), rounded once to the dtype: rtol covers that rounding; atol, for outputs near
+# zero after cancellation, grows like sqrt(n) for random signs (as matmul_tolerance).
+SUM_TOLERANCES = {
+    "fp32": dict(rtol=1.3e-6, atol=1e-5),
+    "fp16": dict(rtol=1e-3, atol=1e-5),
+    "bf16": dict(rtol=1.6e-2, atol=1e-5),
+}
+
+
+def sum_tolerance(dtype, n):
+    """assert_allclose kwargs for an output that is a sum of n terms."""
+    tol = SUM_TOLERANCES[dtype]
+    return dict(rtol=tol["rtol"], atol=tol["atol"] * max(n, 1) ** 0.5)

@@ -112,6 +112,18 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 		add_variant(nat, &s, b, name, "launch");
 		dataflow_attention_bwd_delta_skeleton(&s, in);
 		add_variant(nat, &s, b, name, "launch");
+		dataflow_rms_norm_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_rms_norm_bwd_x_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_rms_norm_bwd_w_partials_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_rms_norm_bwd_w_reduce_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_swiglu_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
+		dataflow_swiglu_bwd_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
 	}
 	for (int i = 0; i < 5; i++) {
 		for (int j = 0; j < 5; j++) {

@@ -411,3 +411,120 @@ def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=Tru
                                                workspace.cdata, workspace.nbytes, total, cu.size - 1, hq, hkv, d, scale,
                                                int(bool(causal))))
     return dq, dk, dv
+
+
+def _rows(x, what):
+    """(rows, last dimension) of an array taken as rows over its last dimension."""
+    if len(x.shape) == 0 or x.size == 0:
+        raise BadArgumentError(f"{what}: expected a non-empty array with at least 1 dimension, got shape {x.shape}")
+    return x.size // x.shape[-1], x.shape[-1]
+
+
+def _like(h, given, shape, dtype, what):
+    """given if it has shape and dtype (else an error), or a new array."""
+    if given is None:
+        return h.empty(shape, dtype)
+    if _array(given, what).shape != tuple(shape) or given.dtype != dtype:
+        raise BadArgumentError(f"{what} must be {dtype}{tuple(shape)}, got {given.dtype}{given.shape}")
+    return given
+
+
+def _check_rstd(rstd, rows, op):
+    if _array(rstd, f"{op} rstd").size != rows or rstd.dtype != "fp32":
+        raise BadArgumentError(f"{op}: rstd must be fp32 with {rows} elements (one per row), got "
+                               f"{rstd.dtype}{rstd.shape}")
+    return rstd
+
+
+def rms_norm(h, x, w, eps=1e-6, out=None, rstd=None, stream=0):
+    """RMSNorm over the last dimension as Hugging Face LlamaRMSNorm: in fp32,
+    rstd = 1 / sqrt(mean(x^2) + eps), out = w * to_dtype(x * rstd). x, w (shape (hidden,))
+    and out share a dtype (fp32, fp16, bf16); out may be x. Returns (out, rstd), rstd fp32
+    with one value per row (shape x.shape[:-1]), for the backward."""
+    x, w = _array(x, "rms_norm x"), _array(w, "rms_norm w")
+    rows, hidden = _rows(x, "rms_norm x")
+    if w.shape != (hidden,) or w.dtype != x.dtype:
+        raise BadArgumentError(f"rms_norm: w must be {x.dtype}{(hidden,)}, got {w.dtype}{w.shape}")
+    out = _like(h, out, x.shape, x.dtype, "rms_norm out")
+    rstd = h.empty(x.shape[:-1] or (1,), "fp32") if rstd is None else _check_rstd(rstd, rows, "rms_norm")
+    _same_handle(h, x, w, out, rstd)
+    check(opslib.dataflow_submit_rms_norm(h._ptr(), stream, dtypes.enum(x.dtype), rows, hidden, eps, x.cdata,
+                                          w.cdata, out.cdata, rstd.cdata))
+    return out, rstd
+
+
+def rms_norm_bwd_x(h, dy, x, w, rstd, dx=None, stream=0):
+    """dx = rstd * (g - x * rstd^2 * mean(g * x)) with g = dy * w, in fp32, rounded once.
+    dy, x, dx share a dtype and shape; rstd is rms_norm's. dx may be dy or x. Returns dx."""
+    dy, x, w, rstd = (_array(a, f"rms_norm_bwd_x {n}") for a, n in ((dy, "dy"), (x, "x"), (w, "w"), (rstd, "rstd")))
+    rows, hidden = _rows(x, "rms_norm_bwd_x x")
+    if dy.shape != x.shape or dy.dtype != x.dtype or w.shape != (hidden,) or w.dtype != x.dtype:
+        raise BadArgumentError(f"rms_norm_bwd_x: dy must be {x.dtype}{x.shape} and w {x.dtype}{(hidden,)}, got "
+                               f"{dy.dtype}{dy.shape} and {w.dtype}{w.shape}")
+    _check_rstd(rstd, rows, "rms_norm_bwd_x")
+    dx = _like(h, dx, x.shape, x.dtype, "rms_norm_bwd_x dx")
+    _same_handle(h, dy, x, w, rstd, dx)
+    check(opslib.dataflow_submit_rms_norm_bwd_x(h._ptr(), stream, dtypes.enum(x.dtype), rows, hidden, dy.cdata,
+                                                x.cdata, w.cdata, rstd.cdata, dx.cdata))
+    return dx
+
+
+def rms_norm_bwd_w_workspace_bytes(rows, hidden):
+    """Bytes of fp32 workspace rms_norm_bwd_w needs for rows x hidden."""
+    return opslib.dataflow_rms_norm_bwd_w_workspace_bytes(rows, hidden)
+
+
+def rms_norm_bwd_w(h, dy, x, rstd, dw=None, dw_dtype=None, workspace=None, stream=0):
+    """dw = sum over rows of dy * (x * rstd), in fp32 in a fixed order (the same bits for any
+    thread count), rounded once to dw_dtype (x's dtype or fp32; default: dw's, else x's).
+    workspace: fp32 of at least rms_norm_bwd_w_workspace_bytes(rows, hidden) bytes, kept
+    untouched until the op has run; when not given, one is made for the call (freed in stream
+    order once the op has run). Returns dw."""
+    dy, x, rstd = (_array(a, f"rms_norm_bwd_w {n}") for a, n in ((dy, "dy"), (x, "x"), (rstd, "rstd")))
+    rows, hidden = _rows(x, "rms_norm_bwd_w x")
+    if dy.shape != x.shape or dy.dtype != x.dtype:
+        raise BadArgumentError(f"rms_norm_bwd_w: dy must be {x.dtype}{x.shape}, got {dy.dtype}{dy.shape}")
+    _check_rstd(rstd, rows, "rms_norm_bwd_w")
+    dw_dtype = dw_dtype or (dw.dtype if dw is not None else x.dtype)
+    dw = _like(h, dw, (hidden,), dw_dtype, "rms_norm_bwd_w dw")
+    nbytes = rms_norm_bwd_w_workspace_bytes(rows, hidden)
+    if workspace is None:
+        workspace = h.empty((nbytes // 4,), "fp32")
+    if _array(workspace, "rms_norm_bwd_w workspace").dtype != "fp32" or workspace.nbytes < nbytes:
+        raise BadArgumentError(f"rms_norm_bwd_w: workspace must be fp32 of at least {nbytes} bytes, got "
+                               f"{workspace.dtype} of {workspace.nbytes}")
+    _same_handle(h, dy, x, rstd, dw, workspace)
+    check(opslib.dataflow_submit_rms_norm_bwd_w(h._ptr(), stream, dtypes.enum(x.dtype), dtypes.enum(dw_dtype), rows,
+                                                hidden, dy.cdata, x.cdata, rstd.cdata, workspace.cdata, dw.cdata))
+    return dw
+
+
+def swiglu(h, gate, up, out=None, stream=0):
+    """out = to_dtype(to_dtype(silu(gate)) * up) in fp32, as F.silu(gate) * up (Hugging Face
+    LlamaMLP). gate, up, out share shape and dtype (fp32, fp16, bf16); out may be gate or up."""
+    gate, up = _array(gate, "swiglu gate"), _array(up, "swiglu up")
+    if gate.shape != up.shape or gate.dtype != up.dtype:
+        raise BadArgumentError(f"swiglu: gate and up must match, got {gate.dtype}{gate.shape} and {up.dtype}{up.shape}")
+    rows, ffn = _rows(gate, "swiglu gate")
+    out = _like(h, out, gate.shape, gate.dtype, "swiglu out")
+    _same_handle(h, gate, up, out)
+    check(opslib.dataflow_submit_swiglu(h._ptr(), stream, dtypes.enum(gate.dtype), rows, ffn, gate.cdata, up.cdata,
+                                        out.cdata))
+    return out
+
+
+def swiglu_bwd(h, d_out, gate, up, d_gate=None, d_up=None, stream=0):
+    """d_up = d_out * silu(gate), d_gate = d_out * up * silu'(gate), in fp32, each rounded
+    once. All arrays share shape and dtype; d_gate and d_up may be inputs (not each other).
+    Returns (d_gate, d_up)."""
+    d_out, gate, up = (_array(a, f"swiglu_bwd {n}") for a, n in ((d_out, "d_out"), (gate, "gate"), (up, "up")))
+    if not (d_out.shape == gate.shape == up.shape and d_out.dtype == gate.dtype == up.dtype):
+        raise BadArgumentError(f"swiglu_bwd: d_out, gate and up must match, got {d_out.dtype}{d_out.shape}, "
+                               f"{gate.dtype}{gate.shape} and {up.dtype}{up.shape}")
+    rows, ffn = _rows(gate, "swiglu_bwd gate")
+    d_gate = _like(h, d_gate, gate.shape, gate.dtype, "swiglu_bwd d_gate")
+    d_up = _like(h, d_up, gate.shape, gate.dtype, "swiglu_bwd d_up")
+    _same_handle(h, d_out, gate, up, d_gate, d_up)
+    check(opslib.dataflow_submit_swiglu_bwd(h._ptr(), stream, dtypes.enum(gate.dtype), rows, ffn, d_out.cdata,
+                                            gate.cdata, up.cdata, d_gate.cdata, d_up.cdata))
+    return d_gate, d_up

@@ -9,13 +9,14 @@
  *
  * Bit-identical on every path (AVX-512, AVX2, scalar) and for any thread count: element j
  * of a row always goes to lane j % CE_LANES, lanes are combined in one fixed order by scalar
- * code, and every exp is the same polynomial (ce_exp below and its vector twins, same fma
- * sequence). Rows are split among parts, never within a row. */
+ * code, and every exp is the same polynomial (simd_exp_nonpos of simd_exp.h and its vector twins,
+ * same fma sequence). Rows are split among parts, never within a row. */
 #include <float.h>
 #include <math.h>
 
 #include "dataflow/host_kernel.h"
 #include "simd.h"
+#include "simd_exp.h"
 
 #define CE_LANES 32			/* two zmm / four ymm of running (max, sum) */
 #define CE_MIN_PART_ELEMENTS 65536	/* a part gets at least this many logits */
@@ -31,82 +32,6 @@ typedef struct {
 	float *loss;
 	void *dlogits;
 } Ce_Args;
-
-/* ---- exp for x <= 0 ----
- * exp(x) = 2^n * exp(r), n = rint(x / ln2), r = x - n ln2 (Cody-Waite, ln2 split in two),
- * exp(r) = 1 + r + r^2 P(r), P the degree-5 Cephes expf minimax polynomial, all in fma.
- * Max error 1.01 ulp (relative 8.4e-8), measured against fp64 exp on every float in
- * [-87.3, 0]; the vector twins gave the same bits on 3.2e7 random inputs. x < -87.33 (incl. -Inf) gives 0, so n
- * stays in [-126, 0] and 2^n is built directly in the exponent field. NaN stays NaN. */
-#define CE_EXP_LO -87.33f
-#define CE_LOG2E 1.44269504088896341f
-#define CE_MAGIC 12582912.0f	/* 1.5 * 2^23: adding it rounds to an integer in the low bits */
-#define CE_LN2_HI 0.693359375f
-#define CE_LN2_LO -2.12194440e-4f
-#define CE_P0 1.9875691500e-4f
-#define CE_P1 1.3981999507e-3f
-#define CE_P2 8.3334519073e-3f
-#define CE_P3 4.1665795894e-2f
-#define CE_P4 1.6666665459e-1f
-#define CE_P5 5.0000001201e-1f
-
-static inline float ce_exp(float x)
-{
-	if (x < CE_EXP_LO)
-		return 0.0f;
-	float t = fmaf(x, CE_LOG2E, CE_MAGIC);
-	float n = t - CE_MAGIC;
-	float r = fmaf(-n, CE_LN2_HI, x);
-	r = fmaf(-n, CE_LN2_LO, r);
-	float y = fmaf(CE_P0, r, CE_P1);
-	y = fmaf(y, r, CE_P2);
-	y = fmaf(y, r, CE_P3);
-	y = fmaf(y, r, CE_P4);
-	y = fmaf(y, r, CE_P5);
-	y = fmaf(y, r * r, r) + 1.0f;
-	uint32_t tb, pb;
-	memcpy(&tb, &t, 4);
-	pb = (tb - 0x4B400000u + 127u) << 23;
-	float pow2;
-	memcpy(&pow2, &pb, 4);
-	return y * pow2;
-}
-
-SIMD_TARGET_AVX512 static inline __m512 ce_exp_avx512(__m512 x)
-{
-	__m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(CE_LOG2E), _mm512_set1_ps(CE_MAGIC));
-	__m512 n = _mm512_sub_ps(t, _mm512_set1_ps(CE_MAGIC));
-	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(CE_LN2_HI), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(CE_LN2_LO), r);
-	__m512 y = _mm512_fmadd_ps(_mm512_set1_ps(CE_P0), r, _mm512_set1_ps(CE_P1));
-	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CE_P2));
-	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CE_P3));
-	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CE_P4));
-	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(CE_P5));
-	y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-	__m512i pb = _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(127 - 0x4B400000)),
-				       23);
-	__mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(CE_EXP_LO), _CMP_NLT_UQ);
-	return _mm512_maskz_mul_ps(keep, y, _mm512_castsi512_ps(pb));
-}
-
-SIMD_TARGET_AVX2 static inline __m256 ce_exp_avx2(__m256 x)
-{
-	__m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(CE_LOG2E), _mm256_set1_ps(CE_MAGIC));
-	__m256 n = _mm256_sub_ps(t, _mm256_set1_ps(CE_MAGIC));
-	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(CE_LN2_HI), x);
-	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(CE_LN2_LO), r);
-	__m256 y = _mm256_fmadd_ps(_mm256_set1_ps(CE_P0), r, _mm256_set1_ps(CE_P1));
-	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CE_P2));
-	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CE_P3));
-	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CE_P4));
-	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(CE_P5));
-	y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-	__m256i pb = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127 - 0x4B400000)),
-				       23);
-	__m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(CE_EXP_LO), _CMP_NLT_UQ);
-	return _mm256_and_ps(keep, _mm256_mul_ps(y, _mm256_castsi256_ps(pb)));
-}
 
 /* ---- element access ---- */
 
@@ -184,10 +109,10 @@ SIMD_TARGET_AVX512 static inline int64_t ce_maxsum_avx512(const void *x, int64_t
 			__m512 v = ce_load_avx512(x, i + 16 * k, t);
 			if (_mm512_cmp_ps_mask(v, mv[k], _CMP_GT_OQ)) {
 				__m512 mn = _mm512_max_ps(v, mv[k]); /* NaN lanes keep m, as the scalar rule */
-				sv[k] = _mm512_mul_ps(sv[k], ce_exp_avx512(_mm512_sub_ps(mv[k], mn)));
+				sv[k] = _mm512_mul_ps(sv[k], simd_exp_nonpos_avx512(_mm512_sub_ps(mv[k], mn)));
 				mv[k] = mn;
 			}
-			sv[k] = _mm512_add_ps(sv[k], ce_exp_avx512(_mm512_sub_ps(v, mv[k])));
+			sv[k] = _mm512_add_ps(sv[k], simd_exp_nonpos_avx512(_mm512_sub_ps(v, mv[k])));
 		}
 	}
 	for (int k = 0; k < 2; k++)
@@ -206,10 +131,10 @@ SIMD_TARGET_AVX2 static inline int64_t ce_maxsum_avx2(const void *x, int64_t n, 
 			__m256 v = ce_load_avx2(x, i + 8 * k, t);
 			if (_mm256_movemask_ps(_mm256_cmp_ps(v, mv[k], _CMP_GT_OQ))) {
 				__m256 mn = _mm256_max_ps(v, mv[k]);
-				sv[k] = _mm256_mul_ps(sv[k], ce_exp_avx2(_mm256_sub_ps(mv[k], mn)));
+				sv[k] = _mm256_mul_ps(sv[k], simd_exp_nonpos_avx2(_mm256_sub_ps(mv[k], mn)));
 				mv[k] = mn;
 			}
-			sv[k] = _mm256_add_ps(sv[k], ce_exp_avx2(_mm256_sub_ps(v, mv[k])));
+			sv[k] = _mm256_add_ps(sv[k], simd_exp_nonpos_avx2(_mm256_sub_ps(v, mv[k])));
 		}
 	}
 	for (int k = 0; k < 4; k++)
@@ -223,10 +148,10 @@ static inline void ce_maxsum_scalar(const void *x, int64_t i, int64_t n, float *
 		int l = (int)(i % CE_LANES);
 		float v = ce_load(x, i, t);
 		if (v > m[l]) {
-			s[l] *= ce_exp(m[l] - v);
+			s[l] *= simd_exp_nonpos(m[l] - v);
 			m[l] = v;
 		}
-		s[l] += ce_exp(v - m[l]);
+		s[l] += simd_exp_nonpos(v - m[l]);
 	}
 }
 
@@ -238,7 +163,7 @@ SIMD_TARGET_AVX512 static inline int64_t ce_grad_avx512(const void *x, void *g, 
 	__m512 mv = _mm512_set1_ps(M), cv = _mm512_set1_ps(c);
 	int64_t i = 0;
 	for (; i + 16 <= n; i += 16)
-		ce_store_avx512(g, i, _mm512_mul_ps(ce_exp_avx512(_mm512_sub_ps(ce_load_avx512(x, i, t), mv)), cv), t);
+		ce_store_avx512(g, i, _mm512_mul_ps(simd_exp_nonpos_avx512(_mm512_sub_ps(ce_load_avx512(x, i, t), mv)), cv), t);
 	return i;
 }
 
@@ -247,14 +172,14 @@ SIMD_TARGET_AVX2 static inline int64_t ce_grad_avx2(const void *x, void *g, int6
 	__m256 mv = _mm256_set1_ps(M), cv = _mm256_set1_ps(c);
 	int64_t i = 0;
 	for (; i + 8 <= n; i += 8)
-		ce_store_avx2(g, i, _mm256_mul_ps(ce_exp_avx2(_mm256_sub_ps(ce_load_avx2(x, i, t), mv)), cv), t);
+		ce_store_avx2(g, i, _mm256_mul_ps(simd_exp_nonpos_avx2(_mm256_sub_ps(ce_load_avx2(x, i, t), mv)), cv), t);
 	return i;
 }
 
 static inline void ce_grad_scalar(const void *x, void *g, int64_t i, int64_t n, float M, float c, Ce_Type t)
 {
 	for (; i < n; i++)
-		ce_store(g, i, ce_exp(ce_load(x, i, t) - M) * c, t);
+		ce_store(g, i, simd_exp_nonpos(ce_load(x, i, t) - M) * c, t);
 }
 
 /* ---- one row ---- */
@@ -287,7 +212,7 @@ __attribute__((always_inline)) static inline void ce_row(Ce_Args a, int64_t row,
 	for (int l = 1; l < CE_LANES; l++)
 		M = m[l] > M ? m[l] : M;
 	for (int l = 0; l < CE_LANES; l++)
-		S += s[l] * ce_exp(m[l] - M);
+		S += s[l] * simd_exp_nonpos(m[l] - M);
 
 	float xl = ce_load(x, label, t); /* read before pass 2 may overwrite it */
 	a.loss[row] = (M + logf(S)) - xl;
@@ -300,7 +225,7 @@ __attribute__((always_inline)) static inline void ce_row(Ce_Args a, int64_t row,
 	else
 		i = 0;
 	ce_grad_scalar(x, g, i, n, M, c, t);
-	ce_store(g, label, (ce_exp(xl - M) * rs - 1.0f) * a.scale, t);
+	ce_store(g, label, (simd_exp_nonpos(xl - M) * rs - 1.0f) * a.scale, t);
 }
 
 SIMD_TARGET_AVX512 static void ce_rows_avx512(Ce_Args a, int64_t r0, int64_t r1, Ce_Type t)

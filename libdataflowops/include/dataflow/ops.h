@@ -209,4 +209,64 @@ Dataflow_Status dataflow_submit_attention_bwd(Dataflow_Handle *handle, int strea
 					      int64_t total_tokens, int64_t num_seqs, int64_t num_q_heads,
 					      int64_t num_kv_heads, int64_t head_dim, float scale, int causal);
 
+/* rms_norm (native), as Hugging Face LlamaRMSNorm: per row of x [rows, hidden], in fp32,
+ *   rstd = 1 / sqrt(mean(x^2) + eps),   y = w * to_dtype(x * rstd)
+ * where the normalized row is rounded to x's dtype before the weight multiply and the
+ * product is rounded again ("weight * hidden_states.to(input_dtype)"; for fp32 both roundings
+ * are exact). x, w, y share dtype (fp32, fp16, bf16); w is [hidden]; rstd is fp32 [rows],
+ * saved for the backward. y may alias x. Args: rows, hidden, eps, x, w, y, rstd. */
+Dataflow_Status dataflow_rms_norm_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+Dataflow_Status dataflow_submit_rms_norm(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+					 int64_t rows, int64_t hidden, float eps, const void *x, const void *w,
+					 void *y, void *rstd);
+
+/* rms_norm_bwd_x (native): per row, in fp32 with g = dy * w,
+ *   dx = rstd * (g - x * rstd^2 * mean(g * x))
+ * rounded once to the dtype (the gradient of y = w * x * rstd; the forward's rounding of the
+ * normalized row is passed straight through). dy, x, w, dx share dtype; rstd is the
+ * forward's fp32 [rows]. dx may alias dy or x. Args: rows, hidden, dy, x, w, rstd, dx. */
+Dataflow_Status dataflow_rms_norm_bwd_x_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+Dataflow_Status dataflow_submit_rms_norm_bwd_x(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+					       int64_t rows, int64_t hidden, const void *dy, const void *x,
+					       const void *w, const void *rstd, void *dx);
+
+/* rms_norm_bwd_w: dw[j] = sum over rows r of dy[r, j] * (x[r, j] * rstd[r]), deterministic:
+ * the same bits for any thread count. Two native ops, submitted in order on the stream:
+ *   rms_norm_bwd_w_partials (args: rows, hidden, dy, x, rstd, workspace): for each block b of
+ *     DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS rows (the last may be shorter),
+ *     workspace[b, j] = fp32 sum over the block's rows in row order;
+ *   rms_norm_bwd_w_reduce (args: rows, hidden, workspace, dw): dw[j] = fp32 sum over b in
+ *     order of workspace[b, j], rounded once to dw's dtype.
+ * dy and x share dtype (fp32, fp16, bf16); dw is that dtype or fp32; workspace is fp32
+ * [ceil(rows / BLOCK_ROWS), hidden] of dataflow_rms_norm_bwd_w_workspace_bytes() bytes,
+ * owned by the caller and untouched by other work until the reduce has run. */
+#define DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS 64
+/* Bytes of fp32 workspace rms_norm_bwd_w needs; 0 if rows or hidden is not positive. */
+int64_t dataflow_rms_norm_bwd_w_workspace_bytes(int64_t rows, int64_t hidden);
+Dataflow_Status dataflow_rms_norm_bwd_w_partials_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+Dataflow_Status dataflow_rms_norm_bwd_w_reduce_skeleton(Op_Skeleton *skeleton, DataflowDatatype dw_dtype);
+Dataflow_Status dataflow_submit_rms_norm_bwd_w(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+					       DataflowDatatype dw_dtype, int64_t rows, int64_t hidden, const void *dy,
+					       const void *x, const void *rstd, void *workspace, void *dw);
+
+/* swiglu (native), as Hugging Face LlamaMLP's act_fn(gate) * up: in fp32,
+ *   out = to_dtype(to_dtype(silu(gate)) * up),   silu(g) = g * sigmoid(g)
+ * (silu rounded to the dtype before the multiply, as F.silu(gate) * up does in bf16/fp16;
+ * sigmoid from exp(-|g|), which cannot overflow).
+ * gate, up, out [rows, ffn] share dtype (fp32, fp16, bf16); out may alias gate or up.
+ * Args: rows, ffn, gate, up, out. */
+Dataflow_Status dataflow_swiglu_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+Dataflow_Status dataflow_submit_swiglu(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype, int64_t rows,
+				       int64_t ffn, const void *gate, const void *up, void *out);
+
+/* swiglu_bwd (native): in fp32 with s = sigmoid(gate), each rounded once,
+ *   d_up = d_out * silu(gate),   d_gate = d_out * up * s * (1 + gate * (1 - s))
+ * (the gradient of silu(gate) * up; the forward's rounding of silu is passed straight
+ * through). All [rows, ffn], one dtype. d_gate and d_up may alias any input but not each
+ * other. Args: rows, ffn, d_out, gate, up, d_gate, d_up. */
+Dataflow_Status dataflow_swiglu_bwd_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+Dataflow_Status dataflow_submit_swiglu_bwd(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+					   int64_t rows, int64_t ffn, const void *d_out, const void *gate,
+					   const void *up, void *d_gate, void *d_up);
+
 #endif

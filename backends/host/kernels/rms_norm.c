@@ -1,0 +1,328 @@
+/* rms_norm forward and bwd_x, row by row in fp32 (bwd_w, a reduction over rows, is in
+ * rms_norm_bwd_w.c). Forward, as Hugging Face LlamaRMSNorm:
+ *   rstd = 1 / sqrt(sum(x^2) / hidden + eps),   y = w * to_dtype(x * rstd)
+ * the normalized row rounded to x's dtype before the weight multiply and the product rounded
+ * again, as `weight * hidden_states.to(input_dtype)` does. Backward, with g = dy * w:
+ *   dx = rstd * (g - x * (rstd^2 * (sum(g * x) / hidden)))
+ * rounded once. Row sums run in 16 lanes (lane l takes the elements l mod 16 in order, the
+ * lanes are added l + 8, l + 4, l + 2, l + 1, then the last hidden % 16 elements follow) with
+ * no fma, so every path gives the same bits. y may alias x and dx may alias dy or x: a row is
+ * read whole (for its sum) before any of it is written, and the second pass reads each
+ * element before writing it. */
+#include <math.h>
+
+#include "dataflow/host_kernel.h"
+#include "simd_dtype.h"
+
+/* parts are whole rows, at least 32 KiB of x each */
+#define PART_MIN_BYTES 32768
+
+/* ---- the 16 lanes of a row sum, added l + 8, l + 4, l + 2, l + 1 ---- */
+
+SIMD_TARGET_AVX512 SIMD_INLINE float lanes_sum_avx512(__m512 a)
+{
+	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+	__m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), hi);
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+/* lanes 0-7 in lo, 8-15 in hi */
+SIMD_TARGET_AVX2 SIMD_INLINE float lanes_sum_avx2(__m256 lo, __m256 hi)
+{
+	__m256 s8 = _mm256_add_ps(lo, hi);
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+SIMD_INLINE float lanes_sum_scalar(const float a[16])
+{
+	float s8[8], s4[4];
+	for (int l = 0; l < 8; l++)
+		s8[l] = a[l] + a[l + 8];
+	for (int l = 0; l < 4; l++)
+		s4[l] = s8[l] + s8[l + 4];
+	return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+static inline int64_t row_offset(int64_t row, int64_t hidden, DataflowDatatype dt)
+{
+	return row * hidden * (dt == DATAFLOW_FP32 ? 4 : 2);
+}
+
+/* ---- forward ---- */
+
+typedef struct {
+	int64_t rows, hidden;
+	float eps;
+	const void *x, *w;
+	void *y;
+	float *rstd;
+} Rms_Norm_Args;
+
+/* Elements [j, h) of a row, scalar: the tail after the vector loops, or the whole row. */
+SIMD_INLINE float sum_sq_from(const void *x, int64_t j, int64_t h, float sum, DataflowDatatype dt)
+{
+	for (; j < h; j++) {
+		float v = simd_load1(x, j, dt);
+		sum += v * v;
+	}
+	return sum;
+}
+
+SIMD_INLINE void normalize_from(const void *x, const void *w, void *y, int64_t j, int64_t h, float rstd,
+				DataflowDatatype dt)
+{
+	for (; j < h; j++)
+		simd_store1(y, j, simd_load1(w, j, dt) * simd_round1(simd_load1(x, j, dt) * rstd, dt), dt);
+}
+
+/* rstd of a row from its sum of squares; stored for the backward */
+static inline float row_rstd(const Rms_Norm_Args *a, int64_t r, float sum_sq)
+{
+	float rstd = 1.0f / sqrtf(sum_sq / (float)a->hidden + a->eps);
+	a->rstd[r] = rstd;
+	return rstd;
+}
+
+SIMD_TARGET_AVX512 SIMD_INLINE void rms_norm_rows_avx512(const Rms_Norm_Args *a, int64_t r0, int64_t r1,
+							 DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *x = (const char *)a->x + row_offset(r, h, dt);
+		char *y = (char *)a->y + row_offset(r, h, dt);
+		__m512 acc = _mm512_setzero_ps();
+		for (int64_t j = 0; j < h16; j += 16) {
+			__m512 v = simd_load16_avx512(x, j, dt);
+			acc = _mm512_add_ps(acc, _mm512_mul_ps(v, v));
+		}
+		float rstd = row_rstd(a, r, sum_sq_from(x, h16, h, lanes_sum_avx512(acc), dt));
+		__m512 rs = _mm512_set1_ps(rstd);
+		for (int64_t j = 0; j < h16; j += 16) {
+			__m512 q = simd_round16_avx512(_mm512_mul_ps(simd_load16_avx512(x, j, dt), rs), dt);
+			simd_store16_avx512(y, j, _mm512_mul_ps(simd_load16_avx512(a->w, j, dt), q), dt);
+		}
+		normalize_from(x, a->w, y, h16, h, rstd, dt);
+	}
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE void rms_norm_rows_avx2(const Rms_Norm_Args *a, int64_t r0, int64_t r1,
+						     DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *x = (const char *)a->x + row_offset(r, h, dt);
+		char *y = (char *)a->y + row_offset(r, h, dt);
+		__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+		for (int64_t j = 0; j < h16; j += 16) {
+			__m256 v0 = simd_load8_avx2(x, j, dt), v1 = simd_load8_avx2(x, j + 8, dt);
+			lo = _mm256_add_ps(lo, _mm256_mul_ps(v0, v0));
+			hi = _mm256_add_ps(hi, _mm256_mul_ps(v1, v1));
+		}
+		float rstd = row_rstd(a, r, sum_sq_from(x, h16, h, lanes_sum_avx2(lo, hi), dt));
+		__m256 rs = _mm256_set1_ps(rstd);
+		int64_t j = 0;
+		for (; j + 8 <= h; j += 8) {
+			__m256 q = simd_round8_avx2(_mm256_mul_ps(simd_load8_avx2(x, j, dt), rs), dt);
+			simd_store8_avx2(y, j, _mm256_mul_ps(simd_load8_avx2(a->w, j, dt), q), dt);
+		}
+		normalize_from(x, a->w, y, j, h, rstd, dt);
+	}
+}
+
+SIMD_INLINE void rms_norm_rows_scalar(const Rms_Norm_Args *a, int64_t r0, int64_t r1, DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *x = (const char *)a->x + row_offset(r, h, dt);
+		char *y = (char *)a->y + row_offset(r, h, dt);
+		float acc[16] = {0};
+		for (int64_t j = 0; j < h16; j += 16)
+			for (int l = 0; l < 16; l++) {
+				float v = simd_load1(x, j + l, dt);
+				acc[l] += v * v;
+			}
+		float rstd = row_rstd(a, r, sum_sq_from(x, h16, h, lanes_sum_scalar(acc), dt));
+		normalize_from(x, a->w, y, 0, h, rstd, dt);
+	}
+}
+
+/* ---- bwd_x ---- */
+
+typedef struct {
+	int64_t rows, hidden;
+	const void *dy, *x, *w;
+	const float *rstd;
+	void *dx;
+} Rms_Norm_Bwd_X_Args;
+
+SIMD_INLINE float sum_gx_from(const void *dy, const void *w, const void *x, int64_t j, int64_t h, float sum,
+			      DataflowDatatype dt)
+{
+	for (; j < h; j++)
+		sum += (simd_load1(dy, j, dt) * simd_load1(w, j, dt)) * simd_load1(x, j, dt);
+	return sum;
+}
+
+SIMD_INLINE void dx_from(const void *dy, const void *w, const void *x, void *dx, int64_t j, int64_t h, float rstd,
+			 float c, DataflowDatatype dt)
+{
+	for (; j < h; j++) {
+		float g = simd_load1(dy, j, dt) * simd_load1(w, j, dt);
+		simd_store1(dx, j, rstd * (g - simd_load1(x, j, dt) * c), dt);
+	}
+}
+
+/* c = rstd^2 * mean(g * x) */
+static inline float dx_scale(float rstd, float sum_gx, int64_t hidden)
+{
+	return (rstd * rstd) * (sum_gx / (float)hidden);
+}
+
+SIMD_TARGET_AVX512 SIMD_INLINE void rms_norm_bwd_x_rows_avx512(const Rms_Norm_Bwd_X_Args *a, int64_t r0,
+							       int64_t r1, DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *dy = (const char *)a->dy + row_offset(r, h, dt), *x = (const char *)a->x + row_offset(r, h, dt);
+		char *dx = (char *)a->dx + row_offset(r, h, dt);
+		__m512 acc = _mm512_setzero_ps();
+		for (int64_t j = 0; j < h16; j += 16) {
+			__m512 g = _mm512_mul_ps(simd_load16_avx512(dy, j, dt), simd_load16_avx512(a->w, j, dt));
+			acc = _mm512_add_ps(acc, _mm512_mul_ps(g, simd_load16_avx512(x, j, dt)));
+		}
+		float rstd = a->rstd[r];
+		float c = dx_scale(rstd, sum_gx_from(dy, a->w, x, h16, h, lanes_sum_avx512(acc), dt), h);
+		__m512 rs = _mm512_set1_ps(rstd), cs = _mm512_set1_ps(c);
+		for (int64_t j = 0; j < h16; j += 16) {
+			__m512 g = _mm512_mul_ps(simd_load16_avx512(dy, j, dt), simd_load16_avx512(a->w, j, dt));
+			__m512 xc = _mm512_mul_ps(simd_load16_avx512(x, j, dt), cs);
+			simd_store16_avx512(dx, j, _mm512_mul_ps(rs, _mm512_sub_ps(g, xc)), dt);
+		}
+		dx_from(dy, a->w, x, dx, h16, h, rstd, c, dt);
+	}
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE void rms_norm_bwd_x_rows_avx2(const Rms_Norm_Bwd_X_Args *a, int64_t r0, int64_t r1,
+							   DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *dy = (const char *)a->dy + row_offset(r, h, dt), *x = (const char *)a->x + row_offset(r, h, dt);
+		char *dx = (char *)a->dx + row_offset(r, h, dt);
+		__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+		for (int64_t j = 0; j < h16; j += 16) {
+			__m256 g0 = _mm256_mul_ps(simd_load8_avx2(dy, j, dt), simd_load8_avx2(a->w, j, dt));
+			__m256 g1 = _mm256_mul_ps(simd_load8_avx2(dy, j + 8, dt), simd_load8_avx2(a->w, j + 8, dt));
+			lo = _mm256_add_ps(lo, _mm256_mul_ps(g0, simd_load8_avx2(x, j, dt)));
+			hi = _mm256_add_ps(hi, _mm256_mul_ps(g1, simd_load8_avx2(x, j + 8, dt)));
+		}
+		float rstd = a->rstd[r];
+		float c = dx_scale(rstd, sum_gx_from(dy, a->w, x, h16, h, lanes_sum_avx2(lo, hi), dt), h);
+		__m256 rs = _mm256_set1_ps(rstd), cs = _mm256_set1_ps(c);
+		int64_t j = 0;
+		for (; j + 8 <= h; j += 8) {
+			__m256 g = _mm256_mul_ps(simd_load8_avx2(dy, j, dt), simd_load8_avx2(a->w, j, dt));
+			__m256 xc = _mm256_mul_ps(simd_load8_avx2(x, j, dt), cs);
+			simd_store8_avx2(dx, j, _mm256_mul_ps(rs, _mm256_sub_ps(g, xc)), dt);
+		}
+		dx_from(dy, a->w, x, dx, j, h, rstd, c, dt);
+	}
+}
+
+SIMD_INLINE void rms_norm_bwd_x_rows_scalar(const Rms_Norm_Bwd_X_Args *a, int64_t r0, int64_t r1,
+					    DataflowDatatype dt)
+{
+	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
+	for (int64_t r = r0; r < r1; r++) {
+		const char *dy = (const char *)a->dy + row_offset(r, h, dt), *x = (const char *)a->x + row_offset(r, h, dt);
+		char *dx = (char *)a->dx + row_offset(r, h, dt);
+		float acc[16] = {0};
+		for (int64_t j = 0; j < h16; j += 16)
+			for (int l = 0; l < 16; l++)
+				acc[l] += (simd_load1(dy, j + l, dt) * simd_load1(a->w, j + l, dt)) *
+					  simd_load1(x, j + l, dt);
+		float rstd = a->rstd[r];
+		float c = dx_scale(rstd, sum_gx_from(dy, a->w, x, h16, h, lanes_sum_scalar(acc), dt), h);
+		dx_from(dy, a->w, x, dx, 0, h, rstd, c, dt);
+	}
+}
+
+/* ---- entry points: whole rows per part ---- */
+
+/* Args: rows, hidden, eps, x, w, y, rstd. */
+static Rms_Norm_Args rms_norm_args(void **args, int part, int num_parts, int64_t *r0, int64_t *r1)
+{
+	Rms_Norm_Args a = {DATAFLOW_ARG(args, 0, int64_t),	 DATAFLOW_ARG(args, 1, int64_t),
+			   DATAFLOW_ARG(args, 2, float),	 DATAFLOW_ARG(args, 3, const void *),
+			   DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, void *),
+			   DATAFLOW_ARG(args, 6, float *)};
+	dataflow_part_range(a.rows, part, num_parts, 1, r0, r1);
+	return a;
+}
+
+/* Args: rows, hidden, dy, x, w, rstd, dx. */
+static Rms_Norm_Bwd_X_Args rms_norm_bwd_x_args(void **args, int part, int num_parts, int64_t *r0, int64_t *r1)
+{
+	Rms_Norm_Bwd_X_Args a = {DATAFLOW_ARG(args, 0, int64_t),	DATAFLOW_ARG(args, 1, int64_t),
+				 DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const void *),
+				 DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, const float *),
+				 DATAFLOW_ARG(args, 6, void *)};
+	dataflow_part_range(a.rows, part, num_parts, 1, r0, r1);
+	return a;
+}
+
+#define RMS_NORM_KERNELS(name, DT)                                                                        \
+	SIMD_DTYPE_KERNEL(rms_norm_##name##_rows, rms_norm_rows, Rms_Norm_Args, DT)                       \
+	SIMD_DTYPE_KERNEL(rms_norm_bwd_x_##name##_rows, rms_norm_bwd_x_rows, Rms_Norm_Bwd_X_Args, DT)     \
+	void dataflow_host_rms_norm_##name(void **args, int part, int num_parts)                         \
+	{                                                                                                 \
+		int64_t r0, r1;                                                                           \
+		Rms_Norm_Args a = rms_norm_args(args, part, num_parts, &r0, &r1);                         \
+		rms_norm_##name##_rows(&a, r0, r1);                                                       \
+	}                                                                                                 \
+	void dataflow_host_rms_norm_bwd_x_##name(void **args, int part, int num_parts)                   \
+	{                                                                                                 \
+		int64_t r0, r1;                                                                           \
+		Rms_Norm_Bwd_X_Args a = rms_norm_bwd_x_args(args, part, num_parts, &r0, &r1);             \
+		rms_norm_bwd_x_##name##_rows(&a, r0, r1);                                                 \
+	}
+
+RMS_NORM_KERNELS(fp32, DATAFLOW_FP32)
+RMS_NORM_KERNELS(fp16, DATAFLOW_FP16)
+RMS_NORM_KERNELS(bf16, DATAFLOW_BF16)
+
+/* Whole rows per part, at least PART_MIN_BYTES of x each. Args 0 and 1 are rows and hidden,
+ * arg 3 is x in both ops. Shapes were validated by libdataflowops. */
+static Dataflow_Status rms_norm_row_launch(const Op *op, Dataflow_Launch_Config *config)
+{
+	int64_t rows = *(const int64_t *)op->op_args[0], hidden = *(const int64_t *)op->op_args[1];
+	if (rows <= 0 || hidden <= 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "%s: rows and hidden must be > 0, got %lld and %lld", op->skeleton.nickname,
+					  (long long)rows, (long long)hidden);
+	int64_t row_bytes = hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[3]);
+	config->num_parts = dataflow_elementwise_parts(rows, (PART_MIN_BYTES + row_bytes - 1) / row_bytes);
+	return DATAFLOW_OK;
+}
+
+/* Args: rows, hidden, eps, x, w, y, rstd. */
+Dataflow_Status dataflow_host_rms_norm_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					      Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	return rms_norm_row_launch(op, config);
+}
+
+/* Args: rows, hidden, dy, x, w, rstd, dx. */
+Dataflow_Status dataflow_host_rms_norm_bwd_x_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+						    Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	return rms_norm_row_launch(op, config);
+}
