@@ -22,12 +22,11 @@ static Dataflow_Status check_args(Host_Handle *h, const Op *op)
 			continue;
 		/* A NULL tensor is allowed (optional inputs); the op decides whether it needs it. */
 		const void *ptr = *(void *const *)op->op_args[i];
-		if (ptr) {
+		/* the message is only formatted for a bad pointer: this runs for every op */
+		if (ptr && host_check_device_range(h, ptr, 1, 1, "op argument") != DATAFLOW_OK) {
 			char what[128];
 			snprintf(what, sizeof(what), "op '%s' argument %d (%s tensor)", s->nickname, i, dt);
-			Dataflow_Status st = host_check_device_range(h, ptr, 1, 1, what);
-			if (st != DATAFLOW_OK)
-				return st;
+			return host_check_device_range(h, ptr, 1, 1, what);
 		}
 	}
 	return DATAFLOW_OK;
