@@ -25,7 +25,9 @@ typedef struct {
 
 typedef struct {
 	pthread_mutex_t lock;
-	uint8_t *base;
+	uint8_t *base;	  /* 2 MiB aligned inside the mapping */
+	void *mapping;	  /* what mmap returned, mapping_size bytes */
+	uint64_t mapping_size;
 	uint64_t capacity, in_use;
 	Arena_Block *live, *free; /* both sorted by offset */
 	int num_live, num_free, cap_live, cap_free;
