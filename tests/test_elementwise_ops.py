@@ -146,6 +146,42 @@ def test_cast_into_given_out(h):
     assert_same_values(bits(out), ref_bits(x, "bf16"), "bf16", "cast out=")
 
 
+# ---- outputs of 16 MiB and more: written with streaming stores, same bits ----
+
+STREAM_BYTES = 16 << 20
+
+
+@pytest.mark.parametrize("dtype", ADD_DTYPES)
+@pytest.mark.parametrize("alias", [None, "a"])
+def test_add_large_output(dtype, alias):
+    size = 4 if dtype == "fp32" else 2
+    n = STREAM_BYTES // size + 1001  # not a multiple of a chunk or a vector
+    a, b = values(n + 1, 21), values(n + 1, 22)
+    with df.Handle("host", threads=2, device_memory="256MiB") as h:
+        da, db = h.from_numpy(a, dtype=dtype), h.from_numpy(b, dtype=dtype)
+        if alias:
+            out = df.ops.add(h, da, db, out=da, alpha=0.75, beta=-1.25)
+            got, want = bits(out), add_oracle(0.75, quantize(a, dtype), -1.25, quantize(b, dtype), dtype)
+        else:  # views one element in: the output is not line-aligned
+            out = h.empty((n + 1,), dtype)
+            df.ops.add(h, da.view((n,), 1), db.view((n,), 1), out=out.view((n,), 1), alpha=0.75, beta=-1.25)
+            got = bits(out)[1:]
+            want = add_oracle(0.75, quantize(a[1:], dtype), -1.25, quantize(b[1:], dtype), dtype)
+        assert_same_values(got, want, dtype, f"add {dtype} n={n} out={alias}")
+
+
+@pytest.mark.parametrize("src,dst", [("fp32", "bf16"), ("fp32", "fp16"), ("bf16", "fp32"), ("fp16", "fp32"),
+                                     ("fp8e4m3", "fp16")])
+def test_cast_large_output(src, dst):
+    size = {"fp32": 4, "fp16": 2, "bf16": 2}[dst]
+    n = STREAM_BYTES // size + 1001
+    x = values(n + 1, 23)
+    with df.Handle("host", threads=2, device_memory="256MiB") as h:
+        out = h.empty((n + 1,), dst)
+        df.ops.cast(h, h.from_numpy(x, dtype=src).view((n,), 1), dst, out=out.view((n,), 1))
+        assert_same_values(bits(out)[1:], ref_bits(quantize(x[1:], src), dst), dst, f"cast {src} -> {dst} n={n}")
+
+
 # ---- set_mem ----
 
 @pytest.mark.parametrize("dtype", ADD_DTYPES)

@@ -237,6 +237,7 @@ def test_bwd_w_workspace_size_and_given_workspace(h):
     _, rstd = df.ops.rms_norm(h, d_x, d_w, eps=EPS)
     workspace = h.empty((4 * 70 + 5,), "fp32")  # larger than needed is fine
     dw = h.empty((70,), "fp32")
+    h.wait(1, h.record(0))  # rstd comes from stream 0
     assert df.ops.rms_norm_bwd_w(h, d_dy, d_x, rstd, dw=dw, workspace=workspace, stream=1) is dw
     h.sync()
     np.testing.assert_array_equal(dw.numpy(), replay_bwd_w(dy, x, rstd.numpy(), "fp32"))

@@ -219,12 +219,11 @@ Dataflow_Status dataflow_op_check(const Op *op, const Op_Skeleton *registered,
 			continue;
 		/* A NULL tensor is allowed (optional inputs); the op decides whether it needs it. */
 		const void *ptr = *(void *const *)op->op_args[i];
-		if (ptr) {
+		/* the message is only formatted for a bad pointer: this runs for every op */
+		if (ptr && check_tensor(ctx, ptr, "op argument") != DATAFLOW_OK) {
 			char what[128];
 			snprintf(what, sizeof(what), "op '%s' argument %d (%s tensor)", s->nickname, i, dt);
-			Dataflow_Status st = check_tensor(ctx, ptr, what);
-			if (st != DATAFLOW_OK)
-				return st;
+			return check_tensor(ctx, ptr, what);
 		}
 	}
 	return DATAFLOW_OK;

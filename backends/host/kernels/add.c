@@ -2,9 +2,11 @@
  * Two products and one sum, each rounded to fp32 (no fma: the build is ISO C, so the
  * compiler does not contract the scalar loop either), so every path gives the same bits.
  * fp16/bf16 are widened to fp32 in registers and the result rounded back to nearest even.
- * out may alias a or b: each element is read before it is written. */
+ * out may alias a or b: each element is read before it is written. Outputs of at least
+ * STREAM_MIN_BYTES that do not partly overlap an input are written with streaming stores. */
 #include "dataflow/host_kernel.h"
 #include "simd.h"
+#include "stream_store.h"
 
 /* parts are multiples of 64 elements (whole cache lines) and at least 32 KiB of output */
 #define PART_ALIGN 64
@@ -25,6 +27,34 @@ static Add_Args add_args(void **args, int part, int num_parts, int64_t *begin, i
 		      DATAFLOW_ARG(args, 3, float),   DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, void *)};
 	dataflow_part_range(x.n, part, num_parts, PART_ALIGN, begin, end);
 	return x;
+}
+
+typedef void (*Add_Range)(Add_Args x, int64_t i, int64_t end, int level);
+
+static void add_part(void **args, int part, int num_parts, Add_Range range, int64_t size)
+{
+	int64_t i, end;
+	Add_Args x = add_args(args, part, num_parts, &i, &end);
+	int level = simd_level();
+	size_t bytes = (size_t)(x.n * size);
+	int stream = x.n * size >= STREAM_MIN_BYTES && level != SIMD_SCALAR &&
+		     (x.out == x.a || !stream_overlap(x.out, bytes, x.a, bytes)) &&
+		     (x.out == x.b || !stream_overlap(x.out, bytes, x.b, bytes));
+	if (!stream) {
+		range(x, i, end, level);
+		return;
+	}
+	_Alignas(64) char buf[STREAM_CHUNK_BYTES];
+	for (int64_t c = i, chunk = STREAM_CHUNK_BYTES / size; c < end; c += chunk) {
+		int64_t len = end - c < chunk ? end - c : chunk;
+		Add_Args y = x;
+		y.a = (const char *)x.a + c * size;
+		y.b = (const char *)x.b + c * size;
+		y.out = buf;
+		range(y, 0, len, level);
+		stream_copy((char *)x.out + c * size, buf, (size_t)(len * size), level);
+	}
+	stream_fence();
 }
 
 /* ---- fp32 ---- */
@@ -51,11 +81,8 @@ SIMD_TARGET_AVX2 static int64_t add_fp32_avx2(Add_Args x, int64_t i, int64_t end
 	return i;
 }
 
-void dataflow_host_add_fp32(void **args, int part, int num_parts)
+static void add_fp32_range(Add_Args x, int64_t i, int64_t end, int level)
 {
-	int64_t i, end;
-	Add_Args x = add_args(args, part, num_parts, &i, &end);
-	int level = simd_level();
 	if (level == SIMD_AVX512)
 		i = add_fp32_avx512(x, i, end);
 	else if (level == SIMD_AVX2)
@@ -64,6 +91,11 @@ void dataflow_host_add_fp32(void **args, int part, int num_parts)
 	float *out = x.out;
 	for (; i < end; i++)
 		out[i] = x.alpha * a[i] + x.beta * b[i];
+}
+
+void dataflow_host_add_fp32(void **args, int part, int num_parts)
+{
+	add_part(args, part, num_parts, add_fp32_range, sizeof(float));
 }
 
 /* ---- bf16 ---- */
@@ -90,11 +122,8 @@ SIMD_TARGET_AVX2 static int64_t add_bf16_avx2(Add_Args x, int64_t i, int64_t end
 	return i;
 }
 
-void dataflow_host_add_bf16(void **args, int part, int num_parts)
+static void add_bf16_range(Add_Args x, int64_t i, int64_t end, int level)
 {
-	int64_t i, end;
-	Add_Args x = add_args(args, part, num_parts, &i, &end);
-	int level = simd_level();
 	if (level == SIMD_AVX512)
 		i = add_bf16_avx512(x, i, end);
 	else if (level == SIMD_AVX2)
@@ -103,6 +132,11 @@ void dataflow_host_add_bf16(void **args, int part, int num_parts)
 	uint16_t *out = x.out;
 	for (; i < end; i++)
 		out[i] = dataflow_fp32_to_bf16(x.alpha * dataflow_bf16_to_fp32(a[i]) + x.beta * dataflow_bf16_to_fp32(b[i]));
+}
+
+void dataflow_host_add_bf16(void **args, int part, int num_parts)
+{
+	add_part(args, part, num_parts, add_bf16_range, sizeof(uint16_t));
 }
 
 /* ---- fp16 ---- */
@@ -129,11 +163,8 @@ SIMD_TARGET_AVX2 static int64_t add_fp16_avx2(Add_Args x, int64_t i, int64_t end
 	return i;
 }
 
-void dataflow_host_add_fp16(void **args, int part, int num_parts)
+static void add_fp16_range(Add_Args x, int64_t i, int64_t end, int level)
 {
-	int64_t i, end;
-	Add_Args x = add_args(args, part, num_parts, &i, &end);
-	int level = simd_level();
 	if (level == SIMD_AVX512)
 		i = add_fp16_avx512(x, i, end);
 	else if (level == SIMD_AVX2)
@@ -142,6 +173,11 @@ void dataflow_host_add_fp16(void **args, int part, int num_parts)
 	uint16_t *out = x.out;
 	for (; i < end; i++)
 		out[i] = dataflow_fp32_to_fp16(x.alpha * dataflow_fp16_to_fp32(a[i]) + x.beta * dataflow_fp16_to_fp32(b[i]));
+}
+
+void dataflow_host_add_fp16(void **args, int part, int num_parts)
+{
+	add_part(args, part, num_parts, add_fp16_range, sizeof(uint16_t));
 }
 
 /* Args: n, alpha, a, beta, b, out. Shapes were validated by libdataflowops. */

@@ -1,6 +1,9 @@
 /* cast: dst = convert(src) over n elements, RNE (dataflow_convert, bit-exact with
- * ml_dtypes), one kernel per (src, dst) pair. */
+ * ml_dtypes), one kernel per (src, dst) pair. Outputs of at least STREAM_MIN_BYTES that do
+ * not overlap the input are converted chunk by chunk into an L1 buffer and written with
+ * streaming stores. */
 #include "dataflow/host_kernel.h"
+#include "stream_store.h"
 
 /* parts are multiples of 64 elements and at least 32 KiB of output */
 #define PART_ALIGN 64
@@ -13,9 +16,22 @@ static void cast_part(DataflowDatatype src_dtype, DataflowDatatype dst_dtype, vo
 	char *dst = DATAFLOW_ARG(args, 2, char *);
 	int64_t begin, end;
 	dataflow_part_range(n, part, num_parts, PART_ALIGN, &begin, &end);
-	/* dtypes and pointers were checked at submission, so this cannot fail */
-	(void)dataflow_convert(dst_dtype, dst + begin * (int64_t)dataflow_datatype_size(dst_dtype), src_dtype,
-			       src + begin * (int64_t)dataflow_datatype_size(src_dtype), (size_t)(end - begin));
+	int64_t src_size = (int64_t)dataflow_datatype_size(src_dtype), dst_size = (int64_t)dataflow_datatype_size(dst_dtype);
+	int level = simd_level();
+	if (n * dst_size < STREAM_MIN_BYTES || level == SIMD_SCALAR ||
+	    stream_overlap(dst, (size_t)(n * dst_size), src, (size_t)(n * src_size))) {
+		/* dtypes and pointers were checked at submission, so this cannot fail */
+		(void)dataflow_convert(dst_dtype, dst + begin * dst_size, src_dtype, src + begin * src_size,
+				       (size_t)(end - begin));
+		return;
+	}
+	_Alignas(64) char buf[STREAM_CHUNK_BYTES];
+	for (int64_t c = begin, chunk = STREAM_CHUNK_BYTES / dst_size; c < end; c += chunk) {
+		int64_t len = end - c < chunk ? end - c : chunk;
+		(void)dataflow_convert(dst_dtype, buf, src_dtype, src + c * src_size, (size_t)len);
+		stream_copy(dst + c * dst_size, buf, (size_t)(len * dst_size), level);
+	}
+	stream_fence();
 }
 
 #define CAST(S, S_DTYPE, D, D_DTYPE)                                                  \

@@ -5,7 +5,10 @@
 
 /* A fixed set of threads that run one kernel's parts at a time. Parts are handed out
  * through an atomic counter, so uneven parts balance themselves; the submitting stream
- * worker takes parts too, so a pool of N threads has N - 1 helpers. */
+ * worker takes parts too, so a pool of N threads has N - 1 helpers. Helpers poll for the
+ * next job, and the submitter for the last part, for a bounded time before sleeping
+ * (host_spin_until); `generation`, `shutdown`, `parts_done` and `helpers_busy` change
+ * under `lock`, atomically, so that pollers may read them without it. */
 struct Compute_Pool {
 	int num_helpers;
 	pthread_t *helpers;
@@ -31,10 +34,29 @@ static void run_parts(Compute_Pool *p)
 		finished++;
 	}
 	pthread_mutex_lock(&p->lock);
-	p->parts_done += finished;
+	__atomic_store_n(&p->parts_done, p->parts_done + finished, __ATOMIC_RELEASE);
 	if (p->parts_done == p->num_parts)
 		pthread_cond_broadcast(&p->done);
 	pthread_mutex_unlock(&p->lock);
+}
+
+typedef struct {
+	Compute_Pool *pool;
+	uint64_t seen;
+} Job_Watch;
+
+static int new_job(void *arg)
+{
+	Job_Watch *w = arg;
+	return __atomic_load_n(&w->pool->generation, __ATOMIC_ACQUIRE) != w->seen ||
+	       __atomic_load_n(&w->pool->shutdown, __ATOMIC_ACQUIRE);
+}
+
+static int job_done(void *arg)
+{
+	Compute_Pool *p = arg;
+	return __atomic_load_n(&p->parts_done, __ATOMIC_ACQUIRE) == p->num_parts &&
+	       __atomic_load_n(&p->helpers_busy, __ATOMIC_ACQUIRE) == 0;
 }
 
 static void *helper_main(void *arg)
@@ -43,17 +65,24 @@ static void *helper_main(void *arg)
 	uint64_t seen = 0;
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
+		if (!p->shutdown && p->generation == seen) {
+			Job_Watch w = {p, seen};
+			pthread_mutex_unlock(&p->lock);
+			host_spin_until(new_job, &w);
+			pthread_mutex_lock(&p->lock);
+		}
 		while (!p->shutdown && p->generation == seen)
 			pthread_cond_wait(&p->start, &p->lock);
 		if (p->shutdown)
 			break;
 		seen = p->generation;
-		p->helpers_busy++;
+		__atomic_store_n(&p->helpers_busy, p->helpers_busy + 1, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&p->lock);
 		run_parts(p);
 		pthread_mutex_lock(&p->lock);
 		/* the job's fields may only change once every helper has let go of them */
-		if (--p->helpers_busy == 0)
+		__atomic_store_n(&p->helpers_busy, p->helpers_busy - 1, __ATOMIC_RELEASE);
+		if (p->helpers_busy == 0)
 			pthread_cond_broadcast(&p->done);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -87,7 +116,7 @@ void compute_pool_destroy(Compute_Pool *p)
 	if (!p)
 		return;
 	pthread_mutex_lock(&p->lock);
-	p->shutdown = 1;
+	__atomic_store_n(&p->shutdown, 1, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&p->start);
 	pthread_mutex_unlock(&p->lock);
 	for (int i = 0; i < p->num_helpers; i++)
@@ -114,14 +143,15 @@ void compute_pool_run(Compute_Pool *p, Dataflow_Host_Kernel kernel, void **args,
 	p->kernel = kernel;
 	p->args = args;
 	p->num_parts = num_parts;
-	p->parts_done = 0;
+	__atomic_store_n(&p->parts_done, 0, __ATOMIC_RELEASE);
 	atomic_store(&p->next_part, 0);
-	p->generation++;
+	__atomic_store_n(&p->generation, p->generation + 1, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&p->start);
 	pthread_mutex_unlock(&p->lock);
 
 	run_parts(p);
 
+	host_spin_until(job_done, p);
 	pthread_mutex_lock(&p->lock);
 	while (p->parts_done < p->num_parts || p->helpers_busy > 0)
 		pthread_cond_wait(&p->done, &p->lock);

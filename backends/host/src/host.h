@@ -5,7 +5,9 @@
  * kernels run their parts on a shared compute pool, "device memory" is an accounted arena. */
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "block_list.h"
 #include "dataflow/handle.h"
@@ -18,7 +20,9 @@ typedef struct Host_Stream Host_Stream;
 
 typedef struct {
 	pthread_mutex_t lock;
-	uint8_t *base;
+	uint8_t *base;	  /* 2 MiB aligned inside the mapping */
+	void *mapping;	  /* what mmap returned, mapping_size bytes */
+	uint64_t mapping_size;
 	uint64_t capacity, in_use;
 	Block_List live, free; /* offsets relative to base */
 } Arena;
@@ -32,6 +36,52 @@ Dataflow_Status arena_retire(Arena *arena, void *ptr);
 void arena_release(Arena *arena, void *ptr);
 /* 1 if [ptr, ptr + size) lies in one live allocation; else 0 with a reason in why. */
 int arena_contains(Arena *arena, const void *ptr, uint64_t size, char *why, size_t why_size);
+
+/* ---- bounded spinning before sleeping ----
+ * A futex wake-up costs 5-30 us between a waker and a sleeper (more on a loaded machine),
+ * which dominates small ops. Threads that expect work soon (a stream worker after a task,
+ * a pool helper after a job, a sync on a short queue) first poll for up to HOST_SPIN_NS,
+ * pausing for the first microseconds and then yielding the CPU (so a spinner never keeps a
+ * thread with real work off a busy core), and only then sleep on their condition variable.
+ * Idle threads therefore burn at most HOST_SPIN_NS of CPU before they sleep. */
+#define HOST_SPIN_NS 50000
+#define HOST_SPIN_PAUSE_NS 2000
+
+static inline uint64_t host_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void host_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* Polls ready(arg) until it returns nonzero (returns 1) or HOST_SPIN_NS pass (returns 0). */
+static inline int host_spin_until(int (*ready)(void *), void *arg)
+{
+	if (ready(arg))
+		return 1;
+	uint64_t start = host_now_ns();
+	for (;;) {
+		for (int i = 0; i < 16; i++) {
+			host_cpu_relax();
+			if (ready(arg))
+				return 1;
+		}
+		uint64_t spent = host_now_ns() - start;
+		if (spent > HOST_SPIN_NS)
+			return 0;
+		if (spent > HOST_SPIN_PAUSE_NS)
+			sched_yield();
+	}
+}
 
 /* ---- compute pool (compute_pool.c): runs a kernel's parts on num_threads threads ---- */
 typedef struct Compute_Pool Compute_Pool;

@@ -35,11 +35,36 @@ static void record_failure(Host_Stream *s, Dataflow_Status st, const char *messa
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* `submitted` and `completed` change under the stream's lock (atomically, so that spinning
+ * threads may poll them without it). */
+typedef struct {
+	Host_Stream *stream;
+	uint64_t value;
+} Completion;
+
+static int reached(void *arg)
+{
+	Completion *c = arg;
+	return __atomic_load_n(&c->stream->completed, __ATOMIC_ACQUIRE) >= c->value;
+}
+
+/* Waits, with the stream's lock held, until its completed count reaches value. */
+static void wait_completed_locked(Host_Stream *s, uint64_t value)
+{
+	if (s->completed >= value)
+		return;
+	Completion c = {s, value};
+	pthread_mutex_unlock(&s->lock);
+	host_spin_until(reached, &c);
+	pthread_mutex_lock(&s->lock);
+	while (s->completed < value)
+		pthread_cond_wait(&s->cond, &s->lock);
+}
+
 static void wait_for(Host_Stream *other, uint64_t value)
 {
 	pthread_mutex_lock(&other->lock);
-	while (other->completed < value)
-		pthread_cond_wait(&other->cond, &other->lock);
+	wait_completed_locked(other, value);
 	pthread_mutex_unlock(&other->lock);
 }
 
@@ -75,12 +100,26 @@ static void run_task(Host_Stream *s, Task *t)
 	}
 }
 
+static int has_work(void *arg)
+{
+	Host_Stream *s = arg;
+	/* only this worker advances `completed` */
+	return __atomic_load_n(&s->submitted, __ATOMIC_ACQUIRE) > s->completed ||
+	       __atomic_load_n(&s->shutdown, __ATOMIC_ACQUIRE);
+}
+
 static void *stream_main(void *arg)
 {
 	Host_Stream *s = arg;
 	current_stream = s;
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
+		if (!s->head && !s->shutdown) {
+			/* more work usually follows soon: poll before sleeping */
+			pthread_mutex_unlock(&s->lock);
+			host_spin_until(has_work, s);
+			pthread_mutex_lock(&s->lock);
+		}
 		while (!s->head && !s->shutdown)
 			pthread_cond_wait(&s->cond, &s->lock);
 		if (!s->head)
@@ -92,8 +131,8 @@ static void *stream_main(void *arg)
 		s->head = t->next;
 		if (!s->head)
 			s->tail = NULL;
-		s->completed++;
-		pthread_cond_broadcast(&s->cond);
+		__atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
+		pthread_cond_broadcast(&s->cond); /* no system call when nobody sleeps on it */
 		free(t);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -119,7 +158,7 @@ Dataflow_Status stream_start(Host_Stream *s, Host_Handle *h, int id)
 void stream_stop(Host_Stream *s)
 {
 	pthread_mutex_lock(&s->lock);
-	s->shutdown = 1;
+	__atomic_store_n(&s->shutdown, 1, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
 	pthread_join(s->thread, NULL);
@@ -135,7 +174,7 @@ void stream_enqueue(Host_Stream *s, Task *t)
 	else
 		s->head = t;
 	s->tail = t;
-	s->submitted++;
+	__atomic_store_n(&s->submitted, s->submitted + 1, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
 }
@@ -148,9 +187,7 @@ Dataflow_Status stream_sync(Host_Stream *s)
 					  "deadlock)",
 					  s->id);
 	pthread_mutex_lock(&s->lock);
-	uint64_t target = s->submitted;
-	while (s->completed < target)
-		pthread_cond_wait(&s->cond, &s->lock);
+	wait_completed_locked(s, s->submitted);
 	Dataflow_Status st = s->error;
 	char message[sizeof(s->error_message)];
 	memcpy(message, s->error_message, sizeof(message));
