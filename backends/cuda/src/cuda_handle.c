@@ -35,17 +35,15 @@ static void cuda_destroy(Dataflow_Handle *h)
 		cuda_sync_handle(h);
 		/* op states may free device memory (matmul workspaces), so they go first */
 		if (h->op_table)
-			dataflow_op_table_destroy(h->op_table, cuda_op_destroy);
+			dataflow_op_table_destroy(h->op_table, dataflow_op_record_destroy);
 		cuda_modules_destroy(ch);
 		cuda_memory_release_all(ch);
 		cuda_streams_destroy(ch);
 		ch->cu->cuDevicePrimaryCtxRelease(ch->device);
 	} else if (h->op_table) {
-		dataflow_op_table_destroy(h->op_table, cuda_op_destroy);
+		dataflow_op_table_destroy(h->op_table, dataflow_op_record_destroy);
 	}
-	for (int i = 0; i < ch->num_libraries; i++)
-		dlclose(ch->libraries[i]);
-	free(ch->libraries);
+	dataflow_libraries_close(&ch->libraries);
 	block_list_free(&ch->live);
 	block_list_free(&ch->host_ranges);
 	pthread_mutex_destroy(&ch->lock);

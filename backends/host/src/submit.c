@@ -36,7 +36,7 @@ Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 	Host_Op *rec = dataflow_op_table_lookup(h->op_table, op->skeleton.fingerprint);
 	if (!rec)
 		return dataflow_op_table_unknown_error(h->op_table, &op->skeleton);
-	st = dataflow_op_check(op, &rec->skeleton, check_tensor, host_of(h));
+	st = dataflow_op_check(op, &rec->base.skeleton, check_tensor, host_of(h));
 	if (st != DATAFLOW_OK)
 		return st;
 
@@ -47,7 +47,7 @@ Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 	if (rec->kernel) {
 		Dataflow_Launch_Config config = {.num_parts = 1};
 		if (rec->launch) {
-			st = rec->launch(h, &t->op, rec->state.data, &config);
+			st = rec->launch(h, &t->op, rec->base.state.data, &config);
 			if (st == DATAFLOW_OK && config.num_parts < 1)
 				st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 							"op '%s': launch function chose %d parts; expected >= 1",
@@ -61,7 +61,7 @@ Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 		t->u.kernel.num_parts = config.num_parts;
 	} else {
 		t->u.external.func = rec->external;
-		t->u.external.state = rec->state.data;
+		t->u.external.state = rec->base.state.data;
 	}
 	stream_enqueue(&host_of(h)->streams[stream_id], t);
 	return DATAFLOW_OK;
