@@ -14,7 +14,7 @@ Dataflow_Status dataflow_check_stream_id(const Dataflow_Handle *h, int stream_id
 	return DATAFLOW_OK;
 }
 
-Dataflow_Status dataflow_check_transfer_size(const char *what, uint64_t size)
+Dataflow_Status dataflow_check_size_bytes(const char *what, uint64_t size)
 {
 	if (size == 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: size_bytes must be > 0, got 0", what);

@@ -20,11 +20,8 @@ Dataflow_Status cuda_enter_handle(Cuda_Handle *h, const char *what)
 
 Dataflow_Status cuda_enter(Cuda_Handle *h, int stream_id, const char *what)
 {
-	if (stream_id < 0 || stream_id >= h->base.num_streams)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "%s: stream id must be in [0, %d) for this handle, got %d", what,
-					  h->base.num_streams, stream_id);
-	return cuda_enter_handle(h, what);
+	Dataflow_Status st = dataflow_check_stream_id(&h->base, stream_id, what);
+	return st != DATAFLOW_OK ? st : cuda_enter_handle(h, what);
 }
 
 static void cuda_destroy(Dataflow_Handle *h)

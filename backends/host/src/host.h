@@ -146,7 +146,6 @@ static inline Host_Handle *host_of(Dataflow_Handle *h)
 	return (Host_Handle *)h;
 }
 
-Dataflow_Status host_check_stream(Dataflow_Handle *h, int stream_id, const char *what);
 /* OK if ptr..ptr+size is device memory of h, of an enabled peer (allow_peer), or host
  * memory made accessible to h; `what` names the argument in the error. */
 Dataflow_Status host_check_device_range(Host_Handle *h, const void *ptr, uint64_t size, int allow_peer,

@@ -28,7 +28,7 @@ static void copy_args(Task *t, const Op *op)
 
 Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 {
-	Dataflow_Status st = host_check_stream(h, stream_id, "submit_op");
+	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "submit_op");
 	if (st != DATAFLOW_OK)
 		return st;
 	if (!op)
@@ -69,7 +69,7 @@ Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 
 Dataflow_Status host_submit_host_op(Dataflow_Handle *h, Dataflow_Host_Fn func, void *arg, int stream_id)
 {
-	Dataflow_Status st = host_check_stream(h, stream_id, "submit_host_op");
+	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "submit_host_op");
 	if (st != DATAFLOW_OK)
 		return st;
 	if (!func)

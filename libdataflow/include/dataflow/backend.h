@@ -27,13 +27,13 @@
 
 #include "dataflow/handle.h"
 
-/* ---- stream and transfer argument checks (standard messages) ---- */
+/* ---- argument checks with the standard messages ---- */
 
 /* OK if 0 <= stream_id < h->num_streams, else DATAFLOW_ERR_INVALID_ARGUMENT with
  * "<what>: stream id must be in [0, N) for this handle, got <id>". */
 Dataflow_Status dataflow_check_stream_id(const Dataflow_Handle *h, int stream_id, const char *what);
 /* OK if size > 0, else DATAFLOW_ERR_INVALID_ARGUMENT with "<what>: size_bytes must be > 0, got 0". */
-Dataflow_Status dataflow_check_transfer_size(const char *what, uint64_t size);
+Dataflow_Status dataflow_check_size_bytes(const char *what, uint64_t size);
 
 /* ---- shared objects loaded for registered ops ---- */
 
