@@ -141,3 +141,42 @@ Dataflow_Status dataflow_op_batch_finish(Dataflow_Op_Batch *b, Dataflow_Status s
 	batch_free(b, 0);
 	return DATAFLOW_OK;
 }
+
+Dataflow_Status dataflow_register_external_code(Dataflow_Handle *h, Dataflow_Libraries *libs, size_t record_size,
+						const char *required, const char *library_path, int num_ops,
+						const Op_Skeleton *skeletons, const char *const *func_symbols,
+						const char *const *init_symbols, int flags)
+{
+	Dataflow_Op_Batch b;
+	Dataflow_Status st = dataflow_op_batch_begin(&b, h, num_ops, skeletons, func_symbols, flags, record_size);
+	if (st != DATAFLOW_OK)
+		return st;
+	void *lib = NULL;
+	st = dataflow_libraries_open(libs, library_path, &lib);
+	for (int i = 0; i < num_ops && st == DATAFLOW_OK; i++) {
+		Dataflow_Op_Record *r = b.records[i];
+		void *func, *init;
+		st = dataflow_find_symbol(lib, library_path, func_symbols, i, "external function", required, &func);
+		if (st == DATAFLOW_OK)
+			st = dataflow_find_symbol(lib, library_path, init_symbols, i, "init", NULL, &init);
+		if (st == DATAFLOW_OK) {
+			r->external = (Dataflow_External_Fn)func;
+			b.inits[i] = (Dataflow_Op_Init_Fn)init;
+		}
+	}
+	return dataflow_op_batch_finish(&b, st);
+}
+
+Dataflow_Status dataflow_register_external_func(Dataflow_Handle *h, size_t record_size, const Op_Skeleton *skeleton,
+						Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags)
+{
+	Dataflow_Op_Batch b;
+	Dataflow_Status st = dataflow_op_batch_begin(&b, h, 1, skeleton, (const void *)func, flags, record_size);
+	if (st != DATAFLOW_OK)
+		return st;
+	Dataflow_Op_Record *r = b.records[0];
+	r->external = func;
+	if (state)
+		r->state = *state;
+	return dataflow_op_batch_finish(&b, st);
+}

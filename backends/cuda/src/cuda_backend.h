@@ -37,12 +37,11 @@ typedef struct Cuda_Module {
 } Cuda_Module;
 
 typedef struct {
-	Dataflow_Op_Record base;   /* first: skeleton and state (dataflow/backend.h) */
+	Dataflow_Op_Record base;   /* first: skeleton, state, external (dataflow/backend.h) */
 	Cuda_Module *module;       /* native */
 	char kernel_name[160];     /* native: extern "C" __global__ name */
 	CUfunction function;       /* native: resolved at first launch */
 	Dataflow_Launch_Fn launch; /* native: required (grid, block, shared memory) */
-	Dataflow_External_Fn external;
 } Cuda_Op;
 
 struct Cuda_Handle {

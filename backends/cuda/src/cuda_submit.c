@@ -82,9 +82,9 @@ Dataflow_Status cuda_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 	st = dataflow_op_check(op, &rec->base.skeleton, check_tensor, ch);
 	if (st != DATAFLOW_OK)
 		return st;
-	if (!rec->external)
+	if (!rec->base.external)
 		return launch_native(ch, rec, op, stream_id);
-	st = rec->external(h, stream_id, op, rec->base.state.data);
+	st = rec->base.external(h, stream_id, op, rec->base.state.data);
 	if (st != DATAFLOW_OK) {
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dataflow_last_error());

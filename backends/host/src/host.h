@@ -105,10 +105,9 @@ Task *task_new(Task_Kind kind);
 
 /* ---- the handle ---- */
 typedef struct {
-	Dataflow_Op_Record base;          /* first: skeleton and state (dataflow/backend.h) */
+	Dataflow_Op_Record base;          /* first: skeleton, state, external (dataflow/backend.h) */
 	Dataflow_Host_Kernel kernel;      /* native */
 	Dataflow_Launch_Fn launch;        /* native, may be NULL: one part */
-	Dataflow_External_Fn external;    /* external */
 } Host_Op;
 
 typedef struct {

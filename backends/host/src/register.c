@@ -44,36 +44,12 @@ Dataflow_Status host_register_external_code(Dataflow_Handle *h, const char *libr
 					    const Op_Skeleton *skeletons, const char *const *func_symbols,
 					    const char *const *init_symbols, int flags)
 {
-	Dataflow_Op_Batch b;
-	Dataflow_Status st = dataflow_op_batch_begin(&b, h, num_ops, skeletons, func_symbols, flags, sizeof(Host_Op));
-	if (st != DATAFLOW_OK)
-		return st;
-	void *lib = NULL;
-	st = dataflow_libraries_open(&host_of(h)->libraries, library_path, &lib);
-	for (int i = 0; i < num_ops && st == DATAFLOW_OK; i++) {
-		Host_Op *op = b.records[i];
-		void *func, *init;
-		st = dataflow_find_symbol(lib, library_path, func_symbols, i, "external function", "", &func);
-		if (st == DATAFLOW_OK)
-			st = dataflow_find_symbol(lib, library_path, init_symbols, i, "init", NULL, &init);
-		if (st == DATAFLOW_OK) {
-			op->external = (Dataflow_External_Fn)func;
-			b.inits[i] = (Dataflow_Op_Init_Fn)init;
-		}
-	}
-	return dataflow_op_batch_finish(&b, st);
+	return dataflow_register_external_code(h, &host_of(h)->libraries, sizeof(Host_Op), "", library_path, num_ops,
+					       skeletons, func_symbols, init_symbols, flags);
 }
 
 Dataflow_Status host_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
 					    Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags)
 {
-	Dataflow_Op_Batch b;
-	Dataflow_Status st = dataflow_op_batch_begin(&b, h, 1, skeleton, (const void *)func, flags, sizeof(Host_Op));
-	if (st != DATAFLOW_OK)
-		return st;
-	Host_Op *op = b.records[0];
-	op->external = func;
-	if (state)
-		op->base.state = *state;
-	return dataflow_op_batch_finish(&b, st);
+	return dataflow_register_external_func(h, sizeof(Host_Op), skeleton, func, state, flags);
 }

@@ -60,7 +60,7 @@ Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 		t->u.kernel.kernel = rec->kernel;
 		t->u.kernel.num_parts = config.num_parts;
 	} else {
-		t->u.external.func = rec->external;
+		t->u.external.func = rec->base.external;
 		t->u.external.state = rec->base.state.data;
 	}
 	stream_enqueue(&host_of(h)->streams[stream_id], t);

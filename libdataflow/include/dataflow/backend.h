@@ -66,7 +66,8 @@ Dataflow_Status dataflow_find_symbol(void *lib, const char *path, const char *co
  * that the helpers below can fill, initialize and destroy records of any backend. */
 typedef struct {
 	Op_Skeleton skeleton;
-	Dataflow_Op_State state; /* filled by the op's init, or given by register_external_func */
+	Dataflow_Op_State state;       /* filled by the op's init, or given by register_external_func */
+	Dataflow_External_Fn external; /* external ops; NULL for native ones */
 } Dataflow_Op_Record;
 
 /* Runs record->state.destroy (if set) and frees the record; NULL is ignored. The value
@@ -97,5 +98,20 @@ Dataflow_Status dataflow_op_batch_begin(Dataflow_Op_Batch *batch, Dataflow_Handl
  * replace it first waits for queued work (handle->sync_handle) and destroys the records it
  * replaces. */
 Dataflow_Status dataflow_op_batch_finish(Dataflow_Op_Batch *batch, Dataflow_Status st);
+
+/* ---- external ops: the same on every backend ---- */
+
+/* register_external_code over the helpers above: loads library_path into libs, resolves each
+ * func (required; a missing one's error ends with `required`, as in dataflow_find_symbol) and
+ * optional init, and installs records of record_size bytes with only the Dataflow_Op_Record
+ * head set. A backend's vtable entry passes its library set, record size and note. */
+Dataflow_Status dataflow_register_external_code(Dataflow_Handle *h, Dataflow_Libraries *libs, size_t record_size,
+						const char *required, const char *library_path, int num_ops,
+						const Op_Skeleton *skeletons, const char *const *func_symbols,
+						const char *const *init_symbols, int flags);
+/* register_external_func likewise: one record of record_size bytes with func and a copy of
+ * *state (may be NULL). */
+Dataflow_Status dataflow_register_external_func(Dataflow_Handle *h, size_t record_size, const Op_Skeleton *skeleton,
+						Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags);
 
 #endif
