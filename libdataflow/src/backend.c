@@ -142,6 +142,22 @@ Dataflow_Status dataflow_op_batch_finish(Dataflow_Op_Batch *b, Dataflow_Status s
 	return DATAFLOW_OK;
 }
 
+Dataflow_Status dataflow_op_find_checked(Dataflow_Handle *h, const Op *op,
+					 Dataflow_Status (*check_tensor)(void *ctx, const void *ptr, const char *what),
+					 void *ctx, void **record)
+{
+	*record = NULL;
+	if (!op)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "submit_op: op is NULL");
+	Dataflow_Op_Record *r = dataflow_op_table_lookup(h->op_table, op->skeleton.fingerprint);
+	if (!r)
+		return dataflow_op_table_unknown_error(h->op_table, &op->skeleton);
+	Dataflow_Status st = dataflow_op_check(op, &r->skeleton, check_tensor, ctx);
+	if (st == DATAFLOW_OK)
+		*record = r;
+	return st;
+}
+
 Dataflow_Status dataflow_register_external_code(Dataflow_Handle *h, Dataflow_Libraries *libs, size_t record_size,
 						const char *required, const char *library_path, int num_ops,
 						const Op_Skeleton *skeletons, const char *const *func_symbols,

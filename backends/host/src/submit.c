@@ -28,17 +28,13 @@ static void copy_args(Task *t, const Op *op)
 
 Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 {
+	void *found = NULL;
 	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "submit_op");
+	if (st == DATAFLOW_OK)
+		st = dataflow_op_find_checked(h, op, check_tensor, host_of(h), &found);
 	if (st != DATAFLOW_OK)
 		return st;
-	if (!op)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "submit_op: op is NULL");
-	Host_Op *rec = dataflow_op_table_lookup(h->op_table, op->skeleton.fingerprint);
-	if (!rec)
-		return dataflow_op_table_unknown_error(h->op_table, &op->skeleton);
-	st = dataflow_op_check(op, &rec->base.skeleton, check_tensor, host_of(h));
-	if (st != DATAFLOW_OK)
-		return st;
+	Host_Op *rec = found;
 
 	Task *t = task_new(rec->kernel ? TASK_KERNEL : TASK_EXTERNAL);
 	if (!t)

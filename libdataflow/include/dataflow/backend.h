@@ -99,6 +99,13 @@ Dataflow_Status dataflow_op_batch_begin(Dataflow_Op_Batch *batch, Dataflow_Handl
  * replaces. */
 Dataflow_Status dataflow_op_batch_finish(Dataflow_Op_Batch *batch, Dataflow_Status st);
 
+/* submit_op's checks after the stream's: op non-NULL ("submit_op: op is NULL"), its
+ * fingerprint registered (dataflow_op_table_unknown_error), then dataflow_op_check against the
+ * registered skeleton with check_tensor and ctx. On success *record is the op's record. */
+Dataflow_Status dataflow_op_find_checked(Dataflow_Handle *h, const Op *op,
+					 Dataflow_Status (*check_tensor)(void *ctx, const void *ptr, const char *what),
+					 void *ctx, void **record);
+
 /* ---- external ops: the same on every backend ---- */
 
 /* register_external_code over the helpers above: loads library_path into libs, resolves each
