@@ -10,7 +10,7 @@
 
 #include "block_list.h"
 #include "cuda_driver.h"
-#include "dataflow/handle.h"
+#include "dataflow/backend.h"
 
 #define CUDA_ALIGN 256
 /* Stream states per stream whose events stay valid (see cuda_stream.c). */
@@ -37,13 +37,11 @@ typedef struct Cuda_Module {
 } Cuda_Module;
 
 typedef struct {
+	Dataflow_Op_Record base;   /* first: skeleton, state, external (dataflow/backend.h) */
 	Cuda_Module *module;       /* native */
 	char kernel_name[160];     /* native: extern "C" __global__ name */
 	CUfunction function;       /* native: resolved at first launch */
 	Dataflow_Launch_Fn launch; /* native: required (grid, block, shared memory) */
-	Dataflow_External_Fn external;
-	Dataflow_Op_State state;
-	Op_Skeleton skeleton;
 } Cuda_Op;
 
 struct Cuda_Handle {
@@ -61,8 +59,7 @@ struct Cuda_Handle {
 	Cuda_Handle *peers[DATAFLOW_MAX_STREAMS];
 	int num_peers;
 	Cuda_Module *modules;
-	void **libraries;
-	int num_libraries;
+	Dataflow_Libraries libraries; /* op code loaded by registration */
 	char ops_library_path[4096];
 };
 
@@ -87,7 +84,6 @@ Dataflow_Status cuda_check_device_range(Cuda_Handle *h, const void *ptr, uint64_
 Dataflow_Status cuda_streams_create(Cuda_Handle *h, const int *priorities);
 void cuda_streams_destroy(Cuda_Handle *h);
 void cuda_memory_release_all(Cuda_Handle *h);
-void cuda_op_destroy(void *value);
 void cuda_modules_destroy(Cuda_Handle *h);
 /* Loads (compiling if needed) the module and resolves the op's kernel. */
 Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op);

@@ -20,11 +20,8 @@ Dataflow_Status cuda_enter_handle(Cuda_Handle *h, const char *what)
 
 Dataflow_Status cuda_enter(Cuda_Handle *h, int stream_id, const char *what)
 {
-	if (stream_id < 0 || stream_id >= h->base.num_streams)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "%s: stream id must be in [0, %d) for this handle, got %d", what,
-					  h->base.num_streams, stream_id);
-	return cuda_enter_handle(h, what);
+	Dataflow_Status st = dataflow_check_stream_id(&h->base, stream_id, what);
+	return st != DATAFLOW_OK ? st : cuda_enter_handle(h, what);
 }
 
 static void cuda_destroy(Dataflow_Handle *h)
@@ -35,17 +32,15 @@ static void cuda_destroy(Dataflow_Handle *h)
 		cuda_sync_handle(h);
 		/* op states may free device memory (matmul workspaces), so they go first */
 		if (h->op_table)
-			dataflow_op_table_destroy(h->op_table, cuda_op_destroy);
+			dataflow_op_table_destroy(h->op_table, dataflow_op_record_destroy);
 		cuda_modules_destroy(ch);
 		cuda_memory_release_all(ch);
 		cuda_streams_destroy(ch);
 		ch->cu->cuDevicePrimaryCtxRelease(ch->device);
 	} else if (h->op_table) {
-		dataflow_op_table_destroy(h->op_table, cuda_op_destroy);
+		dataflow_op_table_destroy(h->op_table, dataflow_op_record_destroy);
 	}
-	for (int i = 0; i < ch->num_libraries; i++)
-		dlclose(ch->libraries[i]);
-	free(ch->libraries);
+	dataflow_libraries_close(&ch->libraries);
 	block_list_free(&ch->live);
 	block_list_free(&ch->host_ranges);
 	pthread_mutex_destroy(&ch->lock);

@@ -1,4 +1,4 @@
-#include <dlfcn.h>
+#include <dlfcn.h> /* dlsym of dataflow_cuda_kernel_source */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,14 +22,6 @@
 
 typedef int (*Kernel_Source_Fn)(const char *op_nickname, const char **name, const char **text);
 
-void cuda_op_destroy(void *value)
-{
-	Cuda_Op *op = value;
-	if (op && op->state.destroy)
-		op->state.destroy(op->state.data);
-	free(op);
-}
-
 void cuda_modules_destroy(Cuda_Handle *h)
 {
 	for (Cuda_Module *m = h->modules, *next; m; m = next) {
@@ -42,43 +34,6 @@ void cuda_modules_destroy(Cuda_Handle *h)
 		free(m);
 	}
 	h->modules = NULL;
-}
-
-static Dataflow_Status open_library(Cuda_Handle *h, const char *path, void **lib)
-{
-	if (!path)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "register: library path is NULL");
-	*lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!*lib)
-		return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED, "register: cannot load %s: %s", path, dlerror());
-	pthread_mutex_lock(&h->lock);
-	void **libs = realloc(h->libraries, (size_t)(h->num_libraries + 1) * sizeof(void *));
-	if (libs) {
-		h->libraries = libs;
-		libs[h->num_libraries++] = *lib;
-	}
-	pthread_mutex_unlock(&h->lock);
-	if (!libs) {
-		dlclose(*lib);
-		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory");
-	}
-	return DATAFLOW_OK;
-}
-
-static Dataflow_Status find_symbol(void *lib, const char *path, const char *const *symbols, int i, int required,
-				   const char *kind, void **out)
-{
-	*out = NULL;
-	const char *name = symbols ? symbols[i] : NULL;
-	if (!name || !name[0])
-		return required ? dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-						     "register: %s symbol of op %d is missing (required on cuda)", kind, i)
-				: DATAFLOW_OK;
-	*out = dlsym(lib, name);
-	if (!*out)
-		return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED, "register: %s symbol '%s' not found in %s", kind,
-					  name, path);
-	return DATAFLOW_OK;
 }
 
 /* The module for (name, text): an existing one with the same text, or a new one. Takes
@@ -119,7 +74,7 @@ static int ends_with(const char *s, const char *suffix)
 
 /* Each op's module: the .cu file for all, or the shared object's source per nickname. */
 static Dataflow_Status find_modules(Cuda_Handle *h, const char *code_path, void *code_lib, int num_ops,
-				    const Op_Skeleton *skeletons, Cuda_Op **ops)
+				    const Op_Skeleton *skeletons, void *const *records)
 {
 	Kernel_Source_Fn source_of = NULL;
 	if (code_lib && !(source_of = (Kernel_Source_Fn)dlsym(code_lib, "dataflow_cuda_kernel_source")))
@@ -141,59 +96,14 @@ static Dataflow_Status find_modules(Cuda_Handle *h, const char *code_path, void 
 			if (st != DATAFLOW_OK)
 				return st;
 		}
+		Cuda_Op *op = records[i];
 		pthread_mutex_lock(&h->lock);
-		ops[i]->module = text ? module_for(h, name, text, source_of ? NULL : include_dir) : NULL;
+		op->module = text ? module_for(h, name, text, source_of ? NULL : include_dir) : NULL;
 		pthread_mutex_unlock(&h->lock);
-		if (!ops[i]->module)
+		if (!op->module)
 			return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory for a module");
 	}
 	return DATAFLOW_OK;
-}
-
-/* Runs inits, then inserts; on failure frees every record of the batch. */
-static Dataflow_Status install(Dataflow_Handle *h, Dataflow_Status st, int num_ops, const Op_Skeleton *skeletons,
-			       Cuda_Op **ops, Dataflow_Op_Init_Fn *inits, int flags)
-{
-	int failed = -1;
-	for (int i = 0; i < num_ops && st == DATAFLOW_OK; i++) {
-		ops[i]->skeleton = skeletons[i];
-		if (inits && inits[i] && (st = inits[i](h, &skeletons[i], &ops[i]->state)) != DATAFLOW_OK)
-			failed = i;
-	}
-	if (st != DATAFLOW_OK) {
-		char msg[1024];
-		snprintf(msg, sizeof(msg), "%s", dataflow_last_error());
-		for (int i = 0; i < num_ops; i++)
-			cuda_op_destroy(ops[i]);
-		return failed < 0 ? dataflow_set_error(st, "%s", msg)
-				  : dataflow_set_error(st, "register: init of op '%s' failed: %s",
-						       skeletons[failed].nickname, msg);
-	}
-	/* Replacing an op must not pull it (or its state) from under queued work. */
-	if (flags & DATAFLOW_REGISTER_REPLACE)
-		cuda_sync_handle(h);
-	for (int i = 0; i < num_ops; i++) {
-		void *old = NULL;
-		dataflow_op_table_insert(h->op_table, &skeletons[i], ops[i], flags & DATAFLOW_REGISTER_REPLACE, &old);
-		cuda_op_destroy(old);
-	}
-	return DATAFLOW_OK;
-}
-
-static Dataflow_Status alloc_batch(int num_ops, Cuda_Op ***ops, Dataflow_Op_Init_Fn **inits)
-{
-	*ops = calloc((size_t)num_ops, sizeof(Cuda_Op *));
-	*inits = calloc((size_t)num_ops, sizeof(Dataflow_Op_Init_Fn));
-	int ok = *ops && *inits;
-	for (int i = 0; ok && i < num_ops; i++)
-		ok = ((*ops)[i] = calloc(1, sizeof(Cuda_Op))) != NULL;
-	if (ok)
-		return DATAFLOW_OK;
-	for (int i = 0; *ops && i < num_ops; i++)
-		free((*ops)[i]);
-	free(*ops);
-	free(*inits);
-	return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory");
 }
 
 Dataflow_Status cuda_register_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
@@ -202,17 +112,19 @@ Dataflow_Status cuda_register_native_code(Dataflow_Handle *h, const char *code_p
 					  int flags)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = dataflow_op_table_check_batch(h->op_table, num_ops, skeletons, kernel_symbols,
-							   flags & DATAFLOW_REGISTER_REPLACE);
-	if (st == DATAFLOW_OK && !code_path)
+	Dataflow_Op_Batch b;
+	Dataflow_Status st = dataflow_op_batch_begin(&b, h, num_ops, skeletons, kernel_symbols, flags, sizeof(Cuda_Op));
+	if (st != DATAFLOW_OK)
+		return st;
+	if (!code_path)
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "register: code path is NULL");
 	void *code_lib = NULL, *launch_lib = NULL;
 	int is_source = st == DATAFLOW_OK && ends_with(code_path, ".cu");
 	if (st == DATAFLOW_OK && !is_source)
-		st = open_library(ch, code_path, &code_lib);
+		st = dataflow_libraries_open(&ch->libraries, code_path, &code_lib);
 	const char *launch_path = launch_library_path ? launch_library_path : code_path;
 	if (st == DATAFLOW_OK && launch_library_path)
-		st = open_library(ch, launch_library_path, &launch_lib);
+		st = dataflow_libraries_open(&ch->libraries, launch_library_path, &launch_lib);
 	else if (st == DATAFLOW_OK && is_source)
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					"register: %s is CUDA source; pass launch_library_path, the shared object with "
@@ -220,83 +132,39 @@ Dataflow_Status cuda_register_native_code(Dataflow_Handle *h, const char *code_p
 					code_path);
 	else
 		launch_lib = code_lib;
-	Cuda_Op **ops;
-	Dataflow_Op_Init_Fn *inits;
-	if (st == DATAFLOW_OK)
-		st = alloc_batch(num_ops, &ops, &inits);
-	if (st != DATAFLOW_OK)
-		return st;
 	for (int i = 0; i < num_ops && st == DATAFLOW_OK; i++) {
+		Cuda_Op *op = b.records[i];
 		void *launch, *init;
-		st = find_symbol(launch_lib, launch_path, launch_symbols, i, 1, "launch", &launch);
+		st = dataflow_find_symbol(launch_lib, launch_path, launch_symbols, i, "launch", " (required on cuda)",
+					  &launch);
 		if (st == DATAFLOW_OK)
-			st = find_symbol(launch_lib, launch_path, init_symbols, i, 0, "init", &init);
+			st = dataflow_find_symbol(launch_lib, launch_path, init_symbols, i, "init", NULL, &init);
 		size_t len = kernel_symbols[i] ? strlen(kernel_symbols[i]) : 0;
-		if (st == DATAFLOW_OK && (len == 0 || len >= sizeof(ops[i]->kernel_name)))
+		if (st == DATAFLOW_OK && (len == 0 || len >= sizeof(op->kernel_name)))
 			st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 						"register: kernel symbol of op %d must be 1..%zu characters", i,
-						sizeof(ops[i]->kernel_name) - 1);
+						sizeof(op->kernel_name) - 1);
 		if (st == DATAFLOW_OK) {
-			snprintf(ops[i]->kernel_name, sizeof(ops[i]->kernel_name), "%s", kernel_symbols[i]);
-			ops[i]->launch = (Dataflow_Launch_Fn)launch;
-			inits[i] = (Dataflow_Op_Init_Fn)init;
+			snprintf(op->kernel_name, sizeof(op->kernel_name), "%s", kernel_symbols[i]);
+			op->launch = (Dataflow_Launch_Fn)launch;
+			b.inits[i] = (Dataflow_Op_Init_Fn)init;
 		}
 	}
 	if (st == DATAFLOW_OK)
-		st = find_modules(ch, code_path, code_lib, num_ops, skeletons, ops);
-	st = install(h, st, num_ops, skeletons, ops, inits, flags);
-	free(ops);
-	free(inits);
-	return st;
+		st = find_modules(ch, code_path, code_lib, num_ops, skeletons, b.records);
+	return dataflow_op_batch_finish(&b, st);
 }
 
 Dataflow_Status cuda_register_external_code(Dataflow_Handle *h, const char *library_path, int num_ops,
 					    const Op_Skeleton *skeletons, const char *const *func_symbols,
 					    const char *const *init_symbols, int flags)
 {
-	Dataflow_Status st = dataflow_op_table_check_batch(h->op_table, num_ops, skeletons, func_symbols,
-							   flags & DATAFLOW_REGISTER_REPLACE);
-	void *lib = NULL;
-	if (st == DATAFLOW_OK)
-		st = open_library(cuda_of(h), library_path, &lib);
-	Cuda_Op **ops;
-	Dataflow_Op_Init_Fn *inits;
-	if (st == DATAFLOW_OK)
-		st = alloc_batch(num_ops, &ops, &inits);
-	if (st != DATAFLOW_OK)
-		return st;
-	for (int i = 0; i < num_ops && st == DATAFLOW_OK; i++) {
-		void *func, *init;
-		st = find_symbol(lib, library_path, func_symbols, i, 1, "external function", &func);
-		if (st == DATAFLOW_OK)
-			st = find_symbol(lib, library_path, init_symbols, i, 0, "init", &init);
-		if (st == DATAFLOW_OK) {
-			ops[i]->external = (Dataflow_External_Fn)func;
-			inits[i] = (Dataflow_Op_Init_Fn)init;
-		}
-	}
-	st = install(h, st, num_ops, skeletons, ops, inits, flags);
-	free(ops);
-	free(inits);
-	return st;
+	return dataflow_register_external_code(h, &cuda_of(h)->libraries, sizeof(Cuda_Op), " (required on cuda)",
+					       library_path, num_ops, skeletons, func_symbols, init_symbols, flags);
 }
 
 Dataflow_Status cuda_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
 					    Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags)
 {
-	Dataflow_Status st = dataflow_op_table_check_batch(h->op_table, 1, skeleton, (const void *)func,
-							   flags & DATAFLOW_REGISTER_REPLACE);
-	Cuda_Op **ops;
-	Dataflow_Op_Init_Fn *inits;
-	if (st == DATAFLOW_OK)
-		st = alloc_batch(1, &ops, &inits);
-	if (st != DATAFLOW_OK)
-		return st;
-	ops[0]->external = func;
-	if (state)
-		ops[0]->state = *state;
-	st = install(h, st, 1, skeleton, ops, inits, flags);
-	free(ops);
-	free(inits);
-	return st;
+	return dataflow_register_external_func(h, sizeof(Cuda_Op), skeleton, func, state, flags);
 }

@@ -45,7 +45,7 @@ static Dataflow_Status check_tensor(void *ctx, const void *ptr, const char *what
 static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, const Op *op, int stream_id)
 {
 	Dataflow_Launch_Config c = {{0, 0, 0}, {0, 0, 0}, 0, 1};
-	Dataflow_Status st = rec->launch(&h->base, op, rec->state.data, &c);
+	Dataflow_Status st = rec->launch(&h->base, op, rec->base.state.data, &c);
 	if (st != DATAFLOW_OK)
 		return st;
 	if (c.grid[0] == 0)
@@ -71,20 +71,16 @@ static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, const Op *op,
 Dataflow_Status cuda_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 {
 	Cuda_Handle *ch = cuda_of(h);
+	void *found = NULL;
 	Dataflow_Status st = cuda_enter(ch, stream_id, "submit_op");
+	if (st == DATAFLOW_OK)
+		st = dataflow_op_find_checked(h, op, check_tensor, ch, &found);
 	if (st != DATAFLOW_OK)
 		return st;
-	if (!op)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "submit_op: op is NULL");
-	Cuda_Op *rec = dataflow_op_table_lookup(h->op_table, op->skeleton.fingerprint);
-	if (!rec)
-		return dataflow_op_table_unknown_error(h->op_table, &op->skeleton);
-	st = dataflow_op_check(op, &rec->skeleton, check_tensor, ch);
-	if (st != DATAFLOW_OK)
-		return st;
-	if (!rec->external)
+	Cuda_Op *rec = found;
+	if (!rec->base.external)
 		return launch_native(ch, rec, op, stream_id);
-	st = rec->external(h, stream_id, op, rec->state.data);
+	st = rec->base.external(h, stream_id, op, rec->base.state.data);
 	if (st != DATAFLOW_OK) {
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dataflow_last_error());

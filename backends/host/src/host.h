@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "block_list.h"
-#include "dataflow/handle.h"
+#include "dataflow/backend.h"
 
 typedef struct Host_Handle Host_Handle;
 typedef struct Host_Stream Host_Stream;
@@ -155,11 +155,9 @@ Task *task_new(Task_Kind kind);
 
 /* ---- the handle ---- */
 typedef struct {
+	Dataflow_Op_Record base;          /* first: skeleton, state, external (dataflow/backend.h) */
 	Dataflow_Host_Kernel kernel;      /* native */
 	Dataflow_Launch_Fn launch;        /* native, may be NULL: one part */
-	Dataflow_External_Fn external;    /* external */
-	Dataflow_Op_State state;
-	Op_Skeleton skeleton;
 } Host_Op;
 
 typedef struct {
@@ -179,9 +177,8 @@ struct Host_Handle {
 	Compute_Pool *pool;
 	Arena arena;
 	double transfer_bytes_per_sec;
-	pthread_mutex_t lock; /* guards the lists below */
-	void **libraries;
-	int num_libraries;
+	Dataflow_Libraries libraries; /* op code loaded by registration */
+	pthread_mutex_t lock;         /* guards the lists below */
 	Host_Range *host_ranges; /* host memory made accessible with enable_access_to_host_mem */
 	int num_host_ranges;
 	Host_Handle **peers;
@@ -198,7 +195,6 @@ static inline Host_Handle *host_of(Dataflow_Handle *h)
 	return (Host_Handle *)h;
 }
 
-Dataflow_Status host_check_stream(Dataflow_Handle *h, int stream_id, const char *what);
 /* OK if ptr..ptr+size is device memory of h, of an enabled peer (allow_peer), or host
  * memory made accessible to h; `what` names the argument in the error. */
 Dataflow_Status host_check_device_range(Host_Handle *h, const void *ptr, uint64_t size, int allow_peer,
@@ -214,7 +210,6 @@ Dataflow_Status host_register_external_code(Dataflow_Handle *h, const char *libr
 					    const char *const *init_symbols, int flags);
 Dataflow_Status host_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
 					    Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags);
-void host_op_destroy(void *value);
 
 Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id);
 Dataflow_Status host_submit_host_op(Dataflow_Handle *h, Dataflow_Host_Fn func, void *arg, int stream_id);

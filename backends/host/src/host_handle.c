@@ -1,4 +1,3 @@
-#include <dlfcn.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +33,8 @@ static void host_destroy(Dataflow_Handle *h)
 	for (int i = 0; i < h->num_streams; i++)
 		stream_stop(&hh->streams[i]);
 	compute_pool_destroy(hh->pool);
-	dataflow_op_table_destroy(h->op_table, host_op_destroy);
-	for (int i = 0; i < hh->num_libraries; i++)
-		dlclose(hh->libraries[i]);
-	free(hh->libraries);
+	dataflow_op_table_destroy(h->op_table, dataflow_op_record_destroy);
+	dataflow_libraries_close(&hh->libraries);
 	free(hh->host_ranges);
 	free(hh->peers);
 	free(hh->pending_frees);

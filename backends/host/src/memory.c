@@ -146,7 +146,7 @@ Dataflow_Status host_check_mem_range(Dataflow_Handle *h, const void *ptr, uint64
 
 Dataflow_Status host_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size)
 {
-	Dataflow_Status st = host_check_stream(h, stream_id, "set_mem");
+	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "set_mem");
 	if (st == DATAFLOW_OK)
 		st = host_check_device_range(host_of(h), ptr, size, 0, "set_mem destination");
 	if (st != DATAFLOW_OK)

@@ -198,18 +198,9 @@ Dataflow_Status stream_sync(Host_Stream *s)
 	return DATAFLOW_OK;
 }
 
-Dataflow_Status host_check_stream(Dataflow_Handle *h, int stream_id, const char *what)
-{
-	if (stream_id < 0 || stream_id >= h->num_streams)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "%s: stream id must be in [0, %d) for this handle, got %d", what,
-					  h->num_streams, stream_id);
-	return DATAFLOW_OK;
-}
-
 Dataflow_Status host_get_stream_state(Dataflow_Handle *h, int stream_id, Dataflow_Stream_State *state)
 {
-	Dataflow_Status st = host_check_stream(h, stream_id, "get_stream_state");
+	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "get_stream_state");
 	if (st != DATAFLOW_OK)
 		return st;
 	if (!state)
@@ -225,7 +216,7 @@ Dataflow_Status host_get_stream_state(Dataflow_Handle *h, int stream_id, Dataflo
 
 Dataflow_Status host_submit_dependency(Dataflow_Handle *h, int stream_id, const Dataflow_Stream_State *state)
 {
-	Dataflow_Status st = host_check_stream(h, stream_id, "submit_dependency");
+	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "submit_dependency");
 	if (st != DATAFLOW_OK)
 		return st;
 	if (!state || !state->stream)
@@ -248,7 +239,7 @@ Dataflow_Status host_submit_dependency(Dataflow_Handle *h, int stream_id, const 
 
 Dataflow_Status host_sync_stream(Dataflow_Handle *h, int stream_id)
 {
-	Dataflow_Status st = host_check_stream(h, stream_id, "sync_stream");
+	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "sync_stream");
 	return st != DATAFLOW_OK ? st : stream_sync(&host_of(h)->streams[stream_id]);
 }
 

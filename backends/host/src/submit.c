@@ -28,17 +28,13 @@ static void copy_args(Task *t, const Op *op)
 
 Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 {
-	Dataflow_Status st = host_check_stream(h, stream_id, "submit_op");
+	void *found = NULL;
+	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "submit_op");
+	if (st == DATAFLOW_OK)
+		st = dataflow_op_find_checked(h, op, check_tensor, host_of(h), &found);
 	if (st != DATAFLOW_OK)
 		return st;
-	if (!op)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "submit_op: op is NULL");
-	Host_Op *rec = dataflow_op_table_lookup(h->op_table, op->skeleton.fingerprint);
-	if (!rec)
-		return dataflow_op_table_unknown_error(h->op_table, &op->skeleton);
-	st = dataflow_op_check(op, &rec->skeleton, check_tensor, host_of(h));
-	if (st != DATAFLOW_OK)
-		return st;
+	Host_Op *rec = found;
 
 	Task *t = task_new(rec->kernel ? TASK_KERNEL : TASK_EXTERNAL);
 	if (!t)
@@ -47,7 +43,7 @@ Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 	if (rec->kernel) {
 		Dataflow_Launch_Config config = {.num_parts = 1};
 		if (rec->launch) {
-			st = rec->launch(h, &t->op, rec->state.data, &config);
+			st = rec->launch(h, &t->op, rec->base.state.data, &config);
 			if (st == DATAFLOW_OK && config.num_parts < 1)
 				st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 							"op '%s': launch function chose %d parts; expected >= 1",
@@ -60,8 +56,8 @@ Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 		t->u.kernel.kernel = rec->kernel;
 		t->u.kernel.num_parts = config.num_parts;
 	} else {
-		t->u.external.func = rec->external;
-		t->u.external.state = rec->state.data;
+		t->u.external.func = rec->base.external;
+		t->u.external.state = rec->base.state.data;
 	}
 	stream_enqueue(&host_of(h)->streams[stream_id], t);
 	return DATAFLOW_OK;
@@ -69,7 +65,7 @@ Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 
 Dataflow_Status host_submit_host_op(Dataflow_Handle *h, Dataflow_Host_Fn func, void *arg, int stream_id)
 {
-	Dataflow_Status st = host_check_stream(h, stream_id, "submit_host_op");
+	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "submit_host_op");
 	if (st != DATAFLOW_OK)
 		return st;
 	if (!func)

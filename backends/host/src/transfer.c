@@ -56,10 +56,8 @@ static Dataflow_Status submit_copy(Dataflow_Handle *h, int stream_id, void *dst,
 
 static Dataflow_Status check_common(Dataflow_Handle *h, int stream_id, const char *what, uint64_t size)
 {
-	Dataflow_Status st = host_check_stream(h, stream_id, what);
-	if (st == DATAFLOW_OK && size == 0)
-		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: size_bytes must be > 0, got 0", what);
-	return st;
+	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, what);
+	return st != DATAFLOW_OK ? st : dataflow_check_size_bytes(what, size);
 }
 
 Dataflow_Status host_submit_inbound_transfer(Dataflow_Handle *h, int stream_id, void *dev_dst, const void *host_src,
