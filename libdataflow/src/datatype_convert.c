@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "dataflow/datatype.h"
+#include "simd.h"
 
 static inline uint32_t bits_of(float x)
 {
@@ -152,11 +153,6 @@ float dataflow_fp8e5m2_to_fp32(uint8_t x)
  * Each bulk function converts the largest multiple of its width and returns that count;
  * the scalar code does the rest. Magnitudes are < 2^31, so signed compares are safe. */
 
-#define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-#define TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
-
-enum { LEVEL_SCALAR = 0, LEVEL_AVX2 = 1, LEVEL_AVX512 = 2 };
-
 int dataflow_simd_level(void)
 {
 	static int cached = -1;
@@ -164,24 +160,24 @@ int dataflow_simd_level(void)
 	if (level >= 0)
 		return level;
 	__builtin_cpu_init();
-	level = LEVEL_SCALAR;
+	level = SIMD_SCALAR;
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma"))
-		level = LEVEL_AVX2;
-	if (level == LEVEL_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		level = SIMD_AVX2;
+	if (level == SIMD_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 	    __builtin_cpu_supports("avx512vl"))
-		level = LEVEL_AVX512;
+		level = SIMD_AVX512;
 	const char *cap = getenv("DATAFLOW_SIMD");
 	if (cap && strcmp(cap, "scalar") == 0)
-		level = LEVEL_SCALAR;
-	else if (cap && strcmp(cap, "avx2") == 0 && level > LEVEL_AVX2)
-		level = LEVEL_AVX2;
+		level = SIMD_SCALAR;
+	else if (cap && strcmp(cap, "avx2") == 0 && level > SIMD_AVX2)
+		level = SIMD_AVX2;
 	__atomic_store_n(&cached, level, __ATOMIC_RELAXED); /* racing first calls store the same value */
 	return level;
 }
 
 /* ---- AVX-512 ---- */
 
-TARGET_AVX512 static inline __m512i round_magnitude_avx512(__m512i a, int bias, int mbits)
+SIMD_TARGET_AVX512 static inline __m512i round_magnitude_avx512(__m512i a, int bias, int mbits)
 {
 	const int drop = 23 - mbits;
 	const __m512i one = _mm512_set1_epi32(1);
@@ -203,83 +199,41 @@ TARGET_AVX512 static inline __m512i round_magnitude_avx512(__m512i a, int bias, 
 	return _mm512_mask_blend_epi32(is_normal, sub, normal);
 }
 
-TARGET_AVX512 static size_t encode_bf16_avx512(void *dst, const float *src, size_t n)
+SIMD_TARGET_AVX512 static size_t encode_bf16_avx512(void *dst, const float *src, size_t n)
 {
-	uint16_t *d = dst;
 	size_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
-		__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-		__m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-		__mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-							_mm512_set1_epi32(0x7f800000));
-		__m512i qnan = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000)),
-					       _mm512_set1_epi32(0x7fc0));
-		r = _mm512_mask_blend_epi32(nan, r, qnan);
-		_mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
-	}
+	for (; i + 16 <= n; i += 16)
+		simd_store_bf16_avx512((uint16_t *)dst + i, _mm512_loadu_ps(src + i));
 	return i;
 }
 
-TARGET_AVX512 static size_t decode_bf16_avx512(float *dst, const void *src, size_t n)
+SIMD_TARGET_AVX512 static size_t decode_bf16_avx512(float *dst, const void *src, size_t n)
 {
-	const uint16_t *s = src;
 	size_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i)));
-		_mm512_storeu_si512(dst + i, _mm512_slli_epi32(h, 16));
-	}
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(dst + i, simd_load_bf16_avx512((const uint16_t *)src + i));
 	return i;
 }
 
-/* vcvtps2ph with an explicit RNE immediate matches the scalar code except that it quiets
- * signalling NaNs; NaN lanes are redone numpy's way. */
-TARGET_AVX512 static size_t encode_fp16_avx512(void *dst, const float *src, size_t n)
+SIMD_TARGET_AVX512 static size_t encode_fp16_avx512(void *dst, const float *src, size_t n)
 {
-	uint16_t *d = dst;
 	size_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m512 x = _mm512_loadu_ps(src + i);
-		__m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-		__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-		if (nan) {
-			__m512i u = _mm512_castps_si512(x);
-			__m512i payload = _mm512_max_epu32(
-				_mm512_srli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffff)), 13), _mm512_set1_epi32(1));
-			__m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000));
-			__m512i fix = _mm512_or_si512(_mm512_or_si512(sign, payload), _mm512_set1_epi32(0x7c00));
-			h = _mm256_mask_blend_epi16(nan, h, _mm512_cvtepi32_epi16(fix));
-		}
-		_mm256_storeu_si256((__m256i *)(d + i), h);
-	}
+	for (; i + 16 <= n; i += 16)
+		simd_store_fp16_avx512((uint16_t *)dst + i, _mm512_loadu_ps(src + i));
 	return i;
 }
 
 /* vcvtph2ps, with NaN lanes rebuilt so a signalling NaN stays signalling (numpy) */
-TARGET_AVX512 static inline __m512 fp16_to_fp32_avx512(__m256i h)
-{
-	__m512 x = _mm512_cvtph_ps(h);
-	__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-	if (nan) {
-		__m512i w = _mm512_cvtepu16_epi32(h);
-		__m512i fix = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x3ff)), 13),
-					      _mm512_set1_epi32(0x7f800000));
-		fix = _mm512_or_si512(fix, _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x8000)), 16));
-		x = _mm512_mask_blend_ps(nan, x, _mm512_castsi512_ps(fix));
-	}
-	return x;
-}
 
-TARGET_AVX512 static size_t decode_fp16_avx512(float *dst, const void *src, size_t n)
+SIMD_TARGET_AVX512 static size_t decode_fp16_avx512(float *dst, const void *src, size_t n)
 {
-	const uint16_t *s = src;
 	size_t i = 0;
 	for (; i + 16 <= n; i += 16)
-		_mm512_storeu_ps(dst + i, fp16_to_fp32_avx512(_mm256_loadu_si256((const __m256i *)(s + i))));
+		_mm512_storeu_ps(dst + i, simd_load_fp16_avx512((const uint16_t *)src + i));
 	return i;
 }
 
-TARGET_AVX512 static size_t encode_fp8e4m3_avx512(void *dst, const float *src, size_t n)
+SIMD_TARGET_AVX512 static size_t encode_fp8e4m3_avx512(void *dst, const float *src, size_t n)
 {
 	uint8_t *d = dst;
 	size_t i = 0;
@@ -293,7 +247,7 @@ TARGET_AVX512 static size_t encode_fp8e4m3_avx512(void *dst, const float *src, s
 	return i;
 }
 
-TARGET_AVX512 static size_t decode_fp8e4m3_avx512(float *dst, const void *src, size_t n)
+SIMD_TARGET_AVX512 static size_t decode_fp8e4m3_avx512(float *dst, const void *src, size_t n)
 {
 	const uint8_t *s = src;
 	size_t i = 0;
@@ -313,7 +267,7 @@ TARGET_AVX512 static size_t decode_fp8e4m3_avx512(float *dst, const void *src, s
 	return i;
 }
 
-TARGET_AVX512 static size_t encode_fp8e5m2_avx512(void *dst, const float *src, size_t n)
+SIMD_TARGET_AVX512 static size_t encode_fp8e5m2_avx512(void *dst, const float *src, size_t n)
 {
 	uint8_t *d = dst;
 	size_t i = 0;
@@ -330,7 +284,7 @@ TARGET_AVX512 static size_t encode_fp8e5m2_avx512(void *dst, const float *src, s
 }
 
 /* e5m2 widened to fp16 is exact; its NaNs become the canonical quiet NaN */
-TARGET_AVX512 static size_t decode_fp8e5m2_avx512(float *dst, const void *src, size_t n)
+SIMD_TARGET_AVX512 static size_t decode_fp8e5m2_avx512(float *dst, const void *src, size_t n)
 {
 	const uint8_t *s = src;
 	size_t i = 0;
@@ -347,7 +301,7 @@ TARGET_AVX512 static size_t decode_fp8e5m2_avx512(float *dst, const void *src, s
 
 /* ---- AVX2 ---- */
 
-TARGET_AVX2 static inline __m256i round_magnitude_avx2(__m256i a, int bias, int mbits)
+SIMD_TARGET_AVX2 static inline __m256i round_magnitude_avx2(__m256i a, int bias, int mbits)
 {
 	const int drop = 23 - mbits;
 	const __m256i one = _mm256_set1_epi32(1);
@@ -370,91 +324,47 @@ TARGET_AVX2 static inline __m256i round_magnitude_avx2(__m256i a, int bias, int 
 }
 
 /* 8 x uint32 (each < 2^16) -> 8 x uint16 */
-TARGET_AVX2 static inline __m128i narrow16_avx2(__m256i r)
-{
-	return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
-
 /* 8 x uint32 (each < 2^8) -> 8 x uint8 in the low 64 bits */
-TARGET_AVX2 static inline __m128i narrow8_avx2(__m256i r)
+SIMD_TARGET_AVX2 static inline __m128i narrow8_avx2(__m256i r)
 {
-	__m128i w = narrow16_avx2(r);
+	__m128i w = simd_narrow16_avx2(r);
 	return _mm_packus_epi16(w, w);
 }
 
-TARGET_AVX2 static size_t encode_bf16_avx2(void *dst, const float *src, size_t n)
+SIMD_TARGET_AVX2 static size_t encode_bf16_avx2(void *dst, const float *src, size_t n)
 {
-	uint16_t *d = dst;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		__m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
-		__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-		__m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-		__m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-						 _mm256_set1_epi32(0x7f800000));
-		__m256i qnan = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)),
-					       _mm256_set1_epi32(0x7fc0));
-		_mm_storeu_si128((__m128i *)(d + i), narrow16_avx2(_mm256_blendv_epi8(r, qnan, nan)));
-	}
-	return i;
-}
-
-TARGET_AVX2 static size_t decode_bf16_avx2(float *dst, const void *src, size_t n)
-{
-	const uint16_t *s = src;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		__m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
-		_mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(h, 16));
-	}
-	return i;
-}
-
-TARGET_AVX2 static size_t encode_fp16_avx2(void *dst, const float *src, size_t n)
-{
-	uint16_t *d = dst;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		__m256 x = _mm256_loadu_ps(src + i);
-		__m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-		__m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-		if (_mm256_movemask_ps(nan)) {
-			__m256i u = _mm256_castps_si256(x);
-			__m256i payload = _mm256_max_epu32(
-				_mm256_srli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffff)), 13), _mm256_set1_epi32(1));
-			__m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000));
-			__m256i fix = _mm256_or_si256(_mm256_or_si256(sign, payload), _mm256_set1_epi32(0x7c00));
-			h = _mm_blendv_epi8(h, narrow16_avx2(fix), narrow16_avx2(_mm256_srli_epi32(_mm256_castps_si256(nan), 16)));
-		}
-		_mm_storeu_si128((__m128i *)(d + i), h);
-	}
-	return i;
-}
-
-TARGET_AVX2 static inline __m256 fp16_to_fp32_avx2(__m128i h)
-{
-	__m256 x = _mm256_cvtph_ps(h);
-	__m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-	if (_mm256_movemask_ps(nan)) {
-		__m256i w = _mm256_cvtepu16_epi32(h);
-		__m256i fix = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x3ff)), 13),
-					      _mm256_set1_epi32(0x7f800000));
-		fix = _mm256_or_si256(fix, _mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x8000)), 16));
-		x = _mm256_blendv_ps(x, _mm256_castsi256_ps(fix), nan);
-	}
-	return x;
-}
-
-TARGET_AVX2 static size_t decode_fp16_avx2(float *dst, const void *src, size_t n)
-{
-	const uint16_t *s = src;
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(dst + i, fp16_to_fp32_avx2(_mm_loadu_si128((const __m128i *)(s + i))));
+		simd_store_bf16_avx2((uint16_t *)dst + i, _mm256_loadu_ps(src + i));
 	return i;
 }
 
-TARGET_AVX2 static size_t encode_fp8e4m3_avx2(void *dst, const float *src, size_t n)
+SIMD_TARGET_AVX2 static size_t decode_bf16_avx2(float *dst, const void *src, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, simd_load_bf16_avx2((const uint16_t *)src + i));
+	return i;
+}
+
+SIMD_TARGET_AVX2 static size_t encode_fp16_avx2(void *dst, const float *src, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		simd_store_fp16_avx2((uint16_t *)dst + i, _mm256_loadu_ps(src + i));
+	return i;
+}
+
+
+SIMD_TARGET_AVX2 static size_t decode_fp16_avx2(float *dst, const void *src, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, simd_load_fp16_avx2((const uint16_t *)src + i));
+	return i;
+}
+
+SIMD_TARGET_AVX2 static size_t encode_fp8e4m3_avx2(void *dst, const float *src, size_t n)
 {
 	uint8_t *d = dst;
 	size_t i = 0;
@@ -468,7 +378,7 @@ TARGET_AVX2 static size_t encode_fp8e4m3_avx2(void *dst, const float *src, size_
 	return i;
 }
 
-TARGET_AVX2 static size_t decode_fp8e4m3_avx2(float *dst, const void *src, size_t n)
+SIMD_TARGET_AVX2 static size_t decode_fp8e4m3_avx2(float *dst, const void *src, size_t n)
 {
 	const uint8_t *s = src;
 	size_t i = 0;
@@ -487,7 +397,7 @@ TARGET_AVX2 static size_t decode_fp8e4m3_avx2(float *dst, const void *src, size_
 	return i;
 }
 
-TARGET_AVX2 static size_t encode_fp8e5m2_avx2(void *dst, const float *src, size_t n)
+SIMD_TARGET_AVX2 static size_t encode_fp8e5m2_avx2(void *dst, const float *src, size_t n)
 {
 	uint8_t *d = dst;
 	size_t i = 0;
@@ -502,13 +412,13 @@ TARGET_AVX2 static size_t encode_fp8e5m2_avx2(void *dst, const float *src, size_
 	return i;
 }
 
-TARGET_AVX2 static size_t decode_fp8e5m2_avx2(float *dst, const void *src, size_t n)
+SIMD_TARGET_AVX2 static size_t decode_fp8e5m2_avx2(float *dst, const void *src, size_t n)
 {
 	const uint8_t *s = src;
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8) {
 		__m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + i)));
-		__m256 x = _mm256_cvtph_ps(narrow16_avx2(_mm256_slli_epi32(b, 8)));
+		__m256 x = _mm256_cvtph_ps(simd_narrow16_avx2(_mm256_slli_epi32(b, 8)));
 		__m256i qnan = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24),
 					       _mm256_set1_epi32(0x7fc00000));
 		x = _mm256_blendv_ps(x, _mm256_castsi256_ps(qnan), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
@@ -543,7 +453,7 @@ typedef size_t (*Decode_Bulk)(float *dst, const void *src, size_t n);
 
 typedef struct {
 	size_t size;
-	Encode_Bulk encode_bulk[3]; /* by level; [LEVEL_SCALAR] unused */
+	Encode_Bulk encode_bulk[3]; /* by level; [SIMD_SCALAR] unused */
 	Decode_Bulk decode_bulk[3];
 	void (*encode_scalar)(void *dst, const float *src, size_t n);
 	void (*decode_scalar)(float *dst, const void *src, size_t n);
@@ -580,14 +490,14 @@ static const Narrow_Format *narrow_format(DataflowDatatype dtype)
 static void encode(const Narrow_Format *f, void *dst, const float *src, size_t n)
 {
 	int level = dataflow_simd_level();
-	size_t done = level > LEVEL_SCALAR ? f->encode_bulk[level](dst, src, n) : 0;
+	size_t done = level > SIMD_SCALAR ? f->encode_bulk[level](dst, src, n) : 0;
 	f->encode_scalar((char *)dst + done * f->size, src + done, n - done);
 }
 
 static void decode(const Narrow_Format *f, float *dst, const void *src, size_t n)
 {
 	int level = dataflow_simd_level();
-	size_t done = level > LEVEL_SCALAR ? f->decode_bulk[level](dst, src, n) : 0;
+	size_t done = level > SIMD_SCALAR ? f->decode_bulk[level](dst, src, n) : 0;
 	f->decode_scalar(dst + done, (const char *)src + done * f->size, n - done);
 }
 

@@ -1,8 +1,9 @@
-#ifndef DATAFLOW_HOST_KERNELS_SIMD_H
-#define DATAFLOW_HOST_KERNELS_SIMD_H
+#ifndef DATAFLOW_SIMD_H
+#define DATAFLOW_SIMD_H
 
-/* Runtime choice of vector path for host kernels, and in-register bf16/fp16 <-> fp32
- * conversions for kernels that compute in fp32. A kernel keeps one function per path,
+/* Private to libdataflow and the host kernels (which include it from libdataflow/src): the
+ * runtime choice of vector path, and in-register bf16/fp16 <-> fp32 conversions for
+ * dataflow_convert and for kernels that compute in fp32. A kernel keeps one function per path,
  * marked with the target attribute below, and a scalar loop (dataflow_fp32_to_bf16 and
  * friends) for the tail and for CPUs without AVX2. Every path gives the same bits as
  * dataflow_convert: RNE with subnormals, Inf on overflow, bf16 NaN -> canonical quiet NaN,
