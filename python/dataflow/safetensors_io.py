@@ -28,6 +28,7 @@ DTYPES = {
 }
 CODES = {name: code for code, name in DTYPES.items()}
 INDEX_NAME = "model.safetensors.index.json"
+WEIGHTS_NAME = "model.safetensors"
 # The reference implementation refuses larger headers; so do we, before reading one into memory.
 MAX_HEADER_BYTES = 100 * 1000 * 1000
 
@@ -163,7 +164,8 @@ def _contiguous(array, dtype):
 
 def write(path, tensors, metadata=None):
     """Writes {name: numpy array or Tensor(bits, dtype)} to `path` (bf16: Tensor(uint16 bits, "bf16")
-    or Tensor(dtypes.encode(x, "bf16"), "bf16")). Tensors are laid out in name order."""
+    or Tensor(dtypes.encode(x, "bf16"), "bf16")). Tensors are laid out in name order. Not atomic
+    and not fsynced: atomic.replaced_file / replace_directory do both for files that must survive."""
     items = [(name, _as_tensor(name, value)) for name, value in sorted(tensors.items())]
     header, offset = {}, 0
     if metadata:
@@ -179,8 +181,6 @@ def write(path, tensors, metadata=None):
         f.write(encoded)
         for _, t in items:
             _write_data(f, t.bits)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _write_data(f, bits):
@@ -211,8 +211,8 @@ def write_sharded(directory, tensors, max_shard_bytes, metadata=None):
 
 
 def read_directory(directory):
-    """{name: (Tensor, file path)} for a model directory: the shards its index names, else every
-    *.safetensors file in it. A name in two files, or an index entry its shard lacks, is an error."""
+    """{name: (Tensor, file path)} for a model directory: the shards its index names, else
+    model.safetensors, else every *.safetensors file in it (a name in two of them is an error)."""
     index_path = os.path.join(directory, INDEX_NAME)
     found = {}
     if os.path.exists(index_path):
@@ -229,7 +229,9 @@ def read_directory(directory):
                 raise FileFormatError(f"{index_path}: tensor {name!r} is mapped to {shard}, which does not hold it")
             found[name] = (files[shard][name], files[shard].path)
         return found
-    paths = sorted(os.path.join(directory, p) for p in os.listdir(directory) if p.endswith(".safetensors"))
+    single = os.path.join(directory, WEIGHTS_NAME)
+    paths = [single] if os.path.exists(single) else sorted(
+        os.path.join(directory, p) for p in os.listdir(directory) if p.endswith(".safetensors"))
     if not paths:
         raise FileFormatError(f"{directory}: no *.safetensors files and no {INDEX_NAME}")
     for path in paths:
