@@ -162,7 +162,7 @@ def test_transformers_loads_save_pretrained(h, tmp_path, tied):
 
 @pytest.mark.parametrize("shard", [None, "20KB"])
 def test_from_pretrained_reads_transformers_output(h, tmp_path, shard):
-    models = pytest.importorskip("dataflow.models")
+    pytest.importorskip("dataflow.models")
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)

@@ -1,8 +1,6 @@
 """Training text as token batches: the embedded corpus (data/corpus.txt) or a text file."""
 import os
 
-import numpy as np
-
 from .errors import BadArgumentError
 
 EMBEDDED = os.path.join(os.path.dirname(__file__), "data", "corpus.txt")

@@ -124,11 +124,16 @@ def load_weights(model, directory):
     return model
 
 
+def model_from_config(config, handle, dtype="fp32", seed=None, where=CONFIG_NAME):
+    """A freshly initialised Llama for an HF config dict, validated first (errors name `where`)."""
+    from . import models  # lazily: models imports this module to expose it as Llama.from_pretrained
+    return models.Llama(handle, models.LlamaConfig.from_dict(validate_config(config, where)), dtype=dtype, seed=seed)
+
+
 def from_pretrained(path, handle, dtype="fp32"):
     """A Llama on `handle` from an HF model directory (config.json + single or sharded safetensors)."""
-    from . import models  # lazily: models imports this module to expose it as Llama.from_pretrained
-    config = models.LlamaConfig.from_dict(read_config(path))
-    return load_weights(models.Llama(handle, config, dtype=dtype), path)
+    config = read_config(path)
+    return load_weights(model_from_config(config, handle, dtype, where=os.path.join(path, CONFIG_NAME)), path)
 
 
 def save_pretrained(model, path, dtype=None):
