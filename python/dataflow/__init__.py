@@ -9,12 +9,12 @@
 from . import dtypes, ops
 from .array import Array
 from .custom_ops import CompileError, CustomOp
-from .errors import (AlreadyRegisteredError, BadArgumentError, DataflowError, LoadError, OutOfMemoryError,
-                     UnknownOpError, UnsupportedError)
+from .errors import (AlreadyRegisteredError, BadArgumentError, DataflowError, FileFormatError, LoadError,
+                     OutOfMemoryError, UnknownOpError, UnsupportedError)
 from .handle import Event, Handle
 
 __version__ = "0.1.0"
 
 __all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CompileError", "CustomOp", "DataflowError",
-           "Event", "Handle", "LoadError", "OutOfMemoryError", "UnknownOpError", "UnsupportedError", "dtypes",
+           "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "UnknownOpError", "UnsupportedError", "dtypes",
            "ops"]

@@ -1,14 +1,24 @@
-"""The `dataflow` command. `dataflow demo` runs a matmul and a custom native op on the host
-backend and prints timings next to numpy's."""
+"""The `dataflow` command.
+
+dataflow train      a small Llama on the embedded corpus (options: see --help); checkpoint + loss PNG
+dataflow generate   text sampled from a checkpoint of `dataflow train`
+dataflow demo       a matmul and a custom native op on the host backend, timed next to numpy
+"""
 import argparse
 import json
+import os
 import sys
 import time
 
 import numpy as np
 
-from . import dtypes, ops
+from . import checkpoint, dtypes, ops
+from .errors import DataflowError
+from .generate import generate
 from .handle import Handle
+from .pretrained import model_from_config
+from .tokenizer import ByteTokenizer
+from .train import PRESETS, RUN_DEFAULTS, open_handle, train
 
 SCALE_SOURCE = r"""
 #include "dataflow/host_kernel.h"
@@ -75,16 +85,69 @@ def demo(args):
     return 0 if ok else 1
 
 
+def generate_text(args):
+    ck = checkpoint.load(args.checkpoint)
+    tokenizer = ByteTokenizer.from_dict(ck.state["tokenizer"])
+    handle = open_handle(args)
+    model = model_from_config(ck.config, handle, args.dtype or ck.state["run"]["dtype"],
+                              where=os.path.join(ck.path, checkpoint.CONFIG_NAME))
+    model.load_state_dict(ck.model_state)
+    new = generate(model, tokenizer.encode(args.prompt), args.max_new_tokens, args.temperature, args.top_p,
+                   args.seed, stop_id=tokenizer.eos_id)
+    sys.stdout.write(args.prompt + tokenizer.decode(new) + "\n")
+    handle.close()
+    return 0
+
+
+def _add_train(sub):
+    p = sub.add_parser("train", help="train a small Llama (default: on the embedded corpus)")
+    p.add_argument("--config", help=f"model preset ({', '.join(PRESETS)}; default tiny) or an HF config.json")
+    p.add_argument("--data", help="UTF-8 text file to train on (default: the embedded corpus)")
+    p.add_argument("--steps", type=int, default=200, help="optimizer steps to run now (default 200)")
+    p.add_argument("--batch", type=int, help=f"sequences per step (default {RUN_DEFAULTS['batch']})")
+    p.add_argument("--seq-len", dest="seq_len", type=int,
+                   help=f"tokens per sequence (default {RUN_DEFAULTS['seq_len']})")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), help="model dtype (default fp32)")
+    p.add_argument("--lr", type=float, help=f"AdamW learning rate (default {RUN_DEFAULTS['lr']})")
+    p.add_argument("--seed", type=int, help="weight initialisation seed (default 0)")
+    p.add_argument("--threads", type=int, help="host worker threads (default: all cores)")
+    p.add_argument("--device-memory", dest="device_memory", help="device memory capacity, e.g. 512MiB")
+    p.add_argument("--out", default="dataflow-train", help="output directory (default ./dataflow-train)")
+    p.add_argument("--resume", help="checkpoint directory to continue from (model, optimizer, data position)")
+    p.add_argument("--save-every", dest="save_every", type=int, default=0, help="also checkpoint every N steps")
+    p.set_defaults(run=train)
+
+
+def _add_generate(sub):
+    p = sub.add_parser("generate", help="sample text from a checkpoint of `dataflow train`")
+    p.add_argument("--checkpoint", required=True, help="checkpoint directory (e.g. dataflow-train/checkpoint)")
+    p.add_argument("--prompt", default="The ", help="text to continue (default 'The ')")
+    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=0.8, help="0 for greedy (default 0.8)")
+    p.add_argument("--top-p", dest="top_p", type=float, default=0.95)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--dtype", choices=("fp32", "bf16"), help="default: the dtype it was trained in")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--device-memory", dest="device_memory")
+    p.set_defaults(run=generate_text)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="dataflow")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_train(sub)
+    _add_generate(sub)
     p = sub.add_parser("demo", help="matmul + a custom native op on the host backend, with timings")
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--repeats", type=int, default=5)
     p.set_defaults(run=demo)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except DataflowError as e:  # bad files and arguments: the message says what to fix; no traceback
+        print(f"dataflow {args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -34,6 +34,11 @@ class UnsupportedError(DataflowError):
     pass
 
 
+class FileFormatError(DataflowError, ValueError):
+    """A file (safetensors, config.json, checkpoint) is missing, truncated or inconsistent;
+    the message names the file and, where one is at fault, the tensor or field."""
+
+
 _BY_STATUS = {
     lib.DATAFLOW_ERR_INVALID_ARGUMENT: BadArgumentError,
     lib.DATAFLOW_ERR_OUT_OF_MEMORY: OutOfMemoryError,

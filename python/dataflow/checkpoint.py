@@ -1,0 +1,156 @@
+"""Training checkpoints: a directory replaced atomically, validated on load.
+
+    <dir>/config.json            HF config (with model.safetensors the directory is also an HF model dir)
+    <dir>/model.safetensors      model.state_dict()
+    <dir>/optimizer.safetensors  the arrays of trainer.state_dict()
+    <dir>/trainer_state.json     step, data position, RNG, caller state, the rest of trainer.state_dict(),
+                                 and the size + SHA-256 of every other file (checked on load)
+
+A save writes a sibling temp directory, fsyncs it and renames it into place (atomic.replace_directory):
+a failed or killed save leaves the previous checkpoint loadable.
+"""
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from . import atomic
+from . import safetensors_io as st
+from .errors import FileFormatError
+
+STATE_NAME = "trainer_state.json"
+MODEL_NAME = st.WEIGHTS_NAME
+OPTIMIZER_NAME = "optimizer.safetensors"
+CONFIG_NAME = "config.json"
+FORMAT = "dataflow-checkpoint"
+VERSION = 1
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def flatten(tree, prefix=""):
+    """(arrays, skeleton): numpy arrays and numpy scalars of a nested dict/list pulled out into
+    {"a/b/0": array}; the skeleton is JSON with {"__array__": key} (or "__scalar__") in their place."""
+    arrays = {}
+
+    def walk(node, key):
+        if isinstance(node, np.ndarray):
+            arrays[key] = node
+            return {"__array__": key}
+        if isinstance(node, np.generic):
+            arrays[key] = np.asarray(node)
+            return {"__scalar__": key}
+        if isinstance(node, dict):
+            if not all(isinstance(k, str) for k in node):
+                raise TypeError(f"checkpoint state: keys must be strings, got {list(node)!r} at {key or 'top level'}")
+            return {k: walk(v, f"{key}/{k}" if key else k) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return [walk(v, f"{key}/{i}" if key else str(i)) for i, v in enumerate(node)]
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        raise TypeError(f"checkpoint state: cannot store {type(node).__name__} at {key or 'top level'}")
+
+    return arrays, walk(tree, prefix)
+
+
+def unflatten(skeleton, arrays, where=STATE_NAME):
+    def walk(node):
+        if isinstance(node, dict) and len(node) == 1 and ("__array__" in node or "__scalar__" in node):
+            key = node.get("__array__", node.get("__scalar__"))
+            if key not in arrays:
+                raise FileFormatError(f"{where}: refers to array {key!r}, which {OPTIMIZER_NAME} lacks")
+            return np.array(arrays[key]) if "__array__" in node else arrays[key][()]
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+    return walk(skeleton)
+
+
+def save(directory, model_state, config, optimizer_state=None, state=None):
+    """Writes a checkpoint: model_state {name: array}, config (HF dict), optimizer_state (nested
+    dict of arrays and JSON values, e.g. trainer.state_dict()), state (JSON: step, data position...)."""
+    arrays, skeleton = flatten(optimizer_state or {})
+    state = dict(state or {})
+    json.dumps(state)  # fail before touching the disk if the caller's state is not JSON
+
+    def fill(tmp):
+        with open(os.path.join(tmp, CONFIG_NAME), "w") as f:
+            json.dump(config, f, indent=2, sort_keys=True)
+        st.write(os.path.join(tmp, MODEL_NAME), model_state, metadata={"format": "pt"})
+        st.write(os.path.join(tmp, OPTIMIZER_NAME), arrays)
+        files = {name: {"bytes": os.path.getsize(os.path.join(tmp, name)), "sha256": _sha256(os.path.join(tmp, name))}
+                 for name in (CONFIG_NAME, MODEL_NAME, OPTIMIZER_NAME)}
+        with open(os.path.join(tmp, STATE_NAME), "w") as f:
+            json.dump({"format": FORMAT, "version": VERSION, "files": files, "optimizer": skeleton,
+                       "state": state}, f, indent=2)
+
+    atomic.replace_directory(directory, fill)
+
+
+class Checkpoint:
+    """A loaded, validated checkpoint: .config, .model_state, .optimizer_state, .state, .path."""
+
+    def __init__(self, path, config, model_state, optimizer_state, state):
+        self.path = path
+        self.config = config
+        self.model_state = model_state
+        self.optimizer_state = optimizer_state
+        self.state = state
+
+
+def load(directory):
+    """Reads and checks a checkpoint; a missing, truncated or altered file raises FileFormatError naming it.
+    After a save killed between its two renames, reads the previous checkpoint it left beside `directory`."""
+    path = atomic.readable_directory(os.fspath(directory))
+    manifest_path = os.path.join(path, STATE_NAME)
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+    except OSError as e:
+        raise FileFormatError(f"{manifest_path}: cannot read: {e.strerror or e}; not a checkpoint directory?") from None
+    except ValueError as e:
+        raise FileFormatError(f"{manifest_path}: not valid JSON ({e}): corrupted or truncated") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise FileFormatError(f"{manifest_path}: not a {FORMAT} manifest")
+    if manifest.get("version") != VERSION:
+        raise FileFormatError(f"{manifest_path}: version {manifest.get('version')!r}; this dataflow reads {VERSION}")
+    for name, expected in manifest["files"].items():
+        file = os.path.join(path, name)
+        if not os.path.exists(file):
+            raise FileFormatError(f"{file}: missing from the checkpoint")
+        size = os.path.getsize(file)
+        if size != expected["bytes"]:
+            raise FileFormatError(f"{file}: {size} bytes, the checkpoint recorded {expected['bytes']}: truncated "
+                                  "or altered")
+        if _sha256(file) != expected["sha256"]:
+            raise FileFormatError(f"{file}: contents differ from the SHA-256 recorded at save: corrupted")
+    with open(os.path.join(path, CONFIG_NAME)) as f:
+        config = json.load(f)
+    model_state = {k: np.array(t.values()) for k, t in st.SafetensorsFile(os.path.join(path, MODEL_NAME)).tensors().items()}
+    arrays = {k: np.array(t.values()) for k, t in st.SafetensorsFile(os.path.join(path, OPTIMIZER_NAME)).tensors().items()}
+    optimizer_state = unflatten(manifest["optimizer"], arrays, manifest_path)
+    return Checkpoint(path, config, model_state, optimizer_state, manifest["state"])
+
+
+def save_training(directory, model, trainer, state=None):
+    """save() of a Llama and its Trainer; `state` adds the caller's JSON (data position, RNG, losses)."""
+    config = {**model.config.to_dict(), "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    save(directory, model.state_dict(), config, trainer.state_dict(),
+         {"step": int(trainer.step_count), **(state or {})})
+
+
+def restore_training(checkpoint, model, trainer):
+    """Puts a loaded Checkpoint's weights and optimizer state into a model and trainer built from
+    its config; returns the caller state saved with it."""
+    model.load_state_dict(checkpoint.model_state)
+    trainer.load_state_dict(checkpoint.optimizer_state)
+    return checkpoint.state
