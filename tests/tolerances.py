@@ -143,7 +143,7 @@ def sum_tolerance(dtype, n):
 # sums split differently (fp32): grad_atol of each tensor's largest |gradient|.
 LLAMA_TOLERANCES = {
     "fp32": dict(logits_rtol=1e-4, logits_atol=1e-5, loss_rtol=1e-5, grad_rtol=1e-4, grad_atol=1e-5),
-    "bf16": dict(logits_rel=3e-2, loss_rel=1e-2, grad_rel=6e-2),
+    "bf16": dict(logits_rel=1.5e-2, loss_rel=2e-3, grad_rel=3e-2),  # measured 4e-3, 4e-6, 8e-3,
     "adamw": dict(loss_rtol=1e-5, param_rtol=1e-4, param_atol_lr=0.1),
     "same_math": dict(rtol=1e-4, atol=1e-6, grad_atol=1e-5),
 }
