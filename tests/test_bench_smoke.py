@@ -33,3 +33,11 @@ def test_matmul_small():
     for r in result["rows"]:
         assert r["dataflow_gflops"] > 0 and r["torch_gflops"] > 0, r
     assert summary.startswith("matmul host:")
+
+
+def test_train_quick():
+    result, summary = run_bench("train.py", "--quick", "--dtypes", "fp32")
+    (row,) = result["rows"]
+    assert row["dtype"] == "fp32" and row["dataflow"]["tokens_per_s"] > 0 and row["torch"]["tokens_per_s"] > 0
+    assert row["dataflow"]["rss_peak_mib"] > 0 and row["torch"]["rss_peak_mib"] > 0
+    assert summary.startswith("train host (")

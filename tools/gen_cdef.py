@@ -12,8 +12,8 @@ import subprocess
 import sys
 import tempfile
 
-HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h"]
-INCLUDE_DIRS = ["libdataflow/include", "libdataflowops/include"]
+HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h", "dataflow/models.h"]
+INCLUDE_DIRS = ["libdataflow/include", "libdataflowops/include", "libdataflowmodels/include"]
 
 
 def main():

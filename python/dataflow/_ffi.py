@@ -1,4 +1,4 @@
-"""Loads libdataflow and libdataflowops with cffi (ABI mode).
+"""Loads libdataflow, libdataflowops and libdataflowmodels with cffi (ABI mode).
 
 The declarations come from _cdef.h, which the build derives from the public C headers.
 Libraries are looked up in DATAFLOW_LIB_DIR (a meson build directory, for development)
@@ -33,10 +33,11 @@ def _load():
         ffi.cdef(f.read())
     core = ffi.dlopen(os.path.join(LIB_DIR, "libdataflow.so"))
     ops = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowops.so"))
-    return ffi, core, ops
+    models = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowmodels.so"))
+    return ffi, core, ops, models
 
 
-ffi, lib, opslib = _load()
+ffi, lib, opslib, modelslib = _load()
 
 
 def use_nvidia_wheels():

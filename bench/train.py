@@ -1,0 +1,149 @@
+"""Training-step throughput and peak memory of dataflow's Llama vs Hugging Face
+LlamaForCausalLM on torch eager, same config, dtype, thread count and batch.
+
+    python bench/train.py [--quick] [--backend host] [--threads N] [--dtypes fp32,bf16] [--steps 5]
+
+A step is forward + backward + AdamW with global-norm clipping (max norm 1.0):
+dataflow Trainer.step vs torch's zero_grad / model(tokens, labels=tokens).loss.backward() /
+clip_grad_norm_ / AdamW.step (sdpa attention, foreach AdamW: torch's defaults). Each
+(library, dtype) runs in its own subprocess, so its peak RSS (resource.getrusage ru_maxrss)
+is its own: the dataflow process never imports torch. rss_baseline_mib is the peak before
+the model is built (interpreter + libraries), rss_peak_mib the peak after the timed steps.
+Timing: median of `steps` timed steps after 2 warm-up steps (tokens/s = batch * seq / median).
+The two libraries run one after the other, not interleaved (each needs its own process), so
+outside load on this shared machine can favour either: the loadavg is recorded around each.
+bf16: dataflow keeps bf16 weights and activations with fp32 gradients, m and v; torch keeps
+everything (params, grads, AdamW state) in bf16, as model.to(torch.bfloat16) does.
+
+Model FLOPs per step (reported as achieved GFLOP/s, not MFU: a CPU's peak is not known here):
+6 * (non-embedding params + lm_head) * tokens + attention 6 * 2 * layers * heads * head_dim *
+sum over documents of seq^2 / 2 (causal; QK^T and PV, forward 2 + backward 4 multiply-adds).
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+REFERENCE = dict(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
+                 num_attention_heads=8, num_key_value_heads=4, rms_norm_eps=1e-5, rope_theta=500000.0,
+                 max_position_embeddings=2048, tie_word_embeddings=False)
+REFERENCE_BATCH = (4, 512)
+QUICK = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=256,
+             tie_word_embeddings=False)
+QUICK_BATCH = (2, 64)
+WARMUP = 2
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def step_flops(cfg, batch, seq):
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    h, f, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    per_layer = h * hd * (cfg["num_attention_heads"] * 2 + cfg["num_key_value_heads"] * 2) + 3 * h * f
+    dense = L * per_layer + cfg["vocab_size"] * h  # lm_head; the embedding is a lookup
+    attention = 2 * L * cfg["num_attention_heads"] * hd * batch * seq * seq / 2
+    return 6 * dense * batch * seq + 6 * attention
+
+
+def worker(args):
+    import numpy as np
+    cfg, (batch, seq) = (QUICK, QUICK_BATCH) if args.quick else (REFERENCE, REFERENCE_BATCH)
+    tokens = np.random.default_rng(0).integers(0, cfg["vocab_size"], size=(batch, seq))
+    if args.worker == "dataflow":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from harness import import_dataflow
+        df = import_dataflow()
+        baseline = peak_rss_mib()
+        h = df.Handle(args.backend, streams=1, threads=args.threads)
+        model = df.models.Llama(h, df.models.LlamaConfig.from_dict(cfg), dtype=args.dtype, seed=0)
+        trainer = df.Trainer(model, lr=1e-4, weight_decay=0.1, grad_clip=1.0)
+        step = lambda: trainer.step(tokens)  # returns the loss: synchronous
+        extra = dict(device_memory_in_use_mib=None)
+    else:
+        import torch
+        import transformers
+        torch.set_num_threads(args.threads)
+        baseline = peak_rss_mib()
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
+        model = model.to(torch.bfloat16 if args.dtype == "bf16" else torch.float32).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
+        t = torch.from_numpy(tokens)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = model(t, labels=t).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            return loss.item()
+        extra = {}
+    load = [os.getloadavg()[0]]
+    losses, times = [], []
+    for i in range(WARMUP + args.steps):
+        t0 = time.perf_counter()
+        losses.append(step())
+        if i >= WARMUP:
+            times.append(time.perf_counter() - t0)
+    load.append(os.getloadavg()[0])
+    if args.worker == "dataflow":
+        extra["device_memory_in_use_mib"] = round(h.memory_in_use() / 2**20, 1)
+    median = statistics.median(times)
+    print(json.dumps(dict(library=args.worker, dtype=args.dtype, step_s=times, median_s=median,
+                          tokens_per_s=batch * seq / median, gflops=step_flops(cfg, batch, seq) / median / 1e9,
+                          first_loss=losses[0], last_loss=losses[-1], rss_baseline_mib=round(baseline, 1),
+                          rss_peak_mib=round(peak_rss_mib(), 1), loadavg_start_end=load, **extra)))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", default="host", help="dataflow Handle backend: host, cuda or cuda:N")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--steps", type=int, default=5, help="timed steps after 2 warm-up steps")
+    p.add_argument("--quick", action="store_true", help="a small smoke config")
+    p.add_argument("--worker", choices=["dataflow", "torch"], help=argparse.SUPPRESS)
+    p.add_argument("--dtype", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.quick and args.steps == 5:
+        args.steps = 2
+    if args.worker:
+        return worker(args)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from harness import machine_info
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    rows = []
+    for dtype in args.dtypes.split(","):
+        if dtype not in ("fp32", "bf16"):
+            p.error(f"--dtypes: {dtype!r} is not fp32 or bf16")
+        pair = {}
+        for lib in ("dataflow", "torch"):
+            cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--dtype", dtype, "--backend",
+                   args.backend, "--threads", str(args.threads), "--steps", str(args.steps)] + (
+                   ["--quick"] if args.quick else [])
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"{lib} {dtype} worker failed:\n{out.stderr[-4000:]}")
+            pair[lib] = json.loads(out.stdout.strip().splitlines()[-1])
+        d, t = pair["dataflow"], pair["torch"]
+        rows.append(dict(dtype=dtype, dataflow=d, torch=t, speedup=d["tokens_per_s"] / t["tokens_per_s"],
+                         rss_ratio=d["rss_peak_mib"] / t["rss_peak_mib"]))
+    cfg, (batch, seq) = (QUICK, QUICK_BATCH) if args.quick else (REFERENCE, REFERENCE_BATCH)
+    print(json.dumps(dict(bench="train", backend=args.backend, threads=args.threads, quick=args.quick,
+                          config=cfg, batch=batch, seq=seq, steps=args.steps, machine=machine_info(), rows=rows),
+                     indent=1))
+    parts = [f"{r['dtype']}: {r['speedup']:.2f}x torch tokens/s ({r['dataflow']['tokens_per_s']:.0f} vs "
+             f"{r['torch']['tokens_per_s']:.0f}), peak RSS {r['rss_ratio']:.2f}x ({r['dataflow']['rss_peak_mib']:.0f} vs "
+             f"{r['torch']['rss_peak_mib']:.0f} MiB)" for r in rows]
+    print(f"train {args.backend} ({args.threads} threads, hidden {cfg['hidden_size']} x {cfg['num_hidden_layers']} "
+          f"layers, {batch}x{seq} tokens): " + "; ".join(parts) + "; target >= 1.5x tokens/s, <= 0.7x RSS")
+
+
+if __name__ == "__main__":
+    main()
