@@ -14,7 +14,6 @@ import numpy as np
 
 from . import checkpoint, dtypes, ops
 from .errors import DataflowError
-from .generate import generate
 from .handle import Handle
 from .pretrained import model_from_config
 from .tokenizer import ByteTokenizer
@@ -92,8 +91,8 @@ def generate_text(args):
     model = model_from_config(ck.config, handle, args.dtype or ck.state["run"]["dtype"],
                               where=os.path.join(ck.path, checkpoint.CONFIG_NAME))
     model.load_state_dict(ck.model_state)
-    new = generate(model, tokenizer.encode(args.prompt), args.max_new_tokens, args.temperature, args.top_p,
-                   args.seed, stop_id=tokenizer.eos_id)
+    new = model.generate(np.asarray(tokenizer.encode(args.prompt), np.int64), args.max_new_tokens, args.temperature,
+                         args.top_p, args.seed, eos_token_id=tokenizer.eos_id)
     sys.stdout.write(args.prompt + tokenizer.decode(new) + "\n")
     handle.close()
     return 0
