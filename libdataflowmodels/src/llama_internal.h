@@ -90,7 +90,9 @@ void llama_workspace_free(Dataflow_Llama *model);
 Dataflow_Status llama_check_batch(const Dataflow_Llama *model, const Dataflow_Llama_Batch *batch, int need_labels);
 
 struct Dataflow_Llama_KV_Cache {
-	Dataflow_Llama *model;
+	Dataflow_Llama *model;   /* compared, never dereferenced by destroy */
+	Dataflow_Handle *handle;
+	int64_t num_layers;
 	int64_t max_tokens, length;
 	void **layers;    /* per layer: K [max_tokens, kv_heads, head_dim] then V, one allocation */
 	int32_t *tables;  /* device: iota [max_tokens], then pairs {0, m} for m = 0..max_tokens */

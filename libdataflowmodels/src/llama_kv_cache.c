@@ -4,7 +4,8 @@
  * Positions and cu_seqlens come from device tables built once at create:
  *   iota [max_tokens]              positions of tokens past.. = iota + past
  *   pairs {0, m}, m = 0..max_tokens  cu_seqlens_q = pairs[n], cu_seqlens_k = pairs[past + n]
- * so a step needs no host-to-device copy and no allocation. */
+ * so a step needs no host-to-device copy and no allocation. Destroying a cache needs only its
+ * handle, so it may outlive its model (e.g. garbage collection order). */
 #include <stdlib.h>
 
 #include "llama_internal.h"
@@ -32,9 +33,9 @@ void dataflow_llama_kv_cache_destroy(Dataflow_Llama_KV_Cache *cache)
 {
 	if (!cache)
 		return;
-	Dataflow_Handle *h = cache->model->handle;
+	Dataflow_Handle *h = cache->handle;
 	h->sync_handle(h);
-	for (int64_t l = 0; cache->layers && l < cache->model->config.num_layers; l++)
+	for (int64_t l = 0; cache->layers && l < cache->num_layers; l++)
 		if (cache->layers[l])
 			h->free_mem(h, cache->layers[l]);
 	if (cache->tables)
@@ -67,6 +68,8 @@ Dataflow_Status dataflow_llama_kv_cache_create(Dataflow_Llama *model, int64_t ma
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "llama kv_cache_create: host allocation failed");
 	}
 	kc->model = model;
+	kc->handle = h;
+	kc->num_layers = c->num_layers;
 	kc->max_tokens = max_tokens;
 	Dataflow_Status st = DATAFLOW_OK;
 	uint64_t layer_bytes = (uint64_t)(layer_numel(c, max_tokens) * llama_dtype_size(c->dtype));

@@ -122,8 +122,8 @@ Dataflow_Status dataflow_llama_forward(Dataflow_Llama *model, int stream, const 
  * of every token seen so far, K [max_tokens, num_kv_heads, head_dim] then V (same shape) in
  * the model dtype, one device allocation per layer (like the weight blocks), plus small
  * device index tables (positions 0..max_tokens-1 and {0, m} offset pairs) so that a cached
- * forward needs no host-to-device copy and no allocation. The cache belongs to its model
- * and must be destroyed before it. */
+ * forward needs no host-to-device copy and no allocation. A cache is used with the model it
+ * was created for; destroying it only needs the handle alive (it may outlive the model). */
 typedef struct Dataflow_Llama_KV_Cache Dataflow_Llama_KV_Cache;
 
 /* Allocates a cache for up to max_tokens tokens (1 <= max_tokens < 2^31); synchronizes
