@@ -237,3 +237,97 @@ def test_attention_bad_input(h):
         df.ops.attention_bwd(h, f32(10, 6, 32), q, kv, kv, out, lse, cu)
     with pytest.raises(df.BadArgumentError, match="workspace_bytes must be >="):
         df.ops.attention_bwd(h, out, q, kv, kv, out, lse, cu, workspace=h.empty((16,), "uint8"))
+
+
+# ---- attention_kv: separate query and key sequences (KV cache), forward only ----
+
+def oracle_kv(q, k, v, cu_q, cu_k, scale, causal=True):
+    """torch fp32 SDPA per sequence with an explicit bottom-right causal mask: query i of q_len
+    sees key j of k_len when j <= i + k_len - q_len. Returns out, lse (q_heads, total_q)."""
+    q, k, v = (torch.from_numpy(x) for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    outs, lses = [], []
+    for (qa, qb), (ka, kb) in zip(zip(cu_q[:-1], cu_q[1:]), zip(cu_k[:-1], cu_k[1:])):
+        qs = q[qa:qb].transpose(0, 1)
+        ks = k[ka:kb].repeat_interleave(group, dim=1).transpose(0, 1)
+        vs = v[ka:kb].repeat_interleave(group, dim=1).transpose(0, 1)
+        lq, lk = qb - qa, kb - ka
+        allowed = torch.ones(lq, lk, dtype=torch.bool)
+        if causal:
+            allowed = torch.arange(lk)[None, :] <= torch.arange(lq)[:, None] + (lk - lq)
+        outs.append(torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed, scale=scale)
+                    .transpose(0, 1))
+        scores = ((qs @ ks.transpose(1, 2)) * scale).masked_fill(~allowed, -float("inf"))
+        lses.append(torch.logsumexp(scores, dim=-1))
+    return torch.cat(outs).numpy(), torch.cat(lses, dim=1).numpy()
+
+
+def run_kv(h, q_lens, k_lens, hq, hkv, d, dtype, seed, causal=True, scale=None):
+    rng = np.random.default_rng(seed)
+    q = quantize(rng.standard_normal((sum(q_lens), hq, d)), dtype)
+    k, v = (quantize(rng.standard_normal((sum(k_lens), hkv, d)), dtype) for _ in range(2))
+    cu_q, cu_k = offsets(q_lens), offsets(k_lens)
+    out, lse = df.ops.attention_kv(h, *(h.from_numpy(x, dtype=dtype) for x in (q, k, v)), cu_q, cu_k, scale=scale,
+                                   causal=causal)
+    want = oracle_kv(q, k, v, cu_q, cu_k, d ** -0.5 if scale is None else scale, causal)
+    return (out, lse, None), want + (None,)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hq,hkv,d", [(8, 2, 64), (6, 3, 48), (5, 1, 80), (4, 4, 128)])
+def test_attention_kv_decode_and_chunks(h, dtype, hq, hkv, d):
+    """Several sequences with q_len 1 (decode) and q_len > 1 chunks (prefill after a cached
+    prefix, chunks longer than a tile) over longer key sequences; GQA ratios 1..5."""
+    q_lens, k_lens = [1, 1, 7, 70, 1, 65], [1, 37, 40, 150, 64, 65]
+    got, want = run_kv(h, q_lens, k_lens, hq, hkv, d, dtype, seed=hq * d)
+    assert_attention_close(got, want, dtype, f"attention_kv {dtype} {hq}/{hkv} d={d}")
+
+
+def test_attention_kv_equals_attention_when_lengths_match(h):
+    """cu_seqlens_k = cu_seqlens_q: the same bits as attention (one kernel)."""
+    lengths = [5, 64, 1, 90]
+    q, k, v, _ = make_inputs(lengths, 6, 2, 64, "bf16", seed=5)
+    dev = [h.from_numpy(x, dtype="bf16") for x in (q, k, v)]
+    for causal in (True, False):
+        out, lse = df.ops.attention(h, *dev, offsets(lengths), causal=causal)
+        out_kv, lse_kv = df.ops.attention_kv(h, *dev, offsets(lengths), offsets(lengths), causal=causal)
+        assert np.array_equal(out.numpy(), out_kv.numpy()) and np.array_equal(lse.numpy(), lse_kv.numpy())
+
+
+def test_attention_kv_not_causal_and_queries_without_keys(h):
+    """Full attention over the keys; and causal q_len > k_len: the first q_len - k_len queries
+    see no key and get out = 0, lse = -inf (the others as the oracle)."""
+    got, want = run_kv(h, [3, 9], [20, 4], 4, 2, 32, "fp32", seed=3, causal=False, scale=0.3)
+    assert_attention_close(got, want, "fp32", "attention_kv not causal")
+    got, want = run_kv(h, [6, 2], [2, 5], 4, 2, 32, "fp32", seed=4)
+    out, lse = got[0].numpy(), got[1].numpy()
+    seen = np.array([False] * 4 + [True] * 4)
+    assert np.all(out[~seen] == 0) and np.all(lse[:, ~seen] == -np.inf)
+    np.testing.assert_allclose(out[seen], want[0][seen], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(lse[:, seen], want[1][:, seen], rtol=0, atol=2e-5)
+
+
+def test_attention_kv_garbage_device_cu_seqlens_is_memory_safe(h):
+    """Out-of-range, decreasing and mismatched device offsets for q and k: no crash, no
+    out-of-bounds access; the well-formed leading sequence is still right."""
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((30, 4, 32)).astype(np.float32)
+    k, v = (rng.standard_normal((50, 2, 32)).astype(np.float32) for _ in range(2))
+    cu_q = np.array([0, 3, -7, 1 << 30, 3, 2 ** 31 - 1, 29], np.int32)
+    cu_k = np.array([0, 40, 2 ** 31 - 1, -5, 1 << 30, 0, 49], np.int32)
+    out, _ = df.ops.attention_kv(h, *(h.from_numpy(x) for x in (q, k, v)), h.from_numpy(cu_q), h.from_numpy(cu_k))
+    want, _ = oracle_kv(q[:3], k[:40], v[:40], [0, 3], [0, 40], 32 ** -0.5)
+    np.testing.assert_allclose(out.numpy()[:3], want, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_kv_bad_input(h):
+    f32 = lambda *shape: h.empty(shape, "fp32")  # noqa: E731
+    q, kv = f32(3, 4, 32), f32(10, 2, 32)
+    with pytest.raises(df.BadArgumentError, match="same length"):
+        df.ops.attention_kv(h, q, kv, kv, np.array([0, 3]), np.array([0, 4, 10]))
+    with pytest.raises(df.BadArgumentError, match=r"cu_seqlens_k\[1\] must equal total_k = 10"):
+        df.ops.attention_kv(h, q, kv, kv, np.array([0, 3]), np.array([0, 9]))
+    with pytest.raises(df.BadArgumentError, match="head_dim"):
+        df.ops.attention_kv(h, q, f32(10, 2, 16), f32(10, 2, 16), np.array([0, 3]), np.array([0, 10]))
+    with pytest.raises(df.BadArgumentError, match="multiple of num_kv_heads"):
+        df.ops.attention_kv(h, q, f32(10, 3, 32), f32(10, 3, 32), np.array([0, 3]), np.array([0, 10]))

@@ -105,7 +105,7 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dat
 	if (!accumulate_grads)
 		TRY(dataflow_llama_zero_grads(m, s));
 
-	TRY(llama_forward_all(m, s, b, ws->logits));
+	TRY(llama_forward_all(m, s, b, ws->logits, NULL, 0));
 	TRY(dataflow_submit_cross_entropy(h, s, d, T, V, DATAFLOW_LLAMA_IGNORE_INDEX, loss_scale, ws->logits, b->labels,
 					  ws->loss, ws->logits));
 	if (loss_out)
@@ -123,7 +123,7 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dat
 	for (int64_t l = L - 1; l >= 0; l--) {
 		const Llama_Acts *a = &ws->acts[ws->recompute ? 0 : l];
 		if (ws->recompute)
-			TRY(llama_layer_forward(m, s, b, l, a));
+			TRY(llama_layer_forward(m, s, b, l, a, NULL));
 		TRY(layer_backward(m, s, b, l, a));
 	}
 	TRY(dataflow_submit_embedding_bwd_w(h, s, DATAFLOW_INT32, d, DATAFLOW_FP32, T, H, V, b->tokens, ws->dres,
@@ -151,7 +151,7 @@ Dataflow_Status dataflow_llama_loss(Dataflow_Llama *m, int s, const Dataflow_Lla
 	Dataflow_Handle *h = m->handle;
 	Llama_Workspace *ws = &m->ws;
 	int64_t T = b->num_tokens;
-	TRY(llama_forward_all(m, s, b, ws->logits));
+	TRY(llama_forward_all(m, s, b, ws->logits, NULL, 0));
 	TRY(dataflow_submit_cross_entropy(h, s, m->config.dtype, T, m->config.vocab_size, DATAFLOW_LLAMA_IGNORE_INDEX,
 					  loss_scale, ws->logits, b->labels, ws->loss, ws->logits));
 	TRY(h->submit_outbound_transfer(h, s, ws->host_loss, ws->loss, (uint64_t)T * 4));

@@ -27,7 +27,7 @@ static Dataflow_Status linear(Dataflow_Llama *m, int s, const void *x, const voi
 }
 
 Dataflow_Status llama_layer_forward(Dataflow_Llama *m, int s, const Dataflow_Llama_Batch *b, int64_t l,
-				    const Llama_Acts *a)
+				    const Llama_Acts *a, const Llama_KV_Step *kv)
 {
 	Dataflow_Handle *h = m->handle;
 	const Dataflow_Llama_Config *c = &m->config;
@@ -35,15 +35,28 @@ Dataflow_Status llama_layer_forward(Dataflow_Llama *m, int s, const Dataflow_Lla
 	int64_t T = b->num_tokens, H = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
 	int64_t nq = c->num_heads, nkv = c->num_kv_heads;
 	void *x = llama_resid(m, l), *out = llama_resid(m, l + 1);
+	/* with a cache, the new tokens' K and V rows go straight into it at row kv->past */
+	void *k = a->k, *v = a->v;
+	if (kv) {
+		k = llama_at(kv->cache->layers[l], kv->past * nkv * hd, d);
+		v = llama_at(kv->cache->layers[l], (kv->cache->max_tokens + kv->past) * nkv * hd, d);
+	}
 
 	TRY(dataflow_submit_rms_norm(h, s, d, T, H, c->rms_eps, x, llama_w(m, l, LLAMA_LN1), a->xn1, a->rstd1));
 	TRY(linear(m, s, a->xn1, llama_w(m, l, LLAMA_Q), NULL, a->q, T, nq * hd, H));
-	TRY(linear(m, s, a->xn1, llama_w(m, l, LLAMA_K), NULL, a->k, T, nkv * hd, H));
-	TRY(linear(m, s, a->xn1, llama_w(m, l, LLAMA_V), NULL, a->v, T, nkv * hd, H));
+	TRY(linear(m, s, a->xn1, llama_w(m, l, LLAMA_K), NULL, k, T, nkv * hd, H));
+	TRY(linear(m, s, a->xn1, llama_w(m, l, LLAMA_V), NULL, v, T, nkv * hd, H));
 	TRY(dataflow_submit_rope(h, s, d, T, nq, hd, b->positions, m->inv_freq, a->q, a->q));
-	TRY(dataflow_submit_rope(h, s, d, T, nkv, hd, b->positions, m->inv_freq, a->k, a->k));
-	TRY(dataflow_submit_attention(h, s, d, a->q, a->k, a->v, b->cu_seqlens, a->att, a->lse, T, b->num_docs, nq,
-				      nkv, hd, 1.0f / sqrtf((float)hd), 1));
+	TRY(dataflow_submit_rope(h, s, d, T, nkv, hd, b->positions, m->inv_freq, k, k));
+	float scale = 1.0f / sqrtf((float)hd);
+	if (kv) {
+		const void *K = kv->cache->layers[l], *V = llama_at(kv->cache->layers[l], kv->cache->max_tokens * nkv * hd, d);
+		TRY(dataflow_submit_attention_kv(h, s, d, a->q, K, V, b->cu_seqlens, kv->cu_k, a->att, a->lse, T,
+						 kv->past + T, 1, nq, nkv, hd, scale, 1));
+	} else {
+		TRY(dataflow_submit_attention(h, s, d, a->q, k, v, b->cu_seqlens, a->att, a->lse, T, b->num_docs, nq, nkv,
+					      hd, scale, 1));
+	}
 	TRY(linear(m, s, a->att, llama_w(m, l, LLAMA_O), x, a->hmid, T, H, nq * hd));
 	TRY(dataflow_submit_rms_norm(h, s, d, T, H, c->rms_eps, a->hmid, llama_w(m, l, LLAMA_LN2), a->xn2, a->rstd2));
 	TRY(linear(m, s, a->xn2, llama_w(m, l, LLAMA_GATE), NULL, a->gate, T, F, H));
@@ -52,7 +65,8 @@ Dataflow_Status llama_layer_forward(Dataflow_Llama *m, int s, const Dataflow_Lla
 	return linear(m, s, m->ws.act, llama_w(m, l, LLAMA_DOWN), a->hmid, out, T, H, F);
 }
 
-Dataflow_Status llama_forward_all(Dataflow_Llama *m, int s, const Dataflow_Llama_Batch *b, void *logits)
+Dataflow_Status llama_forward_all(Dataflow_Llama *m, int s, const Dataflow_Llama_Batch *b, void *logits,
+				  const Llama_KV_Step *kv, int64_t first)
 {
 	Dataflow_Handle *h = m->handle;
 	const Dataflow_Llama_Config *c = &m->config;
@@ -61,12 +75,12 @@ Dataflow_Status llama_forward_all(Dataflow_Llama *m, int s, const Dataflow_Llama
 	TRY(dataflow_submit_embedding(h, s, DATAFLOW_INT32, d, T, H, c->vocab_size, b->tokens, m->blocks[0].param,
 				      llama_resid(m, 0)));
 	for (int64_t l = 0; l < L; l++)
-		TRY(llama_layer_forward(m, s, b, l, &m->ws.acts[m->ws.recompute ? 0 : l]));
+		TRY(llama_layer_forward(m, s, b, l, &m->ws.acts[m->ws.recompute || kv ? 0 : l], kv));
 	Llama_Block *head = &m->blocks[L + 1];
-	TRY(dataflow_submit_rms_norm(h, s, d, T, H, c->rms_eps, llama_resid(m, L), llama_at(head->param, m->norm_offset, d),
-				     m->ws.xnf, m->ws.rstdf));
+	TRY(dataflow_submit_rms_norm(h, s, d, T - first, H, c->rms_eps, llama_at(llama_resid(m, L), first * H, d),
+				     llama_at(head->param, m->norm_offset, d), m->ws.xnf, m->ws.rstdf));
 	const void *Wlm = c->tie_embeddings ? m->blocks[0].param : llama_at(head->param, m->lm_head_offset, d);
-	return linear(m, s, m->ws.xnf, Wlm, NULL, logits, T, c->vocab_size, H);
+	return linear(m, s, m->ws.xnf, Wlm, NULL, logits, T - first, c->vocab_size, H);
 }
 
 Dataflow_Status dataflow_llama_forward(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch,
@@ -82,5 +96,5 @@ Dataflow_Status dataflow_llama_forward(Dataflow_Llama *model, int stream, const 
 						   (uint64_t)(batch->num_tokens * model->config.vocab_size *
 							      llama_dtype_size(model->config.dtype)),
 						   "logits_out"));
-	return llama_forward_all(model, stream, batch, logits_out ? logits_out : model->ws.logits);
+	return llama_forward_all(model, stream, batch, logits_out ? logits_out : model->ws.logits, NULL, 0);
 }

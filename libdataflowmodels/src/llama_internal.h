@@ -89,12 +89,31 @@ Dataflow_Status llama_workspace_reserve(Dataflow_Llama *model, int64_t tokens);
 void llama_workspace_free(Dataflow_Llama *model);
 Dataflow_Status llama_check_batch(const Dataflow_Llama *model, const Dataflow_Llama_Batch *batch, int need_labels);
 
-/* Forward of layer l from resid[l] into resid[l + 1], activations into acts. */
+struct Dataflow_Llama_KV_Cache {
+	Dataflow_Llama *model;   /* compared, never dereferenced by destroy */
+	Dataflow_Handle *handle;
+	int64_t num_layers;
+	int64_t max_tokens, length;
+	void **layers;    /* per layer: K [max_tokens, kv_heads, head_dim] then V, one allocation */
+	int32_t *tables;  /* device: iota [max_tokens], then pairs {0, m} for m = 0..max_tokens */
+};
+
+/* A cached forward step: the batch's tokens are the cache's positions past.. (NULL: a packed
+ * batch, keys and values of the batch only). */
+typedef struct {
+	Dataflow_Llama_KV_Cache *cache;
+	int64_t past;
+	const int32_t *cu_k; /* device {0, past + num_tokens} */
+} Llama_KV_Step;
+
+/* Forward of layer l from resid[l] into resid[l + 1], activations into acts (K and V into the
+ * cache when kv is given). */
 Dataflow_Status llama_layer_forward(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch,
-				    int64_t layer, const Llama_Acts *acts);
+				    int64_t layer, const Llama_Acts *acts, const Llama_KV_Step *kv);
 void *llama_resid(const Dataflow_Llama *model, int64_t layer);
-/* Embedding, every layer, final norm and logits (into logits, [T, V]). */
+/* Embedding, every layer, final norm and logits of rows [first_logit_row, T) (into logits,
+ * [T - first_logit_row, V]). */
 Dataflow_Status llama_forward_all(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch,
-				  void *logits);
+				  void *logits, const Llama_KV_Step *kv, int64_t first_logit_row);
 
 #endif

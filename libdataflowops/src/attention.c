@@ -26,6 +26,29 @@ Dataflow_Status dataflow_attention_skeleton(Op_Skeleton *skeleton, DataflowDatat
 	return dataflow_op_skeleton_init(skeleton, "attention", 13, dtypes);
 }
 
+Dataflow_Status dataflow_attention_kv_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype)
+{
+	Dataflow_Status st = ops_check_dtype("attention_kv", "dtype", dtype, attention_dtypes, 3);
+	if (st != DATAFLOW_OK)
+		return st;
+	DataflowDatatype dtypes[] = {dtype,
+				     dtype,
+				     dtype,
+				     DATAFLOW_INT32,
+				     DATAFLOW_INT32,
+				     dtype,
+				     DATAFLOW_FP32,
+				     DATAFLOW_INT64_SCALAR,
+				     DATAFLOW_INT64_SCALAR,
+				     DATAFLOW_INT64_SCALAR,
+				     DATAFLOW_INT64_SCALAR,
+				     DATAFLOW_INT64_SCALAR,
+				     DATAFLOW_INT64_SCALAR,
+				     DATAFLOW_FP32_SCALAR,
+				     DATAFLOW_BOOL_SCALAR};
+	return dataflow_op_skeleton_init(skeleton, "attention_kv", 15, dtypes);
+}
+
 Dataflow_Status dataflow_attention_bwd_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype)
 {
 	Dataflow_Status st = ops_check_dtype("attention_bwd", "dtype", dtype, attention_dtypes, 3);
@@ -134,6 +157,42 @@ Dataflow_Status dataflow_submit_attention(Dataflow_Handle *handle, int stream_id
 	int c = causal != 0;
 	void *args[] = {&q,	       &k,	 &v,	       &cu_seqlens,   &out,	&lse, &total_tokens,
 			&num_seqs, &num_q_heads, &num_kv_heads, &head_dim, &scale, &c};
+	return ops_submit(handle, stream_id, &skeleton, args);
+}
+
+Dataflow_Status dataflow_submit_attention_kv(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+					     const void *q, const void *k, const void *v, const void *cu_seqlens_q,
+					     const void *cu_seqlens_k, void *out, void *lse, int64_t total_q,
+					     int64_t total_k, int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_heads,
+					     int64_t head_dim, float scale, int causal)
+{
+	const char *op = "attention_kv";
+	Op_Skeleton skeleton;
+	int64_t qn, kvn, ln, unused_q, unused_l;
+	Dataflow_Status st = ops_check_handle(op, handle);
+	if (st == DATAFLOW_OK)
+		st = dataflow_attention_kv_skeleton(&skeleton, dtype);
+	if (st == DATAFLOW_OK)
+		st = check_shapes(op, total_q, num_seqs, num_q_heads, num_kv_heads, head_dim, scale, &qn, &kvn, &ln);
+	if (st == DATAFLOW_OK) /* the key side: K, V numel for total_k tokens */
+		st = check_shapes(op, total_k, num_seqs, num_q_heads, num_kv_heads, head_dim, scale, &unused_q, &kvn,
+				  &unused_l);
+	const char *names[] = {"q", "out", "k", "v"};
+	const void *ptrs[] = {q, out, k, v};
+	for (int i = 0; i < 4 && st == DATAFLOW_OK; i++)
+		st = ops_check_tensor(handle, op, names[i], ptrs[i], dtype, i < 2 ? qn : kvn);
+	if (st == DATAFLOW_OK)
+		st = ops_check_tensor(handle, op, "cu_seqlens_q", cu_seqlens_q, DATAFLOW_INT32, num_seqs + 1);
+	if (st == DATAFLOW_OK)
+		st = ops_check_tensor(handle, op, "cu_seqlens_k", cu_seqlens_k, DATAFLOW_INT32, num_seqs + 1);
+	if (st == DATAFLOW_OK)
+		st = ops_check_tensor(handle, op, "lse", lse, DATAFLOW_FP32, ln);
+	if (st != DATAFLOW_OK)
+		return st;
+	int c = causal != 0;
+	void *args[] = {&q,	    &k,		  &v,		 &cu_seqlens_q, &cu_seqlens_k,
+			&out,	    &lse,	  &total_q,	 &total_k,	&num_seqs,
+			&num_q_heads, &num_kv_heads, &head_dim, &scale,	&c};
 	return ops_submit(handle, stream_id, &skeleton, args);
 }
 

@@ -108,6 +108,8 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 		add_variant(nat, &s, b, name, "launch");
 		dataflow_attention_skeleton(&s, in);
 		add_variant(nat, &s, b, name, "launch");
+		dataflow_attention_kv_skeleton(&s, in);
+		add_variant(nat, &s, b, name, "launch");
 		dataflow_attention_bwd_skeleton(&s, in);
 		add_variant(nat, &s, b, name, "launch");
 		dataflow_attention_bwd_delta_skeleton(&s, in);

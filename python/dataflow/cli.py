@@ -92,8 +92,13 @@ def generate_text(args):
     model = model_from_config(ck.config, handle, args.dtype or ck.state["run"]["dtype"],
                               where=os.path.join(ck.path, checkpoint.CONFIG_NAME))
     model.load_state_dict(ck.model_state)
-    new = generate(model, tokenizer.encode(args.prompt), args.max_new_tokens, args.temperature, args.top_p,
-                   args.seed, stop_id=tokenizer.eos_id)
+    prompt = tokenizer.encode(args.prompt)
+    if hasattr(model, "generate"):  # Llama: KV-cached decoding
+        new = model.generate(np.asarray(prompt, np.int64), args.max_new_tokens, args.temperature, args.top_p,
+                             args.seed, eos_token_id=tokenizer.eos_id)
+    else:  # any model with forward() only: recompute the context at every step
+        new = generate(model, prompt, args.max_new_tokens, args.temperature, args.top_p, args.seed,
+                       stop_id=tokenizer.eos_id)
     sys.stdout.write(args.prompt + tokenizer.decode(new) + "\n")
     handle.close()
     return 0

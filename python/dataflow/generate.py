@@ -1,7 +1,8 @@
 """Sampling text from a causal LM: temperature and nucleus (top-p) sampling, seeded.
 
-Each new token recomputes the forward pass over the whole context (no KV cache yet), so generation
-costs O(n^2) forwards' worth of work; the context is cut to the model's max_position_embeddings.
+sample_next is the one sampler (Llama.generate, which decodes with a KV cache, uses it too).
+generate() below is the cache-free reference for any model with forward(): each new token
+recomputes the whole context (cut to the model's max_position_embeddings).
 """
 import numpy as np
 
@@ -22,10 +23,14 @@ def sample_next(logits, temperature, top_p, rng):
     return int(rng.choice(keep, p=p[keep] / p[keep].sum()))
 
 
+def check_sampling(temperature, top_p):
+    if not temperature >= 0 or not 0 < top_p <= 1:
+        raise BadArgumentError(f"generate: need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+
+
 def generate(model, prompt_ids, max_new_tokens=100, temperature=1.0, top_p=1.0, seed=None, stop_id=None):
     """The new token ids (stopping early at stop_id, which is included) after prompt_ids."""
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise BadArgumentError(f"generate: need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    check_sampling(temperature, top_p)
     ids = [int(i) for i in prompt_ids]
     if not ids:
         raise BadArgumentError("generate: the prompt must have at least one token")

@@ -5,6 +5,7 @@
     model = df.models.Llama(h, df.models.LlamaConfig.from_dict(json.load(open("config.json"))))
     model.load_state_dict({name: numpy_array, ...})     # Hugging Face names and shapes
     logits = model.forward(tokens)                       # [B, T, V] numpy
+    new = model.generate(prompt, max_new_tokens=20, temperature=0)   # KV-cached decoding
     trainer = df.Trainer(model, lr=3e-4)
     loss = trainer.step(tokens)                          # forward + backward + AdamW
 
@@ -16,6 +17,7 @@ packed into one chunk with variable-length causal attention and positions restar
 """
 import dataclasses
 import math
+import weakref
 
 import numpy as np
 
@@ -158,6 +160,8 @@ class Llama:
         self._index = {n: i for i, n in enumerate(self.names)}
         self._buf_tokens = self._buf_docs = 0
         self._logits = None
+        self._caches = weakref.WeakSet()
+        self._gen_cache = None
         self.recompute = recompute
         rng = np.random.default_rng(seed)
         init = {}
@@ -166,8 +170,25 @@ class Llama:
                           else rng.normal(0.0, 0.02, size=shape).astype(np.float32))
         self.load_state_dict(init)
 
+    @classmethod
+    def from_pretrained(cls, path, handle=None, dtype="fp32"):
+        """A Llama from a Hugging Face model directory (config.json + safetensors), see
+        dataflow.pretrained; handle None: a new host handle."""
+        from . import pretrained
+        if handle is None:
+            from .handle import Handle
+            handle = Handle("host")
+        return pretrained.from_pretrained(path, handle, dtype)
+
+    def save_pretrained(self, path, dtype=None):
+        """Writes config.json + model.safetensors that transformers loads (dataflow.pretrained)."""
+        from . import pretrained
+        pretrained.save_pretrained(self, path, dtype)
+
     def close(self):
         """Frees the model's device memory (also done when it is garbage-collected)."""
+        for cache in list(getattr(self, "_caches", ())):
+            cache.close()
         m, self._m = getattr(self, "_m", None), None
         if m is not None and self.handle._alive():
             modelslib.dataflow_llama_destroy(m)
@@ -342,6 +363,131 @@ class Llama:
 
     def zero_grads(self, stream=0):
         check(modelslib.dataflow_llama_zero_grads(self._m, stream))
+
+    # ---- inference with a KV cache ----
+    def kv_cache(self, max_tokens):
+        """A KVCache for one sequence of up to max_tokens tokens."""
+        return KVCache(self, max_tokens)
+
+    def _check_tokens(self, tokens, what):
+        arr = np.asarray(tokens)
+        if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
+            raise BadArgumentError(f"{what}: expected a non-empty 1-D array of integer token ids, got "
+                                   f"{arr.dtype}{arr.shape}")
+        bad = np.flatnonzero((arr < 0) | (arr >= self.config.vocab_size))
+        if bad.size:
+            raise BadArgumentError(f"{what}: token id {arr[bad[0]]} at position {bad[0]} is outside the "
+                                   f"vocabulary [0, {self.config.vocab_size})")
+        return arr.astype(np.int32)
+
+    def generate(self, prompt_tokens, max_new_tokens, temperature=1.0, top_p=1.0, seed=None, use_cache=True,
+                 eos_token_id=None, stream=0):
+        """New token ids (int64 numpy, stopping after eos_token_id when given) continuing the
+        1-D prompt_tokens: greedy when temperature == 0, else temperature + top-p sampling
+        (dataflow.generate.sample_next) from numpy's default_rng(seed). use_cache: prefill the
+        prompt in one cached forward, then one token per step over the KV cache; False:
+        recompute the whole context with forward() at every step (same tokens)."""
+        from .generate import check_sampling, sample_next
+        check_sampling(temperature, top_p)
+        prompt = self._check_tokens(prompt_tokens, "generate: prompt_tokens")
+        if int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
+            raise BadArgumentError(f"generate: max_new_tokens must be an integer >= 0, got {max_new_tokens}")
+        max_new_tokens = int(max_new_tokens)
+        rng = np.random.default_rng(seed)
+        new = []
+        if max_new_tokens == 0:
+            return np.zeros(0, np.int64)
+        if use_cache:
+            need = prompt.size + max_new_tokens - 1  # the last token is sampled, never fed back
+            cache = self._gen_cache
+            if cache is None or cache.closed or cache.capacity < need:
+                if cache is not None:
+                    cache.close()
+                cache = self._gen_cache = KVCache(self, need)
+            cache.reset()
+            logits = cache.forward(prompt, stream=stream)
+        else:
+            ids = list(prompt)
+            logits = self.forward(np.asarray(ids, np.int32), stream=stream)[0, -1]
+        while True:
+            token = sample_next(logits, temperature, top_p, rng)
+            new.append(token)
+            if token == eos_token_id or len(new) == max_new_tokens:
+                break
+            if use_cache:
+                logits = cache.forward(np.asarray([token], np.int32), stream=stream)
+            else:
+                ids.append(token)
+                logits = self.forward(np.asarray(ids, np.int32), stream=stream)[0, -1]
+        return np.asarray(new, dtype=np.int64)
+
+
+class KVCache:
+    """Keys and values of one sequence's tokens for incremental decoding (C:
+    dataflow_llama_kv_cache_*): model.kv_cache(max_tokens). forward(tokens) runs the new
+    tokens at positions length.. over everything cached before them and appends their K/V;
+    more than capacity tokens raises. Valid while its model lives (closed with it)."""
+
+    def __init__(self, model, max_tokens):
+        if int(max_tokens) != max_tokens or max_tokens < 1:
+            raise BadArgumentError(f"KVCache: max_tokens must be an integer >= 1, got {max_tokens}")
+        self.model = model
+        out = ffi.new("Dataflow_Llama_KV_Cache **")
+        check(modelslib.dataflow_llama_kv_cache_create(model._m, int(max_tokens), out))
+        self._c = out[0]
+        self._tokens = model.handle.empty(int(max_tokens), "int32")
+        self._logits = None
+        model._caches.add(self)
+
+    @property
+    def closed(self):
+        return self._c is None
+
+    def _ptr(self):
+        if self._c is None:
+            raise BadArgumentError("KVCache: the cache is closed")
+        return self._c
+
+    @property
+    def length(self):
+        return int(modelslib.dataflow_llama_kv_cache_length(self._ptr()))
+
+    @property
+    def capacity(self):
+        return int(modelslib.dataflow_llama_kv_cache_capacity(self._ptr()))
+
+    def reset(self):
+        """Forgets the cached tokens (keeps the memory)."""
+        check(modelslib.dataflow_llama_kv_cache_reset(self._ptr()))
+
+    def forward(self, tokens, all_logits=False, stream=0):
+        """Logits (numpy float32) of the new tokens: [vocab] for the last one, or [n, vocab]."""
+        c = self._ptr()
+        tokens = self.model._check_tokens(tokens, "KVCache.forward: tokens")
+        n, vocab = tokens.size, self.model.config.vocab_size
+        if self.length + n > self.capacity:
+            raise BadArgumentError(f"KVCache.forward: KV cache overflow: {self.length} cached + {n} new tokens "
+                                   f"exceed its capacity of {self.capacity} tokens")
+        rows = n if all_logits else 1
+        if self._logits is None or self._logits.size < rows * vocab:
+            self._logits = self.model.handle.empty((rows, vocab), self.model.dtype)
+        out = self._logits.view((rows, vocab))
+        self._tokens.view((n,)).copy_from_numpy(tokens, stream=stream)
+        check(modelslib.dataflow_llama_forward_cached(self.model._m, stream, c, ffi.cast("int32_t *", self._tokens.ptr),
+                                                      n, out.cdata, int(bool(all_logits))))
+        logits = out.numpy(stream=stream)
+        return logits if all_logits else logits[0]
+
+    def close(self):
+        c, self._c = getattr(self, "_c", None), None
+        if c is not None and self.model.handle._alive():
+            modelslib.dataflow_llama_kv_cache_destroy(c)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 class Trainer:

@@ -320,28 +320,28 @@ def cross_entropy(h, logits, labels, ignore_index=-100, scale=None, dlogits=None
                                                ffi.cast("int32_t *", labels.ptr), ffi.cast("float *", loss.ptr),
                                                dlogits.cdata))
     return loss, dlogits
-def _cu_seqlens(h, cu_seqlens, total, stream):
+def _cu_seqlens(h, cu_seqlens, total, stream, name="cu_seqlens", total_name="total_tokens"):
     """cu_seqlens as a device int32 array: a numpy array is validated (starts at 0, never
     decreases, ends at total) and uploaded; a device array is used as is (kernels treat bad
     offsets safely, see ops.h)."""
     if isinstance(cu_seqlens, Array):
         if cu_seqlens.dtype != "int32" or len(cu_seqlens.shape) != 1 or cu_seqlens.size < 2:
-            raise BadArgumentError(f"attention: cu_seqlens must be int32 of shape (num_seqs + 1,), got "
+            raise BadArgumentError(f"attention: {name} must be int32 of shape (num_seqs + 1,), got "
                                    f"{cu_seqlens.dtype}{cu_seqlens.shape}")
         return cu_seqlens
     cu = np.asarray(cu_seqlens)
     if cu.ndim != 1 or cu.size < 2 or not np.issubdtype(cu.dtype, np.integer):
-        raise BadArgumentError(f"attention: cu_seqlens must be a 1-D integer array of num_seqs + 1 >= 2 offsets, "
+        raise BadArgumentError(f"attention: {name} must be a 1-D integer array of num_seqs + 1 >= 2 offsets, "
                                f"got {cu.dtype}{cu.shape}")
     if cu[0] != 0:
-        raise BadArgumentError(f"attention: cu_seqlens[0] must be 0, got {cu[0]}")
+        raise BadArgumentError(f"attention: {name}[0] must be 0, got {cu[0]}")
     down = np.flatnonzero(np.diff(cu) < 0)
     if down.size:
         i = int(down[0]) + 1
-        raise BadArgumentError(f"attention: cu_seqlens must be non-decreasing, but cu_seqlens[{i}] = {cu[i]} < "
-                               f"cu_seqlens[{i - 1}] = {cu[i - 1]}")
+        raise BadArgumentError(f"attention: {name} must be non-decreasing, but {name}[{i}] = {cu[i]} < "
+                               f"{name}[{i - 1}] = {cu[i - 1]}")
     if cu[-1] != total:
-        raise BadArgumentError(f"attention: cu_seqlens[{cu.size - 1}] must equal total_tokens = {total}, "
+        raise BadArgumentError(f"attention: {name}[{cu.size - 1}] must equal {total_name} = {total}, "
                                f"got {cu[-1]}")
     return h.from_numpy(cu.astype(np.int32), stream=stream)
 
@@ -381,6 +381,38 @@ def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, out=None, lse=Non
     check(opslib.dataflow_submit_attention(h._ptr(), stream, dtypes.enum(q.dtype), q.cdata, k.cdata, v.cdata,
                                            cu.cdata, out.cdata, lse.cdata, total, cu.size - 1, hq, hkv, d, scale,
                                            int(bool(causal))))
+    return out, lse
+
+
+def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, out=None, lse=None, stream=0):
+    """Forward attention with separate query and key sequences (FlashAttention varlen with
+    cu_seqlens_q and cu_seqlens_k, see ops.h): q (total_q, q_heads, head_dim), k/v (total_k,
+    kv_heads, head_dim), e.g. new tokens over a KV cache. Causal masking is bottom-right aligned:
+    query i of q_len sees key j of k_len when j <= i + k_len - q_len. Returns (out like q, lse fp32
+    (q_heads, total_q))."""
+    q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
+    if len(q.shape) != 3 or len(k.shape) != 3 or k.shape != v.shape:
+        raise BadArgumentError(f"attention_kv: q must be (total_q, q_heads, head_dim) and k, v (total_k, kv_heads, "
+                               f"head_dim) alike, got {q.shape}, {k.shape}, {v.shape}")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise BadArgumentError(f"attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    (total_q, hq, d), (total_k, hkv, dk) = q.shape, k.shape
+    if dk != d:
+        raise BadArgumentError(f"attention_kv: k/v {k.shape} must have q's head_dim {d}")
+    if hq % hkv:
+        raise BadArgumentError(f"attention: num_q_heads ({hq}) must be a multiple of num_kv_heads ({hkv})")
+    cu_q = _cu_seqlens(h, cu_seqlens_q, total_q, stream, "cu_seqlens_q", "total_q")
+    cu_k = _cu_seqlens(h, cu_seqlens_k, total_k, stream, "cu_seqlens_k", "total_k")
+    if cu_q.size != cu_k.size:
+        raise BadArgumentError(f"attention_kv: cu_seqlens_q and cu_seqlens_k must have the same length "
+                               f"(num_seqs + 1), got {cu_q.size} and {cu_k.size}")
+    out = _check_like(out, "out", q.shape, q.dtype) if out is not None else h.empty(q.shape, q.dtype)
+    lse = _check_like(lse, "lse", (hq, total_q), "fp32") if lse is not None else h.empty((hq, total_q), "fp32")
+    scale = 1.0 / d ** 0.5 if scale is None else float(scale)
+    _same_handle(h, q, k, v, cu_q, cu_k, out, lse)
+    check(opslib.dataflow_submit_attention_kv(h._ptr(), stream, dtypes.enum(q.dtype), q.cdata, k.cdata, v.cdata,
+                                              cu_q.cdata, cu_k.cdata, out.cdata, lse.cdata, total_q, total_k,
+                                              cu_q.size - 1, hq, hkv, d, scale, int(bool(causal))))
     return out, lse
 
 

@@ -1,6 +1,8 @@
-/* attention forward, FlashAttention-2 style over packed variable-length sequences.
- * For each sequence, query head h (kv head h / (Hq / Hkv)) and query i:
- *   s_ij = scale * q_i . k_j          (causal: only keys j <= i of the same sequence)
+/* attention forward, FlashAttention-2 style over packed variable-length sequences; also
+ * attention_kv, the same with separate query and key sequences (a KV cache). For each
+ * sequence, query head h (kv head h / (Hq / Hkv)) and query i:
+ *   s_ij = scale * q_i . k_j          (causal: only keys j <= i + k_len - q_len of the same
+ *                                      sequence; k_len = q_len for attention)
  *   o_i = sum_j softmax_j(s_ij) v_j,  lse_i = log sum_j exp(s_ij)
  * One work item is (sequence, query head, block of 64 queries). Keys are visited in blocks
  * of 64 with the online softmax: running max m and sum l per query, in base 2 (scale * log2 e
@@ -10,28 +12,48 @@
 
 typedef struct {
 	const void *q, *k, *v;
-	const int32_t *cu;
+	const int32_t *cu_q, *cu_k; /* the same array for attention */
 	void *o;
 	float *lse;
-	int64_t total, num_seqs, hq, hkv, d;
+	int64_t total_q, total_k, num_seqs, hq, hkv, d;
 	float scale;
 	int causal;
 } Fwd_Args;
 
+/* attention args: q, k, v, cu_seqlens, out, lse, total_tokens, num_seqs, hq, hkv, d, scale, causal */
 static Fwd_Args fwd_args(void **args)
 {
+	const int32_t *cu = DATAFLOW_ARG(args, 3, const int32_t *);
+	int64_t total = DATAFLOW_ARG(args, 6, int64_t);
 	return (Fwd_Args){DATAFLOW_ARG(args, 0, const void *), DATAFLOW_ARG(args, 1, const void *),
-			  DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const int32_t *),
-			  DATAFLOW_ARG(args, 4, void *),       DATAFLOW_ARG(args, 5, float *),
-			  DATAFLOW_ARG(args, 6, int64_t),      DATAFLOW_ARG(args, 7, int64_t),
+			  DATAFLOW_ARG(args, 2, const void *), cu,
+			  cu,				       DATAFLOW_ARG(args, 4, void *),
+			  DATAFLOW_ARG(args, 5, float *),      total,
+			  total,			       DATAFLOW_ARG(args, 7, int64_t),
 			  DATAFLOW_ARG(args, 8, int64_t),      DATAFLOW_ARG(args, 9, int64_t),
 			  DATAFLOW_ARG(args, 10, int64_t),     DATAFLOW_ARG(args, 11, float),
 			  DATAFLOW_ARG(args, 12, int)};
 }
 
-/* Queries [q0, q0 + nq) of head h; the sequence's keys are [lo, hi). */
-static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, int64_t lo, int64_t hi, int64_t q0,
-		     int nq, int64_t h)
+/* attention_kv args: q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, total_q, total_k, num_seqs,
+ * hq, hkv, d, scale, causal */
+static Fwd_Args fwd_kv_args(void **args)
+{
+	return (Fwd_Args){DATAFLOW_ARG(args, 0, const void *), DATAFLOW_ARG(args, 1, const void *),
+			  DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const int32_t *),
+			  DATAFLOW_ARG(args, 4, const int32_t *), DATAFLOW_ARG(args, 5, void *),
+			  DATAFLOW_ARG(args, 6, float *),      DATAFLOW_ARG(args, 7, int64_t),
+			  DATAFLOW_ARG(args, 8, int64_t),      DATAFLOW_ARG(args, 9, int64_t),
+			  DATAFLOW_ARG(args, 10, int64_t),     DATAFLOW_ARG(args, 11, int64_t),
+			  DATAFLOW_ARG(args, 12, int64_t),     DATAFLOW_ARG(args, 13, float),
+			  DATAFLOW_ARG(args, 14, int)};
+}
+
+/* Queries [q0, q0 + nq) of head h; the sequence's keys are [klo, khi). Causal, bottom-right
+ * aligned: query q0 + i sees keys j <= q0 + i + off, off = khi - (end of the sequence's
+ * queries), i.e. query i of q_len sees key j of k_len when j <= i + k_len - q_len. */
+static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, int64_t klo, int64_t khi,
+		     int64_t off, int64_t q0, int nq, int64_t h)
 {
 	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
 	const int64_t hk = h / (x->hq / x->hkv);
@@ -48,17 +70,18 @@ static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t
 		m[i] = -INFINITY;
 		l[i] = 0.0f;
 	}
-	int64_t kend = x->causal ? q0 + nq : hi;
-	for (int64_t kb = lo; kb < kend; kb += ATTN_BLOCK) {
+	int64_t kend = x->causal && q0 + nq + off < khi ? q0 + nq + off : khi;
+	for (int64_t kb = klo; kb < kend; kb += ATTN_BLOCK) {
 		int nk = (int)(kend - kb < ATTN_BLOCK ? kend - kb : ATTN_BLOCK);
 		const char *kv_row0 = (const char *)x->k + (size_t)((kb * x->hkv + hk) * d) * es;
 		attn_load_rows(kv, dp, kv_row0, x->hkv * d, dt, nk, nk, d);
 		t->qk(kv, nk, dp, qt, d, s);
-		if (x->causal && kb + nk - 1 > q0)
-			attn_mask_causal(s, nk, kb, q0);
+		if (x->causal && kb + nk - 1 > q0 + off)
+			attn_mask_causal(s, nk, kb, q0 + off);
 
 		/* m_new = max(m, max_j s_j); alpha = 2^(m - m_new); p = 2^(s - m_new); l = alpha l + sum p.
-		 * Padded queries (i >= nq) see scores 0, so m_new stays finite for every lane. */
+		 * Padded queries (i >= nq) see scores 0, so m_new stays finite for every lane; a query
+		 * with every key masked keeps m = -inf and gets alpha = p = 0 (exp2 maps NaN to 0). */
 		float mnew[ATTN_BLOCK];
 		memcpy(mnew, m, sizeof(mnew));
 		for (int j = 0; j < nk; j++)
@@ -82,44 +105,54 @@ static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t
 		attn_load_rows(kv, dp, kv_row0, x->hkv * d, dt, nk, nk, d);
 		t->acc(o, nq, dp, s, 1, ATTN_BLOCK, nk, kv);
 	}
+	/* A query that sees no key (q_len > k_len) gets out = 0 and lse = -inf. */
 	for (int i = 0; i < nq; i++) {
+		int seen = l[i] > 0.0f;
 		attn_store_rows((char *)x->o + (size_t)(((q0 + i) * x->hq + h) * d) * es, 0, dt, o + i * dp, dp, 1, d,
-				1.0f / l[i]);
-		x->lse[h * x->total + q0 + i] = (m[i] + log2f(l[i])) * ATTN_LN2;
+				seen ? 1.0f / l[i] : 0.0f);
+		x->lse[h * x->total_q + q0 + i] = seen ? (m[i] + log2f(l[i])) * ATTN_LN2 : -INFINITY;
 	}
 }
 
-static void fwd(void **args, int part, int num_parts, DataflowDatatype dt)
+/* Items are (query block of a sequence, head); the query and key ranges of each sequence come
+ * from two cursors over the untrusted cu_seqlens_q and cu_seqlens_k. */
+static void fwd(const Fwd_Args *x, int part, int num_parts, DataflowDatatype dt)
 {
-	Fwd_Args x = fwd_args(args);
 	Attn_Tiles t = attn_tiles();
-	int64_t items = attn_max_blocks(x.total, x.num_seqs) * x.hq, begin, end;
+	int64_t items = attn_max_blocks(x->total_q, x->num_seqs) * x->hq, begin, end;
 	dataflow_part_range(items, part, num_parts, 1, &begin, &end);
-	Seq_Cursor c = seq_cursor(x.cu, x.num_seqs, x.total);
+	Seq_Cursor c = seq_cursor(x->cu_q, x->num_seqs, x->total_q);
+	Seq_Cursor ck = seq_cursor(x->cu_k, x->num_seqs, x->total_k);
 	for (int64_t item = begin; item < end; item++) {
-		int64_t b = seq_cursor_find(&c, item / x.hq);
+		int64_t b = seq_cursor_find(&c, item / x->hq);
 		if (b < 0)
 			break;
+		seq_cursor_seek(&ck, c.s);
 		int64_t q0 = c.lo + b * ATTN_BLOCK;
 		int nq = (int)(c.hi - q0 < ATTN_BLOCK ? c.hi - q0 : ATTN_BLOCK);
-		fwd_item(&x, dt, &t, c.lo, c.hi, q0, nq, item % x.hq);
+		fwd_item(x, dt, &t, ck.lo, ck.hi, ck.hi - c.hi, q0, nq, item % x->hq);
 	}
 }
 
-void dataflow_host_attention_fp32(void **args, int part, int num_parts)
-{
-	fwd(args, part, num_parts, DATAFLOW_FP32);
-}
+#define ATTENTION_KERNELS(name, args_fn)                                                  \
+	void dataflow_host_##name##_fp32(void **args, int part, int num_parts)             \
+	{                                                                                  \
+		Fwd_Args x = args_fn(args);                                                \
+		fwd(&x, part, num_parts, DATAFLOW_FP32);                                   \
+	}                                                                                  \
+	void dataflow_host_##name##_bf16(void **args, int part, int num_parts)             \
+	{                                                                                  \
+		Fwd_Args x = args_fn(args);                                                \
+		fwd(&x, part, num_parts, DATAFLOW_BF16);                                   \
+	}                                                                                  \
+	void dataflow_host_##name##_fp16(void **args, int part, int num_parts)             \
+	{                                                                                  \
+		Fwd_Args x = args_fn(args);                                                \
+		fwd(&x, part, num_parts, DATAFLOW_FP16);                                   \
+	}
 
-void dataflow_host_attention_bf16(void **args, int part, int num_parts)
-{
-	fwd(args, part, num_parts, DATAFLOW_BF16);
-}
-
-void dataflow_host_attention_fp16(void **args, int part, int num_parts)
-{
-	fwd(args, part, num_parts, DATAFLOW_FP16);
-}
+ATTENTION_KERNELS(attention, fwd_args)
+ATTENTION_KERNELS(attention_kv, fwd_kv_args)
 
 /* Args: q, k, v, cu_seqlens, out, lse, total_tokens, num_seqs, num_q_heads, num_kv_heads,
  * head_dim, scale, causal; validated by libdataflowops. cu_seqlens is not read here: it may be
@@ -132,5 +165,18 @@ Dataflow_Status dataflow_host_attention_launch(Dataflow_Handle *handle, const Op
 	int64_t total = *(const int64_t *)op->op_args[6], num_seqs = *(const int64_t *)op->op_args[7];
 	int64_t hq = *(const int64_t *)op->op_args[8];
 	config->num_parts = attn_num_parts(attn_max_blocks(total, num_seqs) * hq);
+	return DATAFLOW_OK;
+}
+
+/* Args: q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, total_q, total_k, num_seqs, num_q_heads,
+ * num_kv_heads, head_dim, scale, causal; validated by libdataflowops. */
+Dataflow_Status dataflow_host_attention_kv_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+						  Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	int64_t total_q = *(const int64_t *)op->op_args[7], num_seqs = *(const int64_t *)op->op_args[9];
+	int64_t hq = *(const int64_t *)op->op_args[10];
+	config->num_parts = attn_num_parts(attn_max_blocks(total_q, num_seqs) * hq);
 	return DATAFLOW_OK;
 }

@@ -81,6 +81,16 @@ static inline int64_t seq_cursor_find(Seq_Cursor *c, int64_t g)
 	return c->s < c->num_seqs ? g - c->g0 : -1;
 }
 
+/* Moves forward to sequence s (s must not decrease between calls); for a second array of
+ * offsets walked in step with another cursor. */
+static inline void seq_cursor_seek(Seq_Cursor *c, int64_t s)
+{
+	while (c->s < s && c->s < c->num_seqs) {
+		c->s++;
+		seq_cursor_load(c);
+	}
+}
+
 /* At most this many blocks over all sequences: ceil(L/B) <= L/B + 1 per non-empty one. */
 static inline int64_t attn_max_blocks(int64_t total, int64_t num_seqs)
 {

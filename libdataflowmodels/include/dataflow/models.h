@@ -118,6 +118,39 @@ int64_t dataflow_llama_workspace_bytes(const Dataflow_Llama_Config *config, int6
 Dataflow_Status dataflow_llama_forward(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch,
 				       void *logits_out, int save_for_backward);
 
+/* KV cache for incremental decoding of ONE sequence: per layer, keys (after RoPE) and values
+ * of every token seen so far, K [max_tokens, num_kv_heads, head_dim] then V (same shape) in
+ * the model dtype, one device allocation per layer (like the weight blocks), plus small
+ * device index tables (positions 0..max_tokens-1 and {0, m} offset pairs) so that a cached
+ * forward needs no host-to-device copy and no allocation. A cache is used with the model it
+ * was created for; destroying it only needs the handle alive (it may outlive the model). */
+typedef struct Dataflow_Llama_KV_Cache Dataflow_Llama_KV_Cache;
+
+/* Allocates a cache for up to max_tokens tokens (1 <= max_tokens < 2^31); synchronizes
+ * stream 0 of the model's handle (uploads the index tables). Length starts at 0. */
+Dataflow_Status dataflow_llama_kv_cache_create(Dataflow_Llama *model, int64_t max_tokens,
+					       Dataflow_Llama_KV_Cache **cache);
+/* Waits for the handle's queued work, then frees the cache (NULL: no-op). */
+void dataflow_llama_kv_cache_destroy(Dataflow_Llama_KV_Cache *cache);
+/* Forgets the cached tokens (length = 0); the memory is kept. */
+Dataflow_Status dataflow_llama_kv_cache_reset(Dataflow_Llama_KV_Cache *cache);
+/* Tokens held (positions 0..length-1) and capacity; -1 for a NULL cache. */
+int64_t dataflow_llama_kv_cache_length(const Dataflow_Llama_KV_Cache *cache);
+int64_t dataflow_llama_kv_cache_capacity(const Dataflow_Llama_KV_Cache *cache);
+/* Bytes of device memory a cache of max_tokens tokens takes (-1: invalid). */
+int64_t dataflow_llama_kv_cache_bytes(const Dataflow_Llama_Config *config, int64_t max_tokens);
+
+/* Forward of num_tokens new tokens (device int32 [num_tokens], ids in [0, vocab), not
+ * checked here) continuing the cached sequence at positions length, length + 1, ...: each
+ * layer appends the new tokens' K (after RoPE) and V to the cache and attends over the whole
+ * cache (attention_kv, causal bottom-right). Then length += num_tokens. logits_out: device
+ * [num_tokens, vocab] (all_logits) or [1, vocab] (the last position only) of config.dtype, or
+ * NULL. Length + num_tokens > capacity fails (nothing submitted, length unchanged).
+ * Asynchronous on stream; reuses the model's workspace (sized for num_tokens tokens). */
+Dataflow_Status dataflow_llama_forward_cached(Dataflow_Llama *model, int stream, Dataflow_Llama_KV_Cache *cache,
+					      const int32_t *tokens, int64_t num_tokens, void *logits_out,
+					      int all_logits);
+
 /* Forward, cross-entropy over batch->labels, backward. Every gradient receives
  *     d/dparam ( loss_scale * sum over tokens t with a label of CE(logits[t], labels[t]) )
  * added to it (accumulate_grads = 1) or written over it (0). For the mean loss of one chunk

@@ -187,6 +187,27 @@ Dataflow_Status dataflow_submit_attention(Dataflow_Handle *handle, int stream_id
 					  int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, float scale,
 					  int causal);
 
+/* attention_kv (native, forward only): attention with separate query and key sequences, as
+ * FlashAttention's varlen API with cu_seqlens_q and cu_seqlens_k, e.g. new tokens attending
+ * over a KV cache that already holds them.
+ *   Q, out   [total_q][num_q_heads][head_dim]   dtype (fp32, fp16, bf16)
+ *   K, V     [total_k][num_kv_heads][head_dim]  dtype
+ *   cu_seqlens_q, cu_seqlens_k int32 [num_seqs + 1]: sequence s has queries
+ *            [cu_q[s], cu_q[s + 1]) and keys [cu_k[s], cu_k[s + 1])
+ *   lse      fp32 [num_q_heads][total_q]
+ * Causal masking is aligned bottom-right: query i (0-based within its sequence) of a sequence
+ * with q_len queries and k_len keys sees keys j <= i + (k_len - q_len). A query that sees no
+ * key (q_len > k_len) gets out = 0 and lse = -inf. With cu_seqlens_k = cu_seqlens_q this is
+ * attention. Both offset arrays are untrusted device data with attention's clamping rules.
+ * Args: q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, total_q, total_k, num_seqs,
+ * num_q_heads, num_kv_heads, head_dim, scale, causal. */
+Dataflow_Status dataflow_attention_kv_skeleton(Op_Skeleton *skeleton, DataflowDatatype dtype);
+Dataflow_Status dataflow_submit_attention_kv(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+					     const void *q, const void *k, const void *v, const void *cu_seqlens_q,
+					     const void *cu_seqlens_k, void *out, void *lse, int64_t total_q,
+					     int64_t total_k, int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_heads,
+					     int64_t head_dim, float scale, int causal);
+
 /* attention_bwd (native): gradients of attention (same shapes, layouts and cu_seqlens rules)
  * given dout = dL/dout and the forward's out and lse:
  *   p_ij = exp(s_ij - lse_i),  D_i = dout_i . out_i,  ds_ij = p_ij (dout_i . v_j - D_i)
