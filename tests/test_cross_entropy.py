@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import dataflow as df
-from simd_paths import assert_simd_levels_agree
+from determinism import assert_simd_levels_agree, assert_thread_counts_agree
 from dataflow._ffi import ffi, opslib
 from dataflow.errors import check
 from tolerances import CROSS_ENTROPY_TOLERANCES as TOL
@@ -133,9 +133,7 @@ def _run_all(handle, tokens=33, vocab=50257):
 
 
 def test_threads_bitwise_identical():
-    with df.Handle("host", threads=1) as h1, df.Handle("host", threads=2) as h2:
-        for one, two in zip(_run_all(h1), _run_all(h2)):
-            assert np.array_equal(one, two)
+    assert_thread_counts_agree(_run_all)
 
 
 def test_simd_levels_agree():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from simd_paths import assert_simd_levels_agree
+from determinism import assert_simd_levels_agree
 
 NARROW = ("bf16", "fp16", "fp8e4m3", "fp8e5m2")
 REF = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "fp8e4m3": ml_dtypes.float8_e4m3fn,

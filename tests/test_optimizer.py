@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import dataflow as df
-from simd_paths import assert_simd_levels_agree
+from determinism import assert_simd_levels_agree, assert_thread_counts_agree
 from tolerances import ADAMW_TOLERANCES, GRAD_NORM_TOLERANCES
 
 SIZES = (1, 7, 1000, 100003)
@@ -206,9 +206,7 @@ def _run_all(handle, n=300_007):
 
 
 def test_threads_bitwise_identical():
-    with df.Handle("host", threads=1) as h1, df.Handle("host", threads=2) as h2:
-        for one, two in zip(_run_all(h1), _run_all(h2)):
-            assert np.array_equal(one.view(np.uint8), two.view(np.uint8))
+    assert_thread_counts_agree(_run_all)
 
 
 def test_simd_levels_agree():

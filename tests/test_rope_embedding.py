@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import dataflow as df
-from simd_paths import assert_simd_levels_agree
+from determinism import assert_simd_levels_agree, assert_thread_counts_agree
 from tolerances import EMBEDDING_BWD_TOLERANCES, ROPE_TOLERANCES
 
 DTYPES = ("fp32", "fp16", "bf16")
@@ -240,9 +240,7 @@ def _run_all(handle):
 
 
 def test_threads_bitwise_identical():
-    with df.Handle("host", threads=1) as h1, df.Handle("host", threads=2) as h2:
-        for one, two in zip(_run_all(h1), _run_all(h2)):
-            assert np.array_equal(one, two)
+    assert_thread_counts_agree(_run_all)
 
 
 def test_simd_levels_agree():

@@ -1,6 +1,8 @@
-"""Runs a test module's `_run_all(h, **kwargs)` once per SIMD path and hashes what it yields.
+"""Determinism checks shared by the op tests. A test module defines `_run_all(h, **kwargs)`, a
+generator of output arrays; these helpers require its bits not to depend on the thread count
+or the SIMD path.
 
-The path (DATAFLOW_SIMD=avx512|avx2|scalar) is chosen once per process, so each level runs in
+The SIMD path (DATAFLOW_SIMD=avx512|avx2|scalar) is chosen once per process, so each level runs in
 a fresh interpreter. A level the CPU lacks falls back to the best it has, which must agree too.
 """
 import json
@@ -44,3 +46,13 @@ def assert_simd_levels_agree(module, **kwargs):
     digests = digests_by_level(module, **kwargs)
     assert len(set(digests.values())) == 1, digests
     return digests
+
+
+def assert_thread_counts_agree(run_all, **kwargs):
+    """run_all's outputs are bitwise the same with 1 and 2 compute threads."""
+    with df.Handle("host", threads=1) as h1, df.Handle("host", threads=2) as h2:
+        count = 0
+        for one, two in zip(run_all(h1, **kwargs), run_all(h2, **kwargs), strict=True):
+            assert one.shape == two.shape and one.tobytes() == two.tobytes(), f"output {count} differs"
+            count += 1
+        assert count > 0
