@@ -147,7 +147,9 @@ static void fused_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles 
 	const int64_t group = x->hq / x->hkv, n = hi - lo;
 	if (n <= 0)
 		return;
-	float *dqs = malloc(sizeof(float) * (size_t)(group * n * dp));
+	/* fp32 rows of the sequence: dq of the group's heads, then k, v, dk, dv */
+	size_t floats = (size_t)((group + 4) * n * dp);
+	float *dqs = malloc(sizeof(float) * floats);
 	if (!dqs) { /* the two kinds of item, same bits */
 		for (int64_t k0 = lo; k0 < hi; k0 += ATTN_BLOCK)
 			dkdv_item(x, dt, t, lo, hi, k0, (int)(hi - k0 < ATTN_BLOCK ? hi - k0 : ATTN_BLOCK), hk);
@@ -156,35 +158,36 @@ static void fused_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles 
 				dq_item(x, dt, t, lo, hi, q0, (int)(hi - q0 < ATTN_BLOCK ? hi - q0 : ATTN_BLOCK), h);
 		return;
 	}
-	memset(dqs, 0, sizeof(float) * (size_t)(group * n * dp));
-	float k[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], v[ATTN_BLOCK * ATTN_MAX_HEAD_DIM];
-	float dk[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], dv[ATTN_BLOCK * ATTN_MAX_HEAD_DIM];
+	float *ks = dqs + group * n * dp, *vs = ks + n * dp, *dks = vs + n * dp, *dvs = dks + n * dp;
+	memset(dqs, 0, sizeof(float) * floats);
+	size_t kv0 = (size_t)((lo * x->hkv + hk) * d) * es;
+	attn_load_rows(ks, dp, (const char *)x->k + kv0, x->hkv * d, dt, (int)n, (int)n, d);
+	attn_load_rows(vs, dp, (const char *)x->v + kv0, x->hkv * d, dt, (int)n, (int)n, d);
 	float p[ATTN_BLOCK * ATTN_BLOCK], ds[ATTN_BLOCK * ATTN_BLOCK];
 	Query_Tile qt;
-	for (int64_t k0 = lo; k0 < hi; k0 += ATTN_BLOCK) {
-		int nk = (int)(hi - k0 < ATTN_BLOCK ? hi - k0 : ATTN_BLOCK);
-		size_t row0 = (size_t)((k0 * x->hkv + hk) * d) * es;
-		attn_load_rows(k, dp, (const char *)x->k + row0, x->hkv * d, dt, nk, nk, d);
-		attn_load_rows(v, dp, (const char *)x->v + row0, x->hkv * d, dt, nk, nk, d);
-		memset(dk, 0, sizeof(float) * nk * dp);
-		memset(dv, 0, sizeof(float) * nk * dp);
-		for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
-			for (int64_t q0 = x->causal ? k0 : lo; q0 < hi; q0 += ATTN_BLOCK) {
-				int nq = (int)(hi - q0 < ATTN_BLOCK ? hi - q0 : ATTN_BLOCK);
-				load_query_tile(&qt, x, dt, q0, nq, h);
-				tile_p_ds(t, x, &qt, k, v, k0, nk, q0, p, ds);
-				t->acc(dv, nk, dp, p, ATTN_BLOCK, 1, nq, qt.dout);
-				t->acc(dk, nk, dp, ds, ATTN_BLOCK, 1, nq, qt.q);
-				t->acc(dqs + (size_t)(((h - hk * group) * n + (q0 - lo)) * dp), nq, dp, ds, 1, ATTN_BLOCK, nk,
-				       k); /* dq_i += sum_j ds_ji k_j */
+	/* for each key block the (head, query block) pairs come in dkdv_item's order, and for
+	 * each query block the key blocks in dq_item's order; each query tile loads once */
+	for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+		float *dq = dqs + (h - hk * group) * n * dp;
+		for (int64_t q0 = lo; q0 < hi; q0 += ATTN_BLOCK) {
+			int nq = (int)(hi - q0 < ATTN_BLOCK ? hi - q0 : ATTN_BLOCK);
+			load_query_tile(&qt, x, dt, q0, nq, h);
+			int64_t kend = x->causal ? q0 + nq : hi;
+			for (int64_t k0 = lo; k0 < kend; k0 += ATTN_BLOCK) {
+				int nk = (int)(kend - k0 < ATTN_BLOCK ? kend - k0 : ATTN_BLOCK);
+				size_t kr = (size_t)((k0 - lo) * dp);
+				tile_p_ds(t, x, &qt, ks + kr, vs + kr, k0, nk, q0, p, ds);
+				t->acc(dvs + kr, nk, dp, p, ATTN_BLOCK, 1, nq, qt.dout);
+				t->acc(dks + kr, nk, dp, ds, ATTN_BLOCK, 1, nq, qt.q);
+				t->acc(dq + (size_t)((q0 - lo) * dp), nq, dp, ds, 1, ATTN_BLOCK, nk,
+				       ks + kr); /* dq_i += sum_j ds_ji k_j */
 			}
 		}
-		attn_store_rows((char *)x->dk + row0, x->hkv * d, dt, dk, dp, nk, d, x->scale);
-		attn_store_rows((char *)x->dv + row0, x->hkv * d, dt, dv, dp, nk, d, 1.0f);
+		attn_store_rows((char *)x->dq + (size_t)((lo * x->hq + h) * d) * es, x->hq * d, dt, dq, dp, (int)n, d,
+				x->scale);
 	}
-	for (int64_t h = hk * group; h < (hk + 1) * group; h++)
-		attn_store_rows((char *)x->dq + (size_t)((lo * x->hq + h) * d) * es, x->hq * d, dt,
-				dqs + (size_t)((h - hk * group) * n * dp), dp, (int)n, d, x->scale);
+	attn_store_rows((char *)x->dk + kv0, x->hkv * d, dt, dks, dp, (int)n, d, x->scale);
+	attn_store_rows((char *)x->dv + kv0, x->hkv * d, dt, dvs, dp, (int)n, d, 1.0f);
 	free(dqs);
 }
 
