@@ -11,6 +11,9 @@
  *   - (sequence, query head, block of 64 queries): dq, over key blocks in order.
  * s and p are computed twice (once per kind): 7 tile products instead of 5, in exchange
  * for no atomics and no dq partial sums. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "attention.h"
 
 typedef struct {
@@ -128,12 +131,84 @@ static void dq_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t,
 	attn_store_rows((char *)x->dq + (size_t)((q0 * x->hq + h) * d) * es, x->hq * d, dt, dq, dp, nq, d, x->scale);
 }
 
+/* With enough (sequence, kv head) pairs to share out, one item per pair computes dk, dv of
+ * every key and dq of every query of the group's heads, each tile's p and ds once (5 tile
+ * products instead of 7). dq accumulates in fp32 rows dqs[group head][query][dp], per query
+ * over key blocks in order, exactly as dq_item does: the two kinds of item give the same bits. */
+static int bwd_fused(int64_t num_seqs, int64_t hkv)
+{
+	return num_seqs * hkv >= 4;
+}
+
+static void fused_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, int64_t lo, int64_t hi, int64_t hk)
+{
+	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
+	const size_t es = dataflow_datatype_size(dt);
+	const int64_t group = x->hq / x->hkv, n = hi - lo;
+	if (n <= 0)
+		return;
+	/* fp32 rows of the sequence: dq of the group's heads, then k, v, dk, dv */
+	size_t floats = (size_t)((group + 4) * n * dp);
+	float *dqs = malloc(sizeof(float) * floats);
+	if (!dqs) { /* the two kinds of item, same bits */
+		for (int64_t k0 = lo; k0 < hi; k0 += ATTN_BLOCK)
+			dkdv_item(x, dt, t, lo, hi, k0, (int)(hi - k0 < ATTN_BLOCK ? hi - k0 : ATTN_BLOCK), hk);
+		for (int64_t h = hk * group; h < (hk + 1) * group; h++)
+			for (int64_t q0 = lo; q0 < hi; q0 += ATTN_BLOCK)
+				dq_item(x, dt, t, lo, hi, q0, (int)(hi - q0 < ATTN_BLOCK ? hi - q0 : ATTN_BLOCK), h);
+		return;
+	}
+	float *ks = dqs + group * n * dp, *vs = ks + n * dp, *dks = vs + n * dp, *dvs = dks + n * dp;
+	memset(dqs, 0, sizeof(float) * floats);
+	size_t kv0 = (size_t)((lo * x->hkv + hk) * d) * es;
+	attn_load_rows(ks, dp, (const char *)x->k + kv0, x->hkv * d, dt, (int)n, (int)n, d);
+	attn_load_rows(vs, dp, (const char *)x->v + kv0, x->hkv * d, dt, (int)n, (int)n, d);
+	float p[ATTN_BLOCK * ATTN_BLOCK], ds[ATTN_BLOCK * ATTN_BLOCK];
+	Query_Tile qt;
+	/* for each key block the (head, query block) pairs come in dkdv_item's order, and for
+	 * each query block the key blocks in dq_item's order; each query tile loads once */
+	for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+		float *dq = dqs + (h - hk * group) * n * dp;
+		for (int64_t q0 = lo; q0 < hi; q0 += ATTN_BLOCK) {
+			int nq = (int)(hi - q0 < ATTN_BLOCK ? hi - q0 : ATTN_BLOCK);
+			load_query_tile(&qt, x, dt, q0, nq, h);
+			int64_t kend = x->causal ? q0 + nq : hi;
+			for (int64_t k0 = lo; k0 < kend; k0 += ATTN_BLOCK) {
+				int nk = (int)(kend - k0 < ATTN_BLOCK ? kend - k0 : ATTN_BLOCK);
+				size_t kr = (size_t)((k0 - lo) * dp);
+				tile_p_ds(t, x, &qt, ks + kr, vs + kr, k0, nk, q0, p, ds);
+				t->acc(dvs + kr, nk, dp, p, ATTN_BLOCK, 1, nq, qt.dout);
+				t->acc(dks + kr, nk, dp, ds, ATTN_BLOCK, 1, nq, qt.q);
+				t->acc(dq + (size_t)((q0 - lo) * dp), nq, dp, ds, 1, ATTN_BLOCK, nk,
+				       ks + kr); /* dq_i += sum_j ds_ji k_j */
+			}
+		}
+		attn_store_rows((char *)x->dq + (size_t)((lo * x->hq + h) * d) * es, x->hq * d, dt, dq, dp, (int)n, d,
+				x->scale);
+	}
+	attn_store_rows((char *)x->dk + kv0, x->hkv * d, dt, dks, dp, (int)n, d, x->scale);
+	attn_store_rows((char *)x->dv + kv0, x->hkv * d, dt, dvs, dp, (int)n, d, 1.0f);
+	free(dqs);
+}
+
 /* Items: first every (key block, kv head), then every (query block, query head), blocks
- * numbered over all sequences (seq_cursor). */
+ * numbered over all sequences (seq_cursor); or, fused, every (sequence, kv head). */
 static void bwd(void **args, int part, int num_parts, DataflowDatatype dt)
 {
 	Bwd_Args x = bwd_args(args);
 	Attn_Tiles t = attn_tiles();
+	if (bwd_fused(x.num_seqs, x.hkv)) {
+		int64_t begin, end;
+		dataflow_part_range(x.num_seqs * x.hkv, part, num_parts, 1, &begin, &end);
+		Seq_Cursor c = seq_cursor(x.cu, x.num_seqs, x.total);
+		for (int64_t item = begin; item < end; item++) {
+			seq_cursor_seek(&c, item / x.hkv);
+			if (c.s >= x.num_seqs)
+				break;
+			fused_item(&x, dt, &t, c.lo, c.hi, item % x.hkv);
+		}
+		return;
+	}
 	int64_t blocks = attn_max_blocks(x.total, x.num_seqs), kv_items = blocks * x.hkv, begin, end;
 	dataflow_part_range(kv_items + blocks * x.hq, part, num_parts, 1, &begin, &end);
 	Seq_Cursor c = seq_cursor(x.cu, x.num_seqs, x.total);
@@ -183,7 +258,8 @@ Dataflow_Status dataflow_host_attention_bwd_launch(Dataflow_Handle *handle, cons
 	(void)op_state;
 	int64_t total = *(const int64_t *)op->op_args[10], num_seqs = *(const int64_t *)op->op_args[11];
 	int64_t hq = *(const int64_t *)op->op_args[12], hkv = *(const int64_t *)op->op_args[13];
-	config->num_parts = attn_num_parts(attn_max_blocks(total, num_seqs) * (hq + hkv));
+	config->num_parts = attn_num_parts(bwd_fused(num_seqs, hkv) ? num_seqs * hkv
+								  : attn_max_blocks(total, num_seqs) * (hq + hkv));
 	return DATAFLOW_OK;
 }
 

@@ -1,7 +1,24 @@
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "host.h"
+
+/* With oneDNN on OpenMP (DATAFLOW_HOST_POOL_OPENMP), kernels run on the calling stream
+ * worker's OpenMP team, the same threads that run its matmuls, instead of on helper threads
+ * of our own: two sets of threads on the same cores would compete, OpenMP's workers spinning
+ * after each matmul while our helpers run the next kernel. DATAFLOW_HOST_POOL=threads keeps
+ * the helper threads, and so does DATAFLOW_HOST_MATMUL=fallback (no OpenMP threads at all
+ * then, as the sanitizer's leak check wants). */
+#ifdef DATAFLOW_HOST_POOL_OPENMP
+static int pool_wants_openmp(void)
+{
+	const char *pool = getenv("DATAFLOW_HOST_POOL"), *matmul = getenv("DATAFLOW_HOST_MATMUL");
+	if (pool && *pool)
+		return strcmp(pool, "threads") != 0;
+	return !(matmul && strcmp(matmul, "fallback") == 0);
+}
+#endif
 
 /* A fixed set of threads that run one kernel's parts at a time. Parts are handed out
  * through an atomic counter, so uneven parts balance themselves; the submitting stream
@@ -10,6 +27,8 @@
  * (host_spin_until); `generation`, `shutdown`, `parts_done` and `helpers_busy` change
  * under `lock`, atomically, so that pollers may read them without it. */
 struct Compute_Pool {
+	int num_threads;
+	int use_openmp; /* run jobs on the caller's OpenMP team; no helpers */
 	int num_helpers;
 	pthread_t *helpers;
 	pthread_mutex_t run_lock; /* one job at a time across streams */
@@ -98,11 +117,17 @@ Compute_Pool *compute_pool_create(int num_threads)
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->start, NULL);
 	pthread_cond_init(&p->done, NULL);
+	p->num_threads = num_threads > 1 ? num_threads : 1;
 	p->helpers = calloc((size_t)(num_threads > 1 ? num_threads - 1 : 1), sizeof(pthread_t));
 	if (!p->helpers) {
 		compute_pool_destroy(p);
 		return NULL;
 	}
+#ifdef DATAFLOW_HOST_POOL_OPENMP
+	p->use_openmp = p->num_threads > 1 && pool_wants_openmp();
+	if (p->use_openmp)
+		return p;
+#endif
 	for (int i = 0; i < num_threads - 1; i++) {
 		if (pthread_create(&p->helpers[i], NULL, helper_main, p) != 0)
 			break;
@@ -129,8 +154,30 @@ void compute_pool_destroy(Compute_Pool *p)
 	free(p);
 }
 
+#ifdef DATAFLOW_HOST_POOL_OPENMP
+static void run_openmp(Compute_Pool *p, Dataflow_Host_Kernel kernel, void **args, int num_parts)
+{
+	atomic_int next = 0;
+	int threads = num_parts < p->num_threads ? num_parts : p->num_threads;
+	pthread_mutex_lock(&p->run_lock);
+#pragma omp parallel num_threads(threads)
+	{
+		int part;
+		while ((part = atomic_fetch_add(&next, 1)) < num_parts)
+			kernel(args, part, num_parts);
+	}
+	pthread_mutex_unlock(&p->run_lock);
+}
+#endif
+
 void compute_pool_run(Compute_Pool *p, Dataflow_Host_Kernel kernel, void **args, int num_parts)
 {
+#ifdef DATAFLOW_HOST_POOL_OPENMP
+	if (p->use_openmp && num_parts > 1) {
+		run_openmp(p, kernel, args, num_parts);
+		return;
+	}
+#endif
 	if (num_parts == 1 || p->num_helpers == 0) {
 		for (int part = 0; part < num_parts; part++)
 			kernel(args, part, num_parts);
