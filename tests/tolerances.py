@@ -69,7 +69,7 @@ GRAD_NORM_TOLERANCES = {
     "torch": dict(rtol=2e-6, atol=0),    # torch accumulates in fp32
 }
 
-# cross_entropy, against torch autograd in fp32 on the same (already rounded) logits, the
+# cross_entropy, against torch autograd in fp64 on the same (already rounded) logits, the
 # dlogits oracle then rounded once to the dtype. The kernel's exp has 1 ulp of error, and
 # x - max is rounded before it (relative error |x - max| * 2^-24 in exp), so fp32 gets a
 # few ulp (rtol 1e-5); losses are logsumexp sums of fp32 terms, within 1e-5 of each other.
