@@ -158,7 +158,7 @@ Dataflow_Status dataflow_op_find_checked(Dataflow_Handle *h, const Op *op,
 	return st;
 }
 
-Dataflow_Status dataflow_register_external_code(Dataflow_Handle *h, Dataflow_Libraries *libs, size_t record_size,
+Dataflow_Status dataflow_backend_register_external_code(Dataflow_Handle *h, Dataflow_Libraries *libs, size_t record_size,
 						const char *required, const char *library_path, int num_ops,
 						const Op_Skeleton *skeletons, const char *const *func_symbols,
 						const char *const *init_symbols, int flags)
@@ -183,7 +183,7 @@ Dataflow_Status dataflow_register_external_code(Dataflow_Handle *h, Dataflow_Lib
 	return dataflow_op_batch_finish(&b, st);
 }
 
-Dataflow_Status dataflow_register_external_func(Dataflow_Handle *h, size_t record_size, const Op_Skeleton *skeleton,
+Dataflow_Status dataflow_backend_register_external_func(Dataflow_Handle *h, size_t record_size, const Op_Skeleton *skeleton,
 						Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags)
 {
 	Dataflow_Op_Batch b;

@@ -109,7 +109,7 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dat
 	TRY(dataflow_submit_cross_entropy(h, s, d, T, V, DATAFLOW_LLAMA_IGNORE_INDEX, loss_scale, ws->logits, b->labels,
 					  ws->loss, ws->logits));
 	if (loss_out)
-		TRY(h->submit_outbound_transfer(h, s, ws->host_loss, ws->loss, (uint64_t)T * 4));
+		TRY(dataflow_submit_outbound_transfer(h, s, ws->host_loss, ws->loss, (uint64_t)T * 4));
 
 	/* head: logits = xnf Wlm^T, xnf = rms_norm(resid[L]) */
 	Llama_Block *head = &m->blocks[L + 1];
@@ -129,7 +129,7 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dat
 	TRY(dataflow_submit_embedding_bwd_w(h, s, DATAFLOW_INT32, d, DATAFLOW_FP32, T, H, V, b->tokens, ws->dres,
 					    m->blocks[0].grad));
 	if (loss_out) {
-		TRY(h->sync_stream(h, s));
+		TRY(dataflow_sync_stream(h, s));
 		double sum = 0;
 		for (int64_t t = 0; t < T; t++)
 			sum += ws->host_loss[t];
@@ -154,8 +154,8 @@ Dataflow_Status dataflow_llama_loss(Dataflow_Llama *m, int s, const Dataflow_Lla
 	TRY(llama_forward_all(m, s, b, ws->logits, NULL, 0));
 	TRY(dataflow_submit_cross_entropy(h, s, m->config.dtype, T, m->config.vocab_size, DATAFLOW_LLAMA_IGNORE_INDEX,
 					  loss_scale, ws->logits, b->labels, ws->loss, ws->logits));
-	TRY(h->submit_outbound_transfer(h, s, ws->host_loss, ws->loss, (uint64_t)T * 4));
-	TRY(h->sync_stream(h, s));
+	TRY(dataflow_submit_outbound_transfer(h, s, ws->host_loss, ws->loss, (uint64_t)T * 4));
+	TRY(dataflow_sync_stream(h, s));
 	double sum = 0;
 	for (int64_t t = 0; t < T; t++)
 		sum += ws->host_loss[t];

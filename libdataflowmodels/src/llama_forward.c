@@ -92,7 +92,7 @@ Dataflow_Status dataflow_llama_forward(Dataflow_Llama *model, int stream, const 
 	TRY(llama_check_batch(model, batch, 0));
 	TRY(llama_workspace_reserve(model, batch->num_tokens));
 	if (logits_out)
-		TRY(model->handle->check_mem_range(model->handle, logits_out,
+		TRY(dataflow_check_mem_range(model->handle, logits_out,
 						   (uint64_t)(batch->num_tokens * model->config.vocab_size *
 							      llama_dtype_size(model->config.dtype)),
 						   "logits_out"));

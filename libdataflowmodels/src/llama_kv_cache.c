@@ -34,12 +34,12 @@ void dataflow_llama_kv_cache_destroy(Dataflow_Llama_KV_Cache *cache)
 	if (!cache)
 		return;
 	Dataflow_Handle *h = cache->handle;
-	h->sync_handle(h);
+	dataflow_sync_handle(h);
 	for (int64_t l = 0; cache->layers && l < cache->num_layers; l++)
 		if (cache->layers[l])
-			h->free_mem(h, cache->layers[l]);
+			dataflow_free_mem(h, cache->layers[l]);
 	if (cache->tables)
-		h->free_mem(h, cache->tables);
+		dataflow_free_mem(h, cache->tables);
 	free(cache->layers);
 	free(cache);
 }
@@ -74,9 +74,9 @@ Dataflow_Status dataflow_llama_kv_cache_create(Dataflow_Llama *model, int64_t ma
 	Dataflow_Status st = DATAFLOW_OK;
 	uint64_t layer_bytes = (uint64_t)(layer_numel(c, max_tokens) * llama_dtype_size(c->dtype));
 	for (int64_t l = 0; l < c->num_layers && st == DATAFLOW_OK; l++)
-		st = h->alloc_mem(h, layer_bytes, &kc->layers[l]);
+		st = dataflow_alloc_mem(h, layer_bytes, &kc->layers[l]);
 	if (st == DATAFLOW_OK)
-		st = h->alloc_mem(h, (uint64_t)tables_numel(max_tokens) * 4, (void **)&kc->tables);
+		st = dataflow_alloc_mem(h, (uint64_t)tables_numel(max_tokens) * 4, (void **)&kc->tables);
 	if (st == DATAFLOW_OK) {
 		for (int64_t i = 0; i < max_tokens; i++)
 			host[i] = (int32_t)i;
@@ -84,9 +84,9 @@ Dataflow_Status dataflow_llama_kv_cache_create(Dataflow_Llama *model, int64_t ma
 			host[max_tokens + 2 * m] = 0;
 			host[max_tokens + 2 * m + 1] = (int32_t)m;
 		}
-		st = h->submit_inbound_transfer(h, 0, kc->tables, host, (uint64_t)tables_numel(max_tokens) * 4);
+		st = dataflow_submit_inbound_transfer(h, 0, kc->tables, host, (uint64_t)tables_numel(max_tokens) * 4);
 		if (st == DATAFLOW_OK)
-			st = h->sync_stream(h, 0); /* host is freed below */
+			st = dataflow_sync_stream(h, 0); /* host is freed below */
 	}
 	free(host);
 	if (st != DATAFLOW_OK) {
@@ -135,9 +135,9 @@ Dataflow_Status dataflow_llama_forward_cached(Dataflow_Llama *model, int stream,
 					  (long long)cache->length, (long long)num_tokens, (long long)cache->max_tokens);
 	Dataflow_Handle *h = model->handle;
 	int64_t V = model->config.vocab_size, rows = all_logits ? num_tokens : 1;
-	TRY(h->check_mem_range(h, tokens, (uint64_t)num_tokens * 4, "tokens"));
+	TRY(dataflow_check_mem_range(h, tokens, (uint64_t)num_tokens * 4, "tokens"));
 	if (logits_out)
-		TRY(h->check_mem_range(h, logits_out, (uint64_t)(rows * V * llama_dtype_size(model->config.dtype)),
+		TRY(dataflow_check_mem_range(h, logits_out, (uint64_t)(rows * V * llama_dtype_size(model->config.dtype)),
 				       "logits_out"));
 	TRY(llama_workspace_reserve(model, num_tokens));
 	int64_t past = cache->length;

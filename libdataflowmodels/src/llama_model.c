@@ -66,10 +66,10 @@ static void add_tensor(Dataflow_Llama *m, const char *name, int ndim, int64_t d0
 
 static Dataflow_Status alloc_zeroed(Dataflow_Handle *h, int64_t bytes, void **ptr)
 {
-	TRY(h->alloc_mem(h, (uint64_t)bytes, ptr));
-	Dataflow_Status st = h->set_mem(h, 0, *ptr, 0, (uint64_t)bytes);
+	TRY(dataflow_alloc_mem(h, (uint64_t)bytes, ptr));
+	Dataflow_Status st = dataflow_set_mem(h, 0, *ptr, 0, (uint64_t)bytes);
 	if (st != DATAFLOW_OK) {
-		h->free_mem(h, *ptr);
+		dataflow_free_mem(h, *ptr);
 		*ptr = NULL;
 	}
 	return st;
@@ -129,15 +129,15 @@ static Dataflow_Status build(Dataflow_Llama *m)
 		if (blk->numel > largest)
 			largest = blk->numel;
 	}
-	TRY(h->alloc_mem(h, dataflow_grad_norm_sq_workspace_bytes(largest), &m->gn_ws));
+	TRY(dataflow_alloc_mem(h, dataflow_grad_norm_sq_workspace_bytes(largest), &m->gn_ws));
 	TRY(alloc_zeroed(h, 64, &m->scalars));
 
 	float inv_freq[DATAFLOW_ATTENTION_MAX_HEAD_DIM / 2];
 	TRY(dataflow_rope_inv_freq(hd, c->rope_theta, c->rope_factor, c->rope_low_freq_factor,
 				   c->rope_high_freq_factor, c->rope_original_max_position, inv_freq));
-	TRY(h->alloc_mem(h, (uint64_t)(hd / 2 * 4), (void **)&m->inv_freq));
-	TRY(h->submit_inbound_transfer(h, 0, m->inv_freq, inv_freq, (uint64_t)(hd / 2 * 4)));
-	return h->sync_stream(h, 0); /* inv_freq is a stack buffer */
+	TRY(dataflow_alloc_mem(h, (uint64_t)(hd / 2 * 4), (void **)&m->inv_freq));
+	TRY(dataflow_submit_inbound_transfer(h, 0, m->inv_freq, inv_freq, (uint64_t)(hd / 2 * 4)));
+	return dataflow_sync_stream(h, 0); /* inv_freq is a stack buffer */
 }
 
 Dataflow_Status dataflow_llama_create(Dataflow_Handle *handle, const Dataflow_Llama_Config *config,
@@ -168,18 +168,18 @@ void dataflow_llama_destroy(Dataflow_Llama *m)
 	if (!m)
 		return;
 	Dataflow_Handle *h = m->handle;
-	h->sync_handle(h);
+	dataflow_sync_handle(h);
 	llama_workspace_free(m);
 	for (int b = 0; m->blocks && b < m->num_blocks; b++) {
 		void *ptrs[] = {m->blocks[b].param, m->blocks[b].grad, m->blocks[b].m, m->blocks[b].v};
 		for (int i = 0; i < 4; i++)
 			if (ptrs[i])
-				h->free_mem(h, ptrs[i]);
+				dataflow_free_mem(h, ptrs[i]);
 	}
 	void *rest[] = {m->gn_ws, m->scalars, m->inv_freq};
 	for (int i = 0; i < 3; i++)
 		if (rest[i])
-			h->free_mem(h, rest[i]);
+			dataflow_free_mem(h, rest[i]);
 	free(m->blocks);
 	free(m->tensors);
 	free(m);

@@ -10,7 +10,7 @@ Dataflow_Status dataflow_llama_zero_grads(Dataflow_Llama *m, int s)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama zero_grads: model is required");
 	Dataflow_Handle *h = m->handle;
 	for (int b = 0; b < m->num_blocks; b++)
-		TRY(h->set_mem(h, s, m->blocks[b].grad, 0, (uint64_t)m->blocks[b].numel * 4));
+		TRY(dataflow_set_mem(h, s, m->blocks[b].grad, 0, (uint64_t)m->blocks[b].numel * 4));
 	return DATAFLOW_OK;
 }
 
@@ -34,12 +34,12 @@ Dataflow_Status dataflow_llama_alloc_optimizer_state(Dataflow_Llama *m, int s)
 		Llama_Block *blk = &m->blocks[b];
 		uint64_t bytes = (uint64_t)blk->numel * 4;
 		if (!blk->m) {
-			TRY(h->alloc_mem(h, bytes, (void **)&blk->m));
-			TRY(h->set_mem(h, s, blk->m, 0, bytes));
+			TRY(dataflow_alloc_mem(h, bytes, (void **)&blk->m));
+			TRY(dataflow_set_mem(h, s, blk->m, 0, bytes));
 		}
 		if (!blk->v) {
-			TRY(h->alloc_mem(h, bytes, (void **)&blk->v));
-			TRY(h->set_mem(h, s, blk->v, 0, bytes));
+			TRY(dataflow_alloc_mem(h, bytes, (void **)&blk->v));
+			TRY(dataflow_set_mem(h, s, blk->v, 0, bytes));
 		}
 	}
 	return DATAFLOW_OK;
@@ -75,8 +75,8 @@ Dataflow_Status dataflow_llama_adamw_step(Dataflow_Llama *m, int s, double lr, d
 					       weight_decay, step));
 	}
 	if (grad_norm_out) {
-		TRY(h->submit_outbound_transfer(h, s, grad_norm_out, norm, 4));
-		TRY(h->sync_stream(h, s));
+		TRY(dataflow_submit_outbound_transfer(h, s, grad_norm_out, norm, 4));
+		TRY(dataflow_sync_stream(h, s));
 	}
 	return DATAFLOW_OK;
 }

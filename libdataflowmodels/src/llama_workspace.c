@@ -82,7 +82,7 @@ void llama_workspace_free(Dataflow_Llama *m)
 {
 	Dataflow_Handle *h = m->handle;
 	if (m->ws.base)
-		h->free_mem(h, m->ws.base);
+		dataflow_free_mem(h, m->ws.base);
 	free(m->ws.acts);
 	free(m->ws.host_loss);
 	memset(&m->ws, 0, sizeof(m->ws));
@@ -100,7 +100,7 @@ Dataflow_Status llama_workspace_reserve(Dataflow_Llama *m, int64_t tokens)
 	Llama_Acts *acts = calloc((size_t)sets, sizeof(Llama_Acts));
 	float *host_loss = malloc((size_t)T * sizeof(float));
 	void *base = NULL;
-	Dataflow_Status st = acts && host_loss ? h->alloc_mem(h, (uint64_t)bytes, &base)
+	Dataflow_Status st = acts && host_loss ? dataflow_alloc_mem(h, (uint64_t)bytes, &base)
 					       : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
 								    "llama workspace: host allocation failed");
 	if (st != DATAFLOW_OK) {
@@ -142,7 +142,7 @@ Dataflow_Status llama_check_batch(const Dataflow_Llama *m, const Dataflow_Llama_
 			break;
 		if (!arrays[i].ptr)
 			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama batch: %s is NULL", arrays[i].name);
-		TRY(h->check_mem_range(h, arrays[i].ptr, (uint64_t)arrays[i].n * 4, arrays[i].name));
+		TRY(dataflow_check_mem_range(h, arrays[i].ptr, (uint64_t)arrays[i].n * 4, arrays[i].name));
 	}
 	return DATAFLOW_OK;
 }

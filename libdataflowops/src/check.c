@@ -62,12 +62,12 @@ Dataflow_Status ops_check_tensor(Dataflow_Handle *handle, const char *op, const 
 	if (numel < 0 || (uint64_t)numel > UINT64_MAX / 16)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: %s has an invalid element count %lld", op,
 					  arg, (long long)numel);
-	if (!handle->check_mem_range || numel == 0)
+	if (numel == 0)
 		return DATAFLOW_OK;
 	char what[160];
 	snprintf(what, sizeof(what), "%s: %s (%lld %s elements)", op, arg, (long long)numel,
 		 dataflow_datatype_name(dtype));
-	return handle->check_mem_range(handle, ptr, (uint64_t)numel * size, what);
+	return dataflow_check_mem_range(handle, ptr, (uint64_t)numel * size, what);
 }
 
 Dataflow_Status ops_submit(Dataflow_Handle *handle, int stream_id, const Op_Skeleton *skeleton, void *const *args)
@@ -75,5 +75,5 @@ Dataflow_Status ops_submit(Dataflow_Handle *handle, int stream_id, const Op_Skel
 	Op op;
 	op.skeleton = *skeleton;
 	memcpy(op.op_args, args, (size_t)skeleton->num_args * sizeof(void *));
-	return handle->submit_op(handle, &op, stream_id);
+	return dataflow_submit_op(handle, &op, stream_id);
 }

@@ -64,17 +64,18 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 {
 	if (!handle)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "register_default_ops: handle is NULL");
-	if (!handle->default_ops_library)
+	const char *library = dataflow_handle_default_ops_library(handle);
+	if (!library)
 		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
 					  "register_default_ops: backend '%s' names no default ops library",
-					  handle->backend_name);
+					  dataflow_handle_backend_name(handle));
 	Variant_List *nat = calloc(1, sizeof(*nat)), *ext = calloc(1, sizeof(*ext));
 	if (!nat || !ext) {
 		free(nat);
 		free(ext);
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register_default_ops: no memory");
 	}
-	const char *b = handle->backend_name;
+	const char *b = dataflow_handle_backend_name(handle);
 	Op_Skeleton s;
 
 	for (int i = 0; i < 3; i++) {
@@ -161,20 +162,20 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 	if (nat->overflow || ext->overflow)
 		st = dataflow_set_error(DATAFLOW_ERR_INTERNAL, "register_default_ops: more than %d variants; raise MAX_VARIANTS",
 					MAX_VARIANTS);
-	void *lib = st == DATAFLOW_OK ? dlopen(handle->default_ops_library, RTLD_NOW | RTLD_LOCAL) : NULL;
+	void *lib = st == DATAFLOW_OK ? dlopen(library, RTLD_NOW | RTLD_LOCAL) : NULL;
 	if (st == DATAFLOW_OK && !lib)
 		st = dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED, "register_default_ops: cannot load %s: %s",
-					handle->default_ops_library, dlerror());
+					library, dlerror());
 	if (lib) {
 		keep_provided(nat, lib);
 		keep_provided(ext, lib);
 		dlclose(lib);
 	}
 	if (st == DATAFLOW_OK && nat->count)
-		st = handle->register_native_code(handle, handle->default_ops_library, NULL, nat->count, nat->skeletons,
+		st = dataflow_register_native_code(handle, library, NULL, nat->count, nat->skeletons,
 						  nat->first, nat->second, NULL, 0);
 	if (st == DATAFLOW_OK && ext->count)
-		st = handle->register_external_code(handle, handle->default_ops_library, ext->count, ext->skeletons,
+		st = dataflow_register_external_code(handle, library, ext->count, ext->skeletons,
 						    ext->first, ext->second, 0);
 	free(nat);
 	free(ext);

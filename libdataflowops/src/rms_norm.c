@@ -144,8 +144,9 @@ Dataflow_Status dataflow_submit_rms_norm_bwd_w(Dataflow_Handle *handle, int stre
 	if (st == DATAFLOW_OK)
 		st = ops_check_tensor(handle, "rms_norm_bwd_w", "dw", dw, dw_dtype, hidden);
 	/* both halves or neither: the reduce must be known before the partial sums are queued */
-	if (st == DATAFLOW_OK && handle->op_table && !dataflow_op_table_lookup(handle->op_table, reduce.fingerprint))
-		st = dataflow_op_table_unknown_error(handle->op_table, &reduce);
+	if (st == DATAFLOW_OK && !dataflow_op_is_registered(handle, &reduce))
+		st = dataflow_set_error(DATAFLOW_ERR_UNKNOWN_OP, "rms_norm_bwd_w: its reduce op (rms_norm_bwd_w_reduce, dw %s) is not registered on this handle",
+					dataflow_datatype_name(dw_dtype));
 	if (st != DATAFLOW_OK)
 		return st;
 	void *partial_args[] = {&rows, &hidden, &dy, &x, &rstd, &workspace};

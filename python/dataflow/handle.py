@@ -58,7 +58,7 @@ class Handle:
         check(lib.dataflow_handle_create(backend.encode(), config, out))
         self._h = out[0]
         self.backend = backend
-        self.num_streams = self._h.num_streams
+        self.num_streams = lib.dataflow_handle_num_streams(self._h)
         self._lock = threading.Lock()
         self._pending = {}    # stream -> host buffers and callbacks its queued work uses; dropped at sync
         self._callbacks = []  # registered Python ops live as long as the handle
@@ -105,8 +105,7 @@ class Handle:
             pass
 
     def _call(self, entry, *args):
-        h = self._ptr()
-        check(getattr(h, entry)(h, *args))
+        check(getattr(lib, "dataflow_" + entry)(self._ptr(), *args))
 
     # ---- memory ----
     def memory_capacity(self):
@@ -164,12 +163,12 @@ class Handle:
     def host_view(self, ptr, shape, dtype):
         """A numpy view of device memory; host backend only (its device memory is host RAM).
         For Python external ops, which receive tensors as int pointers."""
-        if ffi.string(self._ptr().backend_name).decode() != "host":
+        if ffi.string(lib.dataflow_handle_backend_name(self._ptr())).decode() != "host":
             raise UnsupportedError(f"host_view: only the host backend's memory is host-addressable, not {self.backend}")
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         storage = np.dtype(dtypes.STORAGE[dtype])
         nbytes = math.prod(shape) * storage.itemsize
-        check(self._ptr().check_mem_range(self._h, ffi.cast("void *", ptr), nbytes, b"host_view"))
+        self._call("check_mem_range", ffi.cast("void *", ptr), nbytes, b"host_view")
         return np.frombuffer(ffi.buffer(ffi.cast("char *", ptr), nbytes), dtype=storage).reshape(shape)
 
     def set_mem(self, array, byte_value, stream=0):
@@ -234,6 +233,10 @@ class Handle:
             self._call("sync_stream", stream)
             with self._lock:
                 self._pending.pop(stream, None)
+
+    def host_syncs(self):
+        """How many times the host has blocked on this handle's work (syncs) so far."""
+        return int(lib.dataflow_handle_host_syncs(self._ptr()))
 
     def submit_host_op(self, fn, stream=0):
         """Runs fn() on the stream's worker, in stream order."""

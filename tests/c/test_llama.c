@@ -24,9 +24,9 @@
 static void *upload(Dataflow_Handle *h, const int32_t *values, int n)
 {
 	void *p;
-	CHECK(h->alloc_mem(h, (uint64_t)n * 4, &p));
-	CHECK(h->submit_inbound_transfer(h, 0, p, values, (uint64_t)n * 4));
-	CHECK(h->sync_stream(h, 0));
+	CHECK(dataflow_alloc_mem(h, (uint64_t)n * 4, &p));
+	CHECK(dataflow_submit_inbound_transfer(h, 0, p, values, (uint64_t)n * 4));
+	CHECK(dataflow_sync_stream(h, 0));
 	return p;
 }
 

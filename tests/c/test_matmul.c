@@ -36,18 +36,18 @@ static double run_case(Dataflow_Handle *h, DataflowDatatype in_dt, int64_t M, in
 	CHECK(dataflow_convert(in_dt, b_in, DATAFLOW_FP32, b, (size_t)(K * N)));
 
 	void *dA, *dB, *dD;
-	CHECK(h->alloc_mem(h, in_size * (uint64_t)(M * K), &dA));
-	CHECK(h->alloc_mem(h, in_size * (uint64_t)(K * N), &dB));
-	CHECK(h->alloc_mem(h, sizeof(float) * (uint64_t)(M * N), &dD));
-	CHECK(h->submit_inbound_transfer(h, 0, dA, a_in, in_size * (uint64_t)(M * K)));
-	CHECK(h->submit_inbound_transfer(h, 1, dB, b_in, in_size * (uint64_t)(K * N)));
-	CHECK(h->submit_inbound_transfer(h, 0, dD, c, sizeof(float) * (uint64_t)(M * N)));
+	CHECK(dataflow_alloc_mem(h, in_size * (uint64_t)(M * K), &dA));
+	CHECK(dataflow_alloc_mem(h, in_size * (uint64_t)(K * N), &dB));
+	CHECK(dataflow_alloc_mem(h, sizeof(float) * (uint64_t)(M * N), &dD));
+	CHECK(dataflow_submit_inbound_transfer(h, 0, dA, a_in, in_size * (uint64_t)(M * K)));
+	CHECK(dataflow_submit_inbound_transfer(h, 1, dB, b_in, in_size * (uint64_t)(K * N)));
+	CHECK(dataflow_submit_inbound_transfer(h, 0, dD, c, sizeof(float) * (uint64_t)(M * N)));
 	Dataflow_Stream_State ready;
-	CHECK(h->get_stream_state(h, 1, &ready));
-	CHECK(h->submit_dependency(h, 0, &ready));
+	CHECK(dataflow_get_stream_state(h, 1, &ready));
+	CHECK(dataflow_submit_dependency(h, 0, &ready));
 	CHECK(dataflow_submit_matmul(h, 0, in_dt, DATAFLOW_FP32, dA, dB, dD, dD, M, N, K, 1, 0, 1.0f, beta));
-	CHECK(h->submit_outbound_transfer(h, 0, d, dD, sizeof(float) * (uint64_t)(M * N)));
-	CHECK(h->sync_handle(h));
+	CHECK(dataflow_submit_outbound_transfer(h, 0, d, dD, sizeof(float) * (uint64_t)(M * N)));
+	CHECK(dataflow_sync_handle(h));
 
 	double max_err = 0;
 	for (int64_t i = 0; i < M; i++)
@@ -58,9 +58,9 @@ static double run_case(Dataflow_Handle *h, DataflowDatatype in_dt, int64_t M, in
 			double err = fabs(ref - d[i * N + j]);
 			max_err = err > max_err ? err : max_err;
 		}
-	CHECK(h->free_mem(h, dA));
-	CHECK(h->free_mem(h, dB));
-	CHECK(h->free_mem(h, dD));
+	CHECK(dataflow_free_mem(h, dA));
+	CHECK(dataflow_free_mem(h, dB));
+	CHECK(dataflow_free_mem(h, dD));
 	free(a), free(b), free(c), free(d), free(a_in), free(b_in);
 	return max_err;
 }
@@ -79,16 +79,16 @@ int main(void)
 
 	/* a bad call: N = 0 is rejected with a message, and the handle keeps working */
 	void *p;
-	CHECK(h->alloc_mem(h, 1024, &p));
+	CHECK(dataflow_alloc_mem(h, 1024, &p));
 	Dataflow_Status st = dataflow_submit_matmul(h, 0, DATAFLOW_FP32, DATAFLOW_FP32, p, p, NULL, p, 4, 0, 4, 0, 0,
 						    1.0f, 0.0f);
 	printf("bad call: status %s, message \"%s\"\n", dataflow_status_name(st), dataflow_last_error());
 	failed |= st != DATAFLOW_ERR_INVALID_ARGUMENT;
 	uint64_t cap, used;
-	CHECK(h->query_mem(h, &cap, &used));
+	CHECK(dataflow_query_mem(h, &cap, &used));
 	failed |= used != 1024;
-	CHECK(h->free_mem(h, p));
-	CHECK(h->query_mem(h, &cap, &used));
+	CHECK(dataflow_free_mem(h, p));
+	CHECK(dataflow_query_mem(h, &cap, &used));
 	failed |= used != 0;
 	dataflow_handle_destroy(h);
 	printf("%s\n", failed ? "FAIL" : "ok");

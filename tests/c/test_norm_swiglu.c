@@ -31,9 +31,9 @@ static void *upload(DataflowDatatype dt, float *vals, int64_t n)
 	void *bits = malloc(size), *dev;
 	CHECK(dataflow_convert(dt, bits, DATAFLOW_FP32, vals, (size_t)n));
 	CHECK(dataflow_convert(DATAFLOW_FP32, vals, dt, bits, (size_t)n));
-	CHECK(h->alloc_mem(h, size, &dev));
-	CHECK(h->submit_inbound_transfer(h, 0, dev, bits, size));
-	CHECK(h->sync_stream(h, 0));
+	CHECK(dataflow_alloc_mem(h, size, &dev));
+	CHECK(dataflow_submit_inbound_transfer(h, 0, dev, bits, size));
+	CHECK(dataflow_sync_stream(h, 0));
 	free(bits);
 	return dev;
 }
@@ -41,7 +41,7 @@ static void *upload(DataflowDatatype dt, float *vals, int64_t n)
 static void *alloc(DataflowDatatype dt, int64_t n)
 {
 	void *dev;
-	CHECK(h->alloc_mem(h, dataflow_datatype_size(dt) * (uint64_t)n, &dev));
+	CHECK(dataflow_alloc_mem(h, dataflow_datatype_size(dt) * (uint64_t)n, &dev));
 	return dev;
 }
 
@@ -50,9 +50,9 @@ static void download(DataflowDatatype dt, const void *dev, float *out, int64_t n
 {
 	size_t size = dataflow_datatype_size(dt) * (size_t)n;
 	void *bits = malloc(size);
-	CHECK(h->sync_handle(h));
-	CHECK(h->submit_outbound_transfer(h, 0, bits, dev, size));
-	CHECK(h->sync_stream(h, 0));
+	CHECK(dataflow_sync_handle(h));
+	CHECK(dataflow_submit_outbound_transfer(h, 0, bits, dev, size));
+	CHECK(dataflow_sync_stream(h, 0));
 	CHECK(dataflow_convert(DATAFLOW_FP32, out, dt, bits, (size_t)n));
 	free(bits);
 }
@@ -85,13 +85,13 @@ static int test_rms_norm(DataflowDatatype dt, double tol)
 	void *d_y = alloc(dt, ROWS * HIDDEN), *d_rstd = alloc(DATAFLOW_FP32, ROWS), *d_dx = alloc(dt, ROWS * HIDDEN);
 	void *d_dw = alloc(DATAFLOW_FP32, HIDDEN), *d_ws;
 	int64_t ws_bytes = dataflow_rms_norm_bwd_w_workspace_bytes(ROWS, HIDDEN);
-	CHECK(h->alloc_mem(h, (uint64_t)ws_bytes, &d_ws));
+	CHECK(dataflow_alloc_mem(h, (uint64_t)ws_bytes, &d_ws));
 
 	CHECK(dataflow_submit_rms_norm(h, 0, dt, ROWS, HIDDEN, 1e-6f, d_x, d_w, d_y, d_rstd));
 	CHECK(dataflow_submit_rms_norm_bwd_x(h, 0, dt, ROWS, HIDDEN, d_dy, d_x, d_w, d_rstd, d_dx));
 	Dataflow_Stream_State normed; /* bwd_w on stream 1 waits for rstd from stream 0 */
-	CHECK(h->get_stream_state(h, 0, &normed));
-	CHECK(h->submit_dependency(h, 1, &normed));
+	CHECK(dataflow_get_stream_state(h, 0, &normed));
+	CHECK(dataflow_submit_dependency(h, 1, &normed));
 	CHECK(dataflow_submit_rms_norm_bwd_w(h, 1, dt, DATAFLOW_FP32, ROWS, HIDDEN, d_dy, d_x, d_rstd, d_ws, d_dw));
 	download(dt, d_y, y, ROWS * HIDDEN), download(DATAFLOW_FP32, d_rstd, rstd, ROWS);
 	download(dt, d_dx, dx, ROWS * HIDDEN), download(DATAFLOW_FP32, d_dw, dw, HIDDEN);
@@ -117,7 +117,7 @@ static int test_rms_norm(DataflowDatatype dt, double tol)
 
 	/* a workspace one element short is rejected, naming it */
 	void *d_short;
-	CHECK(h->alloc_mem(h, (uint64_t)ws_bytes - sizeof(float), &d_short));
+	CHECK(dataflow_alloc_mem(h, (uint64_t)ws_bytes - sizeof(float), &d_short));
 	if (dataflow_submit_rms_norm_bwd_w(h, 0, dt, DATAFLOW_FP32, ROWS, HIDDEN, d_dy, d_x, d_rstd, d_short, d_dw) ==
 		    DATAFLOW_OK ||
 	    !strstr(dataflow_last_error(), "workspace")) {
@@ -126,7 +126,7 @@ static int test_rms_norm(DataflowDatatype dt, double tol)
 	}
 	void *bufs[] = {d_x, d_w, d_dy, d_y, d_rstd, d_dx, d_dw, d_ws, d_short};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-		CHECK(h->free_mem(h, bufs[i]));
+		CHECK(dataflow_free_mem(h, bufs[i]));
 	return failed;
 }
 
@@ -151,7 +151,7 @@ static int test_swiglu(DataflowDatatype dt, double tol)
 	printf("swiglu %s: out %.2g d_gate %.2g d_up %.2g\n", dataflow_datatype_name(dt), e_out, e_dg, e_du);
 	void *bufs[] = {d_g, d_u, d_dout, d_out, d_dg, d_du};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-		CHECK(h->free_mem(h, bufs[i]));
+		CHECK(dataflow_free_mem(h, bufs[i]));
 	return !(e_out <= tol && e_dg <= tol && e_du <= tol);
 }
 

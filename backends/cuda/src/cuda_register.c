@@ -159,12 +159,12 @@ Dataflow_Status cuda_register_external_code(Dataflow_Handle *h, const char *libr
 					    const Op_Skeleton *skeletons, const char *const *func_symbols,
 					    const char *const *init_symbols, int flags)
 {
-	return dataflow_register_external_code(h, &cuda_of(h)->libraries, sizeof(Cuda_Op), " (required on cuda)",
+	return dataflow_backend_register_external_code(h, &cuda_of(h)->libraries, sizeof(Cuda_Op), " (required on cuda)",
 					       library_path, num_ops, skeletons, func_symbols, init_symbols, flags);
 }
 
 Dataflow_Status cuda_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
 					    Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags)
 {
-	return dataflow_register_external_func(h, sizeof(Cuda_Op), skeleton, func, state, flags);
+	return dataflow_backend_register_external_func(h, sizeof(Cuda_Op), skeleton, func, state, flags);
 }

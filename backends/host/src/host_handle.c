@@ -1,3 +1,4 @@
+#include <dlfcn.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,8 +85,12 @@ Dataflow_Status dataflow_host_handle_create(int device_index, const Dataflow_Han
 	h->device_index = 0;
 	h->num_streams = config->num_streams > 0 ? config->num_streams : 4;
 	h->ctx = hh;
-	snprintf(hh->ops_library_path, sizeof(hh->ops_library_path), "%s/libdataflow_host_ops.so",
-		 dataflow_library_dir());
+	/* The kernels of the default ops sit next to this library. */
+	Dl_info info;
+	const char *self = dladdr((void *)&dataflow_host_handle_create, &info) && info.dli_fname ? info.dli_fname : "";
+	const char *slash = strrchr(self, '/');
+	snprintf(hh->ops_library_path, sizeof(hh->ops_library_path), "%.*slibdataflow_host_ops.so",
+		 slash ? (int)(slash - self + 1) : 0, self);
 	h->default_ops_library = hh->ops_library_path;
 	hh->transfer_bytes_per_sec = config->transfer_bytes_per_sec;
 	pthread_mutex_init(&hh->lock, NULL);

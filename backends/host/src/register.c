@@ -44,12 +44,12 @@ Dataflow_Status host_register_external_code(Dataflow_Handle *h, const char *libr
 					    const Op_Skeleton *skeletons, const char *const *func_symbols,
 					    const char *const *init_symbols, int flags)
 {
-	return dataflow_register_external_code(h, &host_of(h)->libraries, sizeof(Host_Op), "", library_path, num_ops,
+	return dataflow_backend_register_external_code(h, &host_of(h)->libraries, sizeof(Host_Op), "", library_path, num_ops,
 					       skeletons, func_symbols, init_symbols, flags);
 }
 
 Dataflow_Status host_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
 					    Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags)
 {
-	return dataflow_register_external_func(h, sizeof(Host_Op), skeleton, func, state, flags);
+	return dataflow_backend_register_external_func(h, sizeof(Host_Op), skeleton, func, state, flags);
 }

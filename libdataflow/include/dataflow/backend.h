@@ -112,13 +112,13 @@ Dataflow_Status dataflow_op_find_checked(Dataflow_Handle *h, const Op *op,
  * func (required; a missing one's error ends with `required`, as in dataflow_find_symbol) and
  * optional init, and installs records of record_size bytes with only the Dataflow_Op_Record
  * head set. A backend's vtable entry passes its library set, record size and note. */
-Dataflow_Status dataflow_register_external_code(Dataflow_Handle *h, Dataflow_Libraries *libs, size_t record_size,
+Dataflow_Status dataflow_backend_register_external_code(Dataflow_Handle *h, Dataflow_Libraries *libs, size_t record_size,
 						const char *required, const char *library_path, int num_ops,
 						const Op_Skeleton *skeletons, const char *const *func_symbols,
 						const char *const *init_symbols, int flags);
 /* register_external_func likewise: one record of record_size bytes with func and a copy of
  * *state (may be NULL). */
-Dataflow_Status dataflow_register_external_func(Dataflow_Handle *h, size_t record_size, const Op_Skeleton *skeleton,
+Dataflow_Status dataflow_backend_register_external_func(Dataflow_Handle *h, size_t record_size, const Op_Skeleton *skeleton,
 						Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags);
 
 #endif

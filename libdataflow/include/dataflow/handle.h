@@ -125,6 +125,9 @@ struct Dataflow_Handle {
 	Dataflow_Status (*submit_peer_transfer)(Dataflow_Handle *handle, int stream_id, void *dev_dst,
 						const void *dev_src, uint64_t size_bytes);
 
+	/* host-blocking waits so far (dataflow_sync_stream, dataflow_sync_handle) */
+	uint64_t num_host_syncs;
+
 	/* lifetime: waits for queued work, then releases everything */
 	void (*destroy)(Dataflow_Handle *handle);
 };
@@ -136,5 +139,62 @@ Dataflow_Status dataflow_handle_create(const char *backend, const Dataflow_Handl
 void dataflow_handle_destroy(Dataflow_Handle *handle);
 /* Directory holding libdataflow and, next to it, the backend and op libraries. */
 const char *dataflow_library_dir(void);
+
+/* ---- the public entry points: every use of a handle goes through these ---- */
+
+const char *dataflow_handle_backend_name(const Dataflow_Handle *handle);
+int dataflow_handle_device_index(const Dataflow_Handle *handle);
+int dataflow_handle_num_streams(const Dataflow_Handle *handle);
+/* The shared object holding the backend's built-in kernels, launch functions and external-op
+ * wrappers, from which an op library (libdataflowops) registers its ops; NULL if none. */
+const char *dataflow_handle_default_ops_library(const Dataflow_Handle *handle);
+
+/* compute */
+Dataflow_Status dataflow_register_native_code(Dataflow_Handle *handle, const char *code_path,
+					      const char *launch_library_path, int num_ops,
+					      const Op_Skeleton *skeletons, const char *const *kernel_symbols,
+					      const char *const *launch_symbols, const char *const *init_symbols,
+					      int flags);
+Dataflow_Status dataflow_register_external_code(Dataflow_Handle *handle, const char *library_path, int num_ops,
+						const Op_Skeleton *skeletons, const char *const *func_symbols,
+						const char *const *init_symbols, int flags);
+Dataflow_Status dataflow_register_external_func(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+						Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags);
+/* 1 if an op with this skeleton's fingerprint is registered on the handle, else 0. */
+int dataflow_op_is_registered(Dataflow_Handle *handle, const Op_Skeleton *skeleton);
+Dataflow_Status dataflow_submit_op(Dataflow_Handle *handle, const Op *op, int stream_id);
+Dataflow_Status dataflow_submit_host_op(Dataflow_Handle *handle, Dataflow_Host_Fn func, void *arg, int stream_id);
+
+/* dependencies */
+Dataflow_Status dataflow_get_stream_state(Dataflow_Handle *handle, int stream_id, Dataflow_Stream_State *state);
+Dataflow_Status dataflow_submit_dependency(Dataflow_Handle *handle, int stream_id,
+					   const Dataflow_Stream_State *state);
+Dataflow_Status dataflow_sync_stream(Dataflow_Handle *handle, int stream_id);
+Dataflow_Status dataflow_sync_handle(Dataflow_Handle *handle);
+/* How many times the host has blocked on this handle's work (sync_stream and sync_handle
+ * calls) since it was created: lets tests and profiles count a training step's syncs. */
+uint64_t dataflow_handle_host_syncs(const Dataflow_Handle *handle);
+
+/* memory */
+Dataflow_Status dataflow_alloc_mem(Dataflow_Handle *handle, uint64_t size_bytes, void **ptr);
+Dataflow_Status dataflow_free_mem(Dataflow_Handle *handle, void *ptr);
+Dataflow_Status dataflow_set_mem(Dataflow_Handle *handle, int stream_id, void *ptr, uint8_t value,
+				 uint64_t size_bytes);
+Dataflow_Status dataflow_enable_access_to_host_mem(Dataflow_Handle *handle, void *host_ptr, uint64_t size_bytes,
+						   unsigned int flags);
+Dataflow_Status dataflow_disable_access_to_host_mem(Dataflow_Handle *handle, void *host_ptr);
+Dataflow_Status dataflow_enable_access_to_peer_mem(Dataflow_Handle *handle, Dataflow_Handle *peer);
+Dataflow_Status dataflow_disable_access_to_peer_mem(Dataflow_Handle *handle, Dataflow_Handle *peer);
+Dataflow_Status dataflow_query_mem(Dataflow_Handle *handle, uint64_t *capacity_bytes, uint64_t *in_use_bytes);
+Dataflow_Status dataflow_check_mem_range(Dataflow_Handle *handle, const void *ptr, uint64_t size_bytes,
+					 const char *what);
+
+/* transfers */
+Dataflow_Status dataflow_submit_inbound_transfer(Dataflow_Handle *handle, int stream_id, void *dev_dst,
+						 const void *host_src, uint64_t size_bytes);
+Dataflow_Status dataflow_submit_outbound_transfer(Dataflow_Handle *handle, int stream_id, void *host_dst,
+						  const void *dev_src, uint64_t size_bytes);
+Dataflow_Status dataflow_submit_peer_transfer(Dataflow_Handle *handle, int stream_id, void *dev_dst,
+					      const void *dev_src, uint64_t size_bytes);
 
 #endif

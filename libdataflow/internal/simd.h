@@ -1,7 +1,7 @@
 #ifndef DATAFLOW_SIMD_H
 #define DATAFLOW_SIMD_H
 
-/* Private to libdataflow and the host kernels (which include it from libdataflow/src): the
+/* Internal (libdataflow/internal, seen by libdataflow and the host kernels only): the
  * runtime choice of vector path, and in-register bf16/fp16 <-> fp32 conversions for
  * dataflow_convert and for kernels that compute in fp32. A kernel keeps one function per path,
  * marked with the target attribute below, and a scalar loop (dataflow_fp32_to_bf16 and

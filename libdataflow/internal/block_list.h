@@ -1,8 +1,9 @@
 #ifndef DATAFLOW_BLOCK_LIST_H
 #define DATAFLOW_BLOCK_LIST_H
 
-/* Private to the backends (compiled into each backend library, not exported): a list of
- * [offset, offset + size) blocks sorted by offset, with a floor search. The host arena keeps
+/* Internal (the dataflow_internal static library, linked into the libraries that need it,
+ * never exported): a list of [offset, offset + size) blocks sorted by offset, with a floor
+ * search. The host arena keeps
  * its live and free blocks in two of these; the CUDA backend keeps its live allocations
  * (offset = device address) in one, which is what free_mem and check_mem_range consult. */
 
