@@ -10,7 +10,7 @@ import importlib
 
 import harness
 
-GROUPS = ("attention", "cross_entropy", "optimizer", "rope_embedding", "elementwise", "norm_swiglu")
+GROUPS = ("attention", "cross_entropy", "optimizer", "rope_embedding", "elementwise", "norm_swiglu", "dispatch")
 
 
 def load(group):
