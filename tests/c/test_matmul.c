@@ -84,13 +84,13 @@ int main(void)
 						    1.0f, 0.0f);
 	printf("bad call: status %s, message \"%s\"\n", dataflow_status_name(st), dataflow_last_error());
 	failed |= st != DATAFLOW_ERR_INVALID_ARGUMENT;
-	uint64_t cap, used;
-	CHECK(dataflow_query_mem(h, &cap, &used));
-	failed |= used != 1024;
+	Dataflow_Memory_Info mem;
+	CHECK(dataflow_memory_info(h, &mem));
+	failed |= mem.in_use_bytes != 1024;
 	CHECK(dataflow_free_mem(h, p));
-	CHECK(dataflow_query_mem(h, &cap, &used));
-	failed |= used != 0;
-	dataflow_handle_destroy(h);
+	CHECK(dataflow_memory_info(h, &mem));
+	failed |= mem.in_use_bytes != 0;
+	CHECK(dataflow_handle_destroy(h));
 	printf("%s\n", failed ? "FAIL" : "ok");
 	return failed;
 }

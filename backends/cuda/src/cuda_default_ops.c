@@ -5,7 +5,7 @@
 
 /* The default native ops of the CUDA backend: their CUDA C++ sources (backends/cuda/kernels,
  * embedded at build time) and their launch functions, found by register_default_ops in
- * this library (handle->default_ops_library). */
+ * this library (dataflow_handle_default_ops_library). */
 
 #define BLOCK 256
 #define MAX_GRID 65535 /* kernels loop over the rest (grid-stride) */
