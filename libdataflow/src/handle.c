@@ -150,7 +150,7 @@ static Dataflow_Status load_backend(const char *name, Dataflow_Backend_Init_Fn *
 /* Releases what create made; the backend's part only if its init succeeded. */
 static void handle_free(Dataflow_Handle *h)
 {
-	dataflow_op_table_destroy(h->op_table, h);
+	dataflow_op_table_destroy(h->op_table);
 	ledger_destroy(h);
 	if (h->iface)
 		h->iface->destroy(h);

@@ -100,7 +100,7 @@ DATAFLOW_INTERNAL int ledger_peers(Dataflow_Handle *h, Dataflow_Handle **peers, 
 
 /* ---- op entries (register.c) ---- */
 
-/* Runs the entry's state destroy, releases its backend record and frees it. */
-DATAFLOW_INTERNAL void op_entry_destroy(Dataflow_Handle *h, Dataflow_Op_Entry *entry);
+/* Runs the entry's state destroy and frees it with its backend record. */
+DATAFLOW_INTERNAL void op_entry_destroy(Dataflow_Op_Entry *entry);
 
 #endif

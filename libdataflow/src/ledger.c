@@ -98,11 +98,13 @@ static void reap(Dataflow_Handle *h)
 		/* pending frees are in the order of their events: one not done means none after it is */
 		while (n < 16 && n < l->num_pending && free_done(h, &l->pending[n]))
 			ready[n] = l->pending[n], n++;
+		if (n == 0) {
+			pthread_mutex_unlock(&l->lock);
+			return;
+		}
 		memmove(l->pending, l->pending + n, (size_t)(l->num_pending - n) * sizeof(Pending_Free));
 		l->num_pending -= n;
 		pthread_mutex_unlock(&l->lock);
-		if (n == 0)
-			return;
 		for (int i = 0; i < n; i++)
 			h->iface->mem_release(h, (void *)(uintptr_t)ready[i].addr, ready[i].size);
 		pthread_mutex_lock(&l->lock);
@@ -372,7 +374,8 @@ int ledger_peers(Dataflow_Handle *h, Dataflow_Handle **peers, int max)
 	Dataflow_Ledger *l = h->ledger;
 	pthread_mutex_lock(&l->lock);
 	int n = l->num_peers < max ? l->num_peers : max;
-	memcpy(peers, l->peers, (size_t)n * sizeof(*peers));
+	if (n > 0)
+		memcpy(peers, l->peers, (size_t)n * sizeof(*peers));
 	pthread_mutex_unlock(&l->lock);
 	return n;
 }

@@ -50,13 +50,13 @@ Dataflow_Op_Table *dataflow_op_table_create(void)
 	return t;
 }
 
-void dataflow_op_table_destroy(Dataflow_Op_Table *t, Dataflow_Handle *h)
+void dataflow_op_table_destroy(Dataflow_Op_Table *t)
 {
 	if (!t)
 		return;
 	for (size_t i = 0; i < t->capacity; i++)
 		if (t->slots[i].used)
-			op_entry_destroy(h, t->slots[i].entry);
+			op_entry_destroy(t->slots[i].entry);
 	pthread_rwlock_destroy(&t->lock);
 	free(t->slots);
 	free(t);

@@ -10,8 +10,8 @@
 #define OP_TABLE_INTERNAL __attribute__((visibility("hidden")))
 
 OP_TABLE_INTERNAL Dataflow_Op_Table *dataflow_op_table_create(void);
-/* Destroys every entry (op_entry_destroy with h), then frees the table. */
-OP_TABLE_INTERNAL void dataflow_op_table_destroy(Dataflow_Op_Table *table, Dataflow_Handle *h);
+/* Destroys every entry (op_entry_destroy), then frees the table. */
+OP_TABLE_INTERNAL void dataflow_op_table_destroy(Dataflow_Op_Table *table);
 /* Fails with DATAFLOW_ERR_ALREADY_REGISTERED unless replace is set; on replace the old entry
  * is returned in *old_entry for the caller to release once nobody uses it. */
 OP_TABLE_INTERNAL Dataflow_Status dataflow_op_table_insert(Dataflow_Op_Table *table, Dataflow_Op_Entry *entry,

@@ -8,14 +8,13 @@
  * functions are resolved here, the same for every backend), the ops' inits run in order, and
  * only then does the op table change, so a failed call registers nothing. */
 
-void op_entry_destroy(Dataflow_Handle *h, Dataflow_Op_Entry *e)
+void op_entry_destroy(Dataflow_Op_Entry *e)
 {
 	if (!e)
 		return;
 	if (e->state.destroy)
 		e->state.destroy(e->state.data);
-	if (e->record)
-		h->iface->release_native_record(h, e->record);
+	free(e->record);
 	free(e);
 }
 
@@ -31,7 +30,7 @@ typedef struct {
 static void batch_free(Batch *b, int destroy_entries)
 {
 	for (int i = 0; destroy_entries && b->entries && i < b->num_ops; i++)
-		op_entry_destroy(b->h, b->entries[i]);
+		op_entry_destroy(b->entries[i]);
 	free(b->entries);
 	free(b->inits);
 }
@@ -96,7 +95,7 @@ static Dataflow_Status batch_finish(Batch *b, Dataflow_Status st)
 		st = dataflow_op_table_insert(b->h->op_table, b->entries[inserted], b->replace, &old[inserted]);
 	if (st != DATAFLOW_OK) /* a concurrent registration of the same op won: drop the rest */
 		for (int i = inserted - 1; i < b->num_ops; i++)
-			op_entry_destroy(b->h, b->entries[i]);
+			op_entry_destroy(b->entries[i]);
 	for (int i = 0; i < b->num_ops; i++) {
 		if (!old[i])
 			continue;
@@ -107,7 +106,7 @@ static Dataflow_Status batch_finish(Batch *b, Dataflow_Status st)
 	if (replaced)
 		handle_wait_idle(b->h); /* queued work may still run the old ops */
 	for (int i = 0; i < b->num_ops; i++)
-		op_entry_destroy(b->h, old[i]);
+		op_entry_destroy(old[i]);
 	free(old);
 	batch_free(b, 0);
 	return st;

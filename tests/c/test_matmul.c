@@ -5,18 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "dataflow/dataflow.h"
+#include "c_test.h"
 #include "dataflow/ops.h"
-
-#define CHECK(call)                                                                                          \
-	do {                                                                                                 \
-		Dataflow_Status st_ = (call);                                                                \
-		if (st_ != DATAFLOW_OK) {                                                                    \
-			fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                 \
-				dataflow_last_error());                                                      \
-			exit(1);                                                                             \
-		}                                                                                            \
-	} while (0)
 
 /* D = A^T(op) B + beta C with A stored K x M (trans_a), all fp32 in memory. Returns max error. */
 static double run_case(Dataflow_Handle *h, DataflowDatatype in_dt, int64_t M, int64_t N, int64_t K, float beta)

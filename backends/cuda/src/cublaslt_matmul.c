@@ -204,6 +204,8 @@ static Dataflow_Status find_shape(Matmul_State *s, int64_t M, int64_t N, int64_t
 
 Dataflow_Status dataflow_cuda_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
+	if (dataflow_op_require_tensors(op, 1u << 2) != DATAFLOW_OK) /* C may be NULL */
+		return dataflow_last_status();
 	Matmul_State *s = op_state;
 	void *const *v = op->op_args;
 	const void *A = *(const void **)v[0], *B = *(const void **)v[1], *C = *(const void **)v[2];

@@ -95,16 +95,14 @@ extern const Cuda_Source cuda_kernel_sources[];
 extern const int cuda_num_kernel_sources;
 const Cuda_Source *cuda_find_source(const char *name);
 
-/* interface entries, by file */
+/* interface entries: cuda_register.c, cuda_submit.c, cuda_stream.c (with submit_host_op) */
 Dataflow_Status cuda_load_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
 				      int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
 				      const char *const *launch_symbols, const char *const *init_symbols, void **records,
 				      Dataflow_Op_Init_Fn *inits);
-void cuda_release_native_record(Dataflow_Handle *h, void *record);
 Dataflow_Status cuda_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry);
 Dataflow_Status cuda_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg);
 
-int cuda_on_worker(Dataflow_Handle *h);
 Dataflow_Status cuda_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event);
 int cuda_query_event(Dataflow_Handle *h, int stream_id, uint64_t event);
 Dataflow_Status cuda_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event);

@@ -34,6 +34,8 @@ int dataflow_cuda_kernel_source(const char *op_nickname, const char **name, cons
 /* One thread per element, BLOCK threads per block; n == 0 launches nothing. */
 static Dataflow_Status elementwise(const char *op, const Op *o, Dataflow_Launch_Config *c)
 {
+	if (dataflow_op_require_tensors(o, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t n = *(const int64_t *)o->op_args[0];
 	if (n < 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: n: expected >= 0, got %lld", op, (long long)n);

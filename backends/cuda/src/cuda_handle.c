@@ -15,7 +15,7 @@ Dataflow_Status cuda_enter(Cuda_Handle *h, const char *what)
 	return cuda_check(h->cu->cuCtxSetCurrent(h->ctx), h->handle->device_index, "cuCtxSetCurrent");
 }
 
-int cuda_on_worker(Dataflow_Handle *h)
+static int cuda_on_worker(Dataflow_Handle *h)
 {
 	return cuda_host_fn_handle == cuda_of(h);
 }
@@ -39,7 +39,6 @@ static const Dataflow_Backend_Interface cuda_iface = {
 	.destroy = cuda_destroy,
 	.on_worker = cuda_on_worker,
 	.load_native_code = cuda_load_native_code,
-	.release_native_record = cuda_release_native_record,
 	.submit_op = cuda_submit_op,
 	.submit_host_op = cuda_submit_host_op,
 	.record_event = cuda_record_event,

@@ -152,10 +152,3 @@ Dataflow_Status cuda_load_native_code(Dataflow_Handle *h, const char *code_path,
 		st = find_modules(cuda_of(h), code_path, code_lib, num_ops, skeletons, records);
 	return st;
 }
-
-/* The op's module stays with the handle (other ops may share it). */
-void cuda_release_native_record(Dataflow_Handle *h, void *record)
-{
-	(void)h;
-	free(record);
-}

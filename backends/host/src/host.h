@@ -154,8 +154,8 @@ void stream_enqueue(Host_Stream *stream, Task *task);
 Dataflow_Status stream_sync(Host_Stream *stream);
 /* Blocks until the stream's completed count reaches value. */
 void stream_wait(Host_Stream *stream, uint64_t value);
-/* The stream whose worker is running on this thread, or NULL. */
-Host_Stream *stream_current(void);
+/* 1 if this thread is the worker of one of h's streams. */
+int host_on_worker(Dataflow_Handle *h);
 Task *task_new(Task_Kind kind);
 
 /* ---- the handle's context ---- */
@@ -185,16 +185,15 @@ void host_ref(Host_Handle *h);
 /* Frees the context with the last reference. */
 void host_unref(Host_Handle *h);
 
-/* interface entries, by file */
+/* interface entries: register.c, submit.c */
 Dataflow_Status host_load_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
 				      int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
 				      const char *const *launch_symbols, const char *const *init_symbols, void **records,
 				      Dataflow_Op_Init_Fn *inits);
-void host_release_native_record(Dataflow_Handle *h, void *record);
 Dataflow_Status host_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry);
 Dataflow_Status host_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg);
 
-int host_on_worker(Dataflow_Handle *h);
+/* stream.c: events are counts of tasks queued (recorded) and run (done) */
 Dataflow_Status host_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event);
 int host_query_event(Dataflow_Handle *h, int stream_id, uint64_t event);
 Dataflow_Status host_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event);
@@ -202,11 +201,12 @@ Dataflow_Status host_submit_dependency(Dataflow_Handle *h, int stream_id, Datafl
 				       uint64_t event);
 Dataflow_Status host_sync_stream(Dataflow_Handle *h, int stream_id);
 
+/* memory.c */
 Dataflow_Status host_mem_alloc(Dataflow_Handle *h, uint64_t size, void **ptr);
 void host_mem_release(Dataflow_Handle *h, void *ptr, uint64_t size);
 Dataflow_Status host_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size);
 
-/* inbound and outbound transfers: a copy task */
+/* transfer.c; inbound and outbound transfers are one copy task */
 Dataflow_Status host_submit_copy(Dataflow_Handle *h, int stream_id, void *dst, const void *src, uint64_t size);
 Dataflow_Status host_submit_peer_transfer(Dataflow_Handle *h, int stream_id, void *dev_dst, Dataflow_Handle *dst_owner,
 					  const void *dev_src, Dataflow_Handle *src_owner, uint64_t size);

@@ -61,7 +61,6 @@ static const Dataflow_Backend_Interface host_iface = {
 	.destroy = host_destroy,
 	.on_worker = host_on_worker,
 	.load_native_code = host_load_native_code,
-	.release_native_record = host_release_native_record,
 	.submit_op = host_submit_op,
 	.submit_host_op = host_submit_host_op,
 	.record_event = host_record_event,

@@ -38,9 +38,3 @@ Dataflow_Status host_load_native_code(Dataflow_Handle *h, const char *code_path,
 	}
 	return st;
 }
-
-void host_release_native_record(Dataflow_Handle *h, void *record)
-{
-	(void)h;
-	free(record);
-}

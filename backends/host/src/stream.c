@@ -10,11 +10,6 @@
 
 static _Thread_local Host_Stream *current_stream;
 
-Host_Stream *stream_current(void)
-{
-	return current_stream;
-}
-
 Task *task_new(Task_Kind kind)
 {
 	Task *t = malloc(sizeof(*t));

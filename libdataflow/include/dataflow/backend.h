@@ -81,16 +81,16 @@ struct Dataflow_Backend_Interface {
 
 	/* ---- compute ----
 	 * load_native_code: loads the code of num_ops ops (the batch is checked: valid skeletons,
-	 * kernel_symbols non-NULL) and fills records[i] (its per-op record; NULL entries on
-	 * failure are fine, the others are released with release_native_record) and inits[i] (the
-	 * op's init, NULL if none). Libraries go in h->libraries (dataflow_libraries_open).
+	 * kernel_symbols non-NULL) and fills records[i] (its per-op record, one malloc'ed block that
+	 * libdataflow frees when the op goes; what it points to stays the backend's; entries may be
+	 * left NULL on failure) and inits[i] (the op's init, NULL if none). Libraries go in
+	 * h->libraries (dataflow_libraries_open).
 	 * submit_op: entry is the op's registered entry (native: entry->record; external:
 	 * entry->external), state entry->state.data. */
 	Dataflow_Status (*load_native_code)(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
 					    int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
 					    const char *const *launch_symbols, const char *const *init_symbols,
 					    void **records, Dataflow_Op_Init_Fn *inits);
-	void (*release_native_record)(Dataflow_Handle *h, void *record);
 	Dataflow_Status (*submit_op)(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry);
 	Dataflow_Status (*submit_host_op)(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg);
 

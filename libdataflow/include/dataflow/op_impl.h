@@ -29,7 +29,9 @@ typedef void (*Dataflow_Host_Kernel)(void **args, int part, int num_parts);
 /* OK unless a tensor argument of op whose bit is clear in `nullable` (bit i: argument i may be
  * NULL) is NULL; then DATAFLOW_ERR_INVALID_ARGUMENT naming the op and the argument. A launch
  * function calls it so that a NULL reaching submit_op fails there instead of in the kernel,
- * until the op is registered with a signature (dataflow/op_signature.h) that says the same. */
+ * until the op is registered with a signature (dataflow/op_signature.h) that says the same:
+ *     if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+ *         return dataflow_last_status(); */
 Dataflow_Status dataflow_op_require_tensors(const Op *op, uint32_t nullable);
 
 #endif
