@@ -76,3 +76,23 @@ def test_raw_submit_of_a_default_op_with_null_or_freed_tensors():
             submit(freed_ptr, x.cdata)
         h.sync()
         np.testing.assert_array_equal(x.numpy(), np.full(16, 2, np.float32))
+
+
+LAUNCH_DESTROYS = r"""
+#include "dataflow/host_kernel.h"
+void nothing(void **args, int part, int num_parts) { (void)args; (void)part; (void)num_parts; }
+/* runs inside submit_op: destroying the handle from here would wait for this very call */
+Dataflow_Status destroy_launch(Dataflow_Handle *h, const Op *op, void *state, Dataflow_Launch_Config *c) {
+    (void)op; (void)state; (void)c;
+    return dataflow_handle_destroy(h);
+}
+"""
+
+
+def test_destroy_from_a_launch_function_is_refused():
+    with df.Handle("host", streams=1, device_memory="1MiB") as h:
+        op = h.register_native_op("destroyer", ["fp32"], source=LAUNCH_DESTROYS, symbol="nothing",
+                                  launch="destroy_launch")
+        with pytest.raises(df.BadArgumentError, match="called from inside a call on this handle"):
+            op(None)
+        h.sync()

@@ -124,11 +124,14 @@ Dataflow_Status dataflow_submit_op(Dataflow_Handle *h, const Op *op, int stream_
 	 * here instead of this generic rule: NULL tensors, extents, scalars and overlaps. */
 	if (st == DATAFLOW_OK)
 		st = dataflow_op_check(op, &e->skeleton, check_tensor, &c);
-	if (st == DATAFLOW_OK)
+	if (st == DATAFLOW_OK) {
+		op_code_begin(h); /* the op's launch function, or on some backends its external function */
 		st = h->iface->submit_op(h, stream_id, op, e);
+		op_code_end();
+	}
 	unlock_peers(c.peer_locked);
 	if (e)
-		dataflow_op_table_release(e);
+		dataflow_op_table_release(h->op_table);
 	return handle_leave(h, st);
 }
 

@@ -14,8 +14,31 @@
  * peers (and wait for the work they queued, which may touch its memory), wait for its own
  * queued work, then release ops, memory and the backend. */
 
-_Thread_local Dataflow_Handle *dataflow_calls[HANDLE_CALL_DEPTH];
-_Thread_local int dataflow_call_depth;
+/* The handles whose op code runs on this thread, innermost last (deeper nesting is counted,
+ * not kept). */
+#define OP_CODE_DEPTH 8
+static _Thread_local const Dataflow_Handle *op_code_handles[OP_CODE_DEPTH];
+static _Thread_local int op_code_depth;
+
+void op_code_begin(Dataflow_Handle *h)
+{
+	if (op_code_depth < OP_CODE_DEPTH)
+		op_code_handles[op_code_depth] = h;
+	op_code_depth++;
+}
+
+void op_code_end(void)
+{
+	op_code_depth--;
+}
+
+int in_op_code(const Dataflow_Handle *h)
+{
+	for (int i = 0; i < op_code_depth && i < OP_CODE_DEPTH; i++)
+		if (op_code_handles[i] == h)
+			return 1;
+	return 0;
+}
 
 static char library_dir[PATH_MAX];
 static pthread_once_t library_dir_once = PTHREAD_ONCE_INIT;
@@ -268,11 +291,10 @@ Dataflow_Status dataflow_handle_destroy(Dataflow_Handle *h)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "handle destroy: not a handle (destroyed already, or never made by "
 					  "dataflow_handle_create)");
-	for (int i = 0; i < dataflow_call_depth && i < HANDLE_CALL_DEPTH; i++)
-		if (dataflow_calls[i] == h)
-			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-						  "handle destroy: called from inside a call on this handle (an op's "
-						  "launch, init or external function), which it would wait for");
+	if (in_op_code(h))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "handle destroy: called from inside a call on this handle (an op's launch, init "
+					  "or external function), which it would wait for");
 	if (h->iface->on_worker(h))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "handle destroy: called from work queued on this handle (a host op or external "

@@ -17,12 +17,6 @@ enum { HANDLE_OPEN = 1, HANDLE_CLOSING = 2 };
 
 /* ---- lifetime (handle.c) ---- */
 
-/* Handles this thread is inside a public call of, innermost last (deeper nesting is counted,
- * not kept): dataflow_handle_destroy refuses to wait for a call it is itself inside of. */
-#define HANDLE_CALL_DEPTH 8
-extern _Thread_local Dataflow_Handle *dataflow_calls[HANDLE_CALL_DEPTH] DATAFLOW_INTERNAL;
-extern _Thread_local int dataflow_call_depth DATAFLOW_INTERNAL;
-
 /* Every public call on a handle runs between handle_enter and handle_leave: the handle is
  * checked (NULL, not a handle, closed) and counted as in use, so that destroy waits for calls
  * already running and new ones fail. */
@@ -39,19 +33,23 @@ static inline Dataflow_Status handle_enter(Dataflow_Handle *h, const char *what)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "%s: handle is closed (dataflow_handle_destroy was called)", what);
 	}
-	if (dataflow_call_depth < HANDLE_CALL_DEPTH)
-		dataflow_calls[dataflow_call_depth] = h;
-	dataflow_call_depth++;
 	return DATAFLOW_OK;
 }
 
 /* Ends a call that handle_enter began; returns st. */
 static inline Dataflow_Status handle_leave(Dataflow_Handle *h, Dataflow_Status st)
 {
-	dataflow_call_depth--;
 	__atomic_fetch_sub(&h->active_calls, 1, __ATOMIC_RELEASE);
 	return st;
 }
+
+/* Op code (a launch, init or external function) runs inside a call on its handle: between
+ * op_code_begin and op_code_end this thread is marked as inside h, so that a destroy or an op
+ * replacement from that code, which would wait for the call it runs in, is refused instead. */
+DATAFLOW_INTERNAL void op_code_begin(Dataflow_Handle *h);
+DATAFLOW_INTERNAL void op_code_end(void);
+/* 1 if this thread runs op code of a call on h. */
+DATAFLOW_INTERNAL int in_op_code(const Dataflow_Handle *h);
 
 /* handle_enter that returns from the calling function when it fails. */
 #define HANDLE_ENTER(h, what)                                                                            \

@@ -4,7 +4,14 @@
 #include "dataflow/op_impl.h"
 #include "op_table.h"
 
-/* The checks every submission of an op passes, whatever the op. */
+/* The checks every submission of an op passes, whatever the op. They run for every op, so
+ * they read the datatypes of a skeleton already found equal to a registered (valid) one
+ * directly, and format names only for a failure. */
+
+static inline int is_tensor(DataflowDatatype dt)
+{
+	return dt < DATAFLOW_FP32_SCALAR;
+}
 
 Dataflow_Status dataflow_op_check(const Op *op, const Op_Skeleton *registered,
 				  Dataflow_Status (*check_tensor)(void *ctx, const void *ptr, const char *what),
@@ -21,20 +28,20 @@ Dataflow_Status dataflow_op_check(const Op *op, const Op_Skeleton *registered,
 					  want, s->num_args);
 	}
 	for (int i = 0; i < s->num_args; i++) {
-		const char *dt = dataflow_datatype_name(s->arg_dtypes[i]);
 		if (!op->op_args[i])
 			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 						  "op '%s' argument %d (%s): op_args[%d] is NULL; expected a pointer to "
 						  "the argument value",
-						  s->nickname, i, dt, i);
-		if (!dataflow_datatype_is_tensor(s->arg_dtypes[i]))
+						  s->nickname, i, dataflow_datatype_name(s->arg_dtypes[i]), i);
+		if (!is_tensor(s->arg_dtypes[i]))
 			continue;
 		/* A NULL tensor passes (optional inputs): the op decides whether it needs one. */
 		const void *ptr = *(void *const *)op->op_args[i];
 		/* the message is only formatted for a bad pointer: this runs for every op */
 		if (ptr && check_tensor(ctx, ptr, "op argument") != DATAFLOW_OK) {
 			char what[128];
-			snprintf(what, sizeof(what), "op '%s' argument %d (%s tensor)", s->nickname, i, dt);
+			snprintf(what, sizeof(what), "op '%s' argument %d (%s tensor)", s->nickname, i,
+				 dataflow_datatype_name(s->arg_dtypes[i]));
 			return check_tensor(ctx, ptr, what);
 		}
 	}
@@ -45,8 +52,7 @@ Dataflow_Status dataflow_op_require_tensors(const Op *op, uint32_t nullable)
 {
 	const Op_Skeleton *s = &op->skeleton;
 	for (int i = 0; i < s->num_args; i++)
-		if (dataflow_datatype_is_tensor(s->arg_dtypes[i]) && !(nullable >> i & 1) &&
-		    !*(void *const *)op->op_args[i])
+		if (is_tensor(s->arg_dtypes[i]) && !(nullable >> i & 1) && !*(void *const *)op->op_args[i])
 			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 						  "op '%s' argument %d (%s tensor): pointer is NULL; this op needs it",
 						  s->nickname, i, dataflow_datatype_name(s->arg_dtypes[i]));

@@ -124,10 +124,14 @@ Dataflow_Op_Entry *dataflow_op_table_acquire(Dataflow_Op_Table *t, const uint8_t
 	pthread_rwlock_rdlock(&t->lock);
 	Slot *slot = find_slot(t->slots, t->capacity, fingerprint);
 	Dataflow_Op_Entry *entry = slot->used ? slot->entry : NULL;
-	if (entry)
-		__atomic_fetch_add(&entry->users, 1, __ATOMIC_ACQUIRE);
-	pthread_rwlock_unlock(&t->lock);
+	if (!entry)
+		pthread_rwlock_unlock(&t->lock);
 	return entry;
+}
+
+void dataflow_op_table_release(Dataflow_Op_Table *t)
+{
+	pthread_rwlock_unlock(&t->lock);
 }
 
 Dataflow_Status dataflow_op_table_unknown_error(Dataflow_Op_Table *t, const Op_Skeleton *skeleton)

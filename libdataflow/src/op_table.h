@@ -13,18 +13,16 @@ OP_TABLE_INTERNAL Dataflow_Op_Table *dataflow_op_table_create(void);
 /* Destroys every entry (op_entry_destroy), then frees the table. */
 OP_TABLE_INTERNAL void dataflow_op_table_destroy(Dataflow_Op_Table *table);
 /* Fails with DATAFLOW_ERR_ALREADY_REGISTERED unless replace is set; on replace the old entry
- * is returned in *old_entry for the caller to release once nobody uses it. */
+ * is returned in *old_entry, used by no submission any more (see acquire), for the caller to
+ * release once no queued work uses it. */
 OP_TABLE_INTERNAL Dataflow_Status dataflow_op_table_insert(Dataflow_Op_Table *table, Dataflow_Op_Entry *entry,
 							   int replace, Dataflow_Op_Entry **old_entry);
 /* The entry or NULL. */
 OP_TABLE_INTERNAL Dataflow_Op_Entry *dataflow_op_table_lookup(Dataflow_Op_Table *table, const uint8_t *fingerprint);
-/* Like lookup, and counts the caller as a user of the entry (entry->users) until
- * dataflow_op_table_release: a replaced entry is destroyed only once its users are gone. */
+/* Like lookup, and keeps the table read-locked until dataflow_op_table_release when it finds
+ * the entry, so that a submission can use the entry while no registration replaces it. */
 OP_TABLE_INTERNAL Dataflow_Op_Entry *dataflow_op_table_acquire(Dataflow_Op_Table *table, const uint8_t *fingerprint);
-static inline void dataflow_op_table_release(Dataflow_Op_Entry *entry)
-{
-	__atomic_fetch_sub(&entry->users, 1, __ATOMIC_RELEASE);
-}
+OP_TABLE_INTERNAL void dataflow_op_table_release(Dataflow_Op_Table *table);
 /* Sets DATAFLOW_ERR_UNKNOWN_OP with a message naming the skeleton and the registered
  * variants that share its nickname; returns DATAFLOW_ERR_UNKNOWN_OP. */
 OP_TABLE_INTERNAL Dataflow_Status dataflow_op_table_unknown_error(Dataflow_Op_Table *table, const Op_Skeleton *skeleton);

@@ -1,4 +1,3 @@
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -35,15 +34,6 @@ static void batch_free(Batch *b, int destroy_entries)
 	free(b->inits);
 }
 
-/* How many of this thread's running calls are on h. */
-static int calls_on(const Dataflow_Handle *h)
-{
-	int n = 0;
-	for (int i = 0; i < dataflow_call_depth && i < HANDLE_CALL_DEPTH; i++)
-		n += dataflow_calls[i] == h;
-	return n;
-}
-
 /* Checks the call, then allocates num_ops zeroed entries. */
 static Dataflow_Status batch_begin(Batch *b, Dataflow_Handle *h, int num_ops, const Op_Skeleton *skeletons,
 				   const void *symbols, int flags)
@@ -52,12 +42,13 @@ static Dataflow_Status batch_begin(Batch *b, Dataflow_Handle *h, int num_ops, co
 	Dataflow_Status st = dataflow_op_table_check_batch(h->op_table, num_ops, skeletons, symbols, b->replace);
 	if (st != DATAFLOW_OK)
 		return st;
-	/* Replacing waits until no submission or queued work uses the old ops: not from inside
-	 * that work. */
-	if (b->replace && (h->iface->on_worker(h) || calls_on(h) > 1))
+	/* A submission holds the op table while its op code runs, and replacing waits for the
+	 * queued work that uses the old ops: neither from there. */
+	if (in_op_code(h) || (b->replace && h->iface->on_worker(h)))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "register: replacing ops waits for the work using them; call it from outside the "
-					  "handle's queued work and op functions");
+					  "register: called from %s; register from outside it",
+					  in_op_code(h) ? "an op's launch, init or external function"
+							: "work queued on this handle, which replacing ops waits for");
 	b->entries = calloc((size_t)num_ops, sizeof(*b->entries));
 	b->inits = calloc((size_t)num_ops, sizeof(*b->inits));
 	int ok = b->entries && b->inits;
@@ -74,6 +65,7 @@ static Dataflow_Status batch_begin(Batch *b, Dataflow_Handle *h, int num_ops, co
  * destroys the replaced ones once nothing uses them. */
 static Dataflow_Status batch_finish(Batch *b, Dataflow_Status st)
 {
+	op_code_begin(b->h);
 	for (int i = 0; i < b->num_ops && st == DATAFLOW_OK; i++) {
 		Dataflow_Op_Entry *e = b->entries[i];
 		e->skeleton = b->skeletons[i];
@@ -83,6 +75,7 @@ static Dataflow_Status batch_finish(Batch *b, Dataflow_Status st)
 			st = dataflow_set_error(st, "register: init of op '%s' failed: %s", e->skeleton.nickname, msg);
 		}
 	}
+	op_code_end();
 	Dataflow_Op_Entry **old = st == DATAFLOW_OK ? calloc((size_t)b->num_ops, sizeof(*old)) : NULL;
 	if (st == DATAFLOW_OK && !old)
 		st = dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory");
@@ -96,13 +89,8 @@ static Dataflow_Status batch_finish(Batch *b, Dataflow_Status st)
 	if (st != DATAFLOW_OK) /* a concurrent registration of the same op won: drop the rest */
 		for (int i = inserted - 1; i < b->num_ops; i++)
 			op_entry_destroy(b->entries[i]);
-	for (int i = 0; i < b->num_ops; i++) {
-		if (!old[i])
-			continue;
-		while (__atomic_load_n(&old[i]->users, __ATOMIC_ACQUIRE) > 0)
-			sched_yield(); /* a submission between its lookup and its queueing */
-		replaced++;
-	}
+	for (int i = 0; i < b->num_ops; i++)
+		replaced += old[i] != NULL;
 	if (replaced)
 		handle_wait_idle(b->h); /* queued work may still run the old ops */
 	for (int i = 0; i < b->num_ops; i++)

@@ -39,7 +39,6 @@ typedef struct {
 	void *record;                  /* native ops: the backend's, from load_native_code */
 	Dataflow_External_Fn external; /* external ops; NULL for native ones */
 	Dataflow_Op_State state;       /* made by the op's init, or given to register_external_func */
-	int users;                     /* submissions holding the entry now (libdataflow's) */
 	/* An op registered with a signature (dataflow/op_signature.h) will keep it compiled here,
 	 * for dataflow_submit_op to check each submission against. */
 } Dataflow_Op_Entry;
