@@ -1,4 +1,5 @@
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ typedef struct {
 struct Dataflow_Ledger {
 	pthread_mutex_t lock;
 	uint64_t capacity, in_use, peak;
+	uint64_t releasing; /* bytes of in_use on their way back to the backend (reap) */
 	/* every address range ever allocated lies in [lo, hi): a pointer outside was never device
 	 * memory of this handle (foreign), one inside is freed or stray */
 	uint64_t lo, hi;
@@ -86,8 +88,9 @@ static int free_done(Dataflow_Handle *h, const Pending_Free *p)
 	return 1;
 }
 
-/* Gives the frees whose work is done back to the backend. The blocks stay accounted until they
- * are released, so an allocation never counts on memory the backend does not have yet. */
+/* Gives the frees whose work is done back to the backend. A block leaves the live list before
+ * the backend has it back (the backend may hand the address out again at once), but stays
+ * accounted until then, so an allocation never counts on memory the backend does not have yet. */
 static void reap(Dataflow_Handle *h)
 {
 	Dataflow_Ledger *l = h->ledger;
@@ -96,28 +99,34 @@ static void reap(Dataflow_Handle *h)
 		int n = 0;
 		pthread_mutex_lock(&l->lock);
 		/* pending frees are in the order of their events: one not done means none after it is */
-		while (n < 16 && n < l->num_pending && free_done(h, &l->pending[n]))
-			ready[n] = l->pending[n], n++;
+		while (n < 16 && n < l->num_pending && free_done(h, &l->pending[n])) {
+			ready[n] = l->pending[n];
+			block_list_remove_at(&l->live, block_list_floor(&l->live, ready[n].addr));
+			n++;
+		}
 		if (n == 0) {
 			pthread_mutex_unlock(&l->lock);
 			return;
 		}
 		memmove(l->pending, l->pending + n, (size_t)(l->num_pending - n) * sizeof(Pending_Free));
 		l->num_pending -= n;
+		uint64_t released = 0;
+		for (int i = 0; i < n; i++)
+			released += ready[i].size;
+		__atomic_fetch_add(&l->releasing, released, __ATOMIC_RELEASE); /* read unlocked by wait_pending */
 		pthread_mutex_unlock(&l->lock);
 		for (int i = 0; i < n; i++)
 			h->iface->mem_release(h, (void *)(uintptr_t)ready[i].addr, ready[i].size);
 		pthread_mutex_lock(&l->lock);
-		for (int i = 0; i < n; i++) {
-			block_list_remove_at(&l->live, block_list_floor(&l->live, ready[i].addr));
-			l->in_use -= ready[i].size;
-		}
+		l->in_use -= released;
+		__atomic_fetch_sub(&l->releasing, released, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&l->lock);
 	}
 }
 
-/* Blocks until the work queued before every pending free is done, then releases them. Not
- * from the handle's own workers: they may be the work waited for. */
+/* Blocks until the work queued before every pending free is done, then releases them (and
+ * waits for releases other threads have begun). Not from the handle's own workers: they may be
+ * the work waited for. Returns 0 if there was nothing to wait for. */
 static int wait_pending(Dataflow_Handle *h)
 {
 	Dataflow_Ledger *l = h->ledger;
@@ -125,7 +134,7 @@ static int wait_pending(Dataflow_Handle *h)
 		return 0;
 	uint64_t target[DATAFLOW_MAX_STREAMS] = {0};
 	pthread_mutex_lock(&l->lock);
-	int any = l->num_pending > 0;
+	int any = l->num_pending > 0 || l->releasing > 0;
 	for (int i = 0; i < l->num_pending; i++)
 		for (int s = 0; s < h->num_streams; s++)
 			if (l->pending[i].events[s] > target[s])
@@ -138,6 +147,8 @@ static int wait_pending(Dataflow_Handle *h)
 		if (target[s])
 			h->iface->wait_event(h, s, target[s]);
 	reap(h);
+	while (__atomic_load_n(&l->releasing, __ATOMIC_ACQUIRE) > 0)
+		sched_yield();
 	return any;
 }
 

@@ -7,7 +7,7 @@
 #include "c_test.h"
 #include "dataflow/ops.h"
 
-enum { THREADS = 4, ITERS = 150, N = 1000 };
+enum { THREADS = 4, ITERS = 300, N = 1000 };
 
 static Dataflow_Handle *h;
 

@@ -68,7 +68,9 @@ struct Dataflow_Handle {
  * record on that stream. An event is done once the work queued on its stream before it has
  * finished; a later event of the stream being done implies the earlier ones are. */
 struct Dataflow_Backend_Interface {
-	int version; /* DATAFLOW_BACKEND_INTERFACE_VERSION */
+	/* DATAFLOW_BACKEND_INTERFACE_VERSION. version and destroy stay the first two fields in
+	 * every version, so that a backend built for another one can still be released. */
+	int version;
 
 	/* ---- lifetime ----
 	 * destroy: releases the context, once libdataflow has waited for the queued work,
