@@ -38,20 +38,29 @@ class Event:
 
 class Handle:
     """A device: Handle("host", streams=4, device_memory="256MiB", threads=None,
-    transfer_bandwidth=None). Default ops are registered at creation."""
+    transfer_bandwidth=None, options=None). Default ops are registered at creation.
+
+    threads and transfer_bandwidth are host backend options (compute threads; an emulated link
+    bandwidth for transfers, bytes/s); options passes backend options as the C config does
+    ("threads=2,transfer_bytes_per_sec=1e9")."""
 
     def __init__(self, backend="host", streams=4, device_memory=None, threads=None, transfer_bandwidth=None,
-                 register_default_ops=True):
+                 options=None, register_default_ops=True):
         if not isinstance(backend, str):
             raise BadArgumentError(f"Handle: backend must be a string like 'host' or 'cuda:0', got {backend!r}")
+        if options is not None and not isinstance(options, str):
+            raise BadArgumentError(f"Handle: options must be a string like 'threads=2', got {options!r}")
         config = ffi.new("Dataflow_Handle_Config *")
         config.num_streams = self._int_arg(streams, "streams")
         if device_memory is not None:
             config.device_memory_bytes = parse_bytes(device_memory, "device_memory")
+        pairs = [options] if options else []
         if threads is not None:
-            config.num_threads = self._int_arg(threads, "threads")
+            pairs.append(f"threads={self._int_arg(threads, 'threads')}")
         if transfer_bandwidth is not None:
-            config.transfer_bytes_per_sec = parse_bytes(transfer_bandwidth, "transfer_bandwidth")
+            pairs.append(f"transfer_bytes_per_sec={parse_bytes(transfer_bandwidth, 'transfer_bandwidth')}")
+        options_c = ffi.new("char[]", ",".join(pairs).encode())
+        config.options = options_c
         if backend.startswith("cuda"):
             use_nvidia_wheels()
         out = ffi.new("Dataflow_Handle **")
@@ -85,10 +94,14 @@ class Handle:
         return self._h
 
     def close(self):
-        """Waits for queued work and releases the device; arrays of this handle become invalid."""
+        """Waits for queued work and releases the device; arrays of this handle become invalid.
+        Raises (and the handle stays open) when called from the handle's own queued work."""
         if self._alive():
             h, self._h = self._h, None
-            lib.dataflow_handle_destroy(h)
+            status = lib.dataflow_handle_destroy(h)
+            if status != lib.DATAFLOW_OK:
+                self._h = h
+                check(status)
             self._pending.clear()
             self._callbacks.clear()
 
@@ -108,15 +121,27 @@ class Handle:
         check(getattr(lib, "dataflow_" + entry)(self._ptr(), *args))
 
     # ---- memory ----
+    def _memory_info(self):
+        info = ffi.new("Dataflow_Memory_Info *")
+        self._call("memory_info", info)
+        return info
+
     def memory_capacity(self):
-        cap = ffi.new("uint64_t *")
-        self._call("query_mem", cap, ffi.NULL)
-        return int(cap[0])
+        """Device memory this handle may allocate, in bytes."""
+        return int(self._memory_info().capacity_bytes)
 
     def memory_in_use(self):
-        used = ffi.new("uint64_t *")
-        self._call("query_mem", ffi.NULL, used)
-        return int(used[0])
+        """Bytes allocated (in 256-byte units), freed memory included until the work queued
+        before its free is done."""
+        return int(self._memory_info().in_use_bytes)
+
+    def memory_peak(self):
+        """The highest memory_in_use() since the handle was created or reset_memory_peak()."""
+        return int(self._memory_info().peak_bytes)
+
+    def reset_memory_peak(self):
+        """Restarts memory_peak() at the bytes in use now."""
+        self._call("reset_memory_peak")
 
     def alloc(self, nbytes):
         """Raw allocation; returns the device pointer as an int."""

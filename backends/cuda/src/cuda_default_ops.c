@@ -5,7 +5,7 @@
 
 /* The default native ops of the CUDA backend: their CUDA C++ sources (backends/cuda/kernels,
  * embedded at build time) and their launch functions, found by register_default_ops in
- * this library (handle->default_ops_library). */
+ * this library (dataflow_handle_default_ops_library). */
 
 #define BLOCK 256
 #define MAX_GRID 65535 /* kernels loop over the rest (grid-stride) */
@@ -34,6 +34,8 @@ int dataflow_cuda_kernel_source(const char *op_nickname, const char **name, cons
 /* One thread per element, BLOCK threads per block; n == 0 launches nothing. */
 static Dataflow_Status elementwise(const char *op, const Op *o, Dataflow_Launch_Config *c)
 {
+	if (dataflow_op_require_tensors(o, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t n = *(const int64_t *)o->op_args[0];
 	if (n < 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: n: expected >= 0, got %lld", op, (long long)n);

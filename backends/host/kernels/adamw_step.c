@@ -153,6 +153,8 @@ Dataflow_Status dataflow_host_adamw_step_launch(Dataflow_Handle *handle, const O
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 1u << 5 | 1u << 6) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t n = *(const int64_t *)op->op_args[0];
 	if (n < 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "adamw_step: n: expected >= 0, got %lld",

@@ -186,6 +186,8 @@ Dataflow_Status dataflow_host_add_launch(Dataflow_Handle *handle, const Op *op, 
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t n = *(const int64_t *)op->op_args[0];
 	if (n < 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "add: n: expected >= 0, got %lld", (long long)n);

@@ -162,6 +162,8 @@ Dataflow_Status dataflow_host_attention_launch(Dataflow_Handle *handle, const Op
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t total = *(const int64_t *)op->op_args[6], num_seqs = *(const int64_t *)op->op_args[7];
 	int64_t hq = *(const int64_t *)op->op_args[8];
 	config->num_parts = attn_num_parts(attn_max_blocks(total, num_seqs) * hq);
@@ -175,6 +177,8 @@ Dataflow_Status dataflow_host_attention_kv_launch(Dataflow_Handle *handle, const
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t total_q = *(const int64_t *)op->op_args[7], num_seqs = *(const int64_t *)op->op_args[9];
 	int64_t hq = *(const int64_t *)op->op_args[10];
 	config->num_parts = attn_num_parts(attn_max_blocks(total_q, num_seqs) * hq);

@@ -256,6 +256,8 @@ Dataflow_Status dataflow_host_attention_bwd_launch(Dataflow_Handle *handle, cons
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t total = *(const int64_t *)op->op_args[10], num_seqs = *(const int64_t *)op->op_args[11];
 	int64_t hq = *(const int64_t *)op->op_args[12], hkv = *(const int64_t *)op->op_args[13];
 	config->num_parts = attn_num_parts(bwd_fused(num_seqs, hkv) ? num_seqs * hkv
@@ -307,6 +309,8 @@ Dataflow_Status dataflow_host_attention_bwd_delta_launch(Dataflow_Handle *handle
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t rows = *(const int64_t *)op->op_args[3] * *(const int64_t *)op->op_args[4];
 	config->num_parts = dataflow_elementwise_parts(rows, 1024);
 	return DATAFLOW_OK;

@@ -36,8 +36,9 @@ Dataflow_Status dataflow_host_clip_by_global_norm_launch(Dataflow_Handle *handle
 							 Dataflow_Launch_Config *config)
 {
 	(void)handle;
-	(void)op;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 1u << 3) != DATAFLOW_OK)
+		return dataflow_last_status();
 	config->num_parts = 1;
 	return DATAFLOW_OK;
 }

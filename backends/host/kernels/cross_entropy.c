@@ -285,6 +285,8 @@ Dataflow_Status dataflow_host_cross_entropy_launch(Dataflow_Handle *handle, cons
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t tokens = *(const int64_t *)op->op_args[0], vocab = *(const int64_t *)op->op_args[1];
 	if (tokens <= 0 || vocab <= 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,

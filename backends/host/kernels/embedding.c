@@ -73,6 +73,8 @@ Dataflow_Status dataflow_host_embedding_launch(Dataflow_Handle *handle, const Op
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t num_tokens = *(const int64_t *)op->op_args[0], hidden = *(const int64_t *)op->op_args[1];
 	int64_t bytes = num_tokens * hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[5]);
 	int parts = dataflow_elementwise_parts(bytes, FWD_MIN_BYTES);
@@ -173,6 +175,8 @@ Dataflow_Status dataflow_host_embedding_bwd_w_launch(Dataflow_Handle *handle, co
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t num_tokens = *(const int64_t *)op->op_args[0], hidden = *(const int64_t *)op->op_args[1];
 	int parts = dataflow_elementwise_parts(num_tokens * hidden, BWD_MIN_ELEMENTS);
 	int64_t ranges = (hidden + BWD_MIN_COLS - 1) / BWD_MIN_COLS;

@@ -93,6 +93,8 @@ Dataflow_Status dataflow_host_grad_norm_sq_partials_launch(Dataflow_Handle *hand
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t n = *(const int64_t *)op->op_args[0];
 	if (n < 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "grad_norm_sq: n: expected >= 0, got %lld",
@@ -135,8 +137,9 @@ Dataflow_Status dataflow_host_grad_norm_sq_reduce_launch(Dataflow_Handle *handle
 							 Dataflow_Launch_Config *config)
 {
 	(void)handle;
-	(void)op;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	config->num_parts = 1;
 	return DATAFLOW_OK;
 }

@@ -299,6 +299,8 @@ RMS_NORM_KERNELS(bf16, DATAFLOW_BF16)
  * arg 3 is x in both ops. Shapes were validated by libdataflowops. */
 static Dataflow_Status rms_norm_row_launch(const Op *op, Dataflow_Launch_Config *config)
 {
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t rows = *(const int64_t *)op->op_args[0], hidden = *(const int64_t *)op->op_args[1];
 	if (rows <= 0 || hidden <= 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,

@@ -278,6 +278,8 @@ Dataflow_Status dataflow_host_rms_norm_bwd_w_partials_launch(Dataflow_Handle *ha
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t rows, hidden;
 	Dataflow_Status st = check_shape(op, &rows, &hidden);
 	if (st == DATAFLOW_OK)
@@ -291,6 +293,8 @@ Dataflow_Status dataflow_host_rms_norm_bwd_w_reduce_launch(Dataflow_Handle *hand
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t rows, hidden;
 	Dataflow_Status st = check_shape(op, &rows, &hidden);
 	if (st != DATAFLOW_OK)

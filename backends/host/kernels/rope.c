@@ -125,6 +125,8 @@ ROPE_VARIANT(fp16, DATAFLOW_FP16)
  * by libdataflowops (head_dim even and at most DATAFLOW_ROPE_MAX_HEAD_DIM: the stack tables). */
 static Dataflow_Status rope_launch(const Op *op, Dataflow_Launch_Config *config)
 {
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t num_tokens = *(const int64_t *)op->op_args[0];
 	int64_t numel = num_tokens * *(const int64_t *)op->op_args[1] * *(const int64_t *)op->op_args[2];
 	int parts = dataflow_elementwise_parts(numel, PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[5]));

@@ -174,6 +174,8 @@ SWIGLU_KERNELS(bf16, DATAFLOW_BF16)
 
 static Dataflow_Status swiglu_launch_parts(const Op *op, Dataflow_Launch_Config *config)
 {
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	int64_t rows = *(const int64_t *)op->op_args[0], ffn = *(const int64_t *)op->op_args[1];
 	if (rows <= 0 || ffn <= 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,

@@ -9,7 +9,7 @@
  * contract, shared by every backend) and a dataflow_submit_<op>() that validates shapes,
  * dtypes and buffer extents, then submits on the given stream.
  *
- * A backend provides, in handle->default_ops_library, for native ops the kernel symbol
+ * A backend provides, in dataflow_handle_default_ops_library(handle), for native ops the kernel symbol
  * dataflow_<backend>_<op>_<variant> and the launch symbol dataflow_<backend>_<op>_launch;
  * for external ops dataflow_<backend>_<op> and dataflow_<backend>_<op>_init. */
 

@@ -8,9 +8,13 @@
 
 #include <stdint.h>
 
-#include "dataflow/handle.h"
+#include "dataflow/op_impl.h"
 
 #define DATAFLOW_ARG(args, i, type) (*(type *)(args)[i])
+
+/* How many compute threads the host handle runs kernels' parts on (its "threads" option): for
+ * external ops that parallelize themselves (the matmul). Exported by libdataflow_host. */
+int dataflow_host_compute_threads(Dataflow_Handle *handle);
 
 /* Splits [0, n) into num_parts contiguous ranges whose boundaries are multiples of align
  * (except the end) and returns part's range in [*begin, *end). */
