@@ -1,7 +1,6 @@
 """Handle: one backend device (host or cuda) with its streams, memory and op table."""
 import math
 import re
-import threading
 
 import numpy as np
 
@@ -9,6 +8,7 @@ from . import dtypes
 from ._ffi import ffi, lib, opslib, use_nvidia_wheels
 from .array import Array
 from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
+from .queued_work import QueuedWork
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -36,9 +36,22 @@ class Event:
         self.stream = stream
 
 
+@ffi.callback("void(void *)")
+def _run_host_op(job):
+    """submit_host_op's C function; job is a handle to (QueuedWork, stream, fn)."""
+    work, stream, fn = ffi.from_handle(job)
+    work.run(stream, fn, fn)
+
+
 class Handle:
     """A device: Handle("host", streams=4, device_memory="256MiB", threads=None,
-    transfer_bandwidth=None). Default ops are registered at creation."""
+    transfer_bandwidth=None). Default ops are registered at creation.
+
+    Thread-safe: several threads may submit, transfer, sync, allocate and register at once. A
+    sync waits for the work submitted before it began and releases only that work's host
+    buffers, never those another thread queued meanwhile. close() is the exception: call it
+    once no other thread uses the handle, and not from the handle's own host ops or external
+    ops (that raises)."""
 
     def __init__(self, backend="host", streams=4, device_memory=None, threads=None, transfer_bandwidth=None,
                  register_default_ops=True):
@@ -56,12 +69,11 @@ class Handle:
             use_nvidia_wheels()
         out = ffi.new("Dataflow_Handle **")
         check(lib.dataflow_handle_create(backend.encode(), config, out))
-        self._h = out[0]
         self.backend = backend
-        self.num_streams = lib.dataflow_handle_num_streams(self._h)
-        self._lock = threading.Lock()
-        self._pending = {}    # stream -> host buffers and callbacks its queued work uses; dropped at sync
-        self._callbacks = []  # registered Python ops live as long as the handle
+        self.num_streams = lib.dataflow_handle_num_streams(out[0])
+        self._work = QueuedWork(self.num_streams)
+        self._python_ops = {}  # Python external ops' states, until C destroys their records
+        self._h = out[0]
         if register_default_ops:
             try:
                 check(opslib.dataflow_register_default_ops(self._h))
@@ -85,12 +97,14 @@ class Handle:
         return self._h
 
     def close(self):
-        """Waits for queued work and releases the device; arrays of this handle become invalid."""
+        """Waits for queued work and releases the device; arrays of this handle become invalid.
+        Exceptions of Python callbacks that no sync reported are dropped."""
         if self._alive():
+            self._work.refuse_close_from_worker()
             h, self._h = self._h, None
             lib.dataflow_handle_destroy(h)
-            self._pending.clear()
-            self._callbacks.clear()
+            self._work.clear()
+            self._python_ops.clear()  # C destroyed every record; nothing can call them now
 
     def __enter__(self):
         return self
@@ -177,26 +191,24 @@ class Handle:
             raise BadArgumentError(f"set_mem: byte value must be an int in [0, 255], got {byte_value!r}")
         self._call("set_mem", stream, array.cdata, int(byte_value), array.nbytes)
 
-    # ---- transfers: asynchronous; host buffers stay referenced until sync() ----
-    def _keep(self, stream, obj):
-        with self._lock:
-            self._pending.setdefault(stream, []).append(obj)
-
-    def _host_buffer(self, buf, nbytes, what, writable, stream):
+    # ---- transfers: asynchronous; host buffers stay referenced until a sync passes them ----
+    @staticmethod
+    def _host_buffer(buf, nbytes, what, writable):
         if not isinstance(buf, np.ndarray) or not buf.flags.c_contiguous or (writable and not buf.flags.writeable):
             raise BadArgumentError(f"{what}: expected a C-contiguous{' writable' if writable else ''} numpy array")
         if buf.nbytes != nbytes:
             raise BadArgumentError(f"{what}: host buffer has {buf.nbytes} bytes, device array {nbytes}")
-        self._keep(stream, buf)
         return ffi.from_buffer(buf, require_writable=writable)
 
     def inbound_transfer(self, dst, host_src, stream=0):
-        src = self._host_buffer(host_src, dst.nbytes, "inbound transfer source", False, stream)
+        src = self._host_buffer(host_src, dst.nbytes, "inbound transfer source", False)
         self._call("submit_inbound_transfer", stream, dst.cdata, src, dst.nbytes)
+        self._work.keep(stream, host_src)
 
     def outbound_transfer(self, host_dst, src, stream=0):
-        dst = self._host_buffer(host_dst, src.nbytes, "outbound transfer destination", True, stream)
+        dst = self._host_buffer(host_dst, src.nbytes, "outbound transfer destination", True)
         self._call("submit_outbound_transfer", stream, dst, src.cdata, src.nbytes)
+        self._work.keep(stream, host_dst)
 
     def peer_transfer(self, dst, src, stream=0):
         if dst.nbytes != src.nbytes:
@@ -223,28 +235,29 @@ class Handle:
         self._call("submit_dependency", stream, event._state)
 
     def sync(self, stream=None):
-        """Blocks until the stream's (or every stream's) queued work is done; raises the
-        first error of asynchronous work (an external op that failed)."""
+        """Blocks until the work queued on the stream (or on every stream) before this call is
+        done; raises the first error of asynchronous work: a C op's failure, or a CallbackError
+        for an exception a Python callback raised on a stream this sync covers (each once)."""
+        covered = self._work.begin_sync()
         if stream is None:
             self._call("sync_handle")
-            with self._lock:
-                self._pending.clear()
+            self._work.end_sync(range(self.num_streams), covered)
         else:
             self._call("sync_stream", stream)
-            with self._lock:
-                self._pending.pop(stream, None)
+            self._work.end_sync((stream,), covered)
 
     def host_syncs(self):
         """How many times the host has blocked on this handle's work (syncs) so far."""
         return int(lib.dataflow_handle_host_syncs(self._ptr()))
 
     def submit_host_op(self, fn, stream=0):
-        """Runs fn() on the stream's worker, in stream order."""
-        @ffi.callback("void(void *)")
-        def run(_):
-            fn()
-        self._keep(stream, run)
-        self._call("submit_host_op", run, ffi.NULL, stream)
+        """Runs fn() on the stream's worker, in stream order. An exception it raises is raised
+        by the next sync covering the stream (a CallbackError chained to it)."""
+        if not callable(fn):
+            raise BadArgumentError(f"submit_host_op: fn must be callable, got {type(fn).__name__}")
+        job = ffi.new_handle((self._work, stream, fn))
+        self._call("submit_host_op", _run_host_op, job, stream)
+        self._work.keep(stream, job)
 
     # ---- user ops ----
     def register_native_op(self, name, arg_dtypes, source=None, library=None, symbol=None, launch=None,
@@ -258,6 +271,8 @@ class Handle:
     def register_external_op(self, name, arg_dtypes, fn=None, library=None, symbol=None, init=None,
                              replace=False):
         """Registers an external op: a Python callable fn(*args) (tensor args arrive as int device
-        pointers, scalars as numbers), or a function in a shared object; returns a CustomOp."""
+        pointers, scalars as numbers), or a function in a shared object; returns a CustomOp.
+        fn runs on the stream's worker; an exception it raises is raised by the next sync
+        covering that stream. A replaced fn is released once no queued work can call it."""
         from .custom_ops import register_external
         return register_external(self, name, arg_dtypes, fn, library, symbol, init, replace)
