@@ -64,7 +64,7 @@ class CustomOp:
                     if value.dtype != dt:
                         raise BadArgumentError(f"op '{self.name}' argument {i}: expected a {dt} array, "
                                                f"got {value.dtype}")
-                    value = value.ptr
+                    value = value._ptr_for(self.handle, f"op '{self.name}' argument {i} ({dt})")
                 cell = ffi.new("void **", ffi.cast("void *", value or 0))
             values.append(cell)
             op.op_args[i] = cell

@@ -1,6 +1,7 @@
 """Handle: one backend device (host or cuda) with its streams, memory and op table."""
 import math
 import re
+import weakref
 
 import numpy as np
 
@@ -73,6 +74,7 @@ class Handle:
         self.num_streams = lib.dataflow_handle_num_streams(out[0])
         self._work = QueuedWork(self.num_streams)
         self._python_ops = {}  # Python external ops' states, until C destroys their records
+        self._peers = weakref.WeakSet()  # handles whose memory ops on this one may use
         self._h = out[0]
         if register_default_ops:
             try:
@@ -147,9 +149,11 @@ class Handle:
         self._call("free_mem", ffi.cast("void *", ptr))
 
     def free(self, ptr):
-        self._free(ptr.ptr if isinstance(ptr, Array) else ptr)
+        """Frees an Array of this handle (not a view) or a pointer from alloc()."""
         if isinstance(ptr, Array):
-            ptr.ptr = 0
+            ptr._free_from(self)
+        else:
+            self._free(ptr)
 
     def empty(self, shape, dtype="fp32"):
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
@@ -217,9 +221,11 @@ class Handle:
 
     def enable_peer_access(self, peer):
         self._call("enable_access_to_peer_mem", peer._ptr())
+        self._peers.add(peer)
 
     def disable_peer_access(self, peer):
         self._call("disable_access_to_peer_mem", peer._ptr())
+        self._peers.discard(peer)
 
     # ---- ordering ----
     def record(self, stream=0):
