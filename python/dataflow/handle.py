@@ -11,6 +11,9 @@ from .array import Array
 from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
 from .queued_work import QueuedWork
 
+# The host backend's cap on compute threads (the C side refuses more too).
+MAX_THREADS = 1024
+
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -26,6 +29,8 @@ def parse_bytes(value, what="size"):
         n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
     if n <= 0:
         raise BadArgumentError(f"{what}: must be > 0 bytes, got {value!r}")
+    if n >= 2**64:
+        raise BadArgumentError(f"{what}: {value!r} is {n} bytes, which does not fit in 64 bits")
     return n
 
 
@@ -59,11 +64,11 @@ class Handle:
         if not isinstance(backend, str):
             raise BadArgumentError(f"Handle: backend must be a string like 'host' or 'cuda:0', got {backend!r}")
         config = ffi.new("Dataflow_Handle_Config *")
-        config.num_streams = self._int_arg(streams, "streams")
+        config.num_streams = self._int_arg(streams, "streams", lib.DATAFLOW_MAX_STREAMS)
         if device_memory is not None:
             config.device_memory_bytes = parse_bytes(device_memory, "device_memory")
         if threads is not None:
-            config.num_threads = self._int_arg(threads, "threads")
+            config.num_threads = self._int_arg(threads, "threads", MAX_THREADS)
         if transfer_bandwidth is not None:
             config.transfer_bytes_per_sec = parse_bytes(transfer_bandwidth, "transfer_bandwidth")
         if backend.startswith("cuda"):
@@ -84,9 +89,9 @@ class Handle:
                 raise
 
     @staticmethod
-    def _int_arg(value, what):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-            raise BadArgumentError(f"Handle: {what} must be a positive integer, got {value!r}")
+    def _int_arg(value, what, maximum):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 1 <= value <= maximum:
+            raise BadArgumentError(f"Handle: {what} must be an integer in 1..{maximum}, got {value!r}")
         return int(value)
 
     # ---- lifetime ----
