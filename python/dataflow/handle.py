@@ -8,6 +8,7 @@ import numpy as np
 from . import dtypes
 from ._ffi import ffi, lib, opslib, use_nvidia_wheels
 from .array import Array
+from .custom_ops import register_external, register_native
 from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
 from .queued_work import QueuedWork
 
@@ -275,7 +276,6 @@ class Handle:
                            init=None, replace=False, compile_flags=()):
         """Registers a native kernel from C source (compiled with the system compiler into a
         cached shared object) or from a prebuilt shared object; returns a callable CustomOp."""
-        from .custom_ops import register_native
         return register_native(self, name, arg_dtypes, source, library, symbol, launch, init, replace,
                                compile_flags)
 
@@ -285,5 +285,4 @@ class Handle:
         pointers, scalars as numbers), or a function in a shared object; returns a CustomOp.
         fn runs on the stream's worker; an exception it raises is raised by the next sync
         covering that stream. A replaced fn is released once no queued work can call it."""
-        from .custom_ops import register_external
         return register_external(self, name, arg_dtypes, fn, library, symbol, init, replace)
