@@ -23,6 +23,7 @@ class Array:
         self.dtype = dtype
         self._owner = owner  # what keeps the memory alive (the Array it views, a model); None: owns it
         self._base = owner if isinstance(owner, Array) else None  # freeing it invalidates this view
+        self._cdata = None  # ffi.cast of ptr, made once: a cast costs more than the rest of a use
 
     @property
     def size(self):
@@ -36,7 +37,9 @@ class Array:
     def cdata(self):
         if not self.ptr or (self._base is not None and not self._base.ptr):
             raise BadArgumentError(f"{self!r}: {self._unusable()}")
-        return ffi.cast("void *", self.ptr)
+        if self._cdata is None:
+            self._cdata = ffi.cast("void *", self.ptr)
+        return self._cdata
 
     def _unusable(self):
         """Why this array's memory cannot be used any more, or None."""
