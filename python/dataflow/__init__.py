@@ -16,6 +16,10 @@ from .models import Trainer
 
 __version__ = "0.1.0"
 
+from .build_info import warn_if_slow  # noqa: E402
+
+warn_if_slow()
+
 __all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CompileError", "CustomOp", "DataflowError",
            "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer", "UnknownOpError",
            "UnsupportedError", "dtypes", "models", "ops"]
