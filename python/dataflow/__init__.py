@@ -16,8 +16,9 @@ from .models import Trainer
 
 __version__ = "0.1.0"
 
-from .build_info import warn_if_slow  # noqa: E402
+from .build_info import load_pip_onednn, warn_if_slow  # noqa: E402
 
+load_pip_onednn()
 warn_if_slow()
 
 __all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CompileError", "CustomOp", "DataflowError",

@@ -32,6 +32,23 @@ def matmul_engine():
     return f"oneDNN {info()['onednn']} ({info()['onednn_source']})"
 
 
+def load_pip_onednn():
+    """Loads pip's libdnnl.so.3 (onednn-cpu-gomp) into the process when this build linked against it, so
+    the host backend finds it whatever the install layout; the libraries' rpath covers the usual ones."""
+    if not info()["onednn_source"].startswith("PyPI"):
+        return
+    import ctypes
+    from importlib import metadata
+    try:
+        files = metadata.distribution("onednn-cpu-gomp").files or ()
+    except metadata.PackageNotFoundError:
+        return  # then the rpath must find it, or creating a host handle fails naming libdnnl.so.3
+    for f in files:
+        if os.path.basename(str(f)) == "libdnnl.so.3":
+            ctypes.CDLL(str(f.locate()), mode=ctypes.RTLD_GLOBAL)
+            return
+
+
 def warn_if_slow():
     """A RuntimeWarning (once) when the build lacks oneDNN and nobody chose the fallback explicitly."""
     if not info()["onednn"] and os.environ.get("DATAFLOW_HOST_MATMUL") != "fallback":

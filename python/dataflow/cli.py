@@ -98,6 +98,9 @@ def _load_for_generation(args, handle):
     Hugging Face model directory (prompts start with bos, as such models were trained); config, files
     and memory are checked before the model is allocated."""
     path = args.checkpoint
+    if os.path.exists(os.path.join(path, "checkpoint", checkpoint.STATE_NAME)):
+        raise BadArgumentError(f"--checkpoint: {path} is the output directory of a run; its checkpoint is "
+                               f"{os.path.join(path, 'checkpoint')}")
     if os.path.exists(os.path.join(path, checkpoint.STATE_NAME)) or not os.path.exists(os.path.join(path, CONFIG_NAME)):
         ck = checkpoint.load(path)
         where = os.path.join(ck.path, CONFIG_NAME)

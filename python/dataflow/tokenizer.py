@@ -118,6 +118,14 @@ class HFTokenizer:
     def to_dict(self):
         return {"kind": self.kind, "json": self._tok.to_str(), "bos_id": self.bos_id, "eos_id": self.eos_id}
 
+    def save(self, directory):
+        """Writes directory/tokenizer.json (atomically), next to a model's config.json and safetensors."""
+        from . import atomic
+        os.makedirs(directory, exist_ok=True)
+        with atomic.replaced_file(os.path.join(directory, TOKENIZER_NAME)) as tmp:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(self._tok.to_str())
+
 
 def default():
     """The BPE tokenizer trained on the embedded corpus (tools/make_tokenizer.py wrote it)."""
