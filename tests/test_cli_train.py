@@ -368,3 +368,16 @@ def test_default_run_writes_words_of_the_corpus(tmp_path):
     print(f"default run: validation loss {state['val_losses'][-1][1]:.3f}; {share:.0%} of {words} sampled words "
           f"are corpus words\n{text}")
     assert words > 100 and share > 0.8, text
+
+
+@pytest.mark.parametrize("field,value", [("step", "3"), ("losses", {"a": 1}), ("val_losses", [[1]]),
+                                         ("run", {"batch": -2}), ("run", {"lr": "fast"}), ("data", {"position": 1.5})])
+def test_resume_checks_the_saved_run_state(stand_in, trained, tmp_path, capsys, field, value):
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    ck = checkpoint.load(out / "checkpoint")
+    state = {**ck.state, field: value if field != "run" else {**ck.state["run"], **value}}
+    checkpoint.save(out / "checkpoint", ck.model_state, ck.config, ck.optimizer_state, state)
+    capsys.readouterr()
+    assert run_cli("train", "--steps", "1", "--resume", "--out", str(out)) == 2
+    assert re.search(rf"trainer_state\.json: state\.{field}(\.\w+)?: unexpected value", capsys.readouterr().err)

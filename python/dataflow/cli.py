@@ -8,6 +8,7 @@ Errors in arguments or files end in one line naming the flag or the file (exit 2
 failures such as a full disk in one line too (exit 1); Ctrl-C exits 130.
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -17,7 +18,7 @@ import numpy as np
 
 from . import __version__, checkpoint, dtypes, ops
 from . import tokenizer as tokenizers
-from .build_info import SLOW, info as build_info, matmul_engine
+from . import build_info
 from .errors import BadArgumentError, DataflowError, FileFormatError
 from .generate import stream
 from .handle import Handle, parse_bytes
@@ -59,7 +60,7 @@ def demo(args):
     n = args.size
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, n), dtype=np.float32)
-    results = {"size": n, "host_matmul": matmul_engine()}
+    results = {"size": n, "host_matmul": build_info.matmul_engine()}
     for dtype in ("fp32", "bf16"):
         a = h.from_numpy(x, dtype=dtype)
         out = h.empty((n, n), "fp32")
@@ -87,8 +88,8 @@ def demo(args):
     print(f"demo: matmul {n}^3 fp32 {results['matmul_fp32_gflops']} GFLOP/s, bf16 {results['matmul_bf16_gflops']} "
           f"GFLOP/s (numpy fp32 {results['numpy_fp32_gflops']}) on {results['host_matmul']}; custom C op "
           f"{'ok' if ok else 'WRONG'}")
-    if not build_info()["onednn"]:
-        print(f"WARNING: {SLOW}", file=sys.stderr)
+    if not build_info.info()["onednn"]:
+        print(f"WARNING: {build_info.SLOW}", file=sys.stderr)
     h.close()
     return 0 if ok else 1
 
@@ -256,7 +257,7 @@ def build_parser():
         epilog="Start with `dataflow train`, then `dataflow generate --checkpoint dataflow-train/checkpoint`. "
                "`dataflow COMMAND --help` lists a command's flags.")
     parser.add_argument("--version", action="version",
-                        version=f"dataflow {__version__} (host matmul: {matmul_engine()})",
+                        version=f"dataflow {__version__} (host matmul: {build_info.matmul_engine()})",
                         help="print the version and the host matmul engine, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="what to do (no command: this help)")
     _add_train(sub)

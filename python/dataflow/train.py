@@ -9,6 +9,7 @@ or diverged step saves nothing, so the last checkpoint stays the last good state
 """
 import math
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -17,7 +18,7 @@ import time
 from . import atomic, checkpoint, loss_plot
 from . import tokenizer as tokenizers
 from .corpus import Batches, read_text, split
-from .errors import BadArgumentError, DataflowError, UnsupportedError
+from .errors import BadArgumentError, DataflowError, FileFormatError, UnsupportedError
 from .file_checks import read_json
 from .handle import Handle
 from .pretrained import (CONFIG_NAME, check_memory, check_weights, copy_weights, model_from_config, parameter_shapes,
@@ -33,7 +34,7 @@ PRESETS = {
     "small": {"hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 6,
               "num_key_value_heads": 2, "max_position_embeddings": 512},
 }
-DEFAULT_STEPS = 400
+DEFAULT_STEPS = 800
 # Run settings: the command line wins, then a resumed checkpoint's, then these.
 RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 2e-3, "dtype": "fp32", "seed": 0}
 EMBEDDED = "embedded"
@@ -67,6 +68,38 @@ def _refuse_changes(args, resumed):
         if value is not None:
             raise BadArgumentError(f"{flag}: a resumed run keeps its checkpoint's model, weights and tokenizer; "
                                    f"drop {flag} to continue {resumed.path}, or start a new run without --resume")
+
+
+RUN_CHECKS = {"batch": lambda v: type(v) is int and v >= 1, "seq_len": lambda v: type(v) is int and v >= 2,
+              "lr": lambda v: type(v) in (int, float) and 0 < v <= 1, "dtype": lambda v: v in ("fp32", "bf16"),
+              "seed": lambda v: type(v) is int and v >= 0}
+
+
+def _checked_state(state, where):
+    """The caller state of a resumed checkpoint, type-checked field by field (the checkpoint's hashes
+    prove it is what was saved, not that what was saved is sane)."""
+    def fail(field, value):
+        raise FileFormatError(f"{where}: state.{field}: unexpected value {value!r:.80}")
+    run = state.get("run", {})
+    if not isinstance(run, dict):
+        fail("run", run)
+    for key, ok in RUN_CHECKS.items():
+        if key in run and not ok(run[key]):
+            fail(f"run.{key}", run[key])
+    if type(state.get("step", 0)) is not int or state.get("step", 0) < 0:
+        fail("step", state.get("step"))
+    losses = state.get("losses", [])
+    if not isinstance(losses, list) or not all(type(v) in (int, float) for v in losses):
+        fail("losses", losses)
+    val = state.get("val_losses", [])
+    if not isinstance(val, list) or not all(isinstance(v, list) and len(v) == 2 and type(v[0]) is int
+                                            and type(v[1]) in (int, float) for v in val):
+        fail("val_losses", val)
+    data = state.get("data", {})
+    if not isinstance(data, dict) or type(data.get("position", 0)) is not int or not isinstance(
+            data.get("source", EMBEDDED), str):
+        fail("data", data)
+    return state
 
 
 def _tokenizer_and_config(args, plan):
@@ -128,9 +161,9 @@ def prepare(args):
         if not os.path.exists(atomic.readable_directory(os.path.abspath(resume_path))):
             raise BadArgumentError(f"--resume: no checkpoint at {resume_path}")
         plan.resumed = checkpoint.load(resume_path)
-        prior = plan.resumed.state
-        _refuse_changes(args, plan.resumed)
         where = os.path.join(plan.resumed.path, checkpoint.STATE_NAME)
+        prior = _checked_state(plan.resumed.state, where)
+        _refuse_changes(args, plan.resumed)
         plan.tokenizer = tokenizers.from_dict(prior.get("tokenizer"), where)
         plan.config, plan.config_source = plan.resumed.config, os.path.join(plan.resumed.path, CONFIG_NAME)
     else:
@@ -193,7 +226,7 @@ def resume_command(plan, remaining):
         parts += ["--data", plan.source]
     if remaining > 0:
         parts += ["--steps", str(remaining)]
-    return " ".join(parts)
+    return shlex.join(parts)
 
 
 class Interrupts:
