@@ -381,3 +381,42 @@ def test_resume_checks_the_saved_run_state(stand_in, trained, tmp_path, capsys, 
     capsys.readouterr()
     assert run_cli("train", "--steps", "1", "--resume", "--out", str(out)) == 2
     assert re.search(rf"trainer_state\.json: state\.{field}(\.\w+)?: unexpected value", capsys.readouterr().err)
+
+
+def test_hf_directories_train_from_and_generate_with_their_own_tokenizer(tmp_path, capsys):
+    """An HF model directory (config.json, model.safetensors, tokenizer.json): `train --init` starts from
+    its weights and tokenizer, `generate --checkpoint DIR` samples from it with its tokenizer.json."""
+    models = pytest.importorskip("dataflow.models")
+    from dataflow import tokenizer as tokenizers
+    text = tmp_path / "text.txt"
+    text.write_text("Return the value of the function. " * 200)
+    hf = tmp_path / "hf"
+    with dataflow.Handle("host") as h:
+        config = {"model_type": "llama", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+                  "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 64,
+                  "eos_token_id": 257}
+        model = models.Llama(h, config, seed=5)
+        model.save_pretrained(hf)
+        weights = model.state_dict()
+        model.close()
+    byte_level = tokenizers.HFTokenizer.from_str(_byte_level_tokenizer_json(), "bytes")
+    byte_level.save(hf)
+    assert run_cli("train", "--init", str(hf), "--data", str(text), "--steps", "2", "--batch", "2", "--seq-len", "16",
+                   "--out", str(tmp_path / "run"), "--lr", "1e-9") == 0
+    assert f"from {hf / 'config.json'}" in capsys.readouterr().out
+    ck = checkpoint.load(tmp_path / "run" / "checkpoint")
+    assert ck.state["tokenizer"]["kind"] == "hf" and ck.config["vocab_size"] == 300
+    np.testing.assert_allclose(ck.model_state["model.norm.weight"], weights["model.norm.weight"], atol=1e-6)
+    assert run_cli("generate", "--checkpoint", str(hf), "--prompt", "Return", "--max-new-tokens", "8",
+                   "--seed", "0") == 0
+    assert capsys.readouterr().out.startswith("Return")
+
+
+def _byte_level_tokenizer_json():
+    """A byte-level BPE with no merges: 256 byte tokens and <|bos|>, <|eos|> at 256, 257."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|bos|>", "<|eos|>"])
+    return tok.to_str()

@@ -75,3 +75,9 @@ def test_stream_over_the_kv_cache_matches_llama_generate(h):
     np.testing.assert_array_equal(list(stream(model, prompt, 30, 0.0, stop_id=stop)),
                                   greedy[:list(greedy).index(stop) + 1])
     assert h.memory_in_use() == before  # the stream closed its KV cache
+
+
+def test_stream_samples_only_below_vocab_size():
+    from dataflow.generate import stream
+    got = list(stream(FixedLogits(), [0], max_new_tokens=300, temperature=1.0, seed=0, vocab_size=2))
+    assert set(got) == {0, 1}  # token 2 and 3 (25% of the mass) never appear

@@ -143,7 +143,7 @@ def generate_text(args):
         sys.stdout.flush()
         decoder = StreamDecoder(tokenizer)
         for token in stream(model, prompt, max_new, args.temperature, args.top_p, args.seed,
-                            stop_id=tokenizer.eos_id):
+                            stop_id=tokenizer.eos_id, vocab_size=tokenizer.vocab_size):
             sys.stdout.write(decoder.push(token))
             sys.stdout.flush()
         sys.stdout.write(decoder.flush() + "\n")

@@ -28,10 +28,12 @@ def check_sampling(temperature, top_p):
         raise BadArgumentError(f"generate: need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
 
 
-def stream(model, prompt_ids, max_new_tokens=100, temperature=1.0, top_p=1.0, seed=None, stop_id=None):
+def stream(model, prompt_ids, max_new_tokens=100, temperature=1.0, top_p=1.0, seed=None, stop_id=None,
+           vocab_size=None):
     """Yields the new token ids one at a time (stopping after stop_id). A model with kv_cache() (Llama)
     decodes over a KV cache, the same tokens as model.generate() for the same seed; any other model
-    recomputes its context (cut to max_position_embeddings) with forward() at every step."""
+    recomputes its context (cut to max_position_embeddings) with forward() at every step. vocab_size:
+    sample only ids below it (a tokenizer smaller than the model's padded vocabulary)."""
     check_sampling(temperature, top_p)
     ids = [int(i) for i in prompt_ids]
     if not ids:
@@ -46,7 +48,7 @@ def stream(model, prompt_ids, max_new_tokens=100, temperature=1.0, top_p=1.0, se
         try:
             logits = cache.forward(np.asarray(ids, np.int32))
             for n in range(1, max_new_tokens + 1):
-                token = sample_next(logits, temperature, top_p, rng)
+                token = sample_next(logits[:vocab_size], temperature, top_p, rng)
                 yield token
                 if token == stop_id or n == max_new_tokens:
                     return
@@ -56,7 +58,7 @@ def stream(model, prompt_ids, max_new_tokens=100, temperature=1.0, top_p=1.0, se
     window = model.config.max_position_embeddings
     for _ in range(max_new_tokens):
         logits = model.forward(np.asarray([ids[-window:]], dtype=np.int64))
-        token = sample_next(logits[0, -1], temperature, top_p, rng)
+        token = sample_next(logits[0, -1, :vocab_size], temperature, top_p, rng)
         ids.append(token)
         yield token
         if token == stop_id:
