@@ -420,3 +420,18 @@ def _byte_level_tokenizer_json():
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(["<|bos|>", "<|eos|>"])
     return tok.to_str()
+
+
+def test_a_checkpoint_never_chooses_which_file_to_read(stand_in, trained, tmp_path, capsys):
+    """A checkpoint naming /dev/zero (or any file) as its training data: resuming reads nothing the user
+    did not name; naming it explicitly still only reads regular files."""
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    ck = checkpoint.load(out / "checkpoint")
+    state = {**ck.state, "data": {**ck.state["data"], "source": "/dev/zero"}}
+    checkpoint.save(out / "checkpoint", ck.model_state, ck.config, ck.optimizer_state, state)
+    capsys.readouterr()
+    assert run_cli("train", "--steps", "1", "--resume", "--out", str(out)) == 2
+    assert "--data: this run trained on /dev/zero; pass --data with that file" in capsys.readouterr().err
+    assert run_cli("train", "--steps", "1", "--resume", "--out", str(out), "--data", "/dev/zero") == 2
+    assert "--data: /dev/zero: training text must be a regular file, this is a device" in capsys.readouterr().err
