@@ -38,13 +38,13 @@ def main():
             if step % 20 == 0 or step == args.steps:
                 val = model.loss(validation) if len(validation) else float("nan")
                 print(f"step {step}: loss {loss:.3f}, held-out loss {val:.3f}")
-        prompt = tok.encode("The ")
+        prompt = tok.encode("The")
         new = model.generate(prompt, 40, temperature=0.8, top_p=0.95, seed=0, eos_token_id=tok.eos_id)
         print(repr(tok.decode(np.concatenate([prompt, new]))))
         model.save_pretrained(args.out)  # config.json + model.safetensors, loadable by transformers
         tok.save(args.out)               # tokenizer.json: `dataflow generate --checkpoint DIR` reads all three
         model.close()
-    print(f"saved {args.out}; sample again with: dataflow generate --checkpoint {args.out} --prompt 'Return '")
+    print(f"saved {args.out}; sample again with: dataflow generate --checkpoint {args.out} --prompt Return")
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ def generate_text(args):
                                    f"{model.config.vocab_size}")
         prompt = tokenizer.encode(args.prompt, bos=bos and tokenizer.bos_id is not None)
         if prompt.size == 0:
-            raise BadArgumentError("--prompt: empty; give at least one character (the default is 'The ')")
+            raise BadArgumentError("--prompt: empty; give at least one character (the default is 'The')")
         context = model.config.max_position_embeddings
         if prompt.size >= context:
             raise BadArgumentError(f"--prompt: {prompt.size} tokens, but the model's context is {context} tokens; "
@@ -236,7 +236,8 @@ def _add_generate(sub):
     p.add_argument("--checkpoint", required=True, metavar="DIR",
                    help="a checkpoint of `dataflow train` (e.g. dataflow-train/checkpoint) or an HF model directory "
                         "(config.json, *.safetensors, tokenizer.json)")
-    p.add_argument("--prompt", default="The ", help="text to continue (default 'The ')")
+    p.add_argument("--prompt", default="The", help="text to continue (default 'The'; end it without a space: "
+                                                   "BPE tokens carry their leading space)")
     p.add_argument("--max-new-tokens", dest="max_new_tokens", type=_integer(1), default=200, metavar="N",
                    help="tokens to sample at most, within the model's context (default 200)")
     p.add_argument("--temperature", type=_number(0), default=0.8, help="0 for greedy (default 0.8)")
