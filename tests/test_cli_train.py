@@ -102,6 +102,8 @@ def test_train_errors_are_messages(stand_in, tmp_path, capsys):
     assert "neither a preset (tiny, small) nor a readable JSON file" in capsys.readouterr().err
     assert cli.main(["train", "--seq-len", "1000", "--out", str(tmp_path / "o")]) == 2
     assert "exceeds the model's max_position_embeddings 256" in capsys.readouterr().err
+    assert cli.main(["train", "--master-weights", "--out", str(tmp_path / "o")]) == 2
+    assert "--master-weights: fp32 master weights are for bf16 training" in capsys.readouterr().err
     assert cli.main(["generate", "--checkpoint", str(tmp_path / "none")]) == 2
     assert "trainer_state.json: cannot read" in capsys.readouterr().err
 
@@ -129,13 +131,14 @@ def test_train_then_generate(tmp_path):
     assert gen.stdout.startswith("The ") and len(gen.stdout) > len("The \n")
 
 
-def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
+@pytest.mark.parametrize("precision", [(), ("--dtype", "bf16", "--master-weights")], ids=["fp32", "bf16-master"])
+def test_resumed_run_matches_an_uninterrupted_one(tmp_path, precision):
     pytest.importorskip("dataflow.models")
-    common = ("--batch", "2", "--seq-len", "32")
+    common = ("--batch", "2", "--seq-len", "32", *precision)
     assert _dataflow("train", "--steps", "3", *common, "--out", "a", cwd=tmp_path).returncode == 0
     resumed = _dataflow("train", "--steps", "2", "--resume", "a/checkpoint", "--out", "a", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert _dataflow("train", "--steps", "5", *common, "--out", "b", cwd=tmp_path).returncode == 0
-    a = checkpoint.load(tmp_path / "a" / "checkpoint").state["losses"]
-    b = checkpoint.load(tmp_path / "b" / "checkpoint").state["losses"]
-    assert a == b
+    a, b = checkpoint.load(tmp_path / "a" / "checkpoint"), checkpoint.load(tmp_path / "b" / "checkpoint")
+    assert a.state["losses"] == b.state["losses"]
+    assert ("master" in a.optimizer_state) == bool(precision) and a.state["run"]["master_weights"] == bool(precision)

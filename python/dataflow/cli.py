@@ -114,6 +114,8 @@ def _add_train(sub):
                    help=f"tokens per sequence (default {RUN_DEFAULTS['seq_len']})")
     p.add_argument("--dtype", choices=("fp32", "bf16"), help="model dtype (default fp32)")
     p.add_argument("--lr", type=float, help=f"AdamW learning rate (default {RUN_DEFAULTS['lr']})")
+    p.add_argument("--master-weights", dest="master_weights", action="store_const", const=True,
+                   help="bf16: keep fp32 master weights for AdamW (saved in checkpoints; kept on resume)")
     p.add_argument("--seed", type=int, help="weight initialisation seed (default 0)")
     p.add_argument("--threads", type=int, help="host worker threads (default: all cores)")
     p.add_argument("--device-memory", dest="device_memory", help="device memory capacity, e.g. 512MiB")

@@ -21,7 +21,8 @@ PRESETS = {
               "num_key_value_heads": 4, "max_position_embeddings": 512},
 }
 # Run settings: the command line wins, then a resumed checkpoint's, then these.
-RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 1e-3, "dtype": "fp32", "seed": 0, "data": None}
+RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 1e-3, "dtype": "fp32", "seed": 0, "data": None,
+                "master_weights": False}
 EMBEDDED = "embedded"
 
 
@@ -64,6 +65,9 @@ def train(args):
     config = resumed.config if resumed else _model_config(args.config or "tiny", tokenizer)
     where = (os.path.join(resumed.path, checkpoint.CONFIG_NAME) if resumed
              else f"preset {args.config or 'tiny'}" if (args.config or "tiny") in PRESETS else args.config)
+    if run["master_weights"] and run["dtype"] != "bf16":
+        raise BadArgumentError(f"--master-weights: fp32 master weights are for bf16 training; this run's dtype is "
+                               f"{run['dtype']} (add --dtype bf16)")
     if run["seq_len"] > config.get("max_position_embeddings", run["seq_len"]):
         raise BadArgumentError(f"--seq-len {run['seq_len']} exceeds the model's max_position_embeddings "
                                f"{config['max_position_embeddings']}")
@@ -76,7 +80,7 @@ def train(args):
 
     handle = open_handle(args)
     model = model_from_config(config, handle, run["dtype"], seed=run["seed"], where=where)
-    trainer = Trainer(model, lr=run["lr"])
+    trainer = Trainer(model, lr=run["lr"], **({"master_weights": True} if run["master_weights"] else {}))
     if resumed:
         checkpoint.restore_training(resumed, model, trainer)
     losses = list(prior.get("losses", []))
