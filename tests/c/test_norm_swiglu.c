@@ -9,16 +9,7 @@
 
 #include "dataflow/dataflow.h"
 #include "dataflow/ops.h"
-
-#define CHECK(call)                                                                                          \
-	do {                                                                                                 \
-		Dataflow_Status st_ = (call);                                                                \
-		if (st_ != DATAFLOW_OK) {                                                                    \
-			fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                 \
-				dataflow_last_error());                                                      \
-			exit(1);                                                                             \
-		}                                                                                            \
-	} while (0)
+#include "check.h"
 
 enum { ROWS = 67, HIDDEN = 45 }; /* two dw blocks, the second short; 16-lane tails */
 
