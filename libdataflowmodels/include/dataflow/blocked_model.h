@@ -71,13 +71,18 @@
  *                   recompute(l, level) ; backward_x(l, dy = dX[c], dx = dX'[c]) ;
  *                   backward_w(l, grads of slot l) -- gradients accumulate over chunks
  *                 then grad_norm_sq(l, accumulate) and send grad[l] to the host (or keep it)
+ *                 (the resident model sums blocks 0..N-1; another order gives the same norm
+ *                 up to fp64 rounding)
  *               for each chunk c: backward_w(block 0, dy = dX[c])
  *   optimizer:  clip_by_global_norm(sumsq -> scale) once every block's norm is in, then
  *               adamw(b, scale) per block, on the device with param/grad/m/v/master streamed
  *               through slots, or on a host handle; read token losses + norm: one sync.
  * Long sequences: a document longer than a chunk runs as consecutive chunks whose layer
- * forward attends over a K/V context (args.kv) of the earlier chunks; backward through a
- * context (dK/dV accumulated across chunks) is not provided yet (backward_x refuses kv). */
+ * forward attends over a K/V context (args.kv) of the earlier chunks, with positions that
+ * continue and the label of a chunk's last token being the next chunk's first; backward
+ * through a context (dK/dV accumulated across chunks) is not provided yet (the backward
+ * calls refuse args.kv). The head's saved activations hold the chunk's logits [T, vocab]:
+ * the chunk size bounds them. */
 
 /* ---- batches ---- */
 
@@ -178,8 +183,9 @@ int64_t dataflow_blocked_model_workspace_bytes(const Dataflow_Blocked_Model *mod
 /* ---- per-block calls ---- */
 
 /* A block's memory; each kind [numel] (sizes.bytes). Pointers a call does not use may be NULL:
- * forward / recompute / backward_x read param; backward_w adds into grad; adamw uses all but
- * master may be NULL (bf16 params are then updated through fp32 and rounded back). */
+ * forward / recompute / backward_x read param; backward_w adds into grad; adamw updates param,
+ * m, v and master from grad (master NULL: a bf16 param is updated through fp32 and rounded
+ * back, losing updates under half a bf16 step). */
 typedef struct {
 	void *param;
 	float *grad;
@@ -213,8 +219,8 @@ typedef struct {
 	void *y;                            /* [T, H] block output; head: logits [T, vocab] or NULL */
 	void *saved;
 	void *recomputed;
-	const void *dy;                     /* [T, H] gradient at y */
-	void *dx;                           /* [T, H] gradient at x (written, not added) */
+	const void *dy;                     /* [T, H] gradient at y; backward_w reads it too */
+	void *dx;                           /* [T, H] gradient at x (written, not added; not dy) */
 	void *dacts;
 	void *workspace;
 	/* head forward for training (batch->labels required): y NULL, logits stay in saved and
