@@ -91,3 +91,22 @@ def test_results_stay_on_the_device_until_read(h):
     want = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in model.gradients().values()))
     np.testing.assert_allclose(norm_second, want, rtol=1e-6)
     assert norm_first != norm_second
+
+
+def test_work_on_another_stream_waits_for_apply(h):
+    """apply() returns with the AdamW step queued on its stream; a step submitted right after on
+    another stream is ordered after it (an event, no host wait): the same losses as a run on
+    one stream."""
+    chunks = batches(6)
+    runs = []
+    for apply_stream, step_stream in ((0, 0), (1, 0)):
+        model = Llama(h, LlamaConfig.from_dict(CONFIG), seed=8)
+        trainer = Trainer(model, lr=1e-2)
+        losses = []
+        for i in range(2):
+            trainer.accumulate(chunks[3 * i], stream=apply_stream)
+            trainer.accumulate(chunks[3 * i + 1], stream=apply_stream)
+            trainer.apply(stream=apply_stream)
+            losses.append(trainer.step(chunks[3 * i + 2], stream=step_stream))
+        runs.append(losses)
+    assert runs[0] == runs[1]

@@ -75,6 +75,7 @@ Dataflow_Status llama_workspace_reserve(Dataflow_Llama *m, int64_t tokens)
 		return DATAFLOW_OK;
 	int64_t T = tokens > m->ws.tokens ? tokens : m->ws.tokens;
 	llama_workspace_free(m); /* stream-ordered free: queued work finishes first */
+	m->last_tokens = 0;      /* the token losses went with it */
 	int64_t bytes = layout(m->bm, T, m->save_level, NULL, NULL, NULL);
 	void **saved = calloc((size_t)m->config->num_layers, sizeof(void *));
 	void *base = NULL;

@@ -55,6 +55,7 @@ class KVCache:
         if self._logits is None or self._logits.size < rows * vocab:
             self._logits = self.model.handle.empty((rows, vocab), self.model.dtype)
         out = self._logits.view((rows, vocab))
+        self.model._on(stream)
         self.model.handle.inbound_transfer(self._tokens.view((n,)), tokens, stream=stream)  # kept until the sync
         check(modelslib.dataflow_llama_forward_cached(self.model._m, stream, c, ffi.cast("int32_t *", self._tokens.ptr),
                                                       n, out.cdata, int(bool(all_logits))))

@@ -52,6 +52,7 @@ class Llama:
         self._logits = None
         self._caches = weakref.WeakSet()
         self._gen_cache = None
+        self._stream = None  # the stream of the model's last work (see _on)
         self.save_level = save_level or ("input" if recompute else "all")
         if master_weights:
             self.enable_master_weights()
@@ -118,8 +119,17 @@ class Llama:
 
     def enable_master_weights(self, stream=0):
         """Allocates fp32 master weights (bf16 models), exact copies of the current weights."""
+        self._on(stream)
         check(modelslib.dataflow_llama_enable_master_weights(self._m, stream))
         self.handle.sync(stream)
+
+    def _on(self, stream):
+        """Orders work about to be submitted on `stream` after the model's earlier work on
+        another stream (an event, no host wait): calls that return without waiting (Trainer.apply)
+        may still be running there, on the same weights and buffers."""
+        last, self._stream = self._stream, stream
+        if last is not None and last != stream:
+            self.handle.wait(stream, self.handle.record(last))
 
     # ---- tensors ----
     def _info(self, index, kind):
@@ -188,6 +198,7 @@ class Llama:
                 raise BadArgumentError(f"load_state_dict: {name}: expected shape {arr.shape}, got {v.shape}")
             values[name] = v
         masters = self._arrays(MASTER) or {}
+        self._on(0)  # copy_from_numpy writes on stream 0
         for name, arr in params.items():
             v = np.ascontiguousarray(values[name], dtype=np.float32)
             arr.copy_from_numpy(v)
@@ -199,7 +210,9 @@ class Llama:
         return PackedBatch(tokens, labels, documents, self.config.vocab_size, need_labels)
 
     def _upload(self, packed, stream):
-        """The packed batch on the device (one inbound transfer), as a Dataflow_Llama_Batch."""
+        """The packed batch on the device (one inbound transfer), as a Dataflow_Llama_Batch;
+        ordered after the model's earlier work."""
+        self._on(stream)
         return self._batches.upload(packed, stream)
 
     def _read_output(self, name, stream):
@@ -263,6 +276,7 @@ class Llama:
         return self._batch_loss(losses, loss_scale), packed.num_labels
 
     def zero_grads(self, stream=0):
+        self._on(stream)
         check(modelslib.dataflow_llama_zero_grads(self._m, stream))
 
     # ---- inference with a KV cache ----

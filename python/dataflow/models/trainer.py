@@ -44,6 +44,7 @@ class Trainer:
     def _adamw(self, stream):
         """Submits the AdamW step and the read-back of its gradient norm."""
         self.step_count += 1
+        self.model._on(stream)
         params = ffi.new("Dataflow_AdamW_Params *", {"lr": float(self.lr), "beta1": float(self.betas[0]),
                                                      "beta2": float(self.betas[1]), "eps": float(self.eps),
                                                      "weight_decay": float(self.weight_decay)})
@@ -88,6 +89,7 @@ class Trainer:
         """The optimizer step for the accumulated chunks; returns their mean loss."""
         if self._acc_labels == 0:
             raise BadArgumentError("apply: nothing accumulated (or no labelled tokens)")
+        self.model._on(stream)
         check(modelslib.dataflow_llama_scale_grads(self.model._m, stream, 1.0 / self._acc_labels))
         loss = self._acc_loss / self._acc_labels
         self._acc_loss, self._acc_labels = 0.0, 0
@@ -126,6 +128,7 @@ class Trainer:
         state_dict(). Master weights in the state need a model that keeps them; a model that
         keeps them without any in the state keeps the copies of its current weights."""
         step = int(state["step"])
+        self.model._on(0)  # the copies below run on stream 0
         if "master" in state:
             if not self.model.master_weights:
                 raise BadArgumentError("Trainer.load_state_dict: the state has fp32 master weights, but the model "
