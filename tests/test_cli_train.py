@@ -177,6 +177,7 @@ BAD_ARGUMENTS = {  # argv -> what stderr must say (each names the flag)
     "bad memory": (["--device-memory", "5XB"], "argument --device-memory: expected a size like 512MiB"),
     "negative save-every": (["--save-every", "-1"], "argument --save-every: must be >= 0"),
     "fp16": (["--dtype", "fp16"], "argument --dtype: invalid choice: 'fp16'"),
+    "master weights of fp32": (["--master-weights"], "--master-weights: fp32 master weights are for bf16 training"),
     "seq-len past context": (["--seq-len", "1000"], "--seq-len: 1000 exceeds the model's max_position_embeddings 256"),
     "unknown preset": (["--config", "nope"], "--config: 'nope' is neither a preset (tiny, small) nor a config.json"),
     "data is a device": (["--data", "/dev/zero"], "--data: /dev/zero: training text must be a regular file"),
@@ -299,6 +300,22 @@ def _dataflow(*args, cwd, timeout=600):
 
 MICRO = '{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, ' \
         '"num_key_value_heads": 1, "max_position_embeddings": 64}'
+
+
+def test_bf16_master_weights_resume_like_an_uninterrupted_run(tmp_path):
+    """The real model: fp32 master weights are checkpointed and restored, so 3 + 2 steps equal 5."""
+    pytest.importorskip("dataflow.models")
+    (tmp_path / "micro.json").write_text(MICRO)
+    common = ("--config", "micro.json", "--batch", "2", "--seq-len", "16", "--dtype", "bf16", "--master-weights")
+    assert _dataflow("train", "--steps", "3", *common, "--out", "a", cwd=tmp_path).returncode == 0
+    resumed = _dataflow("train", "--steps", "2", "--resume", "--out", "a", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _dataflow("train", "--steps", "5", *common, "--out", "b", cwd=tmp_path).returncode == 0
+    a, b = checkpoint.load(tmp_path / "a" / "checkpoint"), checkpoint.load(tmp_path / "b" / "checkpoint")
+    assert a.state["losses"] == b.state["losses"] and len(a.state["losses"]) == 5
+    assert "master" in a.optimizer_state and a.state["run"]["master_weights"] is True
+    for name, value in b.model_state.items():
+        np.testing.assert_array_equal(a.model_state[name], value, err_msg=name)
 
 
 def test_sigint_saves_a_resumable_checkpoint_and_prints_the_resume_command(tmp_path):

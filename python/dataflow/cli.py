@@ -216,6 +216,8 @@ def _add_train(sub):
     p.add_argument("--dtype", choices=("fp32", "bf16"), help="model dtype (default fp32)")
     p.add_argument("--lr", type=_number(0, 1, low_open=True),
                    help=f"AdamW learning rate, in (0, 1] (default {RUN_DEFAULTS['lr']:g})")
+    p.add_argument("--master-weights", dest="master_weights", action="store_const", const=True,
+                   help="bf16: keep fp32 master weights for AdamW (saved in checkpoints; kept on resume)")
     p.add_argument("--seed", type=_integer(0), help="weight initialisation seed of a new run (default 0)")
     _add_device(p)
     p.add_argument("--out", default="dataflow-train", help="output directory (default ./dataflow-train)")

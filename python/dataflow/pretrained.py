@@ -148,21 +148,24 @@ def parameter_shapes(config):
     return shapes
 
 
-def model_memory(config, dtype, training=False):
+def model_memory(config, dtype, training=False, master_weights=False):
     """Device bytes a Llama of a validated config takes, by part: weights (model dtype) and fp32
-    gradients are allocated when it is created; training adds the AdamW moments (2 x fp32).
+    gradients are allocated when it is created; training adds the AdamW moments (2 x fp32) and
+    the optional fp32 master weights.
     Activations and the logits come on top, sized by the batch."""
     params = sum(math.prod(shape) for shape in parameter_shapes(config).values())
     parts = {"weights": params * dtypes.itemsize(dtype), "gradients": params * 4}
     if training:
         parts["optimizer"] = params * 8
+        if master_weights:
+            parts["master weights"] = params * 4
     return params, parts
 
 
-def check_memory(handle, config, dtype, where, training=False, hint=""):
+def check_memory(handle, config, dtype, where, training=False, master_weights=False, hint=""):
     """Raises OutOfMemoryError naming `where` when the model cannot fit in the handle's free memory;
     returns (parameter count, bytes by part)."""
-    params, parts = model_memory(config, dtype, training)
+    params, parts = model_memory(config, dtype, training, master_weights)
     free = handle.memory_capacity() - handle.memory_in_use()
     need = sum(parts.values())
     if need > free:

@@ -36,7 +36,7 @@ PRESETS = {
 }
 DEFAULT_STEPS = 800
 # Run settings: the command line wins, then a resumed checkpoint's, then these.
-RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 2e-3, "dtype": "fp32", "seed": 0}
+RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 2e-3, "dtype": "fp32", "seed": 0, "master_weights": False}
 EMBEDDED = "embedded"
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
@@ -72,7 +72,7 @@ def _refuse_changes(args, resumed):
 
 RUN_CHECKS = {"batch": lambda v: type(v) is int and v >= 1, "seq_len": lambda v: type(v) is int and v >= 2,
               "lr": lambda v: type(v) in (int, float) and 0 < v <= 1, "dtype": lambda v: v in ("fp32", "bf16"),
-              "seed": lambda v: type(v) is int and v >= 0}
+              "seed": lambda v: type(v) is int and v >= 0, "master_weights": lambda v: type(v) is bool}
 
 
 def _checked_state(state, where):
@@ -177,6 +177,12 @@ def prepare(args):
     plan.run = {k: getattr(args, k) if getattr(args, k) is not None else before.get(k, default)
                 for k, default in RUN_DEFAULTS.items()}
     plan.changed = {k: (before[k], plan.run[k]) for k in RUN_DEFAULTS if k in before and before[k] != plan.run[k]}
+    if plan.run["master_weights"] and plan.run["dtype"] != "bf16":
+        raise BadArgumentError(f"--master-weights: fp32 master weights are for bf16 training; this run's dtype is "
+                               f"{plan.run['dtype']} (add --dtype bf16)")
+    if "master_weights" in plan.changed:
+        raise BadArgumentError(f"--master-weights: {plan.resumed.path} trained without fp32 master weights; a "
+                               "resumed run keeps its checkpoint's choice")
     if plan.run["seq_len"] > plan.config["max_position_embeddings"]:
         raise BadArgumentError(f"--seq-len: {plan.run['seq_len']} exceeds the model's max_position_embeddings "
                                f"{plan.config['max_position_embeddings']}")
@@ -285,6 +291,7 @@ def train(args):
     handle = open_handle(args)
     try:
         params, parts = check_memory(handle, plan.config, plan.run["dtype"], plan.config_source, training=True,
+                                     master_weights=plan.run["master_weights"],
                                      hint="; pass a larger --device-memory or a smaller --config")
         weights = None
         if plan.init_dir:
@@ -302,7 +309,7 @@ def _run(plan, handle, Trainer, weights):
     model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
     if weights:
         copy_weights(model, weights)
-    trainer = Trainer(model, lr=run["lr"])
+    trainer = Trainer(model, lr=run["lr"], **({"master_weights": True} if run["master_weights"] else {}))
     if plan.resumed:
         checkpoint.restore_training(plan.resumed, model, trainer)
         trainer.lr = run["lr"]  # the command line's (or the checkpoint's) lr, not the one stored with the optimizer

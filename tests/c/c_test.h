@@ -13,15 +13,15 @@
 
 #include "dataflow/dataflow.h"
 
-#define CHECK(call)                                                                                          \
-	do {                                                                                                 \
-		Dataflow_Status st_ = (call);                                                                \
-		if (st_ != DATAFLOW_OK) {                                                                    \
-			fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                 \
-				dataflow_last_error());                                                      \
-			exit(1);                                                                             \
-		}                                                                                            \
-	} while (0)
+static inline void check_status(Dataflow_Status status, const char *file, int line, const char *call)
+{
+	if (status == DATAFLOW_OK)
+		return;
+	fprintf(stderr, "%s:%d: %s failed: %s\n", file, line, call, dataflow_last_error());
+	exit(1);
+}
+
+#define CHECK(call) check_status((call), __FILE__, __LINE__, #call)
 
 #define EXPECT(cond)                                                                                         \
 	do {                                                                                                 \
