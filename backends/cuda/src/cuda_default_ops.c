@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "dataflow/op_args.h"
 
 /* The default native ops of the CUDA backend: their CUDA C++ sources (backends/cuda/kernels,
  * embedded at build time) and their launch functions, found by register_default_ops in
@@ -32,9 +33,8 @@ int dataflow_cuda_kernel_source(const char *op_nickname, const char **name, cons
 }
 
 /* One thread per element, BLOCK threads per block; n == 0 launches nothing. */
-static Dataflow_Status elementwise(const char *op, const Op *o, Dataflow_Launch_Config *c)
+static Dataflow_Status elementwise(const char *op, int64_t n, Dataflow_Launch_Config *c)
 {
-	int64_t n = *(const int64_t *)o->op_args[0];
 	if (n < 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: n: expected >= 0, got %lld", op, (long long)n);
 	int64_t blocks = (n + BLOCK - 1) / BLOCK;
@@ -46,29 +46,26 @@ static Dataflow_Status elementwise(const char *op, const Op *o, Dataflow_Launch_
 	return DATAFLOW_OK;
 }
 
-/* Args: n, alpha, a, beta, b, out. */
 Dataflow_Status dataflow_cuda_add_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 					 Dataflow_Launch_Config *config)
 {
 	(void)handle;
 	(void)op_state;
-	return elementwise("add", op, config);
+	return elementwise("add", dataflow_add_args(op->op_args).n, config);
 }
 
-/* Args: n, src, dst. */
 Dataflow_Status dataflow_cuda_cast_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 					  Dataflow_Launch_Config *config)
 {
 	(void)handle;
 	(void)op_state;
-	return elementwise("cast", op, config);
+	return elementwise("cast", dataflow_cast_args(op->op_args).n, config);
 }
 
-/* Args: n, value, x. */
 Dataflow_Status dataflow_cuda_set_mem_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 					     Dataflow_Launch_Config *config)
 {
 	(void)handle;
 	(void)op_state;
-	return elementwise("set_mem", op, config);
+	return elementwise("set_mem", dataflow_set_mem_args(op->op_args).n, config);
 }

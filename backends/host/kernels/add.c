@@ -5,6 +5,7 @@
  * out may alias a or b: each element is read before it is written. Outputs of at least
  * STREAM_MIN_BYTES that do not partly overlap an input are written with streaming stores. */
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "simd.h"
 #include "stream_store.h"
 
@@ -12,29 +13,15 @@
 #define PART_ALIGN 64
 #define PART_MIN_BYTES 32768
 
-typedef struct {
-	int64_t n;
-	float alpha;
-	const void *a;
-	float beta;
-	const void *b;
-	void *out;
-} Add_Args;
-
-static Add_Args add_args(void **args, int part, int num_parts, int64_t *begin, int64_t *end)
-{
-	Add_Args x = {DATAFLOW_ARG(args, 0, int64_t), DATAFLOW_ARG(args, 1, float), DATAFLOW_ARG(args, 2, const void *),
-		      DATAFLOW_ARG(args, 3, float),   DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, void *)};
-	dataflow_part_range(x.n, part, num_parts, PART_ALIGN, begin, end);
-	return x;
-}
+typedef Dataflow_Add_Args Add_Args;
 
 typedef void (*Add_Range)(Add_Args x, int64_t i, int64_t end, int level);
 
 static void add_part(void **args, int part, int num_parts, Add_Range range, int64_t size)
 {
 	int64_t i, end;
-	Add_Args x = add_args(args, part, num_parts, &i, &end);
+	Add_Args x = dataflow_add_args(args);
+	dataflow_part_range(x.n, part, num_parts, PART_ALIGN, &i, &end);
 	int level = simd_level();
 	size_t bytes = (size_t)(x.n * size);
 	int stream = x.n * size >= STREAM_MIN_BYTES && level != SIMD_SCALAR &&
@@ -180,16 +167,16 @@ void dataflow_host_add_fp16(void **args, int part, int num_parts)
 	add_part(args, part, num_parts, add_fp16_range, sizeof(uint16_t));
 }
 
-/* Args: n, alpha, a, beta, b, out. Shapes were validated by libdataflowops. */
+/* Shapes were validated by libdataflowops. */
 Dataflow_Status dataflow_host_add_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 					 Dataflow_Launch_Config *config)
 {
 	(void)handle;
 	(void)op_state;
-	int64_t n = *(const int64_t *)op->op_args[0];
+	int64_t n = dataflow_add_args(op->op_args).n;
 	if (n < 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "add: n: expected >= 0, got %lld", (long long)n);
-	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[5]);
+	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_ADD_ARG_OUT]);
 	config->num_parts = dataflow_elementwise_parts(n, PART_MIN_BYTES / size);
 	return DATAFLOW_OK;
 }

@@ -20,33 +20,23 @@ typedef struct {
 	int causal;
 } Fwd_Args;
 
-/* attention args: q, k, v, cu_seqlens, out, lse, total_tokens, num_seqs, hq, hkv, d, scale, causal */
-static Fwd_Args fwd_args(void **args)
+/* attention is attention_kv with the queries' sequences as the keys' */
+static Fwd_Args fwd_args(void *const *args)
 {
-	const int32_t *cu = DATAFLOW_ARG(args, 3, const int32_t *);
-	int64_t total = DATAFLOW_ARG(args, 6, int64_t);
-	return (Fwd_Args){DATAFLOW_ARG(args, 0, const void *), DATAFLOW_ARG(args, 1, const void *),
-			  DATAFLOW_ARG(args, 2, const void *), cu,
-			  cu,				       DATAFLOW_ARG(args, 4, void *),
-			  DATAFLOW_ARG(args, 5, float *),      total,
-			  total,			       DATAFLOW_ARG(args, 7, int64_t),
-			  DATAFLOW_ARG(args, 8, int64_t),      DATAFLOW_ARG(args, 9, int64_t),
-			  DATAFLOW_ARG(args, 10, int64_t),     DATAFLOW_ARG(args, 11, float),
-			  DATAFLOW_ARG(args, 12, int)};
+	Dataflow_Attention_Args a = dataflow_attention_args(args);
+	return (Fwd_Args){.q = a.q, .k = a.k, .v = a.v, .cu_q = a.cu_seqlens, .cu_k = a.cu_seqlens, .o = a.out,
+			  .lse = a.lse, .total_q = a.total_tokens, .total_k = a.total_tokens, .num_seqs = a.num_seqs,
+			  .hq = a.num_q_heads, .hkv = a.num_kv_heads, .d = a.head_dim, .scale = a.scale,
+			  .causal = a.causal};
 }
 
-/* attention_kv args: q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, total_q, total_k, num_seqs,
- * hq, hkv, d, scale, causal */
-static Fwd_Args fwd_kv_args(void **args)
+static Fwd_Args fwd_kv_args(void *const *args)
 {
-	return (Fwd_Args){DATAFLOW_ARG(args, 0, const void *), DATAFLOW_ARG(args, 1, const void *),
-			  DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const int32_t *),
-			  DATAFLOW_ARG(args, 4, const int32_t *), DATAFLOW_ARG(args, 5, void *),
-			  DATAFLOW_ARG(args, 6, float *),      DATAFLOW_ARG(args, 7, int64_t),
-			  DATAFLOW_ARG(args, 8, int64_t),      DATAFLOW_ARG(args, 9, int64_t),
-			  DATAFLOW_ARG(args, 10, int64_t),     DATAFLOW_ARG(args, 11, int64_t),
-			  DATAFLOW_ARG(args, 12, int64_t),     DATAFLOW_ARG(args, 13, float),
-			  DATAFLOW_ARG(args, 14, int)};
+	Dataflow_Attention_Kv_Args a = dataflow_attention_kv_args(args);
+	return (Fwd_Args){.q = a.q, .k = a.k, .v = a.v, .cu_q = a.cu_seqlens_q, .cu_k = a.cu_seqlens_k, .o = a.out,
+			  .lse = a.lse, .total_q = a.total_q, .total_k = a.total_k, .num_seqs = a.num_seqs,
+			  .hq = a.num_q_heads, .hkv = a.num_kv_heads, .d = a.head_dim, .scale = a.scale,
+			  .causal = a.causal};
 }
 
 /* Queries [q0, q0 + nq) of head h; the sequence's keys are [klo, khi). Causal, bottom-right
@@ -154,29 +144,26 @@ static void fwd(const Fwd_Args *x, int part, int num_parts, DataflowDatatype dt)
 ATTENTION_KERNELS(attention, fwd_args)
 ATTENTION_KERNELS(attention_kv, fwd_kv_args)
 
-/* Args: q, k, v, cu_seqlens, out, lse, total_tokens, num_seqs, num_q_heads, num_kv_heads,
- * head_dim, scale, causal; validated by libdataflowops. cu_seqlens is not read here: it may be
- * written by earlier work on the stream, so parts cover an upper bound of the blocks. */
+/* Validated by libdataflowops. cu_seqlens is not read here: it may be written by earlier
+ * work on the stream, so parts cover an upper bound of the blocks. */
+static Dataflow_Status fwd_launch(Fwd_Args x, Dataflow_Launch_Config *config)
+{
+	config->num_parts = attn_num_parts(attn_max_blocks(x.total_q, x.num_seqs) * x.hq);
+	return DATAFLOW_OK;
+}
+
 Dataflow_Status dataflow_host_attention_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 					       Dataflow_Launch_Config *config)
 {
 	(void)handle;
 	(void)op_state;
-	int64_t total = *(const int64_t *)op->op_args[6], num_seqs = *(const int64_t *)op->op_args[7];
-	int64_t hq = *(const int64_t *)op->op_args[8];
-	config->num_parts = attn_num_parts(attn_max_blocks(total, num_seqs) * hq);
-	return DATAFLOW_OK;
+	return fwd_launch(fwd_args(op->op_args), config);
 }
 
-/* Args: q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, total_q, total_k, num_seqs, num_q_heads,
- * num_kv_heads, head_dim, scale, causal; validated by libdataflowops. */
 Dataflow_Status dataflow_host_attention_kv_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 						  Dataflow_Launch_Config *config)
 {
 	(void)handle;
 	(void)op_state;
-	int64_t total_q = *(const int64_t *)op->op_args[7], num_seqs = *(const int64_t *)op->op_args[9];
-	int64_t hq = *(const int64_t *)op->op_args[10];
-	config->num_parts = attn_num_parts(attn_max_blocks(total_q, num_seqs) * hq);
-	return DATAFLOW_OK;
+	return fwd_launch(fwd_kv_args(op->op_args), config);
 }

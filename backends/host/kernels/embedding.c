@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "simd_dtype.h"
 
 /* forward parts copy at least 32 KiB. Backward column ranges are whole 64-byte lines of
@@ -17,20 +18,7 @@
 #define BWD_MIN_COLS 256
 #define BWD_MIN_ELEMENTS 16384
 
-typedef struct {
-	int64_t num_tokens, hidden, vocab;
-	const void *ids;
-	const void *rows_in; /* table (fwd) or d_out (bwd) */
-	void *rows_out;	     /* out (fwd) or d_table (bwd) */
-} Embedding_Args;
-
-static Embedding_Args embedding_args(void **args)
-{
-	Embedding_Args x = {DATAFLOW_ARG(args, 0, int64_t), DATAFLOW_ARG(args, 1, int64_t),
-			    DATAFLOW_ARG(args, 2, int64_t), DATAFLOW_ARG(args, 3, const void *),
-			    DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, void *)};
-	return x;
-}
+typedef Dataflow_Embedding_Bwd_W_Args Bwd_Args;
 
 SIMD_INLINE int64_t embedding_id(const void *ids, int64_t t, DataflowDatatype id_dt)
 {
@@ -41,15 +29,15 @@ SIMD_INLINE int64_t embedding_id(const void *ids, int64_t t, DataflowDatatype id
 
 SIMD_INLINE void embedding_fwd(void **args, int part, int num_parts, DataflowDatatype id_dt, size_t size)
 {
-	Embedding_Args x = embedding_args(args);
+	Dataflow_Embedding_Args x = dataflow_embedding_args(args);
 	int64_t t, end;
 	dataflow_part_range(x.num_tokens, part, num_parts, 1, &t, &end);
 	size_t row = (size_t)x.hidden * size;
 	for (; t < end; t++) {
 		int64_t id = embedding_id(x.ids, t, id_dt);
-		char *dst = (char *)x.rows_out + (size_t)t * row;
+		char *dst = (char *)x.out + (size_t)t * row;
 		if (id >= 0 && id < x.vocab)
-			memcpy(dst, (const char *)x.rows_in + (size_t)id * row, row);
+			memcpy(dst, (const char *)x.table + (size_t)id * row, row);
 		else
 			memset(dst, 0, row);
 	}
@@ -67,14 +55,15 @@ EMBEDDING_FWD(bf16, int64, DATAFLOW_INT64, 2)
 EMBEDDING_FWD(fp16, int32, DATAFLOW_INT32, 2)
 EMBEDDING_FWD(fp16, int64, DATAFLOW_INT64, 2)
 
-/* Args: num_tokens, hidden, vocab, ids, table, out. Sizes were validated by libdataflowops. */
+/* Sizes were validated by libdataflowops. */
 Dataflow_Status dataflow_host_embedding_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 					       Dataflow_Launch_Config *config)
 {
 	(void)handle;
 	(void)op_state;
-	int64_t num_tokens = *(const int64_t *)op->op_args[0], hidden = *(const int64_t *)op->op_args[1];
-	int64_t bytes = num_tokens * hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[5]);
+	Dataflow_Embedding_Args x = dataflow_embedding_args(op->op_args);
+	int64_t num_tokens = x.num_tokens;
+	int64_t bytes = num_tokens * x.hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_EMBEDDING_ARG_OUT]);
 	int parts = dataflow_elementwise_parts(bytes, FWD_MIN_BYTES);
 	config->num_parts = parts < num_tokens ? parts : (int)num_tokens;
 	return DATAFLOW_OK;
@@ -99,49 +88,49 @@ SIMD_TARGET_AVX2 SIMD_INLINE int64_t accumulate_avx2(float *acc, const void *src
 	return c;
 }
 
-SIMD_TARGET_AVX512 static void embedding_bwd_avx512(Embedding_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt,
+SIMD_TARGET_AVX512 static void embedding_bwd_avx512(Bwd_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt,
 						  DataflowDatatype dt)
 {
 	for (int64_t t = 0; t < x.num_tokens; t++) {
 		int64_t id = embedding_id(x.ids, t, id_dt);
 		if (id < 0 || id >= x.vocab)
 			continue;
-		float *acc = (float *)x.rows_out + id * x.hidden;
-		int64_t c = accumulate_avx512(acc, x.rows_in, t * x.hidden, c0, c1, dt);
+		float *acc = (float *)x.d_table + id * x.hidden;
+		int64_t c = accumulate_avx512(acc, x.d_out, t * x.hidden, c0, c1, dt);
 		for (; c < c1; c++)
-			acc[c] += simd_load1(x.rows_in, t * x.hidden + c, dt);
+			acc[c] += simd_load1(x.d_out, t * x.hidden + c, dt);
 	}
 }
 
-SIMD_TARGET_AVX2 static void embedding_bwd_avx2(Embedding_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt,
+SIMD_TARGET_AVX2 static void embedding_bwd_avx2(Bwd_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt,
 					      DataflowDatatype dt)
 {
 	for (int64_t t = 0; t < x.num_tokens; t++) {
 		int64_t id = embedding_id(x.ids, t, id_dt);
 		if (id < 0 || id >= x.vocab)
 			continue;
-		float *acc = (float *)x.rows_out + id * x.hidden;
-		int64_t c = accumulate_avx2(acc, x.rows_in, t * x.hidden, c0, c1, dt);
+		float *acc = (float *)x.d_table + id * x.hidden;
+		int64_t c = accumulate_avx2(acc, x.d_out, t * x.hidden, c0, c1, dt);
 		for (; c < c1; c++)
-			acc[c] += simd_load1(x.rows_in, t * x.hidden + c, dt);
+			acc[c] += simd_load1(x.d_out, t * x.hidden + c, dt);
 	}
 }
 
-static void embedding_bwd_scalar(Embedding_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt, DataflowDatatype dt)
+static void embedding_bwd_scalar(Bwd_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt, DataflowDatatype dt)
 {
 	for (int64_t t = 0; t < x.num_tokens; t++) {
 		int64_t id = embedding_id(x.ids, t, id_dt);
 		if (id < 0 || id >= x.vocab)
 			continue;
-		float *acc = (float *)x.rows_out + id * x.hidden;
+		float *acc = (float *)x.d_table + id * x.hidden;
 		for (int64_t c = c0; c < c1; c++)
-			acc[c] += simd_load1(x.rows_in, t * x.hidden + c, dt);
+			acc[c] += simd_load1(x.d_out, t * x.hidden + c, dt);
 	}
 }
 
 SIMD_INLINE void embedding_bwd(void **args, int part, int num_parts, DataflowDatatype id_dt, DataflowDatatype dt)
 {
-	Embedding_Args x = embedding_args(args);
+	Bwd_Args x = dataflow_embedding_bwd_w_args(args);
 	int64_t c0, c1;
 	dataflow_part_range(x.hidden, part, num_parts, BWD_COLS_ALIGN, &c0, &c1);
 	if (c0 == c1)
@@ -167,14 +156,14 @@ EMBEDDING_BWD(bf16, int64, DATAFLOW_BF16, DATAFLOW_INT64)
 EMBEDDING_BWD(fp16, int32, DATAFLOW_FP16, DATAFLOW_INT32)
 EMBEDDING_BWD(fp16, int64, DATAFLOW_FP16, DATAFLOW_INT64)
 
-/* Args: num_tokens, hidden, vocab, ids, d_out, d_table. */
 Dataflow_Status dataflow_host_embedding_bwd_w_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 						     Dataflow_Launch_Config *config)
 {
 	(void)handle;
 	(void)op_state;
-	int64_t num_tokens = *(const int64_t *)op->op_args[0], hidden = *(const int64_t *)op->op_args[1];
-	int parts = dataflow_elementwise_parts(num_tokens * hidden, BWD_MIN_ELEMENTS);
+	Bwd_Args x = dataflow_embedding_bwd_w_args(op->op_args);
+	int64_t hidden = x.hidden;
+	int parts = dataflow_elementwise_parts(x.num_tokens * hidden, BWD_MIN_ELEMENTS);
 	int64_t ranges = (hidden + BWD_MIN_COLS - 1) / BWD_MIN_COLS;
 	config->num_parts = parts < ranges ? parts : (int)ranges;
 	return DATAFLOW_OK;

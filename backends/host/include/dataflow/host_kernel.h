@@ -36,4 +36,16 @@ static inline int dataflow_elementwise_parts(int64_t n, int64_t min_per_part)
 	return (int)parts;
 }
 
+/* Defines the launch function `name` of an op whose kernel runs as one part (a reduction
+ * whose order must not depend on the thread count, or too little work to split). */
+#define DATAFLOW_HOST_ONE_PART_LAUNCH(name)                                                           \
+	Dataflow_Status name(Dataflow_Handle *handle, const Op *op, void *op_state, Dataflow_Launch_Config *config) \
+	{                                                                                             \
+		(void)handle;                                                                         \
+		(void)op;                                                                             \
+		(void)op_state;                                                                       \
+		config->num_parts = 1;                                                                \
+		return DATAFLOW_OK;                                                                   \
+	}
+
 #endif
