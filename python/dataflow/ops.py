@@ -65,6 +65,18 @@ def add(h, a, b, out=None, alpha=1.0, beta=1.0, stream=0):
     return out
 
 
+def scale(h, x, alpha, out=None, stream=0):
+    """out = alpha * x elementwise: one fp32 product rounded once to x's dtype (fp32, fp16,
+    bf16), as torch.mul(x, alpha) with a Python float. out may be x. Returns out."""
+    x = _array(x, "scale x")
+    out = out if out is not None else h.empty(x.shape, x.dtype)
+    if _array(out, "scale out").shape != x.shape or out.dtype != x.dtype:
+        raise BadArgumentError(f"scale: out must be {x.dtype}{x.shape}, got {out.dtype}{out.shape}")
+    _same_handle(h, x, out)
+    submit(h, "scale", stream, dtype=x.dtype, n=x.size, alpha=float(alpha), x=x, out=out)
+    return out
+
+
 def cast(h, x, dtype, out=None, stream=0):
     """out = x converted to dtype (round to nearest even)."""
     x = _array(x, "cast x")

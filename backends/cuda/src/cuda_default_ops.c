@@ -54,6 +54,14 @@ Dataflow_Status dataflow_cuda_add_launch(Dataflow_Handle *handle, const Op *op, 
 	return elementwise("add", dataflow_add_args(op->op_args).n, config);
 }
 
+Dataflow_Status dataflow_cuda_scale_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					   Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	return elementwise("scale", dataflow_scale_args(op->op_args).n, config);
+}
+
 Dataflow_Status dataflow_cuda_cast_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 					  Dataflow_Launch_Config *config)
 {

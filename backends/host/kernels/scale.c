@@ -1,0 +1,58 @@
+/* scale: out = alpha * x over n elements, one fp32 product rounded once to the dtype, the
+ * same operation on every path (so every path gives the same bits). out may alias x: each
+ * element is read before it is written. */
+#include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
+#include "simd_dtype.h"
+
+/* parts are multiples of 64 elements (whole cache lines) and at least 32 KiB of output */
+#define PART_ALIGN 64
+#define PART_MIN_BYTES 32768
+
+typedef Dataflow_Scale_Args Scale_Args;
+
+SIMD_INLINE void scale_scalar(const Scale_Args *a, int64_t i, int64_t end, DataflowDatatype dt)
+{
+	for (; i < end; i++)
+		simd_store1(a->out, i, a->alpha * simd_load1(a->x, i, dt), dt);
+}
+
+SIMD_TARGET_AVX512 SIMD_INLINE void scale_avx512(const Scale_Args *a, int64_t i, int64_t end, DataflowDatatype dt)
+{
+	__m512 alpha = _mm512_set1_ps(a->alpha);
+	for (; i + 16 <= end; i += 16)
+		simd_store16_avx512(a->out, i, _mm512_mul_ps(alpha, simd_load16_avx512(a->x, i, dt)), dt);
+	scale_scalar(a, i, end, dt); /* the tail */
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE void scale_avx2(const Scale_Args *a, int64_t i, int64_t end, DataflowDatatype dt)
+{
+	__m256 alpha = _mm256_set1_ps(a->alpha);
+	for (; i + 8 <= end; i += 8)
+		simd_store8_avx2(a->out, i, _mm256_mul_ps(alpha, simd_load8_avx2(a->x, i, dt)), dt);
+	scale_scalar(a, i, end, dt); /* the tail */
+}
+
+#define SCALE_KERNEL(name, DT)                                                                       \
+	SIMD_DTYPE_KERNEL(scale_##name, scale, Scale_Args, DT)                                       \
+	void dataflow_host_scale_##name(void **args, int part, int num_parts)                        \
+	{                                                                                            \
+		int64_t i, end;                                                                      \
+		Scale_Args a = dataflow_scale_args(args);                                            \
+		dataflow_part_range(a.n, part, num_parts, PART_ALIGN, &i, &end);                     \
+		scale_##name(&a, i, end);                                                            \
+	}
+
+SCALE_KERNEL(fp32, DATAFLOW_FP32)
+SCALE_KERNEL(fp16, DATAFLOW_FP16)
+SCALE_KERNEL(bf16, DATAFLOW_BF16)
+
+Dataflow_Status dataflow_host_scale_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+					   Dataflow_Launch_Config *config)
+{
+	(void)handle;
+	(void)op_state;
+	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SCALE_ARG_OUT]);
+	config->num_parts = dataflow_elementwise_parts(dataflow_scale_args(op->op_args).n, PART_MIN_BYTES / size);
+	return DATAFLOW_OK;
+}
