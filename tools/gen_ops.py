@@ -20,27 +20,15 @@ import sys
 import textwrap
 import tomllib
 
-# scalar type -> (datatype, C type, CUDA type); bool travels as an int32 0/1
-SCALARS = {
-    "int64": ("DATAFLOW_INT64_SCALAR", "int64_t", "long long"),
-    "int32": ("DATAFLOW_INT32_SCALAR", "int32_t", "int"),
-    "uint64": ("DATAFLOW_UINT64_SCALAR", "uint64_t", "unsigned long long"),
-    "fp32": ("DATAFLOW_FP32_SCALAR", "float", "float"),
-    "fp64": ("DATAFLOW_FP64_SCALAR", "double", "double"),
-    "bool": ("DATAFLOW_BOOL_SCALAR", "int32_t", "int"),
-}
-# tensor datatype -> (enum, C element type, CUDA element type as convert.cuh names it)
-TENSORS = {
-    "fp32": ("DATAFLOW_FP32", "float", "float"),
-    "fp16": ("DATAFLOW_FP16", "uint16_t", "fp16_t"),
-    "bf16": ("DATAFLOW_BF16", "uint16_t", "bf16_t"),
-    "fp8e4m3": ("DATAFLOW_FP8E4M3", "uint8_t", "fp8e4m3_t"),
-    "fp8e5m2": ("DATAFLOW_FP8E5M2", "uint8_t", "fp8e5m2_t"),
-    "fp64": ("DATAFLOW_FP64", "double", "double"),
-    "int32": ("DATAFLOW_INT32", "int32_t", "int"),
-    "int64": ("DATAFLOW_INT64", "int64_t", "long long"),
-    "uint8": ("DATAFLOW_UINT8", "uint8_t", "unsigned char"),
-}
+# datatype -> (C type, CUDA type as convert.cuh names it): of a scalar (enum DATAFLOW_<NAME>_SCALAR;
+# bool travels as an int32 0/1) or a tensor's element (enum DATAFLOW_<NAME>)
+DTYPES = {"fp32": ("float", "float"), "fp64": ("double", "double"), "int32": ("int32_t", "int"),
+          "int64": ("int64_t", "long long"), "uint64": ("uint64_t", "unsigned long long"), "bool": ("int32_t", "int"),
+          "fp16": ("uint16_t", "fp16_t"), "bf16": ("uint16_t", "bf16_t"), "fp8e4m3": ("uint8_t", "fp8e4m3_t"),
+          "fp8e5m2": ("uint8_t", "fp8e5m2_t"), "uint8": ("uint8_t", "unsigned char")}
+SCALARS = {name: (f"DATAFLOW_{name.upper()}_SCALAR", *DTYPES[name])
+           for name in ("int64", "int32", "uint64", "fp32", "fp64", "bool")}
+TENSORS = {name: (f"DATAFLOW_{name.upper()}", *types) for name, types in DTYPES.items() if name != "bool"}
 ROLES = {"in": "DATAFLOW_ARG_IN", "out": "DATAFLOW_ARG_OUT", "inout": "DATAFLOW_ARG_INOUT"}
 TENSOR_ARG = re.compile(r"^(\w+)\s*:\s*(in|out|inout)(\?)?\s+(\w+)\s*\[(.+)\]\s*(?:alias\s+(.+))?$")
 SCALAR_ARG = re.compile(r"^(\w+)\s*:\s*(\w+)$")

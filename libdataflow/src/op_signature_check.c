@@ -59,17 +59,25 @@ static int int_divide(int op, int64_t a, int64_t b, int64_t *r)
 	return EVAL_OK;
 }
 
+/* The outcome (a CMP_* bit) of comparing a and b, given a < b, a > b and a == b. */
+static int32_t compare(int lt, int gt, int eq)
+{
+	return lt ? CMP_LT : gt ? CMP_GT : eq ? CMP_EQ : CMP_UNORDERED;
+}
+
 static int eval(const Dataflow_Op_Signature *s, const Expr *e, const Op *op, int64_t *result)
 {
 	Value st[MAX_STACK];
 	int sp = 0, rc = EVAL_OK;
+/* the two values on top of the stack; a binary operation leaves its result in NEXT */
 #define TOP st[sp - 1]
 #define NEXT st[sp - 2]
-#define BINARY(stmt) \
-	do {         \
-		stmt;        \
-		sp--;        \
-	} while (0)
+#define BINARY(code, stmt)  \
+	case code:          \
+		stmt;       \
+		sp--;       \
+		break
+#define OVERFLOWS(f) (f(NEXT.i, TOP.i, &NEXT.i) ? EVAL_OVERFLOW : EVAL_OK)
 	for (int pc = e->start; pc < e->end && rc == EVAL_OK; pc++) {
 		const Insn *in = &s->code[pc];
 		switch ((Opcode)in->op) {
@@ -91,85 +99,11 @@ static int eval(const Dataflow_Op_Signature *s, const Expr *e, const Op *op, int
 		case I_ITOF2:
 			NEXT.f = (double)NEXT.i;
 			break;
-		case I_ADD:
-			BINARY(rc = __builtin_add_overflow(NEXT.i, TOP.i, &NEXT.i) ? EVAL_OVERFLOW : EVAL_OK);
-			break;
-		case I_SUB:
-			BINARY(rc = __builtin_sub_overflow(NEXT.i, TOP.i, &NEXT.i) ? EVAL_OVERFLOW : EVAL_OK);
-			break;
-		case I_MUL:
-			BINARY(rc = __builtin_mul_overflow(NEXT.i, TOP.i, &NEXT.i) ? EVAL_OVERFLOW : EVAL_OK);
-			break;
-		case I_DIV:
-		case I_MOD:
-		case I_CDIV:
-			BINARY(rc = int_divide(in->op, NEXT.i, TOP.i, &NEXT.i));
-			break;
-		case I_MIN:
-			BINARY(NEXT.i = NEXT.i < TOP.i ? NEXT.i : TOP.i);
-			break;
-		case I_MAX:
-			BINARY(NEXT.i = NEXT.i > TOP.i ? NEXT.i : TOP.i);
-			break;
 		case I_NEG:
 			rc = __builtin_sub_overflow((int64_t)0, TOP.i, &TOP.i) ? EVAL_OVERFLOW : EVAL_OK;
 			break;
-		case I_FADD:
-			BINARY(NEXT.f += TOP.f);
-			break;
-		case I_FSUB:
-			BINARY(NEXT.f -= TOP.f);
-			break;
-		case I_FMUL:
-			BINARY(NEXT.f *= TOP.f);
-			break;
-		case I_FDIV:
-			BINARY(NEXT.f /= TOP.f);
-			break;
-		case I_FMIN:
-			BINARY(NEXT.f = fmin(NEXT.f, TOP.f));
-			break;
-		case I_FMAX:
-			BINARY(NEXT.f = fmax(NEXT.f, TOP.f));
-			break;
 		case I_FNEG:
 			TOP.f = -TOP.f;
-			break;
-		case I_EQ:
-			BINARY(NEXT.i = NEXT.i == TOP.i);
-			break;
-		case I_NE:
-			BINARY(NEXT.i = NEXT.i != TOP.i);
-			break;
-		case I_LT:
-			BINARY(NEXT.i = NEXT.i < TOP.i);
-			break;
-		case I_LE:
-			BINARY(NEXT.i = NEXT.i <= TOP.i);
-			break;
-		case I_GT:
-			BINARY(NEXT.i = NEXT.i > TOP.i);
-			break;
-		case I_GE:
-			BINARY(NEXT.i = NEXT.i >= TOP.i);
-			break;
-		case I_FEQ:
-			BINARY(NEXT.i = NEXT.f == TOP.f);
-			break;
-		case I_FNE:
-			BINARY(NEXT.i = NEXT.f != TOP.f);
-			break;
-		case I_FLTH:
-			BINARY(NEXT.i = NEXT.f < TOP.f);
-			break;
-		case I_FLE:
-			BINARY(NEXT.i = NEXT.f <= TOP.f);
-			break;
-		case I_FGT:
-			BINARY(NEXT.i = NEXT.f > TOP.f);
-			break;
-		case I_FGE:
-			BINARY(NEXT.i = NEXT.f >= TOP.f);
 			break;
 		case I_NOT:
 			TOP.i = !TOP.i;
@@ -194,11 +128,28 @@ static int eval(const Dataflow_Op_Signature *s, const Expr *e, const Op *op, int
 				sp--;
 			}
 			break;
+		BINARY(I_ADD, rc = OVERFLOWS(__builtin_add_overflow));
+		BINARY(I_SUB, rc = OVERFLOWS(__builtin_sub_overflow));
+		BINARY(I_MUL, rc = OVERFLOWS(__builtin_mul_overflow));
+		BINARY(I_DIV, rc = int_divide(in->op, NEXT.i, TOP.i, &NEXT.i));
+		BINARY(I_MOD, rc = int_divide(in->op, NEXT.i, TOP.i, &NEXT.i));
+		BINARY(I_CDIV, rc = int_divide(in->op, NEXT.i, TOP.i, &NEXT.i));
+		BINARY(I_MIN, NEXT.i = NEXT.i < TOP.i ? NEXT.i : TOP.i);
+		BINARY(I_MAX, NEXT.i = NEXT.i > TOP.i ? NEXT.i : TOP.i);
+		BINARY(I_FADD, NEXT.f += TOP.f);
+		BINARY(I_FSUB, NEXT.f -= TOP.f);
+		BINARY(I_FMUL, NEXT.f *= TOP.f);
+		BINARY(I_FDIV, NEXT.f /= TOP.f);
+		BINARY(I_FMIN, NEXT.f = fmin(NEXT.f, TOP.f));
+		BINARY(I_FMAX, NEXT.f = fmax(NEXT.f, TOP.f));
+		BINARY(I_CMP, NEXT.i = (in->a & compare(NEXT.i < TOP.i, NEXT.i > TOP.i, 1)) != 0);
+		BINARY(I_FCMP, NEXT.i = (in->a & compare(NEXT.f < TOP.f, NEXT.f > TOP.f, NEXT.f == TOP.f)) != 0);
 		}
 	}
 #undef TOP
 #undef NEXT
 #undef BINARY
+#undef OVERFLOWS
 	*result = st[0].i;
 	return rc;
 }

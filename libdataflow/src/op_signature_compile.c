@@ -246,19 +246,26 @@ static int want_int(Parser *p, int type, int at, const char *what)
 	return fail(p, at, "%s wants integer operands, got a float", what);
 }
 
-/* Brings both operands of a binary operation to one type and emits it; returns the result
- * type. fop < 0: integers only. */
-static int binary(Parser *p, int lt, int rt, int iop, int fop, int compare, int at, const char *what)
+/* Brings both operands of a binary operation to one type and emits it with operand a (a
+ * comparison's outcomes, which make it integer-valued); returns the result type. fop < 0:
+ * integers only. */
+static int binary_op(Parser *p, int lt, int rt, int iop, int fop, int32_t a, int at, const char *what)
 {
 	if (lt < 0 || rt < 0)
 		return -1;
 	if (lt == T_INT && rt == T_INT)
-		return emit0(p, iop) < 0 ? -1 : T_INT;
+		return emit(p, iop, a, (Value){0}) < 0 ? -1 : T_INT;
 	if (fop < 0)
 		return want_int(p, T_FLT, at, what);
-	if ((lt == T_INT && emit0(p, I_ITOF2) < 0) || (rt == T_INT && emit0(p, I_ITOF) < 0) || emit0(p, fop) < 0)
+	if ((lt == T_INT && emit0(p, I_ITOF2) < 0) || (rt == T_INT && emit0(p, I_ITOF) < 0) ||
+	    emit(p, fop, a, (Value){0}) < 0)
 		return -1;
-	return compare ? T_INT : T_FLT;
+	return fop == I_FCMP ? T_INT : T_FLT;
+}
+
+static int binary(Parser *p, int lt, int rt, int iop, int fop, int at, const char *what)
+{
+	return binary_op(p, lt, rt, iop, fop, 0, at, what);
 }
 
 static int parse_call(Parser *p, const Token *name)
@@ -279,7 +286,7 @@ static int parse_call(Parser *p, const Token *name)
 		if (!accept(p, TK_COMMA))
 			return fail(p, peek(p)->start, "expected ',' in %s()", two[k].name);
 		int rt = parse_or(p);
-		type = binary(p, lt, rt, two[k].iop, two[k].fop, 0, name->start, two[k].name);
+		type = binary(p, lt, rt, two[k].iop, two[k].fop, name->start, two[k].name);
 		break;
 	}
 	if (name_is(p, name, "finite")) {
@@ -392,11 +399,11 @@ static int parse_product(Parser *p)
 		p->pos++;
 		int rt = parse_unary(p);
 		if (t->kind == TK_STAR)
-			lt = binary(p, lt, rt, I_MUL, I_FMUL, 0, t->start, "*");
+			lt = binary(p, lt, rt, I_MUL, I_FMUL, t->start, "*");
 		else if (t->kind == TK_SLASH)
-			lt = binary(p, lt, rt, I_DIV, I_FDIV, 0, t->start, "/");
+			lt = binary(p, lt, rt, I_DIV, I_FDIV, t->start, "/");
 		else
-			lt = binary(p, lt, rt, I_MOD, -1, 0, t->start, "%");
+			lt = binary(p, lt, rt, I_MOD, -1, t->start, "%");
 	}
 }
 
@@ -409,16 +416,16 @@ static int parse_sum(Parser *p)
 			return lt;
 		p->pos++;
 		int rt = parse_product(p);
-		lt = t->kind == TK_PLUS ? binary(p, lt, rt, I_ADD, I_FADD, 0, t->start, "+")
-					: binary(p, lt, rt, I_SUB, I_FSUB, 0, t->start, "-");
+		lt = t->kind == TK_PLUS ? binary(p, lt, rt, I_ADD, I_FADD, t->start, "+")
+					: binary(p, lt, rt, I_SUB, I_FSUB, t->start, "-");
 	}
 }
 
 static int parse_cmp(Parser *p)
 {
 	static const int kinds[] = {TK_EQ, TK_NE, TK_LT, TK_LE, TK_GT, TK_GE};
-	static const int iops[] = {I_EQ, I_NE, I_LT, I_LE, I_GT, I_GE};
-	static const int fops[] = {I_FEQ, I_FNE, I_FLTH, I_FLE, I_FGT, I_FGE};
+	static const int32_t holds[] = {CMP_EQ, CMP_LT | CMP_GT | CMP_UNORDERED, CMP_LT, CMP_LT | CMP_EQ, CMP_GT,
+					CMP_GT | CMP_EQ};
 	int lt = parse_sum(p);
 	const Token *t = peek(p);
 	for (int k = 0; lt >= 0 && k < 6; k++) {
@@ -426,7 +433,7 @@ static int parse_cmp(Parser *p)
 			continue;
 		p->pos++;
 		int rt = parse_sum(p);
-		return binary(p, lt, rt, iops[k], fops[k], 1, t->start, "a comparison");
+		return binary_op(p, lt, rt, I_CMP, I_FCMP, holds[k], t->start, "a comparison");
 	}
 	return lt;
 }

@@ -22,10 +22,12 @@ typedef enum {
 	I_CONST, I_ARG, I_PRESENT, I_DTYPE, I_ITOF, I_ITOF2,
 	I_ADD, I_SUB, I_MUL, I_DIV, I_MOD, I_CDIV, I_MIN, I_MAX, I_NEG,
 	I_FADD, I_FSUB, I_FMUL, I_FDIV, I_FMIN, I_FMAX, I_FNEG,
-	I_EQ, I_NE, I_LT, I_LE, I_GT, I_GE,
-	I_FEQ, I_FNE, I_FLTH, I_FLE, I_FGT, I_FGE,
+	I_CMP, I_FCMP, /* operand: the outcomes (CMP_* bits) for which the comparison holds */
 	I_NOT, I_FINITE, I_BOOL, I_JZ, I_JNZ
 } Opcode;
+
+/* outcomes of comparing two values; floats add unordered (a NaN) */
+enum { CMP_LT = 1, CMP_EQ = 2, CMP_GT = 4, CMP_UNORDERED = 8 };
 
 typedef union {
 	int64_t i;
@@ -34,7 +36,7 @@ typedef union {
 
 typedef struct {
 	uint8_t op;
-	int32_t a; /* argument index or jump target */
+	int32_t a; /* argument index, jump target or comparison outcomes */
 	Value k;
 } Insn;
 

@@ -23,10 +23,6 @@ Dataflow_Status dataflow_submit_grad_norm_sq(Dataflow_Handle *handle, int stream
 	void *p_args[DATAFLOW_MAX_OP_ARGS], *r_args[DATAFLOW_MAX_OP_ARGS];
 	dataflow_grad_norm_sq_partials_arg_pointers(&p, p_args);
 	dataflow_grad_norm_sq_reduce_arg_pointers(&r, r_args);
-	Op partials, reduce;
-	Dataflow_Status st =
-		ops_prepare(handle, &ops_catalogue[DATAFLOW_OP_GRAD_NORM_SQ_PARTIALS], &x_dtype, p_args, &partials);
-	if (st == DATAFLOW_OK)
-		st = ops_prepare(handle, &ops_catalogue[DATAFLOW_OP_GRAD_NORM_SQ_REDUCE], &out_dtype, r_args, &reduce);
-	return st == DATAFLOW_OK ? ops_submit_pair(handle, stream_id, "grad_norm_sq", &partials, &reduce) : st;
+	return ops_submit_composite(handle, stream_id, "grad_norm_sq", DATAFLOW_OP_GRAD_NORM_SQ_PARTIALS, &x_dtype, p_args,
+				    DATAFLOW_OP_GRAD_NORM_SQ_REDUCE, &out_dtype, r_args);
 }

@@ -162,17 +162,24 @@ Dataflow_Status ops_submit(Dataflow_Handle *handle, int stream_id, const Dataflo
 	return st == DATAFLOW_OK ? dataflow_submit_op(handle, &o, stream_id) : st;
 }
 
-Dataflow_Status ops_submit_pair(Dataflow_Handle *handle, int stream_id, const char *composite, const Op *first,
-				const Op *second)
+Dataflow_Status ops_submit_composite(Dataflow_Handle *handle, int stream_id, const char *composite, int first,
+				     const DataflowDatatype *first_slots, void *const *first_args, int second,
+				     const DataflowDatatype *second_slots, void *const *second_args)
 {
-	if (!dataflow_op_is_registered(handle, &second->skeleton)) {
+	Op a, b;
+	Dataflow_Status st = ops_prepare(handle, &ops_catalogue[first], first_slots, first_args, &a);
+	if (st == DATAFLOW_OK)
+		st = ops_prepare(handle, &ops_catalogue[second], second_slots, second_args, &b);
+	if (st != DATAFLOW_OK)
+		return st;
+	if (!dataflow_op_is_registered(handle, &b.skeleton)) {
 		char what[256];
-		dataflow_op_skeleton_describe(&second->skeleton, what, sizeof(what));
+		dataflow_op_skeleton_describe(&b.skeleton, what, sizeof(what));
 		return dataflow_set_error(DATAFLOW_ERR_UNKNOWN_OP, "%s: its second op %s is not registered on this handle",
 					  composite, what);
 	}
-	Dataflow_Status st = dataflow_submit_op(handle, first, stream_id);
-	return st == DATAFLOW_OK ? dataflow_submit_op(handle, second, stream_id) : st;
+	st = dataflow_submit_op(handle, &a, stream_id);
+	return st == DATAFLOW_OK ? dataflow_submit_op(handle, &b, stream_id) : st;
 }
 
 int dataflow_op_catalogue_size(void)

@@ -23,9 +23,10 @@ Dataflow_Status ops_prepare(Dataflow_Handle *handle, const Dataflow_Op_Info *op,
 /* ops_prepare, then dataflow_submit_op on stream_id. */
 Dataflow_Status ops_submit(Dataflow_Handle *handle, int stream_id, const Dataflow_Op_Info *op,
 			   const DataflowDatatype *slot_dtypes, void *const *args);
-/* Submits the two halves of a composite op, both or neither: the second must be registered
- * before the first is queued. */
-Dataflow_Status ops_submit_pair(Dataflow_Handle *handle, int stream_id, const char *composite, const Op *first,
-				const Op *second);
+/* The two halves of a composite op: prepares both (ops_prepare; op indices into ops_catalogue),
+ * then submits both or neither: the second must be registered before the first is queued. */
+Dataflow_Status ops_submit_composite(Dataflow_Handle *handle, int stream_id, const char *composite, int first,
+				     const DataflowDatatype *first_slots, void *const *first_args, int second,
+				     const DataflowDatatype *second_slots, void *const *second_args);
 
 #endif

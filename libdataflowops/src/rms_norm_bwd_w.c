@@ -22,16 +22,12 @@ Dataflow_Status dataflow_submit_rms_norm_bwd_w(Dataflow_Handle *handle, int stre
 	void *p_args[DATAFLOW_MAX_OP_ARGS], *r_args[DATAFLOW_MAX_OP_ARGS];
 	dataflow_rms_norm_bwd_w_partials_arg_pointers(&p, p_args);
 	dataflow_rms_norm_bwd_w_reduce_arg_pointers(&r, r_args);
-	Op partials, reduce;
-	Dataflow_Status st =
-		ops_prepare(handle, &ops_catalogue[DATAFLOW_OP_RMS_NORM_BWD_W_PARTIALS], &dtype, p_args, &partials);
-	if (st == DATAFLOW_OK && dw_dtype != dtype && dw_dtype != DATAFLOW_FP32) {
-		const char *got = dataflow_datatype_name(dw_dtype);
-		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					"rms_norm_bwd_w: dw dtype must be one of {%s, fp32}, got %s (%d)",
-					dataflow_datatype_name(dtype), got ? got : "invalid", (int)dw_dtype);
+	if (dw_dtype != dtype && dw_dtype != DATAFLOW_FP32) { /* the reduce allows more; the composite does not */
+		const char *want = dataflow_datatype_name(dtype), *got = dataflow_datatype_name(dw_dtype);
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "rms_norm_bwd_w: dw dtype must be one of {%s, fp32}, got %s (%d)",
+					  want ? want : "dy's", got ? got : "invalid", (int)dw_dtype);
 	}
-	if (st == DATAFLOW_OK)
-		st = ops_prepare(handle, &ops_catalogue[DATAFLOW_OP_RMS_NORM_BWD_W_REDUCE], &dw_dtype, r_args, &reduce);
-	return st == DATAFLOW_OK ? ops_submit_pair(handle, stream_id, "rms_norm_bwd_w", &partials, &reduce) : st;
+	return ops_submit_composite(handle, stream_id, "rms_norm_bwd_w", DATAFLOW_OP_RMS_NORM_BWD_W_PARTIALS, &dtype,
+				    p_args, DATAFLOW_OP_RMS_NORM_BWD_W_REDUCE, &dw_dtype, r_args);
 }

@@ -46,34 +46,17 @@ static Dataflow_Status elementwise(const char *op, int64_t n, Dataflow_Launch_Co
 	return DATAFLOW_OK;
 }
 
-Dataflow_Status dataflow_cuda_add_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					 Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return elementwise("add", dataflow_add_args(op->op_args).n, config);
-}
+/* The launch function of elementwise op OP: one thread per element of its n. */
+#define ELEMENTWISE_LAUNCH(OP)                                                                         \
+	Dataflow_Status dataflow_cuda_##OP##_launch(Dataflow_Handle *handle, const Op *op, void *op_state, \
+						    Dataflow_Launch_Config *config)                \
+	{                                                                                          \
+		(void)handle;                                                                      \
+		(void)op_state;                                                                    \
+		return elementwise(#OP, dataflow_##OP##_args(op->op_args).n, config);              \
+	}
 
-Dataflow_Status dataflow_cuda_scale_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					   Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return elementwise("scale", dataflow_scale_args(op->op_args).n, config);
-}
-
-Dataflow_Status dataflow_cuda_cast_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					  Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return elementwise("cast", dataflow_cast_args(op->op_args).n, config);
-}
-
-Dataflow_Status dataflow_cuda_set_mem_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					     Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return elementwise("set_mem", dataflow_set_mem_args(op->op_args).n, config);
-}
+ELEMENTWISE_LAUNCH(add)
+ELEMENTWISE_LAUNCH(scale)
+ELEMENTWISE_LAUNCH(cast)
+ELEMENTWISE_LAUNCH(set_mem)

@@ -145,15 +145,4 @@ ADAMW_VARIANT(adamw_step_bf16_fp32, 1, 0)
 ADAMW_VARIANT(adamw_step_bf16_bf16, 1, 1)
 
 /* Validated by libdataflowops. */
-Dataflow_Status dataflow_host_adamw_step_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	int64_t n = dataflow_adamw_step_args(op->op_args).n;
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "adamw_step: n: expected >= 0, got %lld",
-					  (long long)n);
-	config->num_parts = dataflow_elementwise_parts(n, PART_MIN);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_launch, dataflow_adamw_step_args, PART_MIN)

@@ -230,20 +230,7 @@ static void bwd(void **args, int part, int num_parts, DataflowDatatype dt)
 	}
 }
 
-void dataflow_host_attention_bwd_fp32(void **args, int part, int num_parts)
-{
-	bwd(args, part, num_parts, DATAFLOW_FP32);
-}
-
-void dataflow_host_attention_bwd_bf16(void **args, int part, int num_parts)
-{
-	bwd(args, part, num_parts, DATAFLOW_BF16);
-}
-
-void dataflow_host_attention_bwd_fp16(void **args, int part, int num_parts)
-{
-	bwd(args, part, num_parts, DATAFLOW_FP16);
-}
+DATAFLOW_HOST_FLOAT_KERNELS(attention_bwd, bwd, DATAFLOW_FP32, DATAFLOW_BF16, DATAFLOW_FP16)
 
 /* Validated by libdataflowops. */
 Dataflow_Status dataflow_host_attention_bwd_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
@@ -281,20 +268,7 @@ static void delta(void **args, int part, int num_parts, DataflowDatatype dt)
 	}
 }
 
-void dataflow_host_attention_bwd_delta_fp32(void **args, int part, int num_parts)
-{
-	delta(args, part, num_parts, DATAFLOW_FP32);
-}
-
-void dataflow_host_attention_bwd_delta_bf16(void **args, int part, int num_parts)
-{
-	delta(args, part, num_parts, DATAFLOW_BF16);
-}
-
-void dataflow_host_attention_bwd_delta_fp16(void **args, int part, int num_parts)
-{
-	delta(args, part, num_parts, DATAFLOW_FP16);
-}
+DATAFLOW_HOST_FLOAT_KERNELS(attention_bwd_delta, delta, DATAFLOW_FP32, DATAFLOW_BF16, DATAFLOW_FP16)
 
 Dataflow_Status dataflow_host_attention_bwd_delta_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 							 Dataflow_Launch_Config *config)

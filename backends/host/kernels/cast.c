@@ -64,15 +64,5 @@ CAST(fp8e5m2, DATAFLOW_FP8E5M2, bf16, DATAFLOW_BF16)
 CAST(fp8e5m2, DATAFLOW_FP8E5M2, fp8e4m3, DATAFLOW_FP8E4M3)
 
 /* Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_cast_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					  Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	int64_t n = dataflow_cast_args(op->op_args).n;
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "cast: n: expected >= 0, got %lld", (long long)n);
-	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_CAST_ARG_DST]);
-	config->num_parts = dataflow_elementwise_parts(n, PART_MIN_BYTES / size);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_cast_launch, dataflow_cast_args,
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_CAST_ARG_DST]))

@@ -253,20 +253,7 @@ static void ce_run(void **args, int part, int num_parts, Ce_Type t)
 		ce_rows_scalar(a, r0, r1, t);
 }
 
-void dataflow_host_cross_entropy_fp32(void **args, int part, int num_parts)
-{
-	ce_run(args, part, num_parts, CE_FP32);
-}
-
-void dataflow_host_cross_entropy_bf16(void **args, int part, int num_parts)
-{
-	ce_run(args, part, num_parts, CE_BF16);
-}
-
-void dataflow_host_cross_entropy_fp16(void **args, int part, int num_parts)
-{
-	ce_run(args, part, num_parts, CE_FP16);
-}
+DATAFLOW_HOST_FLOAT_KERNELS(cross_entropy, ce_run, CE_FP32, CE_BF16, CE_FP16)
 
 /* Validated by libdataflowops. Parts are row ranges of at least CE_MIN_PART_ELEMENTS logits. */
 Dataflow_Status dataflow_host_cross_entropy_launch(Dataflow_Handle *handle, const Op *op, void *op_state,

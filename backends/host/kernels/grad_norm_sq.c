@@ -103,33 +103,26 @@ Dataflow_Status dataflow_host_grad_norm_sq_partials_launch(Dataflow_Handle *hand
 	return DATAFLOW_OK;
 }
 
-static double reduce_partials(const Dataflow_Grad_Norm_Sq_Reduce_Args *a)
+/* (accumulate ? out : 0) + the partials in block order, in double */
+static double reduce(const Dataflow_Grad_Norm_Sq_Reduce_Args *a, double out)
 {
 	double total = 0.0;
 	for (int64_t b = 0; b < a->num_blocks; b++)
 		total += a->workspace[b];
-	return total;
+	return a->accumulate ? out + total : total;
 }
 
-void dataflow_host_grad_norm_sq_reduce_fp32(void **args, int part, int num_parts)
-{
-	(void)part;
-	(void)num_parts;
-	Dataflow_Grad_Norm_Sq_Reduce_Args a = dataflow_grad_norm_sq_reduce_args(args);
-	float *out = a.out;
-	double total = reduce_partials(&a);
-	out[0] = (float)(a.accumulate ? (double)out[0] + total : total);
-}
-
-void dataflow_host_grad_norm_sq_reduce_fp64(void **args, int part, int num_parts)
-{
-	(void)part;
-	(void)num_parts;
-	Dataflow_Grad_Norm_Sq_Reduce_Args a = dataflow_grad_norm_sq_reduce_args(args);
-	double *out = a.out;
-	double total = reduce_partials(&a);
-	out[0] = a.accumulate ? out[0] + total : total;
-}
+#define REDUCE(name, T)                                                                       \
+	void dataflow_host_grad_norm_sq_reduce_##name(void **args, int part, int num_parts)  \
+	{                                                                                     \
+		(void)part;                                                                   \
+		(void)num_parts;                                                              \
+		Dataflow_Grad_Norm_Sq_Reduce_Args a = dataflow_grad_norm_sq_reduce_args(args); \
+		T *out = a.out;                                                               \
+		out[0] = (T)reduce(&a, out[0]);                                               \
+	}
+REDUCE(fp32, float)
+REDUCE(fp64, double)
 
 /* One part: the order is the block order. */
 DATAFLOW_HOST_ONE_PART_LAUNCH(dataflow_host_grad_norm_sq_reduce_launch)

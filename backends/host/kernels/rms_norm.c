@@ -246,20 +246,10 @@ SIMD_INLINE void rms_norm_bwd_x_rows_scalar(const Rms_Norm_Bwd_X_Args *a, int64_
 #define RMS_NORM_KERNELS(name, DT)                                                                        \
 	SIMD_DTYPE_KERNEL(rms_norm_##name##_rows, rms_norm_rows, Rms_Norm_Args, DT)                       \
 	SIMD_DTYPE_KERNEL(rms_norm_bwd_x_##name##_rows, rms_norm_bwd_x_rows, Rms_Norm_Bwd_X_Args, DT)     \
-	void dataflow_host_rms_norm_##name(void **args, int part, int num_parts)                         \
-	{                                                                                                 \
-		int64_t r0, r1;                                                                           \
-		Rms_Norm_Args a = dataflow_rms_norm_args(args);                                           \
-		dataflow_part_range(a.rows, part, num_parts, 1, &r0, &r1);                                \
-		rms_norm_##name##_rows(&a, r0, r1);                                                       \
-	}                                                                                                 \
-	void dataflow_host_rms_norm_bwd_x_##name(void **args, int part, int num_parts)                   \
-	{                                                                                                 \
-		int64_t r0, r1;                                                                           \
-		Rms_Norm_Bwd_X_Args a = dataflow_rms_norm_bwd_x_args(args);                               \
-		dataflow_part_range(a.rows, part, num_parts, 1, &r0, &r1);                                \
-		rms_norm_bwd_x_##name##_rows(&a, r0, r1);                                                 \
-	}
+	SIMD_DTYPE_ENTRY(dataflow_host_rms_norm_##name, rms_norm_##name##_rows, Rms_Norm_Args,                    \
+			 dataflow_rms_norm_args, a.rows, 1)                                               \
+	SIMD_DTYPE_ENTRY(dataflow_host_rms_norm_bwd_x_##name, rms_norm_bwd_x_##name##_rows, Rms_Norm_Bwd_X_Args,  \
+			 dataflow_rms_norm_bwd_x_args, a.rows, 1)
 
 RMS_NORM_KERNELS(fp32, DATAFLOW_FP32)
 RMS_NORM_KERNELS(fp16, DATAFLOW_FP16)

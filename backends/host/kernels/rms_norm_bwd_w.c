@@ -218,20 +218,10 @@ SIMD_TARGET_AVX2 SIMD_INLINE void bwd_w_reduce_avx2(const Reduce_Args *a, int64_
 #define BWD_W_KERNELS(name, DT)                                                                           \
 	SIMD_DTYPE_KERNEL(bwd_w_partials_##name, bwd_w_partials, Partials_Args, DT)                       \
 	SIMD_DTYPE_KERNEL(bwd_w_reduce_##name, bwd_w_reduce, Reduce_Args, DT)                             \
-	void dataflow_host_rms_norm_bwd_w_partials_##name(void **args, int part, int num_parts)          \
-	{                                                                                                 \
-		int64_t u0, u1;                                                                           \
-		Partials_Args a = dataflow_rms_norm_bwd_w_partials_args(args);                            \
-		dataflow_part_range(num_blocks(a.rows) * num_chunks(a.hidden), part, num_parts, 1, &u0, &u1); \
-		bwd_w_partials_##name(&a, u0, u1);                                                        \
-	}                                                                                                 \
-	void dataflow_host_rms_norm_bwd_w_reduce_##name(void **args, int part, int num_parts)            \
-	{                                                                                                 \
-		int64_t c0, c1;                                                                           \
-		Reduce_Args a = dataflow_rms_norm_bwd_w_reduce_args(args);                                \
-		dataflow_part_range(a.hidden, part, num_parts, REDUCE_ALIGN, &c0, &c1);                   \
-		bwd_w_reduce_##name(&a, c0, c1);                                                          \
-	}
+	SIMD_DTYPE_ENTRY(dataflow_host_rms_norm_bwd_w_partials_##name, bwd_w_partials_##name, Partials_Args,      \
+			 dataflow_rms_norm_bwd_w_partials_args, num_blocks(a.rows) * num_chunks(a.hidden), 1)     \
+	SIMD_DTYPE_ENTRY(dataflow_host_rms_norm_bwd_w_reduce_##name, bwd_w_reduce_##name, Reduce_Args,            \
+			 dataflow_rms_norm_bwd_w_reduce_args, a.hidden, REDUCE_ALIGN)
 
 BWD_W_KERNELS(fp32, DATAFLOW_FP32)
 BWD_W_KERNELS(fp16, DATAFLOW_FP16)

@@ -35,24 +35,11 @@ SIMD_TARGET_AVX2 SIMD_INLINE void scale_avx2(const Scale_Args *a, int64_t i, int
 
 #define SCALE_KERNEL(name, DT)                                                                       \
 	SIMD_DTYPE_KERNEL(scale_##name, scale, Scale_Args, DT)                                       \
-	void dataflow_host_scale_##name(void **args, int part, int num_parts)                        \
-	{                                                                                            \
-		int64_t i, end;                                                                      \
-		Scale_Args a = dataflow_scale_args(args);                                            \
-		dataflow_part_range(a.n, part, num_parts, PART_ALIGN, &i, &end);                     \
-		scale_##name(&a, i, end);                                                            \
-	}
+	SIMD_DTYPE_ENTRY(dataflow_host_scale_##name, scale_##name, Scale_Args, dataflow_scale_args, a.n, PART_ALIGN)
 
 SCALE_KERNEL(fp32, DATAFLOW_FP32)
 SCALE_KERNEL(fp16, DATAFLOW_FP16)
 SCALE_KERNEL(bf16, DATAFLOW_BF16)
 
-Dataflow_Status dataflow_host_scale_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					   Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SCALE_ARG_OUT]);
-	config->num_parts = dataflow_elementwise_parts(dataflow_scale_args(op->op_args).n, PART_MIN_BYTES / size);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_scale_launch, dataflow_scale_args,
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SCALE_ARG_OUT]))

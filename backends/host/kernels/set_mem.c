@@ -49,16 +49,5 @@ void dataflow_host_set_mem_bf16(void **args, int part, int num_parts)
 }
 
 /* Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_set_mem_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					     Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	int64_t n = dataflow_set_mem_args(op->op_args).n;
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "set_mem: n: expected >= 0, got %lld",
-					  (long long)n);
-	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SET_MEM_ARG_X]);
-	config->num_parts = dataflow_elementwise_parts(n, PART_MIN_BYTES / size);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_set_mem_launch, dataflow_set_mem_args,
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SET_MEM_ARG_X]))

@@ -6,6 +6,7 @@
  * each instance compiles to straight simd.h conversions with no branch in the loop. */
 
 #include "dataflow/datatype.h"
+#include "dataflow/host_kernel.h"
 #include "simd.h"
 
 #define SIMD_INLINE __attribute__((always_inline)) static inline
@@ -129,6 +130,18 @@ SIMD_TARGET_AVX2 SIMD_INLINE __m256 simd_round8_avx2(__m256 x, DataflowDatatype 
 			name##_avx2(a, begin, end);                                                    \
 		else                                                                                   \
 			name##_scalar(a, begin, end);                                                  \
+	}
+
+/* Defines the host kernel `kernel`: unpacks its arguments into `Args a` with unpack, takes
+ * this part's share of [0, count) (count: an expression over a) in multiples of align, and runs
+ * `run` (a SIMD_DTYPE_KERNEL) over it. */
+#define SIMD_DTYPE_ENTRY(kernel, run, Args, unpack, count, align)                                    \
+	void kernel(void **args, int part, int num_parts)                                            \
+	{                                                                                            \
+		int64_t begin_, end_;                                                                \
+		Args a = unpack(args);                                                               \
+		dataflow_part_range(count, part, num_parts, align, &begin_, &end_);                  \
+		run(&a, begin_, end_);                                                               \
 	}
 
 #endif

@@ -127,20 +127,10 @@ SIMD_TARGET_AVX2 SIMD_INLINE void swiglu_bwd_avx2(const Swiglu_Bwd_Args *a, int6
 #define SWIGLU_KERNELS(name, DT)                                                                          \
 	SIMD_DTYPE_KERNEL(swiglu_##name, swiglu, Swiglu_Args, DT)                                         \
 	SIMD_DTYPE_KERNEL(swiglu_bwd_##name, swiglu_bwd, Swiglu_Bwd_Args, DT)                             \
-	void dataflow_host_swiglu_##name(void **args, int part, int num_parts)                           \
-	{                                                                                                 \
-		int64_t i, end;                                                                           \
-		Swiglu_Args a = dataflow_swiglu_args(args);                                               \
-		dataflow_part_range(a.rows * a.ffn, part, num_parts, PART_ALIGN, &i, &end);               \
-		swiglu_##name(&a, i, end);                                                                \
-	}                                                                                                 \
-	void dataflow_host_swiglu_bwd_##name(void **args, int part, int num_parts)                       \
-	{                                                                                                 \
-		int64_t i, end;                                                                           \
-		Swiglu_Bwd_Args a = dataflow_swiglu_bwd_args(args);                                       \
-		dataflow_part_range(a.rows * a.ffn, part, num_parts, PART_ALIGN, &i, &end);               \
-		swiglu_bwd_##name(&a, i, end);                                                            \
-	}
+	SIMD_DTYPE_ENTRY(dataflow_host_swiglu_##name, swiglu_##name, Swiglu_Args, dataflow_swiglu_args,           \
+			 a.rows * a.ffn, PART_ALIGN)                                                      \
+	SIMD_DTYPE_ENTRY(dataflow_host_swiglu_bwd_##name, swiglu_bwd_##name, Swiglu_Bwd_Args,                     \
+			 dataflow_swiglu_bwd_args, a.rows * a.ffn, PART_ALIGN)
 
 SWIGLU_KERNELS(fp32, DATAFLOW_FP32)
 SWIGLU_KERNELS(fp16, DATAFLOW_FP16)

@@ -36,6 +36,38 @@ static inline int dataflow_elementwise_parts(int64_t n, int64_t min_per_part)
 	return (int)parts;
 }
 
+/* Defines the kernels dataflow_host_<op>_fp32, _bf16 and _fp16 of a body
+ * run(void **args, int part, int num_parts, dtype) given the dtype constant of each. */
+#define DATAFLOW_HOST_FLOAT_KERNELS(op, run, fp32, bf16, fp16)                                         \
+	void dataflow_host_##op##_fp32(void **args, int part, int num_parts)                          \
+	{                                                                                             \
+		run(args, part, num_parts, fp32);                                                     \
+	}                                                                                             \
+	void dataflow_host_##op##_bf16(void **args, int part, int num_parts)                          \
+	{                                                                                             \
+		run(args, part, num_parts, bf16);                                                     \
+	}                                                                                             \
+	void dataflow_host_##op##_fp16(void **args, int part, int num_parts)                          \
+	{                                                                                             \
+		run(args, part, num_parts, fp16);                                                     \
+	}
+
+/* Defines the launch function `name` of an elementwise op whose arguments (unpacked with
+ * unpack, as dataflow/op_args.h's dataflow_<op>_args) hold its element count n: parts of at
+ * least min_per_part elements (an expression that may use op). */
+#define DATAFLOW_HOST_ELEMENTWISE_LAUNCH(name, unpack, min_per_part)                                  \
+	Dataflow_Status name(Dataflow_Handle *handle, const Op *op, void *op_state, Dataflow_Launch_Config *config) \
+	{                                                                                             \
+		(void)handle;                                                                         \
+		(void)op_state;                                                                       \
+		int64_t n = unpack(op->op_args).n;                                                    \
+		if (n < 0)                                                                            \
+			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: n: expected >= 0, got %lld", \
+						  op->skeleton.nickname, (long long)n);               \
+		config->num_parts = dataflow_elementwise_parts(n, min_per_part);                      \
+		return DATAFLOW_OK;                                                                   \
+	}
+
 /* Defines the launch function `name` of an op whose kernel runs as one part (a reduction
  * whose order must not depend on the thread count, or too little work to split). */
 #define DATAFLOW_HOST_ONE_PART_LAUNCH(name)                                                           \
