@@ -138,9 +138,6 @@ class Op:
     def variant_symbol(self, variant):
         return self.variant_format.format(**dict(zip(self.slots, variant)))
 
-    def slot_params(self):
-        return ", ".join(f"DataflowDatatype {s}" for s in self.slots)
-
     def arg_dtype(self, a):
         if a.tensor:
             return "DATAFLOW_NONE" if a.slot else TENSORS[a.type][0]
@@ -184,7 +181,7 @@ def gen_header(ops, constants):
         [f"\tDATAFLOW_NUM_DEFAULT_OPS = {len(ops)}", "};", ""]
     for op in ops:
         out.append(header_doc(op))
-        out.append(f"Dataflow_Status dataflow_{op.name}_skeleton(Op_Skeleton *skeleton, {op.slot_params()});")
+        out.append(skeleton_prototype(op) + ";")
         if not op.part_of:
             out.append(submit_prototype(op) + ";")
         out.append("")
@@ -192,10 +189,32 @@ def gen_header(ops, constants):
     return "\n".join(out) + "\n"
 
 
+def wrap_call(head, params):
+    """head(params...) broken into lines of at most 112 columns, continued with two tabs."""
+    lines, line = [], head + "("
+    for i, param in enumerate(params):
+        text = param + (", " if i < len(params) - 1 else ")")
+        if len(line.expandtabs(8)) + len(text.rstrip()) > 112 and line.strip():
+            lines.append(line.rstrip())
+            line = "\t\t"
+        line += text
+    return "\n".join(lines + [line])
+
+
+def skeleton_prototype(op):
+    return wrap_call(f"Dataflow_Status dataflow_{op.name}_skeleton",
+                     ["Op_Skeleton *skeleton"] + [f"DataflowDatatype {s}" for s in op.slots])
+
+
+def c_array(decl, items):
+    """decl = {items...}; wrapped."""
+    return wrap_call(decl + " = {", items).replace("= {(", "= {").rstrip(")") + "};"
+
+
 def submit_prototype(op):
     params = ["Dataflow_Handle *handle", "int stream_id"] + [f"DataflowDatatype {s}" for s in op.slots] + \
         [a.c_param() for a in op.args]
-    return f"Dataflow_Status dataflow_submit_{op.name}(" + ", ".join(params) + ")"
+    return wrap_call(f"Dataflow_Status dataflow_submit_{op.name}", params)
 
 
 def gen_source(ops):
@@ -211,25 +230,28 @@ def gen_source(ops):
             extent = f'"{op.substitute(a.extent)}"' if a.tensor else "NULL"
             out.append(f'\t{{"{a.name}", {role}, {int(a.nullable)}, {op.arg_dtype(a)}, {slot}, {extent}}},')
         out.append("};")
-        variants = ", ".join(TENSORS[d][0] for v in op.variants for d in v)
-        out.append(f"static const DataflowDatatype {n}_variants[] = {{{variants}}};")
-        symbols = ", ".join(f'"{op.variant_symbol(v)}"' for v in op.variants)
-        out.append(f"static const char *const {n}_symbols[] = {{{symbols}}};")
+        out.append(c_array(f"static const DataflowDatatype {n}_variants[]",
+                           [TENSORS[d][0] for v in op.variants for d in v]))
+        out.append(c_array(f"static const char *const {n}_symbols[]", [f'"{op.variant_symbol(v)}"' for v in op.variants]))
         out.append("")
     out.append("const Dataflow_Op_Info ops_catalogue[] = {")
     for op in ops:
         n = op.name
         kind = "DATAFLOW_OP_EXTERNAL" if op.kind == "external" else "DATAFLOW_OP_NATIVE"
         part = f'"{op.part_of}"' if op.part_of else "NULL"
-        out.append(f'\t{{"{n}",\n{c_string(op.doc)},\n\t "{op.signature()}",\n'
-                   f"\t {kind}, {part}, {len(op.slots)}, {n}_slots, {len(op.args)}, {n}_args, {len(op.variants)},"
-                   f" {n}_variants, {n}_symbols}},")
+        clauses = op.signature().split("; ")
+        signature = "\n".join(f'\t\t\t"{c}{"; " if i < len(clauses) - 1 else ""}"' for i, c in enumerate(clauses))
+        out += ["\t{", f'\t\t.name = "{n}",', "\t\t.doc =", c_string(op.doc).replace("\t", "\t\t\t") + ",",
+                "\t\t.signature =", signature + ",", f"\t\t.kind = {kind},", f"\t\t.part_of = {part},",
+                f"\t\t.num_slots = {len(op.slots)},", f"\t\t.slot_names = {n}_slots,", f"\t\t.num_args = {len(op.args)},",
+                f"\t\t.args = {n}_args,", f"\t\t.num_variants = {len(op.variants)},", f"\t\t.variants = {n}_variants,",
+                f"\t\t.variant_symbols = {n}_symbols,", "\t},"]
     out.append("};")
     out.append("const int ops_catalogue_size = sizeof(ops_catalogue) / sizeof(ops_catalogue[0]);")
     out.append("")
     for op in ops:
         slots = ", ".join(op.slots)
-        out.append(f"Dataflow_Status dataflow_{op.name}_skeleton(Op_Skeleton *skeleton, {op.slot_params()})")
+        out.append(skeleton_prototype(op))
         out.append("{")
         out.append(f"\tconst DataflowDatatype slots[] = {{{slots}}};")
         out.append(f"\treturn dataflow_op_catalogue_skeleton(&ops_catalogue[DATAFLOW_OP_{op.upper}], slots, skeleton);")
@@ -247,7 +269,7 @@ def gen_source(ops):
                 values.append(f"&{a.name}_01")
             else:
                 values.append(f"&{a.name}")
-        out.append(f"\tvoid *args[] = {{{', '.join(values)}}};")
+        out.append("\t" + c_array("void *args[]", values))
         out.append(f"\treturn ops_submit(handle, stream_id, &ops_catalogue[DATAFLOW_OP_{op.upper}], slots, args);")
         out.append("}")
         out.append("")
