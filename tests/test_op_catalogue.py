@@ -36,7 +36,7 @@ def test_entries_are_complete():
         if info.part_of:  # attention_bwd names both the composite and its second half
             assert info.part_of in COMPOSITES and (name in COMPOSITES or not hasattr(opslib, f"dataflow_submit_{name}"))
         else:
-            assert info.submit is getattr(opslib, f"dataflow_submit_{name}")
+            assert info.c_function is getattr(opslib, f"dataflow_submit_{name}") and info.submit
         for a in info.args:
             assert (a.extent is not None) == (a.role is not None), a
             assert a.dtype in info.slots or df.dtypes.enum(a.dtype)
@@ -81,12 +81,18 @@ def test_slot_errors_name_the_arguments(builder, slots, match):
 
 def test_submit_by_name_checks_the_names(h):
     x = h.from_numpy(np.array([1.0, 2.0], np.float32))
-    with pytest.raises(df.BadArgumentError, match=r"set_mem: expected arguments \['dtype', 'n', 'value', 'x'\]"):
-        catalogue.submit(h, "set_mem", dtype="fp32", n=2, x=x)
-    with pytest.raises(df.BadArgumentError, match="set_mem: missing argument value"):
-        catalogue.submit(h, "set_mem", dtype="fp32", n=2, x=x, y=x)
-    catalogue.submit(h, "set_mem", dtype="fp32", n=2, value=3.0, x=x)
+    set_mem = catalogue.OPS["set_mem"].submit
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'value'"):
+        set_mem(h, 0, dtype="fp32", n=2, x=x)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'y'"):
+        set_mem(h, 0, dtype="fp32", n=2, value=1.0, x=x, y=x)
+    with pytest.raises(TypeError):
+        set_mem(h, 0, "fp32", 2, 1.0, x)  # by name only
+    with pytest.raises(df.BadArgumentError, match="set_mem: x is NULL"):
+        set_mem(h, 0, dtype="fp32", n=2, value=1.0, x=None)
+    set_mem(h, 0, dtype="fp32", n=2, value=3.0, x=x)
     assert list(x.numpy()) == [3.0, 3.0]
+    assert catalogue.OPS["grad_norm_sq_partials"].submit is None  # a composite's half
 
 
 def test_composites_submit_both_halves_or_neither():

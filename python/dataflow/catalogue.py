@@ -1,15 +1,19 @@
 """The default op catalogue as Python sees it: each op's dtype slots and named arguments, read
 from libdataflowops' table (dataflow/op_catalogue.h, generated from
-libdataflowops/catalogue.toml), and `submit`, which calls an op's dataflow_submit_<op> with
-arguments given by name, so no wrapper repeats an argument list by position."""
+libdataflowops/catalogue.toml). OPS[name].submit(h, stream, **by_name) calls the op's
+dataflow_submit_<op> with its dtype slots and arguments given by name, so no wrapper repeats an
+argument list by position."""
+import keyword
+
 from . import dtypes
 from ._ffi import ffi, opslib
-from .errors import BadArgumentError, check
+from .errors import check
 
 
 class OpInfo:
     """One catalogue entry: name, doc, signature, dtype slots, arguments (name, role, dtype or
-    slot, extent), variants, and the C submit function (None for the halves of a composite)."""
+    slot, extent), variants, its C submit function and `submit` by name (None for the halves
+    of a composite)."""
 
     def __init__(self, info):
         text = lambda p: ffi.string(p).decode() if p != ffi.NULL else None  # noqa: E731
@@ -24,10 +28,8 @@ class OpInfo:
                           for a in (info.args[i] for i in range(info.num_args)))
         self.variants = tuple(tuple(dtypes.name_of(info.variants[v * info.num_slots + s]) for s in range(info.num_slots))
                               for v in range(info.num_variants))
-        self.submit = None if self.part_of else getattr(opslib, "dataflow_submit_" + self.name)
-        self._params = tuple((a.name, a.role is not None) for a in self.args)
-        if set(self.slots) & {a.name for a in self.args}:
-            raise RuntimeError(f"{self.name}: a dtype slot and an argument share a name")
+        self.c_function = None if self.part_of else getattr(opslib, "dataflow_submit_" + self.name)
+        self.submit = _by_name(self) if self.c_function else None
 
     def __repr__(self):
         return f"OpInfo({self.name}: {self.signature})"
@@ -44,23 +46,23 @@ class Arg:
         return f"{self.name}: {kind}"
 
 
+def _by_name(info):
+    """submit(h, stream, *, <slots>, <arguments>) for op info: an Array or None for a tensor, a
+    number for a scalar, a dtype name for a slot; the C layer checks them against the op's
+    signature. Built once from the metadata, as a function that calls the C function
+    positionally, so a call costs what a hand-written wrapper's does."""
+    names = list(info.slots) + [a.name for a in info.args]
+    if len(set(names)) != len(names) or any(keyword.iskeyword(n) or not n.isidentifier() or n.startswith("_")
+                                            or n in ("h", "stream") for n in names):
+        raise RuntimeError(f"{info.name}: slot and argument names must be distinct Python identifiers: {names}")
+    values = [f"_enum({s})" for s in info.slots] + \
+        [f"_NULL if {a.name} is None else _cast(_VOIDP, {a.name}.ptr)" if a.role else a.name for a in info.args]
+    source = f"def submit(h, stream, *, {', '.join(names)}):\n    _check(_c(h._ptr(), stream, {', '.join(values)}))\n"
+    scope = {"_enum": dtypes.enum, "_NULL": ffi.NULL, "_cast": ffi.cast, "_VOIDP": ffi.typeof("void *"),
+             "_check": check, "_c": info.c_function}
+    exec(compile(source, f"<dataflow.catalogue: {info.name}>", "exec"), scope)  # noqa: S102 (names checked above)
+    return scope["submit"]
+
+
 OPS = {info.name: info for info in (OpInfo(opslib.dataflow_op_catalogue_entry(i))
                                     for i in range(opslib.dataflow_op_catalogue_size()))}
-
-
-def submit(h, op, stream=0, **kw):
-    """Submits catalogue op `op` on stream: dtype slots and arguments by name (an Array or
-    None for a tensor, a number for a scalar); the C layer checks them against the op's
-    signature."""
-    info = OPS[op]
-    if len(kw) != len(info.slots) + len(info._params):
-        names = set(info.slots) | {a.name for a in info.args}
-        raise BadArgumentError(f"{op}: expected arguments {sorted(names)}, got {sorted(kw)}")
-    try:
-        values = [dtypes.enum(kw[s]) for s in info.slots]
-        for name, tensor in info._params:
-            v = kw[name]
-            values.append((ffi.NULL if v is None else v.cdata) if tensor else v)
-    except KeyError as e:
-        raise BadArgumentError(f"{op}: missing argument {e.args[0]}") from None
-    check(info.submit(h._ptr(), stream, *values))

@@ -1,13 +1,13 @@
 """The default ops on device arrays. Shapes are checked here; dtypes, pointers and buffer
 extents are checked again in C against each op's signature, which has the last word.
-Catalogue ops are submitted by argument name (catalogue.submit); the composite ops
+Catalogue ops are submitted by argument name (catalogue.OPS[op].submit); the composite ops
 (grad_norm_sq, rms_norm_bwd_w, attention_bwd) are hand-written C functions."""
 import numpy as np
 
 from . import dtypes
 from ._ffi import ffi, opslib
 from .array import Array
-from .catalogue import submit
+from .catalogue import OPS
 from .errors import BadArgumentError, check
 
 
@@ -47,7 +47,7 @@ def matmul(h, a, b, out=None, c=None, transpose_a=False, transpose_b=False, alph
     if beta != 0 and c is None:
         raise BadArgumentError("matmul: beta != 0 needs c")
     _same_handle(h, a, b, out, c)
-    submit(h, "matmul", stream, in_dtype=a.dtype, out_dtype=out_dtype, A=a, B=b, C=c, D=out, M=m, N=n, K=k,
+    OPS["matmul"].submit(h, stream, in_dtype=a.dtype, out_dtype=out_dtype, A=a, B=b, C=c, D=out, M=m, N=n, K=k,
            trans_a=bool(transpose_a), trans_b=bool(transpose_b), alpha=alpha, beta=beta)
     return out
 
@@ -61,7 +61,7 @@ def add(h, a, b, out=None, alpha=1.0, beta=1.0, stream=0):
     if _array(out, "add out").shape != a.shape or out.dtype != a.dtype:
         raise BadArgumentError(f"add: out must be {a.dtype}{a.shape}, got {out.dtype}{out.shape}")
     _same_handle(h, a, b, out)
-    submit(h, "add", stream, dtype=a.dtype, n=a.size, alpha=alpha, a=a, beta=beta, b=b, out=out)
+    OPS["add"].submit(h, stream, dtype=a.dtype, n=a.size, alpha=alpha, a=a, beta=beta, b=b, out=out)
     return out
 
 
@@ -73,7 +73,7 @@ def scale(h, x, alpha, out=None, stream=0):
     if _array(out, "scale out").shape != x.shape or out.dtype != x.dtype:
         raise BadArgumentError(f"scale: out must be {x.dtype}{x.shape}, got {out.dtype}{out.shape}")
     _same_handle(h, x, out)
-    submit(h, "scale", stream, dtype=x.dtype, n=x.size, alpha=float(alpha), x=x, out=out)
+    OPS["scale"].submit(h, stream, dtype=x.dtype, n=x.size, alpha=float(alpha), x=x, out=out)
     return out
 
 
@@ -84,7 +84,7 @@ def cast(h, x, dtype, out=None, stream=0):
     if _array(out, "cast out").dtype != dtype or out.size != x.size:
         raise BadArgumentError(f"cast: out must be {dtype} with {x.size} elements, got {out.dtype}{out.shape}")
     _same_handle(h, x, out)
-    submit(h, "cast", stream, src_dtype=x.dtype, dst_dtype=dtype, n=x.size, src=x, dst=out)
+    OPS["cast"].submit(h, stream, src_dtype=x.dtype, dst_dtype=dtype, n=x.size, src=x, dst=out)
     return out
 
 
@@ -92,7 +92,7 @@ def set_mem(h, x, value, stream=0):
     """x[:] = value (rounded to x's dtype)."""
     x = _array(x, "set_mem x")
     _same_handle(h, x)
-    submit(h, "set_mem", stream, dtype=x.dtype, n=x.size, value=float(value), x=x)
+    OPS["set_mem"].submit(h, stream, dtype=x.dtype, n=x.size, value=float(value), x=x)
     return x
 
 
@@ -132,7 +132,7 @@ def embedding(h, ids, table, out=None, stream=0):
     if _array(out, "embedding out").shape != (n, hidden) or out.dtype != table.dtype:
         raise BadArgumentError(f"embedding: out must be {table.dtype}{(n, hidden)}, got {out.dtype}{out.shape}")
     _same_handle(h, ids, table, out)
-    submit(h, "embedding", stream, id_dtype=ids.dtype, dtype=table.dtype, num_tokens=n, hidden=hidden, vocab=vocab,
+    OPS["embedding"].submit(h, stream, id_dtype=ids.dtype, dtype=table.dtype, num_tokens=n, hidden=hidden, vocab=vocab,
            ids=ids, table=table, out=out)
     return out
 
@@ -158,7 +158,7 @@ def embedding_bwd_w(h, ids, d_out, d_table=None, vocab=None, stream=0):
     if ids.size != n:
         raise BadArgumentError(f"embedding_bwd_w: ids has {ids.size} tokens, d_out has {n}")
     _same_handle(h, ids, d_out, d_table)
-    submit(h, "embedding_bwd_w", stream, id_dtype=ids.dtype, dtype=d_out.dtype, grad_dtype="fp32", num_tokens=n,
+    OPS["embedding_bwd_w"].submit(h, stream, id_dtype=ids.dtype, dtype=d_out.dtype, grad_dtype="fp32", num_tokens=n,
            hidden=hidden, vocab=vocab, ids=ids, d_out=d_out, d_table=d_table)
     return d_table
 
@@ -198,7 +198,7 @@ def _rope(h, name, x, positions, inv_freq, out, stream):
     if _array(out, f"{name} out").shape != x.shape or out.dtype != x.dtype:
         raise BadArgumentError(f"{name}: out must be {x.dtype}{x.shape}, got {out.dtype}{out.shape}")
     _same_handle(h, x, positions, inv_freq, out)
-    submit(h, name, stream, dtype=x.dtype, num_tokens=n, num_heads=heads, head_dim=head_dim, positions=positions,
+    OPS[name].submit(h, stream, dtype=x.dtype, num_tokens=n, num_heads=heads, head_dim=head_dim, positions=positions,
            inv_freq=inv_freq, **{in_name: x, out_name: out})
     return out
 
@@ -235,7 +235,7 @@ def adamw_step(h, param, grad, m, v, step, lr=1e-3, betas=(0.9, 0.999), eps=1e-8
     _scale_array(scale, "adamw_step scale")
     _same_handle(h, param, grad, m, v, master, scale)
     beta1, beta2 = betas
-    submit(h, "adamw_step", stream, param_dtype=param.dtype, grad_dtype=grad.dtype, n=param.size, param=param,
+    OPS["adamw_step"].submit(h, stream, param_dtype=param.dtype, grad_dtype=grad.dtype, n=param.size, param=param,
            grad=grad, m=m, v=v, master=master, scale=scale, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
            weight_decay=weight_decay, step=int(step))
     return param
@@ -278,7 +278,7 @@ def clip_by_global_norm(h, sumsq, max_norm, scale=None, norm=None, stream=0):
     scale = _scale_array(scale, "clip_by_global_norm scale") if scale is not None else h.empty((1,), "fp32")
     norm = _scale_array(norm, "clip_by_global_norm norm") if norm is not None else h.empty((1,), "fp32")
     _same_handle(h, sumsq, scale, norm)
-    submit(h, "clip_by_global_norm", stream, sumsq_dtype=sumsq.dtype, sumsq=sumsq, max_norm=float(max_norm),
+    OPS["clip_by_global_norm"].submit(h, stream, sumsq_dtype=sumsq.dtype, sumsq=sumsq, max_norm=float(max_norm),
            scale=scale, norm=norm)
     return scale, norm
 def cross_entropy(h, logits, labels, ignore_index=-100, scale=None, dlogits=None, stream=0):
@@ -326,7 +326,7 @@ def cross_entropy(h, logits, labels, ignore_index=-100, scale=None, dlogits=None
                                f"got {dlogits.dtype}{dlogits.shape}")
     loss = h.empty((tokens,), "fp32")
     _same_handle(h, logits, labels, dlogits)
-    submit(h, "cross_entropy", stream, dtype=logits.dtype, tokens=tokens, vocab=vocab, ignore_index=int(ignore_index),
+    OPS["cross_entropy"].submit(h, stream, dtype=logits.dtype, tokens=tokens, vocab=vocab, ignore_index=int(ignore_index),
            scale=float(scale), logits=logits, labels=labels, loss=loss, dlogits=dlogits)
     return loss, dlogits
 def _cu_seqlens(h, cu_seqlens, total, stream, name="cu_seqlens", total_name="total_tokens"):
@@ -387,7 +387,7 @@ def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, out=None, lse=Non
     lse = _check_like(lse, "lse", (hq, total), "fp32") if lse is not None else h.empty((hq, total), "fp32")
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
     _same_handle(h, q, k, v, cu, out, lse)
-    submit(h, "attention", stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens=cu, out=out, lse=lse,
+    OPS["attention"].submit(h, stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens=cu, out=out, lse=lse,
            total_tokens=total, num_seqs=cu.size - 1, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=scale,
            causal=bool(causal))
     return out, lse
@@ -419,7 +419,7 @@ def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True
     lse = _check_like(lse, "lse", (hq, total_q), "fp32") if lse is not None else h.empty((hq, total_q), "fp32")
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
     _same_handle(h, q, k, v, cu_q, cu_k, out, lse)
-    submit(h, "attention_kv", stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, out=out,
+    OPS["attention_kv"].submit(h, stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, out=out,
            lse=lse, total_q=total_q, total_k=total_k, num_seqs=cu_q.size - 1, num_q_heads=hq, num_kv_heads=hkv,
            head_dim=d, scale=scale, causal=bool(causal))
     return out, lse
@@ -489,7 +489,7 @@ def rms_norm(h, x, w, eps=1e-6, out=None, rstd=None, stream=0):
     out = _like(h, out, x.shape, x.dtype, "rms_norm out")
     rstd = h.empty(x.shape[:-1] or (1,), "fp32") if rstd is None else _check_rstd(rstd, rows, "rms_norm")
     _same_handle(h, x, w, out, rstd)
-    submit(h, "rms_norm", stream, dtype=x.dtype, rows=rows, hidden=hidden, eps=eps, x=x, w=w, y=out, rstd=rstd)
+    OPS["rms_norm"].submit(h, stream, dtype=x.dtype, rows=rows, hidden=hidden, eps=eps, x=x, w=w, y=out, rstd=rstd)
     return out, rstd
 
 
@@ -504,7 +504,7 @@ def rms_norm_bwd_x(h, dy, x, w, rstd, dx=None, stream=0):
     _check_rstd(rstd, rows, "rms_norm_bwd_x")
     dx = _like(h, dx, x.shape, x.dtype, "rms_norm_bwd_x dx")
     _same_handle(h, dy, x, w, rstd, dx)
-    submit(h, "rms_norm_bwd_x", stream, dtype=x.dtype, rows=rows, hidden=hidden, dy=dy, x=x, w=w, rstd=rstd, dx=dx)
+    OPS["rms_norm_bwd_x"].submit(h, stream, dtype=x.dtype, rows=rows, hidden=hidden, dy=dy, x=x, w=w, rstd=rstd, dx=dx)
     return dx
 
 
@@ -547,7 +547,7 @@ def swiglu(h, gate, up, out=None, stream=0):
     rows, ffn = _rows(gate, "swiglu gate")
     out = _like(h, out, gate.shape, gate.dtype, "swiglu out")
     _same_handle(h, gate, up, out)
-    submit(h, "swiglu", stream, dtype=gate.dtype, rows=rows, ffn=ffn, gate=gate, up=up, out=out)
+    OPS["swiglu"].submit(h, stream, dtype=gate.dtype, rows=rows, ffn=ffn, gate=gate, up=up, out=out)
     return out
 
 
@@ -563,6 +563,6 @@ def swiglu_bwd(h, d_out, gate, up, d_gate=None, d_up=None, stream=0):
     d_gate = _like(h, d_gate, gate.shape, gate.dtype, "swiglu_bwd d_gate")
     d_up = _like(h, d_up, gate.shape, gate.dtype, "swiglu_bwd d_up")
     _same_handle(h, d_out, gate, up, d_gate, d_up)
-    submit(h, "swiglu_bwd", stream, dtype=gate.dtype, rows=rows, ffn=ffn, d_out=d_out, gate=gate, up=up,
+    OPS["swiglu_bwd"].submit(h, stream, dtype=gate.dtype, rows=rows, ffn=ffn, d_out=d_out, gate=gate, up=up,
            d_gate=d_gate, d_up=d_up)
     return d_gate, d_up
