@@ -129,14 +129,32 @@ def test_bad_handle_arguments():
         df.Handle("nope")
     with pytest.raises(df.BadArgumentError, match="device index"):
         df.Handle("host:x")
-    with pytest.raises(df.BadArgumentError, match="streams must be a positive integer"):
+    with pytest.raises(df.BadArgumentError, match="streams must be an integer in 1..64, got 0"):
         df.Handle("host", streams=0)
-    with pytest.raises(df.BadArgumentError, match=r"num_streams must be 0 \(default\) or 1..64, got 65"):
+    with pytest.raises(df.BadArgumentError, match=r"streams must be an integer in 1..64, got 65"):
         df.Handle("host", streams=65)
     with pytest.raises(df.BadArgumentError, match="device index must be 0"):
         df.Handle("host:1")
     with pytest.raises(df.BadArgumentError, match="device_memory"):
         df.Handle("host", device_memory="lots")
+
+
+@pytest.mark.parametrize("size", [2**64, 2**70, "100000000TB"])
+def test_device_memory_past_64_bits_is_rejected(size):
+    with pytest.raises(df.BadArgumentError, match=r"device_memory: .* does not fit in 64 bits"):
+        df.Handle("host", device_memory=size)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 2.0, True, "2"])
+def test_thread_count_of_wrong_type_is_rejected_before_any_thread_starts(threads):
+    with pytest.raises(df.BadArgumentError, match=r"Handle: threads must be a positive integer, got"):
+        df.Handle("host", threads=threads)
+
+
+@pytest.mark.parametrize("streams", [0, -2, 65, 1.5, None])
+def test_stream_count_out_of_bounds_is_rejected(streams):
+    with pytest.raises(df.BadArgumentError, match=r"Handle: streams must be an integer in 1..64, got"):
+        df.Handle("host", streams=streams)
 
 
 def test_bad_registrations(h, kept):

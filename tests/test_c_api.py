@@ -32,7 +32,8 @@ def installed(tmp_path_factory):
 
 
 def test_installed_layout(installed):
-    for header in ("dataflow.h", "handle.h", "op.h", "datatype.h", "status.h", "ops.h", "host_kernel.h"):
+    for header in ("dataflow.h", "handle.h", "op.h", "op_impl.h", "backend.h", "datatype.h", "status.h", "ops.h",
+                   "host_kernel.h"):
         assert (installed / "include" / "dataflow" / header).is_file()
     for library in ("libdataflow.so", "libdataflowops.so", "libdataflow_host.so", "libdataflow_host_ops.so"):
         assert (installed / "lib" / library).is_file()

@@ -1,5 +1,8 @@
 """User ops through both paths: native (C source or prebuilt .so) and external (Python
 callable or .so), submitted with submit_op and found by fingerprint."""
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -136,3 +139,37 @@ def test_same_name_other_dtypes_is_another_op(h):
     f32 = h.register_external_op("variant", ["fp32"], lambda p: None)
     b16 = h.register_external_op("variant", ["bf16"], lambda p: None)
     assert f32.fingerprint != b16.fingerprint
+
+
+def test_replaced_python_ops_are_released_once_no_queued_work_can_call_them():
+    """Queued calls of a replaced Python op still run it (safely); the replaced callables are
+    then released: many replacements do not accumulate callbacks."""
+    # the throttled transfer holds stream 0 for ~25 ms: the old op's calls are still queued
+    # when the replacement is registered
+    with df.Handle("host", streams=2, device_memory="64MiB", transfer_bandwidth="40MB") as h:
+        calls, refs = [], []
+
+        def version(i):
+            def fn(ptr):
+                calls.append(i)
+            refs.append(weakref.ref(fn))
+            return fn
+        x = h.empty(1, "fp32")
+        n = 1 << 18
+        h.inbound_transfer(h.empty(n, "fp32"), np.zeros(n, np.float32), stream=0)
+        op = h.register_external_op("versioned", ["fp32"], version(0))
+        for _ in range(3):
+            op(x, stream=0)
+        op = h.register_external_op("versioned", ["fp32"], version(1), replace=True)
+        op(x, stream=0)
+        h.sync()
+        assert calls == [0, 0, 0, 1]
+        for i in range(2, 300):
+            op = h.register_external_op("versioned", ["fp32"], version(i), replace=True)
+            op(x, stream=i % 2)
+        h.sync()
+        assert calls == [0, 0, 0] + list(range(1, 300))
+        gc.collect()
+        assert [i for i, r in enumerate(refs) if r() is not None] == [299]
+    gc.collect()
+    assert refs[299]() is None  # and the last one goes with the handle

@@ -146,3 +146,22 @@ def test_allocation_waits_for_pending_frees_instead_of_failing():
         a.free()
         b = h.empty(src.shape, "uint8")       # only fits once the transfer has finished
         assert b.nbytes == 6 * MiB
+
+
+def test_peak_and_its_reset(bh):
+    h = bh
+    assert h.memory_peak() == 0
+    a, b = h.alloc(1000), h.alloc(3000)          # 1024 + 3072 bytes in 256-byte units
+    h.free(a)
+    h.free(b)
+    assert h.memory_in_use() == 0 and h.memory_peak() == 4096
+    c = h.alloc(10)
+    h.reset_memory_peak()
+    assert h.memory_peak() == 256
+    h.free(c)
+    assert h.memory_peak() == 256 and h.memory_in_use() == 0
+
+
+def test_capacity_near_2_64_is_an_error_not_zero():
+    with pytest.raises(df.OutOfMemoryError, match="cannot reserve 18446744073709551360 bytes of address space"):
+        df.Handle("host", streams=1, device_memory=2**64 - 1)

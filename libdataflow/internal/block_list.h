@@ -3,9 +3,8 @@
 
 /* Internal (the dataflow_internal static library, linked into the libraries that need it,
  * never exported): a list of [offset, offset + size) blocks sorted by offset, with a floor
- * search. The host arena keeps
- * its live and free blocks in two of these; the CUDA backend keeps its live allocations
- * (offset = device address) in one, which is what free_mem and check_mem_range consult. */
+ * search. The memory ledger keeps live allocations and host ranges in them (offset = address),
+ * which pointer checks and free_mem consult; the host arena keeps its free blocks in one. */
 
 #include <stddef.h>
 #include <stdint.h>

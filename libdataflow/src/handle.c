@@ -1,14 +1,44 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataflow/handle.h"
+#include "handle_internal.h"
 
-typedef Dataflow_Status (*Backend_Create_Fn)(int device_index, const Dataflow_Handle_Config *config,
-					      Dataflow_Handle **handle);
+/* A handle's life: created here around the backend's init; open while in the registry (stream
+ * states and peer links find handles there by id); destroyed in steps so that nothing else is
+ * using it when its parts go: refuse calls, wait for the calls running, unlink it from its
+ * peers (and wait for the work they queued, which may touch its memory), wait for its own
+ * queued work, then release ops, memory and the backend. */
+
+/* The handles whose op code runs on this thread, innermost last (deeper nesting is counted,
+ * not kept). */
+#define OP_CODE_DEPTH 8
+static _Thread_local const Dataflow_Handle *op_code_handles[OP_CODE_DEPTH];
+static _Thread_local int op_code_depth;
+
+void op_code_begin(Dataflow_Handle *h)
+{
+	if (op_code_depth < OP_CODE_DEPTH)
+		op_code_handles[op_code_depth] = h;
+	op_code_depth++;
+}
+
+void op_code_end(void)
+{
+	op_code_depth--;
+}
+
+int in_op_code(const Dataflow_Handle *h)
+{
+	for (int i = 0; i < op_code_depth && i < OP_CODE_DEPTH; i++)
+		if (op_code_handles[i] == h)
+			return 1;
+	return 0;
+}
 
 static char library_dir[PATH_MAX];
 static pthread_once_t library_dir_once = PTHREAD_ONCE_INIT;
@@ -31,6 +61,63 @@ const char *dataflow_library_dir(void)
 	pthread_once(&library_dir_once, find_library_dir);
 	return library_dir;
 }
+
+/* ---- the registry of open handles ---- */
+
+static pthread_mutex_t registry_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static Dataflow_Handle **open_handles;
+static int num_open, cap_open;
+static uint64_t next_id = 1;
+
+void registry_lock(void)
+{
+	pthread_mutex_lock(&registry_mutex);
+}
+
+void registry_unlock(void)
+{
+	pthread_mutex_unlock(&registry_mutex);
+}
+
+Dataflow_Handle *registry_find(uint64_t id)
+{
+	for (int i = 0; i < num_open; i++)
+		if (open_handles[i]->id == id)
+			return open_handles[i];
+	return NULL;
+}
+
+static int registry_add(Dataflow_Handle *h)
+{
+	registry_lock();
+	if (num_open == cap_open) {
+		int cap = cap_open ? 2 * cap_open : 16;
+		Dataflow_Handle **grown = realloc(open_handles, (size_t)cap * sizeof(*grown));
+		if (!grown) {
+			registry_unlock();
+			return 0;
+		}
+		open_handles = grown;
+		cap_open = cap;
+	}
+	h->id = next_id++;
+	open_handles[num_open++] = h;
+	registry_unlock();
+	return 1;
+}
+
+void handle_wait_idle(Dataflow_Handle *h)
+{
+	uint64_t events[DATAFLOW_MAX_STREAMS];
+	int recorded[DATAFLOW_MAX_STREAMS];
+	for (int s = 0; s < h->num_streams; s++)
+		recorded[s] = h->iface->record_event(h, s, &events[s]) == DATAFLOW_OK;
+	for (int s = 0; s < h->num_streams; s++)
+		if (recorded[s])
+			h->iface->wait_event(h, s, events[s]);
+}
+
+/* ---- create ---- */
 
 /* Splits "name[:index]" into a backend name and a device index. */
 static Dataflow_Status parse_backend(const char *spec, char *name, size_t name_size, int *device_index)
@@ -59,21 +146,43 @@ static Dataflow_Status parse_backend(const char *spec, char *name, size_t name_s
 	return DATAFLOW_OK;
 }
 
-static Dataflow_Status check_config(const Dataflow_Handle_Config *c)
+/* The backend library sits next to libdataflow; else the loader's search path. */
+static Dataflow_Status load_backend(const char *name, Dataflow_Backend_Init_Fn *init)
 {
-	if (c->num_streams < 0 || c->num_streams > DATAFLOW_MAX_STREAMS)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "handle config: num_streams must be 0 (default) or 1..%d, got %d",
-					  DATAFLOW_MAX_STREAMS, c->num_streams);
-	if (c->num_threads < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "handle config: num_threads must be >= 0 (0 = all cores), got %d",
-					  c->num_threads);
-	if (!(c->transfer_bytes_per_sec >= 0))
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "handle config: transfer_bytes_per_sec must be >= 0 (0 = unthrottled), got %g",
-					  c->transfer_bytes_per_sec);
+	char path[PATH_MAX + 64];
+	snprintf(path, sizeof(path), "%s/libdataflow_%s.so", dataflow_library_dir(), name);
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		char first_error[512];
+		snprintf(first_error, sizeof(first_error), "%s", dlerror());
+		snprintf(path, sizeof(path), "libdataflow_%s.so", name);
+		lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		if (!lib)
+			return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED,
+						  "backend \"%s\": cannot load its library (%s)", name, first_error);
+	}
+	char symbol[96];
+	snprintf(symbol, sizeof(symbol), "dataflow_%s_backend_init", name);
+	*init = (Dataflow_Backend_Init_Fn)dlsym(lib, symbol);
+	if (!*init)
+		return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED, "backend \"%s\": library %s lacks symbol %s", name,
+					  path, symbol);
 	return DATAFLOW_OK;
+}
+
+/* Releases what create made; the backend's part only if its init succeeded. */
+static void handle_free(Dataflow_Handle *h)
+{
+	dataflow_op_table_destroy(h->op_table);
+	ledger_destroy(h);
+	if (h->iface)
+		h->iface->destroy(h);
+	for (int i = 0; i < h->libraries.count; i++)
+		dlclose(h->libraries.handles[i]);
+	free(h->libraries.handles);
+	free((char *)h->backend_name);
+	h->magic = 0;
+	free(h);
 }
 
 Dataflow_Status dataflow_handle_create(const char *backend, const Dataflow_Handle_Config *config,
@@ -89,47 +198,122 @@ Dataflow_Status dataflow_handle_create(const char *backend, const Dataflow_Handl
 		config = &defaults;
 	char name[32];
 	int device_index;
+	Dataflow_Backend_Init_Fn init = NULL;
 	Dataflow_Status st = parse_backend(backend, name, sizeof(name), &device_index);
+	if (st == DATAFLOW_OK && (config->num_streams < 0 || config->num_streams > DATAFLOW_MAX_STREAMS))
+		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					"handle config: num_streams must be 0 (default) or 1..%d, got %d",
+					DATAFLOW_MAX_STREAMS, config->num_streams);
 	if (st == DATAFLOW_OK)
-		st = check_config(config);
+		st = load_backend(name, &init);
 	if (st != DATAFLOW_OK)
 		return st;
 
-	/* The backend library sits next to libdataflow; fall back to the loader's search path. */
-	char path[PATH_MAX + 64];
-	snprintf(path, sizeof(path), "%s/libdataflow_%s.so", dataflow_library_dir(), name);
-	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!lib) {
-		char first_error[512];
-		snprintf(first_error, sizeof(first_error), "%s", dlerror());
-		snprintf(path, sizeof(path), "libdataflow_%s.so", name);
-		lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-		if (!lib)
-			return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED,
-						  "backend \"%s\": cannot load its library (%s)", name, first_error);
+	Dataflow_Handle *h = calloc(1, sizeof(*h));
+	if (!h || !(h->backend_name = strdup(name)) || !(h->op_table = dataflow_op_table_create())) {
+		if (h)
+			free((char *)h->backend_name);
+		free(h);
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "handle create: no memory for the handle");
 	}
-	char symbol[96];
-	snprintf(symbol, sizeof(symbol), "dataflow_%s_handle_create", name);
-	Backend_Create_Fn create = (Backend_Create_Fn)dlsym(lib, symbol);
-	if (!create)
-		return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED, "backend \"%s\": library %s lacks symbol %s", name,
-					  path, symbol);
-	st = create(device_index, config, handle);
-	if (st != DATAFLOW_OK)
-		return st;
-	if ((*handle)->version != DATAFLOW_HANDLE_VERSION) {
-		int got = (*handle)->version;
-		(*handle)->destroy(*handle);
-		*handle = NULL;
-		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
-					  "backend \"%s\": built for handle version %d, libdataflow expects %d", name, got,
-					  DATAFLOW_HANDLE_VERSION);
+	h->magic = DATAFLOW_HANDLE_MAGIC;
+	h->device_index = device_index;
+	h->num_streams = config->num_streams > 0 ? config->num_streams : 4;
+	Dataflow_Backend_Params params = {device_index, h->num_streams, config->stream_priorities,
+					  config->device_memory_bytes, config->options};
+	uint64_t capacity = 0;
+	st = init(h, &params, &capacity);
+	if (st == DATAFLOW_OK && h->iface->version != DATAFLOW_BACKEND_INTERFACE_VERSION)
+		st = dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+					"backend \"%s\": built for backend interface version %d, libdataflow has %d", name,
+					h->iface->version, DATAFLOW_BACKEND_INTERFACE_VERSION);
+	if (st == DATAFLOW_OK)
+		st = ledger_create(h, capacity);
+	if (st == DATAFLOW_OK && !registry_add(h))
+		st = dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "handle create: no memory for the handle registry");
+	if (st != DATAFLOW_OK) {
+		char message[1024];
+		snprintf(message, sizeof(message), "%s", dataflow_last_error());
+		handle_free(h);
+		return dataflow_set_error(st, "%s", message);
 	}
+	__atomic_store_n(&h->state, HANDLE_OPEN, __ATOMIC_SEQ_CST);
+	*handle = h;
 	return DATAFLOW_OK;
 }
 
-void dataflow_handle_destroy(Dataflow_Handle *handle)
+/* ---- destroy ---- */
+
+static void wait_until_zero(int *counter)
 {
-	if (handle)
-		handle->destroy(handle);
+	while (__atomic_load_n(counter, __ATOMIC_ACQUIRE) > 0)
+		sched_yield();
+}
+
+/* Takes h out of the registry and out of every peer link, both ways. Returns the handles that
+ * had access to h's memory, pinned (they stay alive until unpinned), for the caller to wait
+ * for the work they queued. */
+static int unlink_handle(Dataflow_Handle *h, Dataflow_Handle ***linked)
+{
+	int n = 0;
+	registry_lock();
+	for (int i = 0; i < num_open; i++)
+		if (open_handles[i] == h)
+			open_handles[i--] = open_handles[--num_open];
+	Dataflow_Handle *peers[LEDGER_MAX_PEERS];
+	int num_peers = ledger_peers(h, peers, LEDGER_MAX_PEERS);
+	for (int i = 0; i < num_peers; i++) {
+		ledger_remove_peer(h, peers[i]);
+		if (h->iface->disable_peer)
+			h->iface->disable_peer(h, peers[i]);
+	}
+	*linked = calloc((size_t)num_open + 1, sizeof(**linked));
+	for (int i = 0; i < num_open; i++) {
+		Dataflow_Handle *x = open_handles[i];
+		if (!ledger_remove_peer(x, h))
+			continue;
+		if (x->iface->disable_peer)
+			x->iface->disable_peer(x, h);
+		if (*linked) {
+			__atomic_fetch_add(&x->pins, 1, __ATOMIC_ACQ_REL);
+			(*linked)[n++] = x;
+		}
+	}
+	registry_unlock();
+	return n;
+}
+
+Dataflow_Status dataflow_handle_destroy(Dataflow_Handle *h)
+{
+	if (!h)
+		return DATAFLOW_OK;
+	if (h->magic != DATAFLOW_HANDLE_MAGIC)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "handle destroy: not a handle (destroyed already, or never made by "
+					  "dataflow_handle_create)");
+	if (in_op_code(h))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "handle destroy: called from inside a call on this handle (an op's launch, init "
+					  "or external function), which it would wait for");
+	if (h->iface->on_worker(h))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "handle destroy: called from work queued on this handle (a host op or external "
+					  "op), which it would wait for; destroy it from another thread");
+	int open = HANDLE_OPEN;
+	if (!__atomic_compare_exchange_n(&h->state, &open, HANDLE_CLOSING, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "handle destroy: the handle is being destroyed");
+	wait_until_zero(&h->active_calls);
+
+	Dataflow_Handle **linked;
+	int n = unlink_handle(h, &linked);
+	for (int i = 0; i < n; i++) {
+		if (!linked[i]->iface->on_worker(linked[i])) /* its worker cannot wait for itself */
+			handle_wait_idle(linked[i]);
+		__atomic_fetch_sub(&linked[i]->pins, 1, __ATOMIC_ACQ_REL);
+	}
+	free(linked);
+	wait_until_zero(&h->pins);
+	handle_wait_idle(h);
+	handle_free(h);
+	return DATAFLOW_OK;
 }

@@ -3,14 +3,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataflow/op_table.h"
+#include "handle_internal.h"
 
 /* Open addressing keyed by the fingerprint (already a uniform hash, so its first 8 bytes
  * index the slots). Grows at 50% load; a read-write lock lets lookups run concurrently. */
 typedef struct {
 	int used;
 	Op_Skeleton skeleton;
-	void *value;
+	Dataflow_Op_Entry *entry;
 } Slot;
 
 struct Dataflow_Op_Table {
@@ -50,13 +50,13 @@ Dataflow_Op_Table *dataflow_op_table_create(void)
 	return t;
 }
 
-void dataflow_op_table_destroy(Dataflow_Op_Table *t, void (*value_destroy)(void *value))
+void dataflow_op_table_destroy(Dataflow_Op_Table *t)
 {
 	if (!t)
 		return;
 	for (size_t i = 0; i < t->capacity; i++)
-		if (t->slots[i].used && value_destroy)
-			value_destroy(t->slots[i].value);
+		if (t->slots[i].used)
+			op_entry_destroy(t->slots[i].entry);
 	pthread_rwlock_destroy(&t->lock);
 	free(t->slots);
 	free(t);
@@ -77,11 +77,11 @@ static int grow(Dataflow_Op_Table *t)
 	return 1;
 }
 
-Dataflow_Status dataflow_op_table_insert(Dataflow_Op_Table *t, const Op_Skeleton *skeleton, void *value,
-					 int replace, void **old_value)
+Dataflow_Status dataflow_op_table_insert(Dataflow_Op_Table *t, Dataflow_Op_Entry *entry, int replace,
+					 Dataflow_Op_Entry **old_entry)
 {
-	if (old_value)
-		*old_value = NULL;
+	const Op_Skeleton *skeleton = &entry->skeleton;
+	*old_entry = NULL;
 	pthread_rwlock_wrlock(&t->lock);
 	if (2 * (size_t)(t->count + 1) > t->capacity && !grow(t)) {
 		pthread_rwlock_unlock(&t->lock);
@@ -99,33 +99,39 @@ Dataflow_Status dataflow_op_table_insert(Dataflow_Op_Table *t, const Op_Skeleton
 						  "flag to override it)",
 						  desc);
 		}
-		if (old_value)
-			*old_value = slot->value;
+		*old_entry = slot->entry;
 	} else {
 		t->count++;
 	}
 	slot->used = 1;
 	slot->skeleton = *skeleton;
-	slot->value = value;
+	slot->entry = entry;
 	pthread_rwlock_unlock(&t->lock);
 	return DATAFLOW_OK;
 }
 
-void *dataflow_op_table_lookup(Dataflow_Op_Table *t, const uint8_t *fingerprint)
+Dataflow_Op_Entry *dataflow_op_table_lookup(Dataflow_Op_Table *t, const uint8_t *fingerprint)
 {
 	pthread_rwlock_rdlock(&t->lock);
 	Slot *slot = find_slot(t->slots, t->capacity, fingerprint);
-	void *value = slot->used ? slot->value : NULL;
+	Dataflow_Op_Entry *entry = slot->used ? slot->entry : NULL;
 	pthread_rwlock_unlock(&t->lock);
-	return value;
+	return entry;
 }
 
-int dataflow_op_table_count(Dataflow_Op_Table *t)
+Dataflow_Op_Entry *dataflow_op_table_acquire(Dataflow_Op_Table *t, const uint8_t *fingerprint)
 {
 	pthread_rwlock_rdlock(&t->lock);
-	int count = t->count;
+	Slot *slot = find_slot(t->slots, t->capacity, fingerprint);
+	Dataflow_Op_Entry *entry = slot->used ? slot->entry : NULL;
+	if (!entry)
+		pthread_rwlock_unlock(&t->lock);
+	return entry;
+}
+
+void dataflow_op_table_release(Dataflow_Op_Table *t)
+{
 	pthread_rwlock_unlock(&t->lock);
-	return count;
 }
 
 Dataflow_Status dataflow_op_table_unknown_error(Dataflow_Op_Table *t, const Op_Skeleton *skeleton)
@@ -189,41 +195,6 @@ Dataflow_Status dataflow_op_table_check_batch(Dataflow_Op_Table *table, int num_
 						  "register: op %s is already registered on this handle (pass "
 						  "DATAFLOW_REGISTER_REPLACE to override it)",
 						  desc);
-		}
-	}
-	return DATAFLOW_OK;
-}
-
-Dataflow_Status dataflow_op_check(const Op *op, const Op_Skeleton *registered,
-				  Dataflow_Status (*check_tensor)(void *ctx, const void *ptr, const char *what),
-				  void *ctx)
-{
-	const Op_Skeleton *s = &op->skeleton;
-	if (s->num_args != registered->num_args ||
-	    memcmp(s->arg_dtypes, registered->arg_dtypes, (size_t)registered->num_args * sizeof(DataflowDatatype)) != 0) {
-		char want[512];
-		dataflow_op_skeleton_describe(registered, want, sizeof(want));
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "submit_op: op has the fingerprint of %s but its skeleton says %d args; "
-					  "rebuild the skeleton with dataflow_op_skeleton_init",
-					  want, s->num_args);
-	}
-	for (int i = 0; i < s->num_args; i++) {
-		const char *dt = dataflow_datatype_name(s->arg_dtypes[i]);
-		if (!op->op_args[i])
-			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-						  "op '%s' argument %d (%s): op_args[%d] is NULL; expected a pointer to "
-						  "the argument value",
-						  s->nickname, i, dt, i);
-		if (!dataflow_datatype_is_tensor(s->arg_dtypes[i]))
-			continue;
-		/* A NULL tensor is allowed (optional inputs); the op decides whether it needs it. */
-		const void *ptr = *(void *const *)op->op_args[i];
-		/* the message is only formatted for a bad pointer: this runs for every op */
-		if (ptr && check_tensor(ctx, ptr, "op argument") != DATAFLOW_OK) {
-			char what[128];
-			snprintf(what, sizeof(what), "op '%s' argument %d (%s tensor)", s->nickname, i, dt);
-			return check_tensor(ctx, ptr, what);
 		}
 	}
 	return DATAFLOW_OK;

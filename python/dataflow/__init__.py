@@ -9,13 +9,13 @@
 from . import dtypes, models, ops
 from .array import Array
 from .custom_ops import CompileError, CustomOp
-from .errors import (AlreadyRegisteredError, BadArgumentError, DataflowError, FileFormatError, LoadError,
-                     OutOfMemoryError, UnknownOpError, UnsupportedError)
+from .errors import (AlreadyRegisteredError, BadArgumentError, CallbackError, DataflowError, FileFormatError,
+                     LoadError, OutOfMemoryError, UnknownOpError, UnsupportedError)
 from .handle import Event, Handle
 from .models import Trainer
 
 __version__ = "0.1.0"
 
-__all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CompileError", "CustomOp", "DataflowError",
-           "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer", "UnknownOpError",
-           "UnsupportedError", "dtypes", "models", "ops"]
+__all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CallbackError", "CompileError", "CustomOp",
+           "DataflowError", "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer",
+           "UnknownOpError", "UnsupportedError", "dtypes", "models", "ops"]

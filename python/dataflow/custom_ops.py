@@ -4,7 +4,6 @@ import hashlib
 import os
 import subprocess
 import tempfile
-import traceback
 
 from . import dtypes
 from ._ffi import INCLUDE_DIRS, LIB_DIR, ffi, lib
@@ -65,7 +64,7 @@ class CustomOp:
                     if value.dtype != dt:
                         raise BadArgumentError(f"op '{self.name}' argument {i}: expected a {dt} array, "
                                                f"got {value.dtype}")
-                    value = value.ptr
+                    value = value._ptr_for(self.handle, f"op '{self.name}' argument {i} ({dt})")
                 cell = ffi.new("void **", ffi.cast("void *", value or 0))
             values.append(cell)
             op.op_args[i] = cell
@@ -133,27 +132,40 @@ def register_native(handle, name, arg_dtypes, source, library, symbol, launch, i
     return CustomOp(handle, skel)
 
 
-def _python_external(handle, fn, arg_dtypes):
-    """Wraps fn in a C Dataflow_External_Fn. It runs on a stream worker; exceptions become
-    the op's failure status and message, reported by the next sync."""
-    kinds = [(i, _SCALAR_CTYPES.get(dt)) for i, dt in enumerate(arg_dtypes)]
+class _PythonOp:
+    """A Python external op: the object its C record's state points to."""
 
-    @ffi.callback("Dataflow_Status(Dataflow_Handle *, int, const Op *, void *)")
-    def run(h, stream_id, op, state):
-        try:
-            args = []
-            for i, ctype in kinds:
-                if ctype:
-                    args.append(ffi.cast(ctype + " *", op.op_args[i])[0])
-                else:
-                    args.append(int(ffi.cast("uintptr_t", ffi.cast("void **", op.op_args[i])[0])))
-            fn(*args)
-            return lib.DATAFLOW_OK
-        except BaseException as e:  # never let an exception unwind into C
-            msg = "".join(traceback.format_exception_only(type(e), e)).strip()
-            lib.dataflow_set_error(lib.DATAFLOW_ERR_BACKEND, b"%s", ffi.new("char[]", msg.encode()))
-            return lib.DATAFLOW_ERR_BACKEND
-    return run
+    def __init__(self, handle, name, fn, arg_dtypes):
+        self.work = handle._work
+        self.registry = handle._python_ops
+        self.what = f"external op '{name}'"
+        self.fn = fn
+        self.kinds = [(i, _SCALAR_CTYPES.get(dt)) for i, dt in enumerate(arg_dtypes)]
+
+    def call(self, op):
+        args = []
+        for i, ctype in self.kinds:
+            if ctype:
+                args.append(ffi.cast(ctype + " *", op.op_args[i])[0])
+            else:
+                args.append(int(ffi.cast("uintptr_t", ffi.cast("void **", op.op_args[i])[0])))
+        self.fn(*args)
+
+
+@ffi.callback("Dataflow_Status(Dataflow_Handle *, int, const Op *, void *)")
+def _run_python_op(h, stream_id, op, state):
+    """Runs on the stream's worker; an exception is kept for the next sync of the stream (by
+    Python: the C status stays OK, so the failure is reported once)."""
+    py = ffi.from_handle(state)
+    py.work.run(stream_id, py.what, py.call, op)
+    return lib.DATAFLOW_OK
+
+
+@ffi.callback("void(void *)")
+def _release_python_op(state):
+    """The op state's destroy: C calls it once no queued work can call the op (it was replaced,
+    or its handle closed)."""
+    ffi.from_handle(state).registry.pop(int(ffi.cast("uintptr_t", state)), None)
 
 
 def register_external(handle, name, arg_dtypes, fn, library, symbol, init, replace):
@@ -162,9 +174,15 @@ def register_external(handle, name, arg_dtypes, fn, library, symbol, init, repla
     if fn is not None:
         if library is not None or not callable(fn):
             raise BadArgumentError("register_external_op: give a callable fn= or library= + symbol=, not both")
-        run = _python_external(handle, fn, arg_dtypes)
-        handle._call("register_external_func", skel, run, ffi.NULL, _flags(replace))
-        handle._callbacks.append(run)
+        data = ffi.new_handle(_PythonOp(handle, name, fn, arg_dtypes))
+        key = int(ffi.cast("uintptr_t", data))
+        handle._python_ops[key] = data
+        state = ffi.new("Dataflow_Op_State *", {"data": data, "destroy": _release_python_op})
+        try:
+            handle._call("register_external_func", skel, _run_python_op, state, _flags(replace))
+        except BaseException:
+            handle._python_ops.pop(key, None)  # C never took it, or destroyed it already
+            raise
     else:
         if library is None or not symbol:
             raise BadArgumentError("register_external_op: give fn= (a callable) or library= and symbol=")

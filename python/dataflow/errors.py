@@ -34,6 +34,11 @@ class UnsupportedError(DataflowError):
     pass
 
 
+class CallbackError(DataflowError):
+    """A Python callback run on a stream worker (a host op, a Python external op) raised; the
+    next sync covering its stream raises this once, chained to the original (__cause__)."""
+
+
 class FileFormatError(DataflowError, ValueError):
     """A file (safetensors, config.json, checkpoint) is missing, truncated or inconsistent;
     the message names the file and, where one is at fault, the tensor or field."""

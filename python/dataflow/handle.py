@@ -1,14 +1,16 @@
 """Handle: one backend device (host or cuda) with its streams, memory and op table."""
 import math
 import re
-import threading
+import weakref
 
 import numpy as np
 
 from . import dtypes
 from ._ffi import ffi, lib, opslib, use_nvidia_wheels
 from .array import Array
+from .custom_ops import register_external, register_native
 from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
+from .queued_work import QueuedWork
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -25,6 +27,8 @@ def parse_bytes(value, what="size"):
         n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
     if n <= 0:
         raise BadArgumentError(f"{what}: must be > 0 bytes, got {value!r}")
+    if n >= 2**64:
+        raise BadArgumentError(f"{what}: {value!r} is {n} bytes, which does not fit in 64 bits")
     return n
 
 
@@ -36,32 +40,54 @@ class Event:
         self.stream = stream
 
 
+@ffi.callback("void(void *)")
+def _run_host_op(job):
+    """submit_host_op's C function; job is a handle to (QueuedWork, stream, fn)."""
+    work, stream, fn = ffi.from_handle(job)
+    work.run(stream, fn, fn)
+
+
 class Handle:
     """A device: Handle("host", streams=4, device_memory="256MiB", threads=None,
-    transfer_bandwidth=None). Default ops are registered at creation."""
+    transfer_bandwidth=None, options=None). Default ops are registered at creation.
+
+    threads and transfer_bandwidth are host backend options (compute threads; an emulated link
+    bandwidth for transfers, bytes/s); options passes backend options as the C config does
+    ("threads=2,transfer_bytes_per_sec=1e9").
+
+    Thread-safe: several threads may submit, transfer, sync, allocate and register at once. A
+    sync waits for the work submitted before it began and releases only that work's host
+    buffers, never those another thread queued meanwhile. close() is the exception: call it
+    once no other thread uses the handle, and not from the handle's own host ops or external
+    ops (that raises)."""
 
     def __init__(self, backend="host", streams=4, device_memory=None, threads=None, transfer_bandwidth=None,
-                 register_default_ops=True):
+                 options=None, register_default_ops=True):
         if not isinstance(backend, str):
             raise BadArgumentError(f"Handle: backend must be a string like 'host' or 'cuda:0', got {backend!r}")
+        if options is not None and not isinstance(options, str):
+            raise BadArgumentError(f"Handle: options must be a string like 'threads=2', got {options!r}")
         config = ffi.new("Dataflow_Handle_Config *")
-        config.num_streams = self._int_arg(streams, "streams")
+        config.num_streams = self._int_arg(streams, "streams", lib.DATAFLOW_MAX_STREAMS)
         if device_memory is not None:
             config.device_memory_bytes = parse_bytes(device_memory, "device_memory")
+        pairs = [options] if options else []
         if threads is not None:
-            config.num_threads = self._int_arg(threads, "threads")
+            pairs.append(f"threads={self._int_arg(threads, 'threads')}")  # the backend checks the range
         if transfer_bandwidth is not None:
-            config.transfer_bytes_per_sec = parse_bytes(transfer_bandwidth, "transfer_bandwidth")
+            pairs.append(f"transfer_bytes_per_sec={parse_bytes(transfer_bandwidth, 'transfer_bandwidth')}")
+        options_c = ffi.new("char[]", ",".join(pairs).encode())
+        config.options = options_c
         if backend.startswith("cuda"):
             use_nvidia_wheels()
         out = ffi.new("Dataflow_Handle **")
         check(lib.dataflow_handle_create(backend.encode(), config, out))
-        self._h = out[0]
         self.backend = backend
-        self.num_streams = lib.dataflow_handle_num_streams(self._h)
-        self._lock = threading.Lock()
-        self._pending = {}    # stream -> host buffers and callbacks its queued work uses; dropped at sync
-        self._callbacks = []  # registered Python ops live as long as the handle
+        self.num_streams = lib.dataflow_handle_num_streams(out[0])
+        self._work = QueuedWork(self.num_streams)
+        self._python_ops = {}  # Python external ops' states, until C destroys their records
+        self._peers = weakref.WeakSet()  # handles whose memory ops on this one may use
+        self._h = out[0]
         if register_default_ops:
             try:
                 check(opslib.dataflow_register_default_ops(self._h))
@@ -70,9 +96,11 @@ class Handle:
                 raise
 
     @staticmethod
-    def _int_arg(value, what):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-            raise BadArgumentError(f"Handle: {what} must be a positive integer, got {value!r}")
+    def _int_arg(value, what, maximum=None):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1 or (
+                maximum is not None and value > maximum):
+            bounds = f"an integer in 1..{maximum}" if maximum is not None else "a positive integer"
+            raise BadArgumentError(f"Handle: {what} must be {bounds}, got {value!r}")
         return int(value)
 
     # ---- lifetime ----
@@ -85,12 +113,17 @@ class Handle:
         return self._h
 
     def close(self):
-        """Waits for queued work and releases the device; arrays of this handle become invalid."""
+        """Waits for queued work and releases the device; arrays of this handle become invalid.
+        Raises (and the handle stays open) when called from the handle's own queued work.
+        Exceptions of Python callbacks that no sync reported are dropped."""
         if self._alive():
             h, self._h = self._h, None
-            lib.dataflow_handle_destroy(h)
-            self._pending.clear()
-            self._callbacks.clear()
+            status = lib.dataflow_handle_destroy(h)
+            if status != lib.DATAFLOW_OK:
+                self._h = h
+                check(status)
+            self._work.clear()
+            self._python_ops.clear()  # C destroyed every record; nothing can call them now
 
     def __enter__(self):
         return self
@@ -108,15 +141,27 @@ class Handle:
         check(getattr(lib, "dataflow_" + entry)(self._ptr(), *args))
 
     # ---- memory ----
+    def _memory_info(self):
+        info = ffi.new("Dataflow_Memory_Info *")
+        self._call("memory_info", info)
+        return info
+
     def memory_capacity(self):
-        cap = ffi.new("uint64_t *")
-        self._call("query_mem", cap, ffi.NULL)
-        return int(cap[0])
+        """Device memory this handle may allocate, in bytes."""
+        return int(self._memory_info().capacity_bytes)
 
     def memory_in_use(self):
-        used = ffi.new("uint64_t *")
-        self._call("query_mem", ffi.NULL, used)
-        return int(used[0])
+        """Bytes allocated (in 256-byte units), freed memory included until the work queued
+        before its free is done."""
+        return int(self._memory_info().in_use_bytes)
+
+    def memory_peak(self):
+        """The highest memory_in_use() since the handle was created or reset_memory_peak()."""
+        return int(self._memory_info().peak_bytes)
+
+    def reset_memory_peak(self):
+        """Restarts memory_peak() at the bytes in use now."""
+        self._call("reset_memory_peak")
 
     def alloc(self, nbytes):
         """Raw allocation; returns the device pointer as an int."""
@@ -133,9 +178,11 @@ class Handle:
         self._call("free_mem", ffi.cast("void *", ptr))
 
     def free(self, ptr):
-        self._free(ptr.ptr if isinstance(ptr, Array) else ptr)
+        """Frees an Array of this handle (not a view) or a pointer from alloc()."""
         if isinstance(ptr, Array):
-            ptr.ptr = 0
+            ptr._free_from(self)
+        else:
+            self._free(ptr)
 
     def empty(self, shape, dtype="fp32"):
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
@@ -177,26 +224,24 @@ class Handle:
             raise BadArgumentError(f"set_mem: byte value must be an int in [0, 255], got {byte_value!r}")
         self._call("set_mem", stream, array.cdata, int(byte_value), array.nbytes)
 
-    # ---- transfers: asynchronous; host buffers stay referenced until sync() ----
-    def _keep(self, stream, obj):
-        with self._lock:
-            self._pending.setdefault(stream, []).append(obj)
-
-    def _host_buffer(self, buf, nbytes, what, writable, stream):
+    # ---- transfers: asynchronous; host buffers stay referenced until a sync passes them ----
+    @staticmethod
+    def _host_buffer(buf, nbytes, what, writable):
         if not isinstance(buf, np.ndarray) or not buf.flags.c_contiguous or (writable and not buf.flags.writeable):
             raise BadArgumentError(f"{what}: expected a C-contiguous{' writable' if writable else ''} numpy array")
         if buf.nbytes != nbytes:
             raise BadArgumentError(f"{what}: host buffer has {buf.nbytes} bytes, device array {nbytes}")
-        self._keep(stream, buf)
         return ffi.from_buffer(buf, require_writable=writable)
 
     def inbound_transfer(self, dst, host_src, stream=0):
-        src = self._host_buffer(host_src, dst.nbytes, "inbound transfer source", False, stream)
+        src = self._host_buffer(host_src, dst.nbytes, "inbound transfer source", False)
         self._call("submit_inbound_transfer", stream, dst.cdata, src, dst.nbytes)
+        self._work.keep(stream, host_src)
 
     def outbound_transfer(self, host_dst, src, stream=0):
-        dst = self._host_buffer(host_dst, src.nbytes, "outbound transfer destination", True, stream)
+        dst = self._host_buffer(host_dst, src.nbytes, "outbound transfer destination", True)
         self._call("submit_outbound_transfer", stream, dst, src.cdata, src.nbytes)
+        self._work.keep(stream, host_dst)
 
     def peer_transfer(self, dst, src, stream=0):
         if dst.nbytes != src.nbytes:
@@ -205,9 +250,11 @@ class Handle:
 
     def enable_peer_access(self, peer):
         self._call("enable_access_to_peer_mem", peer._ptr())
+        self._peers.add(peer)
 
     def disable_peer_access(self, peer):
         self._call("disable_access_to_peer_mem", peer._ptr())
+        self._peers.discard(peer)
 
     # ---- ordering ----
     def record(self, stream=0):
@@ -223,41 +270,42 @@ class Handle:
         self._call("submit_dependency", stream, event._state)
 
     def sync(self, stream=None):
-        """Blocks until the stream's (or every stream's) queued work is done; raises the
-        first error of asynchronous work (an external op that failed)."""
+        """Blocks until the work queued on the stream (or on every stream) before this call is
+        done; raises the first error of asynchronous work: a C op's failure, or a CallbackError
+        for an exception a Python callback raised on a stream this sync covers (each once)."""
+        covered = self._work.begin_sync()
         if stream is None:
             self._call("sync_handle")
-            with self._lock:
-                self._pending.clear()
+            self._work.end_sync(range(self.num_streams), covered)
         else:
             self._call("sync_stream", stream)
-            with self._lock:
-                self._pending.pop(stream, None)
+            self._work.end_sync((stream,), covered)
 
     def host_syncs(self):
         """How many times the host has blocked on this handle's work (syncs) so far."""
         return int(lib.dataflow_handle_host_syncs(self._ptr()))
 
     def submit_host_op(self, fn, stream=0):
-        """Runs fn() on the stream's worker, in stream order."""
-        @ffi.callback("void(void *)")
-        def run(_):
-            fn()
-        self._keep(stream, run)
-        self._call("submit_host_op", run, ffi.NULL, stream)
+        """Runs fn() on the stream's worker, in stream order. An exception it raises is raised
+        by the next sync covering the stream (a CallbackError chained to it)."""
+        if not callable(fn):
+            raise BadArgumentError(f"submit_host_op: fn must be callable, got {type(fn).__name__}")
+        job = ffi.new_handle((self._work, stream, fn))
+        self._call("submit_host_op", _run_host_op, job, stream)
+        self._work.keep(stream, job)
 
     # ---- user ops ----
     def register_native_op(self, name, arg_dtypes, source=None, library=None, symbol=None, launch=None,
                            init=None, replace=False, compile_flags=()):
         """Registers a native kernel from C source (compiled with the system compiler into a
         cached shared object) or from a prebuilt shared object; returns a callable CustomOp."""
-        from .custom_ops import register_native
         return register_native(self, name, arg_dtypes, source, library, symbol, launch, init, replace,
                                compile_flags)
 
     def register_external_op(self, name, arg_dtypes, fn=None, library=None, symbol=None, init=None,
                              replace=False):
         """Registers an external op: a Python callable fn(*args) (tensor args arrive as int device
-        pointers, scalars as numbers), or a function in a shared object; returns a CustomOp."""
-        from .custom_ops import register_external
+        pointers, scalars as numbers), or a function in a shared object; returns a CustomOp.
+        fn runs on the stream's worker; an exception it raises is raised by the next sync
+        covering that stream. A replaced fn is released once no queued work can call it."""
         return register_external(self, name, arg_dtypes, fn, library, symbol, init, replace)

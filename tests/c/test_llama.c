@@ -7,19 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataflow/dataflow.h"
+#include "c_test.h"
 #include "dataflow/models.h"
 #include "dataflow/ops.h"
-
-#define CHECK(call)                                                                                          \
-	do {                                                                                                 \
-		Dataflow_Status st_ = (call);                                                                \
-		if (st_ != DATAFLOW_OK) {                                                                    \
-			fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                 \
-				dataflow_last_error());                                                      \
-			exit(1);                                                                             \
-		}                                                                                            \
-	} while (0)
 
 static void *upload(Dataflow_Handle *h, const int32_t *values, int n)
 {

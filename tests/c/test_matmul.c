@@ -5,18 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "dataflow/dataflow.h"
+#include "c_test.h"
 #include "dataflow/ops.h"
-
-#define CHECK(call)                                                                                          \
-	do {                                                                                                 \
-		Dataflow_Status st_ = (call);                                                                \
-		if (st_ != DATAFLOW_OK) {                                                                    \
-			fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                 \
-				dataflow_last_error());                                                      \
-			exit(1);                                                                             \
-		}                                                                                            \
-	} while (0)
 
 /* D = A^T(op) B + beta C with A stored K x M (trans_a), all fp32 in memory. Returns max error. */
 static double run_case(Dataflow_Handle *h, DataflowDatatype in_dt, int64_t M, int64_t N, int64_t K, float beta)
@@ -84,13 +74,13 @@ int main(void)
 						    1.0f, 0.0f);
 	printf("bad call: status %s, message \"%s\"\n", dataflow_status_name(st), dataflow_last_error());
 	failed |= st != DATAFLOW_ERR_INVALID_ARGUMENT;
-	uint64_t cap, used;
-	CHECK(dataflow_query_mem(h, &cap, &used));
-	failed |= used != 1024;
+	Dataflow_Memory_Info mem;
+	CHECK(dataflow_memory_info(h, &mem));
+	failed |= mem.in_use_bytes != 1024;
 	CHECK(dataflow_free_mem(h, p));
-	CHECK(dataflow_query_mem(h, &cap, &used));
-	failed |= used != 0;
-	dataflow_handle_destroy(h);
+	CHECK(dataflow_memory_info(h, &mem));
+	failed |= mem.in_use_bytes != 0;
+	CHECK(dataflow_handle_destroy(h));
 	printf("%s\n", failed ? "FAIL" : "ok");
 	return failed;
 }

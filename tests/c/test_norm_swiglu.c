@@ -7,18 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataflow/dataflow.h"
+#include "c_test.h"
 #include "dataflow/ops.h"
-
-#define CHECK(call)                                                                                          \
-	do {                                                                                                 \
-		Dataflow_Status st_ = (call);                                                                \
-		if (st_ != DATAFLOW_OK) {                                                                    \
-			fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                 \
-				dataflow_last_error());                                                      \
-			exit(1);                                                                             \
-		}                                                                                            \
-	} while (0)
 
 enum { ROWS = 67, HIDDEN = 45 }; /* two dw blocks, the second short; 16-lane tails */
 

@@ -100,9 +100,10 @@ static void matmul_state_destroy(void *data)
 	Matmul_State *s = data;
 	for (int i = 0; i < s->num_shapes; i++)
 		shape_release(&s->shapes[i]);
+	/* while the handle is being destroyed this fails, and the ledger releases them instead */
 	for (int i = 0; i < DATAFLOW_MAX_STREAMS; i++)
 		if (s->workspace[i])
-			s->handle->free_mem(s->handle, s->workspace[i]);
+			dataflow_free_mem(s->handle, s->workspace[i]);
 	if (s->lt)
 		lt.cublasLtDestroy(s->lt);
 	pthread_mutex_destroy(&s->lock);
@@ -204,6 +205,8 @@ static Dataflow_Status find_shape(Matmul_State *s, int64_t M, int64_t N, int64_t
 
 Dataflow_Status dataflow_cuda_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
+	if (dataflow_op_require_tensors(op, 1u << 2) != DATAFLOW_OK) /* C may be NULL */
+		return dataflow_last_status();
 	Matmul_State *s = op_state;
 	Dataflow_Matmul_Args m = dataflow_matmul_args(op->op_args);
 	const void *A = m.A, *B = m.B, *C = m.C;
@@ -226,7 +229,7 @@ Dataflow_Status dataflow_cuda_matmul(Dataflow_Handle *handle, int stream_id, con
 	if (st == DATAFLOW_OK)
 		st = find_shape(s, M, N, K, ta, tb, &sh);
 	if (st == DATAFLOW_OK && !s->workspace[stream_id])
-		st = handle->alloc_mem(handle, WORKSPACE_BYTES, &s->workspace[stream_id]);
+		st = dataflow_alloc_mem(handle, WORKSPACE_BYTES, &s->workspace[stream_id]);
 	if (st == DATAFLOW_OK)
 		st = lt_check(lt.cublasLtMatmul(s->lt, sh->desc, &alpha, B, sh->a, A, sh->b, &beta, C, sh->c, D, sh->c,
 						 &sh->algo, s->workspace[stream_id], WORKSPACE_BYTES,

@@ -2,18 +2,17 @@
 #define DATAFLOW_CUDA_BACKEND_H
 
 /* Private to the CUDA backend: one handle = the primary context of one device, its streams
- * (each with a ring of events for stream states), accounted device memory, and native ops
- * compiled with NVRTC at first use. */
+ * (each with a ring of events, the backend's events), raw device memory (cuMemAlloc, accounted
+ * by the ledger in libdataflow), and native ops compiled with NVRTC at first use. */
 
 #include <pthread.h>
 #include <stdint.h>
 
-#include "block_list.h"
 #include "cuda_driver.h"
 #include "dataflow/backend.h"
 
 #define CUDA_ALIGN 256
-/* Stream states per stream whose events stay valid (see cuda_stream.c). */
+/* Events per stream that stay distinct (see cuda_stream.c). */
 #define CUDA_EVENT_RING 1024
 
 typedef struct Cuda_Handle Cuda_Handle;
@@ -22,8 +21,9 @@ typedef struct {
 	Cuda_Handle *handle;
 	int id;
 	CUstream stream;
-	pthread_mutex_t lock; /* guards recorded and the ring */
-	uint64_t recorded;    /* states handed out; state v used events[v % CUDA_EVENT_RING] */
+	pthread_mutex_t lock; /* guards recorded, done and the ring */
+	uint64_t recorded;    /* events handed out; event v used events[v % CUDA_EVENT_RING] */
+	uint64_t done;        /* the latest event known to be done */
 	CUevent events[CUDA_EVENT_RING]; /* created on first use */
 } Cuda_Stream;
 
@@ -36,54 +36,42 @@ typedef struct Cuda_Module {
 	CUmodule module;   /* NULL until loaded */
 } Cuda_Module;
 
+/* A native op's record. */
 typedef struct {
-	Dataflow_Op_Record base;   /* first: skeleton, state, external (dataflow/backend.h) */
-	Cuda_Module *module;       /* native */
-	char kernel_name[160];     /* native: extern "C" __global__ name */
-	CUfunction function;       /* native: resolved at first launch */
-	Dataflow_Launch_Fn launch; /* native: required (grid, block, shared memory) */
+	Cuda_Module *module;
+	char kernel_name[160];     /* extern "C" __global__ name */
+	CUfunction function;       /* resolved at first launch */
+	Dataflow_Launch_Fn launch; /* required (grid, block, shared memory) */
 } Cuda_Op;
 
 struct Cuda_Handle {
-	Dataflow_Handle base;
+	Dataflow_Handle *handle;
 	const Cuda_Driver *cu;
 	CUdevice device;
 	CUcontext ctx;
 	int cc_major, cc_minor;
 	char device_name[128];
+	int num_streams;
 	Cuda_Stream streams[DATAFLOW_MAX_STREAMS];
-	pthread_mutex_t lock; /* guards everything below */
-	uint64_t capacity, in_use;
-	Block_List live;        /* device allocations, offset = device address */
-	Block_List host_ranges; /* host memory registered with enable_access_to_host_mem */
-	Cuda_Handle *peers[DATAFLOW_MAX_STREAMS];
-	int num_peers;
+	pthread_mutex_t lock; /* guards the modules */
 	Cuda_Module *modules;
-	Dataflow_Libraries libraries; /* op code loaded by registration */
 	char ops_library_path[4096];
 };
 
-extern const char cuda_backend_tag[];
-/* Set while a host op runs (on a driver thread, where CUDA API calls are forbidden). */
-extern _Thread_local int cuda_in_host_fn;
+/* The handle whose host op runs on this thread (a driver thread, where CUDA API calls are
+ * forbidden), or NULL. */
+extern _Thread_local Cuda_Handle *cuda_host_fn_handle;
 
 static inline Cuda_Handle *cuda_of(Dataflow_Handle *h)
 {
-	return (Cuda_Handle *)h;
+	return h->ctx;
 }
 
-/* Makes h's context current on this thread and checks stream_id; `what` names the entry.
- * Fails when called from a host op (CUDA forbids API calls in host functions). */
-Dataflow_Status cuda_enter(Cuda_Handle *h, int stream_id, const char *what);
-/* Like cuda_enter without a stream. */
-Dataflow_Status cuda_enter_handle(Cuda_Handle *h, const char *what);
-/* OK if [ptr, ptr + size) is device memory of h, of an enabled peer (allow_peer; *owner
- * says whose, may be NULL), or host memory registered with h. */
-Dataflow_Status cuda_check_device_range(Cuda_Handle *h, const void *ptr, uint64_t size, int allow_peer,
-					Cuda_Handle **owner, const char *what);
-Dataflow_Status cuda_streams_create(Cuda_Handle *h, const int *priorities);
+/* Makes h's context current on this thread; `what` names the entry. Fails when called from a
+ * host op (CUDA forbids API calls in host functions). */
+Dataflow_Status cuda_enter(Cuda_Handle *h, const char *what);
+Dataflow_Status cuda_streams_create(Cuda_Handle *h, int num_streams, const int *priorities);
 void cuda_streams_destroy(Cuda_Handle *h);
-void cuda_memory_release_all(Cuda_Handle *h);
 void cuda_modules_destroy(Cuda_Handle *h);
 /* Loads (compiling if needed) the module and resolves the op's kernel. */
 Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op);
@@ -107,39 +95,34 @@ extern const Cuda_Source cuda_kernel_sources[];
 extern const int cuda_num_kernel_sources;
 const Cuda_Source *cuda_find_source(const char *name);
 
-/* vtable entries, by file */
-Dataflow_Status cuda_register_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
-					  int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
-					  const char *const *launch_symbols, const char *const *init_symbols,
-					  int flags);
-Dataflow_Status cuda_register_external_code(Dataflow_Handle *h, const char *library_path, int num_ops,
-					    const Op_Skeleton *skeletons, const char *const *func_symbols,
-					    const char *const *init_symbols, int flags);
-Dataflow_Status cuda_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
-					    Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags);
-Dataflow_Status cuda_submit_op(Dataflow_Handle *h, const Op *op, int stream_id);
-Dataflow_Status cuda_submit_host_op(Dataflow_Handle *h, Dataflow_Host_Fn func, void *arg, int stream_id);
+/* interface entries: cuda_register.c, cuda_submit.c, cuda_stream.c (with submit_host_op) */
+Dataflow_Status cuda_load_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
+				      int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
+				      const char *const *launch_symbols, const char *const *init_symbols, void **records,
+				      Dataflow_Op_Init_Fn *inits);
+Dataflow_Status cuda_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry);
+Dataflow_Status cuda_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg);
 
-Dataflow_Status cuda_get_stream_state(Dataflow_Handle *h, int stream_id, Dataflow_Stream_State *state);
-Dataflow_Status cuda_submit_dependency(Dataflow_Handle *h, int stream_id, const Dataflow_Stream_State *state);
+Dataflow_Status cuda_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event);
+int cuda_query_event(Dataflow_Handle *h, int stream_id, uint64_t event);
+Dataflow_Status cuda_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event);
+Dataflow_Status cuda_submit_dependency(Dataflow_Handle *h, int stream_id, Dataflow_Handle *other, int other_stream_id,
+				       uint64_t event);
 Dataflow_Status cuda_sync_stream(Dataflow_Handle *h, int stream_id);
-Dataflow_Status cuda_sync_handle(Dataflow_Handle *h);
 
-Dataflow_Status cuda_alloc_mem(Dataflow_Handle *h, uint64_t size, void **ptr);
-Dataflow_Status cuda_free_mem(Dataflow_Handle *h, void *ptr);
+Dataflow_Status cuda_mem_alloc(Dataflow_Handle *h, uint64_t size, void **ptr);
+void cuda_mem_release(Dataflow_Handle *h, void *ptr, uint64_t size);
 Dataflow_Status cuda_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size);
-Dataflow_Status cuda_enable_access_to_host_mem(Dataflow_Handle *h, void *ptr, uint64_t size, unsigned int flags);
-Dataflow_Status cuda_disable_access_to_host_mem(Dataflow_Handle *h, void *ptr);
-Dataflow_Status cuda_enable_access_to_peer_mem(Dataflow_Handle *h, Dataflow_Handle *peer);
-Dataflow_Status cuda_disable_access_to_peer_mem(Dataflow_Handle *h, Dataflow_Handle *peer);
-Dataflow_Status cuda_query_mem(Dataflow_Handle *h, uint64_t *capacity, uint64_t *in_use);
-Dataflow_Status cuda_check_mem_range(Dataflow_Handle *h, const void *ptr, uint64_t size, const char *what);
+Dataflow_Status cuda_register_host_mem(Dataflow_Handle *h, void *ptr, uint64_t size, unsigned int flags);
+void cuda_unregister_host_mem(Dataflow_Handle *h, void *ptr);
+Dataflow_Status cuda_enable_peer(Dataflow_Handle *h, Dataflow_Handle *peer);
+void cuda_disable_peer(Dataflow_Handle *h, Dataflow_Handle *peer);
 
 Dataflow_Status cuda_submit_inbound_transfer(Dataflow_Handle *h, int stream_id, void *dev_dst, const void *host_src,
 					     uint64_t size);
 Dataflow_Status cuda_submit_outbound_transfer(Dataflow_Handle *h, int stream_id, void *host_dst, const void *dev_src,
 					      uint64_t size);
-Dataflow_Status cuda_submit_peer_transfer(Dataflow_Handle *h, int stream_id, void *dev_dst, const void *dev_src,
-					  uint64_t size);
+Dataflow_Status cuda_submit_peer_transfer(Dataflow_Handle *h, int stream_id, void *dev_dst, Dataflow_Handle *dst_owner,
+					  const void *dev_src, Dataflow_Handle *src_owner, uint64_t size);
 
 #endif

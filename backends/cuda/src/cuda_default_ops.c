@@ -6,7 +6,7 @@
 
 /* The default native ops of the CUDA backend: their CUDA C++ sources (backends/cuda/kernels,
  * embedded at build time) and their launch functions, found by register_default_ops in
- * this library (handle->default_ops_library). */
+ * this library (dataflow_handle_default_ops_library). */
 
 #define BLOCK 256
 #define MAX_GRID 65535 /* kernels loop over the rest (grid-stride) */
@@ -53,6 +53,8 @@ static Dataflow_Status elementwise(const char *op, int64_t n, Dataflow_Launch_Co
 	{                                                                                          \
 		(void)handle;                                                                      \
 		(void)op_state;                                                                    \
+		if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)                             \
+			return dataflow_last_status();                                             \
 		return elementwise(#OP, dataflow_##OP##_args(op->op_args).n, config);              \
 	}
 

@@ -37,6 +37,7 @@ static const struct {
 	SYM(cuStreamWaitEvent, "cuStreamWaitEvent"),
 	SYM(cuEventCreate, "cuEventCreate"),
 	SYM(cuEventRecord, "cuEventRecord"),
+	SYM(cuEventQuery, "cuEventQuery"),
 	SYM(cuEventSynchronize, "cuEventSynchronize"),
 	SYM(cuEventDestroy, "cuEventDestroy_v2"),
 	SYM(cuMemGetInfo, "cuMemGetInfo_v2"),

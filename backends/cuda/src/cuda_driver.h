@@ -49,6 +49,7 @@ typedef struct {
 	CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned int flags);
 	CUresult (*cuEventCreate)(CUevent *event, unsigned int flags);
 	CUresult (*cuEventRecord)(CUevent event, CUstream stream);
+	CUresult (*cuEventQuery)(CUevent event); /* CUDA_SUCCESS when done, CUDA_ERROR_NOT_READY if not */
 	CUresult (*cuEventSynchronize)(CUevent event);
 	CUresult (*cuEventDestroy)(CUevent event);
 	CUresult (*cuMemGetInfo)(size_t *free_bytes, size_t *total_bytes);

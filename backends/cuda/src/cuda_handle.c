@@ -5,73 +5,58 @@
 
 #include "cuda_backend.h"
 
-/* Identifies CUDA stream states; compared by address. */
-const char cuda_backend_tag[] = "cuda";
-
-Dataflow_Status cuda_enter_handle(Cuda_Handle *h, const char *what)
+Dataflow_Status cuda_enter(Cuda_Handle *h, const char *what)
 {
-	if (cuda_in_host_fn)
+	if (cuda_host_fn_handle)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "%s: called from a host op; CUDA forbids API calls inside host functions "
 					  "(submit the work from the caller's thread)",
 					  what);
-	return cuda_check(h->cu->cuCtxSetCurrent(h->ctx), h->base.device_index, "cuCtxSetCurrent");
+	return cuda_check(h->cu->cuCtxSetCurrent(h->ctx), h->handle->device_index, "cuCtxSetCurrent");
 }
 
-Dataflow_Status cuda_enter(Cuda_Handle *h, int stream_id, const char *what)
+static int cuda_on_worker(Dataflow_Handle *h)
 {
-	Dataflow_Status st = dataflow_check_stream_id(&h->base, stream_id, what);
-	return st != DATAFLOW_OK ? st : cuda_enter_handle(h, what);
+	return cuda_host_fn_handle == cuda_of(h);
 }
 
+/* libdataflow has waited for the queued work, destroyed the ops and released the memory. */
 static void cuda_destroy(Dataflow_Handle *h)
 {
 	Cuda_Handle *ch = cuda_of(h);
 	if (ch->ctx) {
 		ch->cu->cuCtxSetCurrent(ch->ctx);
-		cuda_sync_handle(h);
-		/* op states may free device memory (matmul workspaces), so they go first */
-		if (h->op_table)
-			dataflow_op_table_destroy(h->op_table, dataflow_op_record_destroy);
 		cuda_modules_destroy(ch);
-		cuda_memory_release_all(ch);
 		cuda_streams_destroy(ch);
 		ch->cu->cuDevicePrimaryCtxRelease(ch->device);
-	} else if (h->op_table) {
-		dataflow_op_table_destroy(h->op_table, dataflow_op_record_destroy);
 	}
-	dataflow_libraries_close(&ch->libraries);
-	block_list_free(&ch->live);
-	block_list_free(&ch->host_ranges);
 	pthread_mutex_destroy(&ch->lock);
 	free(ch);
 }
 
-static void fill_vtable(Dataflow_Handle *h)
-{
-	h->register_native_code = cuda_register_native_code;
-	h->register_external_code = cuda_register_external_code;
-	h->register_external_func = cuda_register_external_func;
-	h->submit_op = cuda_submit_op;
-	h->submit_host_op = cuda_submit_host_op;
-	h->get_stream_state = cuda_get_stream_state;
-	h->submit_dependency = cuda_submit_dependency;
-	h->sync_stream = cuda_sync_stream;
-	h->sync_handle = cuda_sync_handle;
-	h->alloc_mem = cuda_alloc_mem;
-	h->free_mem = cuda_free_mem;
-	h->set_mem = cuda_set_mem;
-	h->enable_access_to_host_mem = cuda_enable_access_to_host_mem;
-	h->disable_access_to_host_mem = cuda_disable_access_to_host_mem;
-	h->enable_access_to_peer_mem = cuda_enable_access_to_peer_mem;
-	h->disable_access_to_peer_mem = cuda_disable_access_to_peer_mem;
-	h->query_mem = cuda_query_mem;
-	h->check_mem_range = cuda_check_mem_range;
-	h->submit_inbound_transfer = cuda_submit_inbound_transfer;
-	h->submit_outbound_transfer = cuda_submit_outbound_transfer;
-	h->submit_peer_transfer = cuda_submit_peer_transfer;
-	h->destroy = cuda_destroy;
-}
+static const Dataflow_Backend_Interface cuda_iface = {
+	.version = DATAFLOW_BACKEND_INTERFACE_VERSION,
+	.destroy = cuda_destroy,
+	.on_worker = cuda_on_worker,
+	.load_native_code = cuda_load_native_code,
+	.submit_op = cuda_submit_op,
+	.submit_host_op = cuda_submit_host_op,
+	.record_event = cuda_record_event,
+	.query_event = cuda_query_event,
+	.wait_event = cuda_wait_event,
+	.submit_dependency = cuda_submit_dependency,
+	.sync_stream = cuda_sync_stream,
+	.mem_alloc = cuda_mem_alloc,
+	.mem_release = cuda_mem_release,
+	.set_mem = cuda_set_mem,
+	.register_host_mem = cuda_register_host_mem,
+	.unregister_host_mem = cuda_unregister_host_mem,
+	.enable_peer = cuda_enable_peer,
+	.disable_peer = cuda_disable_peer,
+	.submit_inbound_transfer = cuda_submit_inbound_transfer,
+	.submit_outbound_transfer = cuda_submit_outbound_transfer,
+	.submit_peer_transfer = cuda_submit_peer_transfer,
+};
 
 /* Finds the device and retains its primary context (shared with every other user of the
  * device in this process, as the runtime API does). */
@@ -106,59 +91,53 @@ static Dataflow_Status open_device(Cuda_Handle *h, int index)
 	return st;
 }
 
-/* Default capacity: what the device has free now (other processes and handles included). */
-static Dataflow_Status set_capacity(Cuda_Handle *h, uint64_t requested)
+/* Default capacity: what the device has free now (other processes and handles included); a
+ * request is held to what the device has in all. */
+static Dataflow_Status find_capacity(Cuda_Handle *h, uint64_t requested, uint64_t *capacity)
 {
 	size_t free_bytes = 0, total_bytes = 0;
-	Dataflow_Status st = cuda_check(h->cu->cuMemGetInfo(&free_bytes, &total_bytes), h->base.device_index,
+	Dataflow_Status st = cuda_check(h->cu->cuMemGetInfo(&free_bytes, &total_bytes), h->handle->device_index,
 					"cuMemGetInfo");
 	if (st != DATAFLOW_OK)
 		return st;
-	h->capacity = requested ? requested : (uint64_t)free_bytes;
+	*capacity = !requested ? (uint64_t)free_bytes : requested < total_bytes ? requested : (uint64_t)total_bytes;
 	return DATAFLOW_OK;
 }
 
-Dataflow_Status dataflow_cuda_handle_create(int device_index, const Dataflow_Handle_Config *config,
-					    Dataflow_Handle **out)
+Dataflow_Status dataflow_cuda_backend_init(Dataflow_Handle *h, const Dataflow_Backend_Params *params,
+					   uint64_t *capacity)
 {
 	const Cuda_Driver *cu;
-	Dataflow_Status st = cuda_driver_load(&cu);
+	Dataflow_Status st = dataflow_backend_options_parse("cuda", params->options, NULL, 0);
+	if (st == DATAFLOW_OK)
+		st = cuda_driver_load(&cu);
 	if (st != DATAFLOW_OK)
 		return st;
 	Cuda_Handle *ch = calloc(1, sizeof(*ch));
 	if (!ch)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "cuda backend: no memory for the handle");
-	Dataflow_Handle *h = &ch->base;
-	h->version = DATAFLOW_HANDLE_VERSION;
-	h->backend_name = cuda_backend_tag;
-	h->device_index = device_index;
-	h->num_streams = 0; /* raised as streams are created, so destroy releases only those */
-	h->num_threads = 1;
-	h->ctx = ch;
+	ch->handle = h;
 	ch->cu = cu;
 	pthread_mutex_init(&ch->lock, NULL);
-	fill_vtable(h);
+	h->ctx = ch;
 	/* The default ops (launch functions, kernel sources, matmul) live in this library. */
 	Dl_info info;
-	if (dladdr((void *)&dataflow_cuda_handle_create, &info) && info.dli_fname)
+	if (dladdr((void *)&dataflow_cuda_backend_init, &info) && info.dli_fname)
 		snprintf(ch->ops_library_path, sizeof(ch->ops_library_path), "%s", info.dli_fname);
-	h->default_ops_library = ch->ops_library_path;
 
-	st = open_device(ch, device_index);
+	st = open_device(ch, params->device_index);
 	if (st == DATAFLOW_OK)
-		st = set_capacity(ch, config->device_memory_bytes);
-	if (st == DATAFLOW_OK && !(h->op_table = dataflow_op_table_create()))
-		st = dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "cuda backend: no memory for the op table");
-	if (st == DATAFLOW_OK) {
-		h->num_streams = config->num_streams > 0 ? config->num_streams : 4;
-		st = cuda_streams_create(ch, config->stream_priorities);
-	}
+		st = find_capacity(ch, params->device_memory_bytes, capacity);
+	if (st == DATAFLOW_OK)
+		st = cuda_streams_create(ch, params->num_streams, params->stream_priorities);
 	if (st != DATAFLOW_OK) {
 		char message[1024];
 		snprintf(message, sizeof(message), "%s", dataflow_last_error());
 		cuda_destroy(h);
+		h->ctx = NULL;
 		return dataflow_set_error(st, "%s", message);
 	}
-	*out = h;
+	h->iface = &cuda_iface;
+	h->default_ops_library = ch->ops_library_path;
 	return DATAFLOW_OK;
 }

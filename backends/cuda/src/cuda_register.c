@@ -11,14 +11,13 @@
  *                int dataflow_cuda_kernel_source(const char *op_nickname, const char **name,
  *                                                const char **text)
  *              which gives the CUDA C++ source of each op (libdataflow_cuda.so does, for the
- *              default ops, from sources embedded at build time: handle->default_ops_library
+ *              default ops, from sources embedded at build time: dataflow_handle_default_ops_library
  *              points at it).
  *   launch_library_path  the shared object holding the launch (required: they choose grid,
  *              block and shared memory) and init functions; NULL: code_path when it is a
  *              shared object.
  * Sources are compiled with NVRTC when one of their kernels first runs (cuda_submit.c).
- * As on host, everything is resolved and checked before the op table changes, so a failed
- * call registers nothing. */
+ * Everything is resolved before anything is registered. */
 
 typedef int (*Kernel_Source_Fn)(const char *op_nickname, const char **name, const char **text);
 
@@ -106,25 +105,21 @@ static Dataflow_Status find_modules(Cuda_Handle *h, const char *code_path, void 
 	return DATAFLOW_OK;
 }
 
-Dataflow_Status cuda_register_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
-					  int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
-					  const char *const *launch_symbols, const char *const *init_symbols,
-					  int flags)
+Dataflow_Status cuda_load_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
+				      int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
+				      const char *const *launch_symbols, const char *const *init_symbols, void **records,
+				      Dataflow_Op_Init_Fn *inits)
 {
-	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Op_Batch b;
-	Dataflow_Status st = dataflow_op_batch_begin(&b, h, num_ops, skeletons, kernel_symbols, flags, sizeof(Cuda_Op));
-	if (st != DATAFLOW_OK)
-		return st;
+	Dataflow_Status st = DATAFLOW_OK;
 	if (!code_path)
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "register: code path is NULL");
 	void *code_lib = NULL, *launch_lib = NULL;
 	int is_source = st == DATAFLOW_OK && ends_with(code_path, ".cu");
 	if (st == DATAFLOW_OK && !is_source)
-		st = dataflow_libraries_open(&ch->libraries, code_path, &code_lib);
+		st = dataflow_libraries_open(h, code_path, &code_lib);
 	const char *launch_path = launch_library_path ? launch_library_path : code_path;
 	if (st == DATAFLOW_OK && launch_library_path)
-		st = dataflow_libraries_open(&ch->libraries, launch_library_path, &launch_lib);
+		st = dataflow_libraries_open(h, launch_library_path, &launch_lib);
 	else if (st == DATAFLOW_OK && is_source)
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					"register: %s is CUDA source; pass launch_library_path, the shared object with "
@@ -133,38 +128,27 @@ Dataflow_Status cuda_register_native_code(Dataflow_Handle *h, const char *code_p
 	else
 		launch_lib = code_lib;
 	for (int i = 0; i < num_ops && st == DATAFLOW_OK; i++) {
-		Cuda_Op *op = b.records[i];
 		void *launch, *init;
 		st = dataflow_find_symbol(launch_lib, launch_path, launch_symbols, i, "launch", " (required on cuda)",
 					  &launch);
 		if (st == DATAFLOW_OK)
 			st = dataflow_find_symbol(launch_lib, launch_path, init_symbols, i, "init", NULL, &init);
 		size_t len = kernel_symbols[i] ? strlen(kernel_symbols[i]) : 0;
+		Cuda_Op *op = NULL;
 		if (st == DATAFLOW_OK && (len == 0 || len >= sizeof(op->kernel_name)))
 			st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 						"register: kernel symbol of op %d must be 1..%zu characters", i,
 						sizeof(op->kernel_name) - 1);
-		if (st == DATAFLOW_OK) {
+		if (st == DATAFLOW_OK && !(op = calloc(1, sizeof(*op))))
+			st = dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory");
+		if (op) {
 			snprintf(op->kernel_name, sizeof(op->kernel_name), "%s", kernel_symbols[i]);
 			op->launch = (Dataflow_Launch_Fn)launch;
-			b.inits[i] = (Dataflow_Op_Init_Fn)init;
+			records[i] = op;
+			inits[i] = (Dataflow_Op_Init_Fn)init;
 		}
 	}
 	if (st == DATAFLOW_OK)
-		st = find_modules(ch, code_path, code_lib, num_ops, skeletons, b.records);
-	return dataflow_op_batch_finish(&b, st);
-}
-
-Dataflow_Status cuda_register_external_code(Dataflow_Handle *h, const char *library_path, int num_ops,
-					    const Op_Skeleton *skeletons, const char *const *func_symbols,
-					    const char *const *init_symbols, int flags)
-{
-	return dataflow_backend_register_external_code(h, &cuda_of(h)->libraries, sizeof(Cuda_Op), " (required on cuda)",
-					       library_path, num_ops, skeletons, func_symbols, init_symbols, flags);
-}
-
-Dataflow_Status cuda_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
-					    Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags)
-{
-	return dataflow_backend_register_external_func(h, sizeof(Cuda_Op), skeleton, func, state, flags);
+		st = find_modules(cuda_of(h), code_path, code_lib, num_ops, skeletons, records);
+	return st;
 }

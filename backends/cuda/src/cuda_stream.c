@@ -5,26 +5,26 @@
 
 /* Streams map 1:1 to CUstreams (non-blocking: the legacy default stream orders nothing).
  *
- * Stream states. Dataflow_Stream_State is a plain value the caller owns and may copy, keep
- * or drop, so it cannot own a CUevent. Each stream instead owns a ring of CUDA_EVENT_RING
- * events: get_stream_state hands out value v = ++recorded and records events[v % RING]; a
- * dependency on (stream, v) waits on that event. The event is re-recorded by state
- * v + RING, so a state stays usable for the next RING - 1 states recorded on its stream;
- * an older one fails with a message saying so (never a silent wrong wait). A wait already
- * submitted is unaffected by later re-recording (cuStreamWaitEvent captures the event's
- * state at the call). States work across handles (events are waited on from another
- * context of the same or another device); the recording handle must outlive their use. */
+ * Events. The backend's events (libdataflow's stream states and the ledger's frees) are values
+ * v = 1, 2, ... per stream; each stream owns a ring of CUDA_EVENT_RING CUevents and event v
+ * records events[v % RING]. The CUevent is re-recorded by event v + RING, so:
+ * - a dependency on v is refused once that happened (the wait would be on later work than
+ *   asked: never a silent wrong wait, and no cycle it could close); a wait already submitted is
+ *   unaffected (cuStreamWaitEvent captures the event's state at the call);
+ * - a query or host wait of v uses the slot's latest record, a point at or after v: done
+ *   means v is done, and waiting for it waits no less than asked.
+ * Dependencies work across handles (an event is waited on from another context of the same
+ * or another device); a destroyed handle's CUevents are released by the driver once the work
+ * waiting on them no longer needs them (cuEventDestroy does not wait). */
 
-_Thread_local int cuda_in_host_fn;
+_Thread_local Cuda_Handle *cuda_host_fn_handle;
 
-Dataflow_Status cuda_streams_create(Cuda_Handle *h, const int *priorities)
+Dataflow_Status cuda_streams_create(Cuda_Handle *h, int num_streams, const int *priorities)
 {
 	int least = 0, greatest = 0;
-	int wanted = h->base.num_streams;
-	h->base.num_streams = 0;
-	Dataflow_Status st = cuda_check(h->cu->cuCtxGetStreamPriorityRange(&least, &greatest), h->base.device_index,
+	Dataflow_Status st = cuda_check(h->cu->cuCtxGetStreamPriorityRange(&least, &greatest), h->handle->device_index,
 					"cuCtxGetStreamPriorityRange");
-	for (int i = 0; i < wanted && st == DATAFLOW_OK; i++) {
+	for (int i = 0; i < num_streams && st == DATAFLOW_OK; i++) {
 		/* config: larger = more urgent, 0 = normal; CUDA: numerically lower = more urgent,
 		 * in [greatest, least]. Priority p maps to least - p, clamped to the range. */
 		long p = priorities ? (long)least - priorities[i] : least;
@@ -35,10 +35,10 @@ Dataflow_Status cuda_streams_create(Cuda_Handle *h, const int *priorities)
 		char what[64];
 		snprintf(what, sizeof(what), "cuStreamCreateWithPriority(stream %d)", i);
 		st = cuda_check(h->cu->cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, (int)p),
-				h->base.device_index, what);
+				h->handle->device_index, what);
 		if (st == DATAFLOW_OK) {
 			pthread_mutex_init(&s->lock, NULL);
-			h->base.num_streams = i + 1;
+			h->num_streams = i + 1;
 		}
 	}
 	return st;
@@ -46,7 +46,7 @@ Dataflow_Status cuda_streams_create(Cuda_Handle *h, const int *priorities)
 
 void cuda_streams_destroy(Cuda_Handle *h)
 {
-	for (int i = 0; i < h->base.num_streams; i++) {
+	for (int i = 0; i < h->num_streams; i++) {
 		Cuda_Stream *s = &h->streams[i];
 		for (int j = 0; j < CUDA_EVENT_RING; j++)
 			if (s->events[j])
@@ -54,17 +54,15 @@ void cuda_streams_destroy(Cuda_Handle *h)
 		h->cu->cuStreamDestroy(s->stream);
 		pthread_mutex_destroy(&s->lock);
 	}
-	h->base.num_streams = 0;
+	h->num_streams = 0;
 }
 
-Dataflow_Status cuda_get_stream_state(Dataflow_Handle *h, int stream_id, Dataflow_Stream_State *state)
+Dataflow_Status cuda_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, stream_id, "get_stream_state");
+	Dataflow_Status st = cuda_enter(ch, "record event");
 	if (st != DATAFLOW_OK)
 		return st;
-	if (!state)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "get_stream_state: state pointer is NULL");
 	Cuda_Stream *s = &ch->streams[stream_id];
 	pthread_mutex_lock(&s->lock);
 	uint64_t v = s->recorded + 1;
@@ -76,53 +74,85 @@ Dataflow_Status cuda_get_stream_state(Dataflow_Handle *h, int stream_id, Dataflo
 	if (st == DATAFLOW_OK)
 		s->recorded = v;
 	pthread_mutex_unlock(&s->lock);
-	if (st != DATAFLOW_OK)
-		return st;
-	state->backend = cuda_backend_tag;
-	state->stream = s;
-	state->value = v;
-	return DATAFLOW_OK;
+	*event = v;
+	return st;
 }
 
-Dataflow_Status cuda_submit_dependency(Dataflow_Handle *h, int stream_id, const Dataflow_Stream_State *state)
+/* The latest event recorded in v's ring slot (v itself or a later one); with s->lock held. */
+static uint64_t slot_latest(const Cuda_Stream *s, uint64_t v)
+{
+	return v + (s->recorded - v) / CUDA_EVENT_RING * CUDA_EVENT_RING;
+}
+
+int cuda_query_event(Dataflow_Handle *h, int stream_id, uint64_t event)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, stream_id, "submit_dependency");
+	Cuda_Stream *s = &ch->streams[stream_id];
+	pthread_mutex_lock(&s->lock);
+	int done = event <= s->done;
+	if (!done && event <= s->recorded && cuda_enter(ch, "query event") == DATAFLOW_OK &&
+	    ch->cu->cuEventQuery(s->events[event % CUDA_EVENT_RING]) == CUDA_SUCCESS) {
+		s->done = slot_latest(s, event);
+		done = 1;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return done;
+}
+
+Dataflow_Status cuda_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event)
+{
+	Cuda_Handle *ch = cuda_of(h);
+	Cuda_Stream *s = &ch->streams[stream_id];
+	Dataflow_Status st = cuda_enter(ch, "wait for event");
 	if (st != DATAFLOW_OK)
 		return st;
-	if (!state || !state->stream)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "submit_dependency: state is NULL or was never recorded");
-	if (state->backend != cuda_backend_tag)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "submit_dependency: state was recorded by another backend, expected cuda");
-	Cuda_Stream *self = &ch->streams[stream_id], *other = state->stream;
-	if (other == self)
-		return DATAFLOW_OK; /* stream order already guarantees it */
-	pthread_mutex_lock(&other->lock);
-	uint64_t v = state->value, recorded = other->recorded;
-	if (v == 0 || v > recorded)
+	pthread_mutex_lock(&s->lock);
+	CUevent ev = event <= s->done || event > s->recorded ? NULL : s->events[event % CUDA_EVENT_RING];
+	uint64_t latest = ev ? slot_latest(s, event) : 0;
+	pthread_mutex_unlock(&s->lock);
+	if (!ev)
+		return DATAFLOW_OK;
+	/* outside the lock: recording on the stream must not wait for the device */
+	st = cuda_check(ch->cu->cuEventSynchronize(ev), h->device_index, "cuEventSynchronize");
+	pthread_mutex_lock(&s->lock);
+	if (st == DATAFLOW_OK && latest > s->done)
+		s->done = latest;
+	pthread_mutex_unlock(&s->lock);
+	return st;
+}
+
+Dataflow_Status cuda_submit_dependency(Dataflow_Handle *h, int stream_id, Dataflow_Handle *other, int other_stream_id,
+				       uint64_t event)
+{
+	Cuda_Handle *ch = cuda_of(h);
+	Dataflow_Status st = cuda_enter(ch, "submit_dependency");
+	if (st != DATAFLOW_OK)
+		return st;
+	Cuda_Stream *self = &ch->streams[stream_id], *s = &cuda_of(other)->streams[other_stream_id];
+	pthread_mutex_lock(&s->lock);
+	uint64_t recorded = s->recorded;
+	if (event == 0 || event > recorded)
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					"submit_dependency: state %llu of stream %d was never recorded (the stream has "
 					"handed out %llu states)",
-					(unsigned long long)v, other->id, (unsigned long long)recorded);
-	else if (recorded - v >= CUDA_EVENT_RING)
+					(unsigned long long)event, other_stream_id, (unsigned long long)recorded);
+	else if (recorded - event >= CUDA_EVENT_RING)
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					"submit_dependency: state %llu of stream %d is too old: its event was reused by "
 					"state %llu (only the last %d states of a stream stay valid); record a fresh one",
-					(unsigned long long)v, other->id, (unsigned long long)(v + CUDA_EVENT_RING),
-					CUDA_EVENT_RING);
+					(unsigned long long)event, other_stream_id,
+					(unsigned long long)(event + CUDA_EVENT_RING), CUDA_EVENT_RING);
 	else
-		st = cuda_check(ch->cu->cuStreamWaitEvent(self->stream, other->events[v % CUDA_EVENT_RING], 0),
+		st = cuda_check(ch->cu->cuStreamWaitEvent(self->stream, s->events[event % CUDA_EVENT_RING], 0),
 				h->device_index, "cuStreamWaitEvent");
-	pthread_mutex_unlock(&other->lock);
+	pthread_mutex_unlock(&s->lock);
 	return st;
 }
 
 Dataflow_Status cuda_sync_stream(Dataflow_Handle *h, int stream_id)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, stream_id, "sync_stream");
+	Dataflow_Status st = cuda_enter(ch, "sync_stream");
 	if (st != DATAFLOW_OK)
 		return st;
 	char what[64];
@@ -130,21 +160,8 @@ Dataflow_Status cuda_sync_stream(Dataflow_Handle *h, int stream_id)
 	return cuda_check(ch->cu->cuStreamSynchronize(ch->streams[stream_id].stream), h->device_index, what);
 }
 
-Dataflow_Status cuda_sync_handle(Dataflow_Handle *h)
-{
-	Dataflow_Status first = DATAFLOW_OK;
-	char message[1024] = "";
-	for (int i = 0; i < h->num_streams; i++) {
-		Dataflow_Status st = cuda_sync_stream(h, i);
-		if (st != DATAFLOW_OK && first == DATAFLOW_OK) {
-			first = st;
-			snprintf(message, sizeof(message), "%s", dataflow_last_error());
-		}
-	}
-	return first == DATAFLOW_OK ? DATAFLOW_OK : dataflow_set_error(first, "%s", message);
-}
-
 typedef struct {
+	Cuda_Handle *handle;
 	Dataflow_Host_Fn func;
 	void *arg;
 } Host_Call;
@@ -153,23 +170,21 @@ static void run_host_call(void *data)
 {
 	Host_Call call = *(Host_Call *)data;
 	free(data);
-	cuda_in_host_fn = 1;
+	cuda_host_fn_handle = call.handle;
 	call.func(call.arg);
-	cuda_in_host_fn = 0;
+	cuda_host_fn_handle = NULL;
 }
 
-Dataflow_Status cuda_submit_host_op(Dataflow_Handle *h, Dataflow_Host_Fn func, void *arg, int stream_id)
+Dataflow_Status cuda_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, stream_id, "submit_host_op");
+	Dataflow_Status st = cuda_enter(ch, "submit_host_op");
 	if (st != DATAFLOW_OK)
 		return st;
-	if (!func)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "submit_host_op: function is NULL");
 	Host_Call *call = malloc(sizeof(*call));
 	if (!call)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "submit_host_op: no memory");
-	*call = (Host_Call){func, arg};
+	*call = (Host_Call){ch, func, arg};
 	st = cuda_check(ch->cu->cuLaunchHostFunc(ch->streams[stream_id].stream, run_host_call, call), h->device_index,
 			"cuLaunchHostFunc");
 	if (st != DATAFLOW_OK)

@@ -4,11 +4,10 @@
 
 #include "cuda_backend.h"
 
-/* submit_op validates what it can (stream, fingerprint, skeleton, argument pointers, tensors
- * inside device memory, the launch function's choice), then launches: a native kernel with
- * cuLaunchKernel (which copies the argument values at the call, so the caller may reuse its
- * Op at once), an external op by calling it now on the caller's thread; it enqueues its
- * library's work on the stream, and its failure is this call's failure. */
+/* submit_op launches: a native kernel with cuLaunchKernel (which copies the argument values at
+ * the call, so the caller may reuse its Op at once) after its launch function chose the grid,
+ * an external op by calling it now on the caller's thread; it enqueues its library's work on
+ * the stream, and its failure is this call's failure. */
 
 Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op)
 {
@@ -23,7 +22,7 @@ Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op)
 		if (st == DATAFLOW_OK) {
 			char what[512];
 			snprintf(what, sizeof(what), "cuModuleLoadData(%.400s)", m->name);
-			st = cuda_check(h->cu->cuModuleLoadData(&m->module, cubin), h->base.device_index, what);
+			st = cuda_check(h->cu->cuModuleLoadData(&m->module, cubin), h->handle->device_index, what);
 		}
 		free(cubin);
 	}
@@ -31,21 +30,16 @@ Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op)
 		char what[512];
 		snprintf(what, sizeof(what), "cuModuleGetFunction(%s in %.300s)", op->kernel_name, m->name);
 		st = cuda_check(h->cu->cuModuleGetFunction(&op->function, m->module, op->kernel_name),
-				h->base.device_index, what);
+				h->handle->device_index, what);
 	}
 	pthread_mutex_unlock(&h->lock);
 	return st;
 }
 
-static Dataflow_Status check_tensor(void *ctx, const void *ptr, const char *what)
-{
-	return cuda_check_device_range(ctx, ptr, 1, 1, NULL, what);
-}
-
-static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, const Op *op, int stream_id)
+static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, void *state, const Op *op, int stream_id)
 {
 	Dataflow_Launch_Config c = {{0, 0, 0}, {0, 0, 0}, 0, 1};
-	Dataflow_Status st = rec->launch(&h->base, op, rec->base.state.data, &c);
+	Dataflow_Status st = rec->launch(h->handle, op, state, &c);
 	if (st != DATAFLOW_OK)
 		return st;
 	if (c.grid[0] == 0)
@@ -65,22 +59,18 @@ static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, const Op *op,
 	return cuda_check(h->cu->cuLaunchKernel(rec->function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
 						c.block[2], c.shared_mem_bytes, h->streams[stream_id].stream,
 						(void **)op->op_args, NULL),
-			  h->base.device_index, what);
+			  h->handle->device_index, what);
 }
 
-Dataflow_Status cuda_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
+Dataflow_Status cuda_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	void *found = NULL;
-	Dataflow_Status st = cuda_enter(ch, stream_id, "submit_op");
-	if (st == DATAFLOW_OK)
-		st = dataflow_op_find_checked(h, op, check_tensor, ch, &found);
+	Dataflow_Status st = cuda_enter(ch, "submit_op");
 	if (st != DATAFLOW_OK)
 		return st;
-	Cuda_Op *rec = found;
-	if (!rec->base.external)
-		return launch_native(ch, rec, op, stream_id);
-	st = rec->base.external(h, stream_id, op, rec->base.state.data);
+	if (entry->record)
+		return launch_native(ch, entry->record, entry->state.data, op, stream_id);
+	st = entry->external(h, stream_id, op, entry->state.data);
 	if (st != DATAFLOW_OK) {
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dataflow_last_error());

@@ -86,4 +86,4 @@ ADD_KERNEL(fp16, DATAFLOW_FP16, uint16_t)
 
 /* Shapes were validated by libdataflowops. */
 DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_add_launch, dataflow_add_args,
-				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_ADD_ARG_OUT]))
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_ADD_ARG_OUT]), 0)

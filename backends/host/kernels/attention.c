@@ -141,6 +141,8 @@ Dataflow_Status dataflow_host_attention_launch(Dataflow_Handle *handle, const Op
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	return fwd_launch(fwd_args(op->op_args), config);
 }
 
@@ -149,5 +151,7 @@ Dataflow_Status dataflow_host_attention_kv_launch(Dataflow_Handle *handle, const
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	return fwd_launch(dataflow_attention_kv_args(op->op_args), config);
 }

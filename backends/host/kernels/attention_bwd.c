@@ -238,6 +238,8 @@ Dataflow_Status dataflow_host_attention_bwd_launch(Dataflow_Handle *handle, cons
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	Bwd_Args x = bwd_args(op->op_args);
 	config->num_parts = attn_num_parts(bwd_fused(x.num_seqs, x.hkv) ? x.num_seqs * x.hkv
 								      : attn_max_blocks(x.total, x.num_seqs) * (x.hq + x.hkv));
@@ -275,6 +277,8 @@ Dataflow_Status dataflow_host_attention_bwd_delta_launch(Dataflow_Handle *handle
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	Dataflow_Attention_Bwd_Delta_Args x = dataflow_attention_bwd_delta_args(op->op_args);
 	int64_t rows = x.total_tokens * x.num_q_heads;
 	config->num_parts = dataflow_elementwise_parts(rows, 1024);

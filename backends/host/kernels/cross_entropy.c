@@ -261,6 +261,8 @@ Dataflow_Status dataflow_host_cross_entropy_launch(Dataflow_Handle *handle, cons
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	Ce_Args a = dataflow_cross_entropy_args(op->op_args);
 	int64_t tokens = a.tokens, vocab = a.vocab;
 	if (tokens <= 0 || vocab <= 0)

@@ -61,6 +61,8 @@ Dataflow_Status dataflow_host_embedding_launch(Dataflow_Handle *handle, const Op
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	Dataflow_Embedding_Args x = dataflow_embedding_args(op->op_args);
 	int64_t num_tokens = x.num_tokens;
 	int64_t bytes = num_tokens * x.hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_EMBEDDING_ARG_OUT]);
@@ -161,6 +163,8 @@ Dataflow_Status dataflow_host_embedding_bwd_w_launch(Dataflow_Handle *handle, co
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	Bwd_Args x = dataflow_embedding_bwd_w_args(op->op_args);
 	int64_t hidden = x.hidden;
 	int parts = dataflow_elementwise_parts(x.num_tokens * hidden, BWD_MIN_ELEMENTS);

@@ -8,12 +8,12 @@
  *   unset or "auto"  oneDNN if built in, else the fallback
  *   "onednn"         oneDNN; registration fails if it is not built in
  *   "fallback"       the fallback only (its vector path follows DATAFLOW_SIMD, see simd.h)
- * Threads: the handle's thread count (Handle(threads=...)), for both engines. */
+ * Threads: the handle's compute threads (its "threads" option), for both engines. */
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataflow/handle.h"
+#include "dataflow/host_kernel.h"
 #include "dataflow/op_args.h"
 #include "matmul.h"
 
@@ -73,6 +73,8 @@ Dataflow_Status dataflow_host_matmul_init(Dataflow_Handle *handle, const Op_Skel
 
 Dataflow_Status dataflow_host_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
+	if (dataflow_op_require_tensors(op, 1u << 2) != DATAFLOW_OK) /* C may be NULL */
+		return dataflow_last_status();
 	Matmul_State *s = op_state;
 	Dataflow_Matmul_Args m = dataflow_matmul_args(op->op_args);
 	Matmul_Args args = {
@@ -89,7 +91,7 @@ Dataflow_Status dataflow_host_matmul(Dataflow_Handle *handle, int stream_id, con
 		.trans_b = m.trans_b,
 		.alpha = m.alpha,
 		.beta = m.beta,
-		.num_threads = handle->num_threads > 0 ? handle->num_threads : 1,
+		.num_threads = dataflow_host_compute_threads(handle),
 	};
 #ifdef DATAFLOW_HAVE_ONEDNN
 	if (s->onednn) {

@@ -260,6 +260,8 @@ RMS_NORM_KERNELS(bf16, DATAFLOW_BF16)
 static Dataflow_Status rms_norm_row_launch(const Op *op, int64_t rows, int64_t hidden, int x_arg,
 					   Dataflow_Launch_Config *config)
 {
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	if (rows <= 0 || hidden <= 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "%s: rows and hidden must be > 0, got %lld and %lld", op->skeleton.nickname,

@@ -242,6 +242,8 @@ Dataflow_Status dataflow_host_rms_norm_bwd_w_partials_launch(Dataflow_Handle *ha
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	Partials_Args a = dataflow_rms_norm_bwd_w_partials_args(op->op_args);
 	Dataflow_Status st = check_shape(op, a.rows, a.hidden);
 	if (st == DATAFLOW_OK)
@@ -255,6 +257,8 @@ Dataflow_Status dataflow_host_rms_norm_bwd_w_reduce_launch(Dataflow_Handle *hand
 {
 	(void)handle;
 	(void)op_state;
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	Reduce_Args a = dataflow_rms_norm_bwd_w_reduce_args(op->op_args);
 	Dataflow_Status st = check_shape(op, a.rows, a.hidden);
 	if (st != DATAFLOW_OK)

@@ -123,6 +123,8 @@ ROPE_VARIANT(fp16, DATAFLOW_FP16)
  * libdataflowops (head_dim even and at most DATAFLOW_ROPE_MAX_HEAD_DIM: the stack tables). */
 static Dataflow_Status rope_launch(const Op *op, Dataflow_Launch_Config *config)
 {
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	Rope_Args a = dataflow_rope_args(op->op_args);
 	int64_t num_tokens = a.num_tokens;
 	int64_t numel = num_tokens * a.num_heads * a.head_dim;

@@ -50,4 +50,4 @@ void dataflow_host_set_mem_bf16(void **args, int part, int num_parts)
 
 /* Shapes were validated by libdataflowops. */
 DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_set_mem_launch, dataflow_set_mem_args,
-				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SET_MEM_ARG_X]))
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SET_MEM_ARG_X]), 0)

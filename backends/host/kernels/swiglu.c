@@ -141,6 +141,8 @@ SWIGLU_KERNELS(bf16, DATAFLOW_BF16)
 static Dataflow_Status swiglu_launch_parts(const Op *op, int64_t rows, int64_t ffn, int tensor_arg,
 					   Dataflow_Launch_Config *config)
 {
+	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
+		return dataflow_last_status();
 	if (rows <= 0 || ffn <= 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "%s: rows and ffn must be > 0, got %lld and %lld", op->skeleton.nickname,

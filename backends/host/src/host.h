@@ -2,7 +2,8 @@
 #define DATAFLOW_HOST_INTERNAL_H
 
 /* Private to the host backend: streams are worker threads with FIFO task queues, native
- * kernels run their parts on a shared compute pool, "device memory" is an accounted arena. */
+ * kernels run their parts on a shared compute pool, "device memory" is an arena of reserved
+ * address space. */
 
 #include <pthread.h>
 #include <sched.h>
@@ -15,7 +16,8 @@
 typedef struct Host_Handle Host_Handle;
 typedef struct Host_Stream Host_Stream;
 
-/* ---- arena (arena.c): one reserved region, best-fit blocks, 256-byte aligned ---- */
+/* ---- arena (arena.c): the raw allocator, one reserved region carved best-fit into
+ * 256-byte aligned blocks (the ledger in libdataflow does the accounting and the checks) ---- */
 #define HOST_ARENA_ALIGN 256
 
 typedef struct {
@@ -23,19 +25,16 @@ typedef struct {
 	uint8_t *base;	  /* 2 MiB aligned inside the mapping */
 	void *mapping;	  /* what mmap returned, mapping_size bytes */
 	uint64_t mapping_size;
-	uint64_t capacity, in_use;
-	Block_List live, free; /* offsets relative to base */
+	uint64_t capacity;
+	Block_List free; /* offsets relative to base */
 } Arena;
 
 Dataflow_Status arena_init(Arena *arena, uint64_t capacity);
 void arena_destroy(Arena *arena);
+/* size: a multiple of HOST_ARENA_ALIGN. */
 Dataflow_Status arena_alloc(Arena *arena, uint64_t size, void **ptr);
-/* Marks a live allocation freed: no longer valid for ops or transfers, not yet reusable. */
-Dataflow_Status arena_retire(Arena *arena, void *ptr);
-/* Returns a retired allocation's block to the free list. */
-void arena_release(Arena *arena, void *ptr);
-/* 1 if [ptr, ptr + size) lies in one live allocation; else 0 with a reason in why. */
-int arena_contains(Arena *arena, const void *ptr, uint64_t size, char *why, size_t why_size);
+/* Returns a block from arena_alloc (its size as allocated) to the free list. */
+void arena_release(Arena *arena, void *ptr, uint64_t size);
 
 /* ---- bounded spinning before sleeping ----
  * A futex wake-up costs 5-30 us between a waker and a sleeper (more on a loaded machine),
@@ -121,7 +120,7 @@ typedef struct Task {
 			uint8_t value;
 		} memset;
 		struct {
-			Host_Stream *stream;
+			Host_Stream *stream; /* of any host handle, kept alive by a reference */
 			uint64_t value;
 		} wait;
 	} u;
@@ -145,96 +144,72 @@ struct Host_Stream {
 	char error_message[1024];
 };
 
+/* lock and cond are made here and destroyed by stream_free: waits queued on other handles may
+ * read a stream after its handle is destroyed (host_unref). */
 Dataflow_Status stream_start(Host_Stream *stream, Host_Handle *handle, int id);
+/* Finishes the queued work and joins the worker. */
 void stream_stop(Host_Stream *stream);
+void stream_free(Host_Stream *stream);
 void stream_enqueue(Host_Stream *stream, Task *task);
 Dataflow_Status stream_sync(Host_Stream *stream);
-/* The stream whose worker is running on this thread, or NULL. */
-Host_Stream *stream_current(void);
+/* Blocks until the stream's completed count reaches value. */
+void stream_wait(Host_Stream *stream, uint64_t value);
+/* 1 if this thread is the worker of one of h's streams. */
+int host_on_worker(Dataflow_Handle *h);
 Task *task_new(Task_Kind kind);
 
-/* ---- the handle ---- */
+/* ---- the handle's context ---- */
 typedef struct {
-	Dataflow_Op_Record base;          /* first: skeleton, state, external (dataflow/backend.h) */
-	Dataflow_Host_Kernel kernel;      /* native */
-	Dataflow_Launch_Fn launch;        /* native, may be NULL: one part */
+	Dataflow_Host_Kernel kernel;
+	Dataflow_Launch_Fn launch; /* may be NULL: one part */
 } Host_Op;
 
-typedef struct {
-	const uint8_t *ptr;
-	uint64_t size;
-} Host_Range;
-
-/* A freed block and, per stream, how much work was queued when it was freed. */
-typedef struct {
-	void *ptr;
-	uint64_t submitted[DATAFLOW_MAX_STREAMS];
-} Host_Pending_Free;
-
 struct Host_Handle {
-	Dataflow_Handle base;
+	Dataflow_Handle *handle;
+	int refs; /* the handle while open, plus one per queued wait on one of its streams */
+	int num_streams;
 	Host_Stream streams[DATAFLOW_MAX_STREAMS];
 	Compute_Pool *pool;
+	int num_threads;
 	Arena arena;
 	double transfer_bytes_per_sec;
-	Dataflow_Libraries libraries; /* op code loaded by registration */
-	pthread_mutex_t lock;         /* guards the lists below */
-	Host_Range *host_ranges; /* host memory made accessible with enable_access_to_host_mem */
-	int num_host_ranges;
-	Host_Handle **peers;
-	int num_peers;
-	Host_Pending_Free *pending_frees;
-	int num_pending_frees;
 	char ops_library_path[4096];
 };
 
-extern const char host_backend_tag[];
-
 static inline Host_Handle *host_of(Dataflow_Handle *h)
 {
-	return (Host_Handle *)h;
+	return h->ctx;
 }
 
-/* OK if ptr..ptr+size is device memory of h, of an enabled peer (allow_peer), or host
- * memory made accessible to h; `what` names the argument in the error. */
-Dataflow_Status host_check_device_range(Host_Handle *h, const void *ptr, uint64_t size, int allow_peer,
-					const char *what);
+void host_ref(Host_Handle *h);
+/* Frees the context with the last reference. */
+void host_unref(Host_Handle *h);
 
-/* vtable entries, by file */
-Dataflow_Status host_register_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
-					  int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
-					  const char *const *launch_symbols, const char *const *init_symbols,
-					  int flags);
-Dataflow_Status host_register_external_code(Dataflow_Handle *h, const char *library_path, int num_ops,
-					    const Op_Skeleton *skeletons, const char *const *func_symbols,
-					    const char *const *init_symbols, int flags);
-Dataflow_Status host_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
-					    Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags);
+/* interface entries: register.c, submit.c */
+Dataflow_Status host_load_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
+				      int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
+				      const char *const *launch_symbols, const char *const *init_symbols, void **records,
+				      Dataflow_Op_Init_Fn *inits);
+Dataflow_Status host_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry);
+Dataflow_Status host_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg);
 
-Dataflow_Status host_submit_op(Dataflow_Handle *h, const Op *op, int stream_id);
-Dataflow_Status host_submit_host_op(Dataflow_Handle *h, Dataflow_Host_Fn func, void *arg, int stream_id);
-
-Dataflow_Status host_get_stream_state(Dataflow_Handle *h, int stream_id, Dataflow_Stream_State *state);
-Dataflow_Status host_submit_dependency(Dataflow_Handle *h, int stream_id, const Dataflow_Stream_State *state);
+/* stream.c: events are counts of tasks queued (recorded) and run (done) */
+Dataflow_Status host_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event);
+int host_query_event(Dataflow_Handle *h, int stream_id, uint64_t event);
+Dataflow_Status host_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event);
+Dataflow_Status host_submit_dependency(Dataflow_Handle *h, int stream_id, Dataflow_Handle *other, int other_stream_id,
+				       uint64_t event);
 Dataflow_Status host_sync_stream(Dataflow_Handle *h, int stream_id);
-Dataflow_Status host_sync_handle(Dataflow_Handle *h);
 
-Dataflow_Status host_alloc_mem(Dataflow_Handle *h, uint64_t size, void **ptr);
-Dataflow_Status host_free_mem(Dataflow_Handle *h, void *ptr);
+/* memory.c */
+Dataflow_Status host_mem_alloc(Dataflow_Handle *h, uint64_t size, void **ptr);
+void host_mem_release(Dataflow_Handle *h, void *ptr, uint64_t size);
 Dataflow_Status host_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size);
-Dataflow_Status host_enable_access_to_host_mem(Dataflow_Handle *h, void *ptr, uint64_t size, unsigned int flags);
-Dataflow_Status host_disable_access_to_host_mem(Dataflow_Handle *h, void *ptr);
-Dataflow_Status host_enable_access_to_peer_mem(Dataflow_Handle *h, Dataflow_Handle *peer);
-Dataflow_Status host_disable_access_to_peer_mem(Dataflow_Handle *h, Dataflow_Handle *peer);
-Dataflow_Status host_query_mem(Dataflow_Handle *h, uint64_t *capacity, uint64_t *in_use);
-Dataflow_Status host_check_mem_range(Dataflow_Handle *h, const void *ptr, uint64_t size, const char *what);
 
-Dataflow_Status host_submit_inbound_transfer(Dataflow_Handle *h, int stream_id, void *dev_dst, const void *host_src,
-					     uint64_t size);
-Dataflow_Status host_submit_outbound_transfer(Dataflow_Handle *h, int stream_id, void *host_dst, const void *dev_src,
-					      uint64_t size);
-Dataflow_Status host_submit_peer_transfer(Dataflow_Handle *h, int stream_id, void *dev_dst, const void *dev_src,
-					  uint64_t size);
+/* transfer.c; inbound and outbound transfers are one copy task */
+Dataflow_Status host_submit_copy(Dataflow_Handle *h, int stream_id, void *dst, const void *src, uint64_t size);
+Dataflow_Status host_submit_peer_transfer(Dataflow_Handle *h, int stream_id, void *dev_dst, Dataflow_Handle *dst_owner,
+					  const void *dev_src, Dataflow_Handle *src_owner, uint64_t size);
 /* Runs a copy task: memcpy, paced to the handle's transfer bandwidth when set. */
 void host_run_copy(Host_Handle *h, void *dst, const void *src, uint64_t size);
 

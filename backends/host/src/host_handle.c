@@ -5,10 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dataflow/host_kernel.h"
 #include "host.h"
-
-/* Identifies host stream states; compared by address. */
-const char host_backend_tag[] = "host";
 
 static int online_cores(void)
 {
@@ -28,95 +26,117 @@ static uint64_t default_capacity(void)
 	return (uint64_t)pages * (uint64_t)page / 2;
 }
 
+int dataflow_host_compute_threads(Dataflow_Handle *handle)
+{
+	return host_of(handle)->num_threads;
+}
+
+void host_ref(Host_Handle *h)
+{
+	__atomic_fetch_add(&h->refs, 1, __ATOMIC_RELAXED);
+}
+
+void host_unref(Host_Handle *h)
+{
+	if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) > 0)
+		return;
+	for (int i = 0; i < h->num_streams; i++)
+		stream_free(&h->streams[i]);
+	free(h);
+}
+
+/* libdataflow has waited for the queued work, so the workers stop at once. */
 static void host_destroy(Dataflow_Handle *h)
 {
 	Host_Handle *hh = host_of(h);
-	for (int i = 0; i < h->num_streams; i++)
+	for (int i = 0; i < hh->num_streams; i++)
 		stream_stop(&hh->streams[i]);
 	compute_pool_destroy(hh->pool);
-	dataflow_op_table_destroy(h->op_table, dataflow_op_record_destroy);
-	dataflow_libraries_close(&hh->libraries);
-	free(hh->host_ranges);
-	free(hh->peers);
-	free(hh->pending_frees);
 	arena_destroy(&hh->arena);
-	pthread_mutex_destroy(&hh->lock);
-	free(hh);
+	host_unref(hh);
 }
 
-static void fill_vtable(Dataflow_Handle *h)
+static const Dataflow_Backend_Interface host_iface = {
+	.version = DATAFLOW_BACKEND_INTERFACE_VERSION,
+	.destroy = host_destroy,
+	.on_worker = host_on_worker,
+	.load_native_code = host_load_native_code,
+	.submit_op = host_submit_op,
+	.submit_host_op = host_submit_host_op,
+	.record_event = host_record_event,
+	.query_event = host_query_event,
+	.wait_event = host_wait_event,
+	.submit_dependency = host_submit_dependency,
+	.sync_stream = host_sync_stream,
+	.mem_alloc = host_mem_alloc,
+	.mem_release = host_mem_release,
+	.set_mem = host_set_mem,
+	/* host memory is reachable already, and every host handle's memory is this process's:
+	 * registering host ranges and peers is the ledger's bookkeeping alone */
+	.submit_inbound_transfer = host_submit_copy,
+	.submit_outbound_transfer = host_submit_copy,
+	.submit_peer_transfer = host_submit_peer_transfer,
+};
+
+/* Options: threads (compute threads: 1 up to 4x the online cores, at least 8, at most 1024)
+ * and transfer_bytes_per_sec (emulated link bandwidth; 0 = unthrottled). */
+static Dataflow_Status parse_options(const char *options, Host_Handle *hh)
 {
-	h->register_native_code = host_register_native_code;
-	h->register_external_code = host_register_external_code;
-	h->register_external_func = host_register_external_func;
-	h->submit_op = host_submit_op;
-	h->submit_host_op = host_submit_host_op;
-	h->get_stream_state = host_get_stream_state;
-	h->submit_dependency = host_submit_dependency;
-	h->sync_stream = host_sync_stream;
-	h->sync_handle = host_sync_handle;
-	h->alloc_mem = host_alloc_mem;
-	h->free_mem = host_free_mem;
-	h->set_mem = host_set_mem;
-	h->enable_access_to_host_mem = host_enable_access_to_host_mem;
-	h->disable_access_to_host_mem = host_disable_access_to_host_mem;
-	h->enable_access_to_peer_mem = host_enable_access_to_peer_mem;
-	h->disable_access_to_peer_mem = host_disable_access_to_peer_mem;
-	h->query_mem = host_query_mem;
-	h->check_mem_range = host_check_mem_range;
-	h->submit_inbound_transfer = host_submit_inbound_transfer;
-	h->submit_outbound_transfer = host_submit_outbound_transfer;
-	h->submit_peer_transfer = host_submit_peer_transfer;
-	h->destroy = host_destroy;
+	int cores = online_cores();
+	double max_threads = 4.0 * cores < 8 ? 8 : 4.0 * cores > 1024 ? 1024 : 4.0 * cores;
+	double threads = cores, bandwidth = 0;
+	const Dataflow_Backend_Option known[] = {
+		{"threads", 1, max_threads, 1, &threads},
+		{"transfer_bytes_per_sec", 0, 1e18, 0, &bandwidth},
+	};
+	Dataflow_Status st = dataflow_backend_options_parse("host", options, known, 2);
+	hh->num_threads = (int)threads;
+	hh->transfer_bytes_per_sec = bandwidth;
+	return st;
 }
 
-Dataflow_Status dataflow_host_handle_create(int device_index, const Dataflow_Handle_Config *config,
-					    Dataflow_Handle **out)
+Dataflow_Status dataflow_host_backend_init(Dataflow_Handle *h, const Dataflow_Backend_Params *params,
+					   uint64_t *capacity)
 {
-	if (device_index != 0)
+	if (params->device_index != 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "host backend: device index must be 0 (there is one host), got %d", device_index);
+					  "host backend: device index must be 0 (there is one host), got %d",
+					  params->device_index);
+	if (params->device_memory_bytes && params->device_memory_bytes < HOST_ARENA_ALIGN)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "host backend: device_memory_bytes must be 0 (default) or >= %d, got %llu",
+					  HOST_ARENA_ALIGN, (unsigned long long)params->device_memory_bytes);
 	Host_Handle *hh = calloc(1, sizeof(*hh));
 	if (!hh)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "host backend: no memory for the handle");
-	Dataflow_Handle *h = &hh->base;
-	h->version = DATAFLOW_HANDLE_VERSION;
-	h->backend_name = host_backend_tag;
-	h->device_index = 0;
-	h->num_streams = config->num_streams > 0 ? config->num_streams : 4;
-	h->ctx = hh;
-	/* The kernels of the default ops sit next to this library. */
-	Dl_info info;
-	const char *self = dladdr((void *)&dataflow_host_handle_create, &info) && info.dli_fname ? info.dli_fname : "";
-	const char *slash = strrchr(self, '/');
-	snprintf(hh->ops_library_path, sizeof(hh->ops_library_path), "%.*slibdataflow_host_ops.so",
-		 slash ? (int)(slash - self + 1) : 0, self);
-	h->default_ops_library = hh->ops_library_path;
-	hh->transfer_bytes_per_sec = config->transfer_bytes_per_sec;
-	pthread_mutex_init(&hh->lock, NULL);
-	fill_vtable(h);
-
-	Dataflow_Status st = arena_init(&hh->arena, config->device_memory_bytes ? config->device_memory_bytes
-									       : default_capacity());
+	hh->handle = h;
+	hh->refs = 1;
+	Dataflow_Status st = parse_options(params->options, hh);
+	if (st == DATAFLOW_OK)
+		st = arena_init(&hh->arena, params->device_memory_bytes ? params->device_memory_bytes : default_capacity());
 	if (st != DATAFLOW_OK) {
-		pthread_mutex_destroy(&hh->lock);
 		free(hh);
 		return st;
 	}
-	h->op_table = dataflow_op_table_create();
-	h->num_threads = config->num_threads > 0 ? config->num_threads : online_cores();
-	hh->pool = compute_pool_create(h->num_threads);
-	int started = 0;
-	if (h->op_table && hh->pool)
-		for (; started < h->num_streams; started++)
-			if (stream_start(&hh->streams[started], hh, started) != DATAFLOW_OK)
+	/* The kernels of the default ops sit next to this library. */
+	Dl_info info;
+	const char *self = dladdr((void *)&dataflow_host_backend_init, &info) && info.dli_fname ? info.dli_fname : "";
+	const char *slash = strrchr(self, '/');
+	snprintf(hh->ops_library_path, sizeof(hh->ops_library_path), "%.*slibdataflow_host_ops.so",
+		 slash ? (int)(slash - self + 1) : 0, self);
+	hh->pool = compute_pool_create(hh->num_threads);
+	if (hh->pool)
+		for (; hh->num_streams < params->num_streams; hh->num_streams++)
+			if (stream_start(&hh->streams[hh->num_streams], hh, hh->num_streams) != DATAFLOW_OK)
 				break;
-	if (started < h->num_streams) {
-		h->num_streams = started;
+	h->ctx = hh;
+	if (hh->num_streams < params->num_streams) {
 		host_destroy(h);
-		return dataflow_set_error(DATAFLOW_ERR_BACKEND,
-					  "host backend: cannot create the op table, compute pool or stream workers");
+		h->ctx = NULL;
+		return dataflow_set_error(DATAFLOW_ERR_BACKEND, "host backend: cannot create the compute pool or stream workers");
 	}
-	*out = h;
+	h->iface = &host_iface;
+	h->default_ops_library = hh->ops_library_path;
+	*capacity = hh->arena.capacity;
 	return DATAFLOW_OK;
 }

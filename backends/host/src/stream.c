@@ -10,11 +10,6 @@
 
 static _Thread_local Host_Stream *current_stream;
 
-Host_Stream *stream_current(void)
-{
-	return current_stream;
-}
-
 Task *task_new(Task_Kind kind)
 {
 	Task *t = malloc(sizeof(*t));
@@ -61,11 +56,11 @@ static void wait_completed_locked(Host_Stream *s, uint64_t value)
 		pthread_cond_wait(&s->cond, &s->lock);
 }
 
-static void wait_for(Host_Stream *other, uint64_t value)
+void stream_wait(Host_Stream *s, uint64_t value)
 {
-	pthread_mutex_lock(&other->lock);
-	wait_completed_locked(other, value);
-	pthread_mutex_unlock(&other->lock);
+	pthread_mutex_lock(&s->lock);
+	wait_completed_locked(s, value);
+	pthread_mutex_unlock(&s->lock);
 }
 
 static void run_task(Host_Stream *s, Task *t)
@@ -76,7 +71,7 @@ static void run_task(Host_Stream *s, Task *t)
 		compute_pool_run(h->pool, t->u.kernel.kernel, t->op.op_args, t->u.kernel.num_parts);
 		break;
 	case TASK_EXTERNAL: {
-		Dataflow_Status st = t->u.external.func(&h->base, s->id, &t->op, t->u.external.state);
+		Dataflow_Status st = t->u.external.func(h->handle, s->id, &t->op, t->u.external.state);
 		if (st != DATAFLOW_OK) {
 			char msg[1024];
 			snprintf(msg, sizeof(msg), "external op '%s' failed: %s", t->op.skeleton.nickname,
@@ -95,7 +90,8 @@ static void run_task(Host_Stream *s, Task *t)
 		memset(t->u.memset.dst, t->u.memset.value, t->u.memset.size);
 		break;
 	case TASK_WAIT:
-		wait_for(t->u.wait.stream, t->u.wait.value);
+		stream_wait(t->u.wait.stream, t->u.wait.value);
+		host_unref(t->u.wait.stream->handle);
 		break;
 	}
 }
@@ -162,6 +158,10 @@ void stream_stop(Host_Stream *s)
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
 	pthread_join(s->thread, NULL);
+}
+
+void stream_free(Host_Stream *s)
+{
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->lock);
 }
@@ -198,61 +198,45 @@ Dataflow_Status stream_sync(Host_Stream *s)
 	return DATAFLOW_OK;
 }
 
-Dataflow_Status host_get_stream_state(Dataflow_Handle *h, int stream_id, Dataflow_Stream_State *state)
+int host_on_worker(Dataflow_Handle *h)
 {
-	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "get_stream_state");
-	if (st != DATAFLOW_OK)
-		return st;
-	if (!state)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "get_stream_state: state pointer is NULL");
-	Host_Stream *s = &host_of(h)->streams[stream_id];
-	pthread_mutex_lock(&s->lock);
-	state->value = s->submitted;
-	pthread_mutex_unlock(&s->lock);
-	state->backend = host_backend_tag;
-	state->stream = s;
+	return current_stream && current_stream->handle == host_of(h);
+}
+
+/* Events are counts of tasks: event v of a stream is done once v of its tasks have run. */
+Dataflow_Status host_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event)
+{
+	*event = __atomic_load_n(&host_of(h)->streams[stream_id].submitted, __ATOMIC_ACQUIRE);
 	return DATAFLOW_OK;
 }
 
-Dataflow_Status host_submit_dependency(Dataflow_Handle *h, int stream_id, const Dataflow_Stream_State *state)
+int host_query_event(Dataflow_Handle *h, int stream_id, uint64_t event)
 {
-	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "submit_dependency");
-	if (st != DATAFLOW_OK)
-		return st;
-	if (!state || !state->stream)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "submit_dependency: state is NULL or was never recorded");
-	if (state->backend != host_backend_tag)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "submit_dependency: state was recorded by another backend, expected host");
-	Host_Stream *self = &host_of(h)->streams[stream_id], *other = state->stream;
-	if (other == self)
-		return DATAFLOW_OK; /* stream order already guarantees it */
+	return __atomic_load_n(&host_of(h)->streams[stream_id].completed, __ATOMIC_ACQUIRE) >= event;
+}
+
+Dataflow_Status host_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event)
+{
+	stream_wait(&host_of(h)->streams[stream_id], event);
+	return DATAFLOW_OK;
+}
+
+/* The wait task holds a reference on the other handle's context, so it can run after that
+ * handle is destroyed (whose streams have finished all work by then). */
+Dataflow_Status host_submit_dependency(Dataflow_Handle *h, int stream_id, Dataflow_Handle *other, int other_stream_id,
+				       uint64_t event)
+{
 	Task *t = task_new(TASK_WAIT);
 	if (!t)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "submit_dependency: no memory for a task");
-	t->u.wait.stream = other;
-	t->u.wait.value = state->value;
-	stream_enqueue(self, t);
+	t->u.wait.stream = &host_of(other)->streams[other_stream_id];
+	t->u.wait.value = event;
+	host_ref(host_of(other));
+	stream_enqueue(&host_of(h)->streams[stream_id], t);
 	return DATAFLOW_OK;
 }
 
 Dataflow_Status host_sync_stream(Dataflow_Handle *h, int stream_id)
 {
-	Dataflow_Status st = dataflow_check_stream_id(h, stream_id, "sync_stream");
-	return st != DATAFLOW_OK ? st : stream_sync(&host_of(h)->streams[stream_id]);
-}
-
-Dataflow_Status host_sync_handle(Dataflow_Handle *h)
-{
-	Dataflow_Status first = DATAFLOW_OK;
-	char message[1024] = "";
-	for (int i = 0; i < h->num_streams; i++) {
-		Dataflow_Status st = stream_sync(&host_of(h)->streams[i]);
-		if (st != DATAFLOW_OK && first == DATAFLOW_OK) {
-			first = st;
-			snprintf(message, sizeof(message), "%s", dataflow_last_error());
-		}
-	}
-	return first == DATAFLOW_OK ? DATAFLOW_OK : dataflow_set_error(first, "%s", message);
+	return stream_sync(&host_of(h)->streams[stream_id]);
 }

@@ -8,9 +8,13 @@
 
 #include <stdint.h>
 
-#include "dataflow/handle.h"
+#include "dataflow/op_impl.h"
 
 #define DATAFLOW_ARG(args, i, type) (*(type *)(args)[i])
+
+/* How many compute threads the host handle runs kernels' parts on (its "threads" option): for
+ * external ops that parallelize themselves (the matmul). Exported by libdataflow_host. */
+int dataflow_host_compute_threads(Dataflow_Handle *handle);
 
 /* Splits [0, n) into num_parts contiguous ranges whose boundaries are multiples of align
  * (except the end) and returns part's range in [*begin, *end). */
@@ -54,12 +58,15 @@ static inline int dataflow_elementwise_parts(int64_t n, int64_t min_per_part)
 
 /* Defines the launch function `name` of an elementwise op whose arguments (unpacked with
  * unpack, as dataflow/op_args.h's dataflow_<op>_args) hold its element count n: parts of at
- * least min_per_part elements (an expression that may use op). */
-#define DATAFLOW_HOST_ELEMENTWISE_LAUNCH(name, unpack, min_per_part)                                  \
+ * least min_per_part elements (an expression that may use op). nullable: the tensors that may
+ * be NULL (dataflow_op_require_tensors). */
+#define DATAFLOW_HOST_ELEMENTWISE_LAUNCH(name, unpack, min_per_part, nullable)                        \
 	Dataflow_Status name(Dataflow_Handle *handle, const Op *op, void *op_state, Dataflow_Launch_Config *config) \
 	{                                                                                             \
 		(void)handle;                                                                         \
 		(void)op_state;                                                                       \
+		if (dataflow_op_require_tensors(op, nullable) != DATAFLOW_OK)                         \
+			return dataflow_last_status();                                                \
 		int64_t n = unpack(op->op_args).n;                                                    \
 		if (n < 0)                                                                            \
 			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: n: expected >= 0, got %lld", \
@@ -69,13 +76,15 @@ static inline int dataflow_elementwise_parts(int64_t n, int64_t min_per_part)
 	}
 
 /* Defines the launch function `name` of an op whose kernel runs as one part (a reduction
- * whose order must not depend on the thread count, or too little work to split). */
-#define DATAFLOW_HOST_ONE_PART_LAUNCH(name)                                                           \
+ * whose order must not depend on the thread count, or too little work to split). nullable: as
+ * for DATAFLOW_HOST_ELEMENTWISE_LAUNCH. */
+#define DATAFLOW_HOST_ONE_PART_LAUNCH(name, nullable)                                                 \
 	Dataflow_Status name(Dataflow_Handle *handle, const Op *op, void *op_state, Dataflow_Launch_Config *config) \
 	{                                                                                             \
 		(void)handle;                                                                         \
-		(void)op;                                                                             \
 		(void)op_state;                                                                       \
+		if (dataflow_op_require_tensors(op, nullable) != DATAFLOW_OK)                         \
+			return dataflow_last_status();                                                \
 		config->num_parts = 1;                                                                \
 		return DATAFLOW_OK;                                                                   \
 	}

@@ -1,0 +1,173 @@
+/* Lifetimes across handles and threads, through the public API (run under ASan + UBSan by
+ * tests/test_c_api.py): events and peer links of a destroyed handle fail clearly, a destroy
+ * from the handle's own work is refused instead of deadlocking, calls on a handle being
+ * destroyed fail clearly, work queued on a peer finishes before the memory it reads goes, and
+ * a raw submit_op of a default op with NULL, freed or foreign tensors fails at the call. */
+
+#include "c_test.h"
+#include "dataflow/ops.h"
+
+static Dataflow_Handle *open_host(int streams, uint64_t memory)
+{
+	Dataflow_Handle_Config config = {.num_streams = streams, .device_memory_bytes = memory, .options = "threads=2"};
+	Dataflow_Handle *h;
+	CHECK(dataflow_handle_create("host", &config, &h));
+	return h;
+}
+
+static void test_event_of_destroyed_handle(void)
+{
+	Dataflow_Handle *a = open_host(2, 1 << 20), *b = open_host(2, 1 << 20);
+	Dataflow_Stream_State state;
+	CHECK(dataflow_get_stream_state(b, 1, &state));
+	CHECK(dataflow_submit_dependency(a, 0, &state)); /* fine while b is open */
+	CHECK(dataflow_handle_destroy(b));
+	EXPECT_ERROR(dataflow_submit_dependency(a, 0, &state), DATAFLOW_ERR_INVALID_ARGUMENT, "has been destroyed");
+	Dataflow_Stream_State never = {0};
+	EXPECT_ERROR(dataflow_submit_dependency(a, 0, &never), DATAFLOW_ERR_INVALID_ARGUMENT, "never recorded");
+	CHECK(dataflow_sync_handle(a));
+	CHECK(dataflow_handle_destroy(a));
+}
+
+static void test_peer_destroyed(void)
+{
+	enum { N = 4096 };
+	Dataflow_Handle *a = open_host(1, 1 << 20), *b = open_host(1, 1 << 20);
+	uint8_t src[N], out[N];
+	for (int i = 0; i < N; i++)
+		src[i] = (uint8_t)(i * 7);
+	void *pa, *pb;
+	CHECK(dataflow_alloc_mem(a, N, &pa));
+	CHECK(dataflow_alloc_mem(b, N, &pb));
+	CHECK(dataflow_submit_inbound_transfer(b, 0, pb, src, N));
+	CHECK(dataflow_sync_handle(b));
+	EXPECT_ERROR(dataflow_submit_peer_transfer(a, 0, pa, pb, N), DATAFLOW_ERR_INVALID_ARGUMENT, "nor of a peer");
+	CHECK(dataflow_enable_access_to_peer_mem(a, b));
+	EXPECT_ERROR(dataflow_enable_access_to_peer_mem(a, b), DATAFLOW_ERR_INVALID_ARGUMENT, "already enabled");
+
+	/* a's copy from b's memory waits behind a gate; destroying b waits for it */
+	Gate gate = GATE_INIT;
+	pthread_t opener;
+	CHECK(dataflow_submit_host_op(a, gate_wait, &gate, 0));
+	CHECK(dataflow_submit_peer_transfer(a, 0, pa, pb, N));
+	pthread_create(&opener, NULL, gate_open_later, &gate);
+	CHECK(dataflow_handle_destroy(b));
+	pthread_join(opener, NULL);
+	CHECK(dataflow_submit_outbound_transfer(a, 0, out, pa, N));
+	CHECK(dataflow_sync_handle(a));
+	EXPECT(memcmp(src, out, N) == 0);
+
+	/* the link went with b */
+	EXPECT_ERROR(dataflow_submit_peer_transfer(a, 0, pa, pb, N), DATAFLOW_ERR_INVALID_ARGUMENT, "nor of a peer");
+	EXPECT_ERROR(dataflow_disable_access_to_peer_mem(a, b), DATAFLOW_ERR_INVALID_ARGUMENT, "not enabled");
+	CHECK(dataflow_handle_destroy(a));
+}
+
+static Dataflow_Handle *to_destroy;
+
+static void destroy_from_host_op(void *outcome)
+{
+	outcome_keep(outcome, dataflow_handle_destroy(to_destroy));
+}
+
+static Dataflow_Status destroy_from_external_op(Dataflow_Handle *h, int stream_id, const Op *op, void *outcome)
+{
+	(void)stream_id;
+	(void)op;
+	outcome_keep(outcome, dataflow_handle_destroy(h));
+	return DATAFLOW_OK;
+}
+
+static void test_destroy_from_own_work(void)
+{
+	Dataflow_Handle *h = to_destroy = open_host(2, 1 << 20);
+	Outcome from_host = {DATAFLOW_OK, ""}, from_external = {DATAFLOW_OK, ""};
+	CHECK(dataflow_submit_host_op(h, destroy_from_host_op, &from_host, 1));
+
+	Op_Skeleton s;
+	CHECK(dataflow_op_skeleton_init(&s, "destroy_self", 0, NULL));
+	Dataflow_Op_State state = {&from_external, NULL};
+	CHECK(dataflow_register_external_func(h, &s, destroy_from_external_op, &state, 0));
+	Op op = {.skeleton = s};
+	CHECK(dataflow_submit_op(h, &op, 0));
+
+	CHECK(dataflow_sync_handle(h)); /* both ran: the handle is still open */
+	EXPECT_OUTCOME(&from_host, DATAFLOW_ERR_INVALID_ARGUMENT, "from work queued on this handle");
+	EXPECT_OUTCOME(&from_external, DATAFLOW_ERR_INVALID_ARGUMENT, "from work queued on this handle");
+	void *p;
+	CHECK(dataflow_alloc_mem(h, 256, &p));
+	CHECK(dataflow_handle_destroy(h));
+}
+
+/* Queued before the destroy and run while it waits for the work: its calls find the handle
+ * closed (but not yet freed). */
+typedef struct {
+	Dataflow_Handle *h;
+	Gate *gate;
+	Outcome alloc, submit;
+} Late_Call;
+
+static void call_while_closing(void *arg)
+{
+	Late_Call *c = arg;
+	gate_wait(c->gate);
+	sleep_ms(50); /* the destroy has begun by now */
+	void *p;
+	outcome_keep(&c->alloc, dataflow_alloc_mem(c->h, 256, &p));
+	outcome_keep(&c->submit, dataflow_submit_host_op(c->h, gate_wait, c->gate, 0));
+}
+
+static void test_calls_on_closing_handle(void)
+{
+	Dataflow_Handle *h = open_host(1, 1 << 20);
+	Gate gate = GATE_INIT;
+	Late_Call call = {h, &gate, {DATAFLOW_OK, ""}, {DATAFLOW_OK, ""}};
+	CHECK(dataflow_submit_host_op(h, call_while_closing, &call, 0));
+	pthread_t opener;
+	pthread_create(&opener, NULL, gate_open_later, &gate);
+	CHECK(dataflow_handle_destroy(h));
+	pthread_join(opener, NULL);
+	EXPECT_OUTCOME(&call.alloc, DATAFLOW_ERR_INVALID_ARGUMENT, "handle is closed");
+	EXPECT_OUTCOME(&call.submit, DATAFLOW_ERR_INVALID_ARGUMENT, "handle is closed");
+	EXPECT(dataflow_handle_destroy(NULL) == DATAFLOW_OK);
+}
+
+/* add: n, alpha, a, beta, b, out, submitted raw (no libdataflowops checks) */
+static Dataflow_Status raw_add(Dataflow_Handle *h, int64_t n, void *a, void *b, void *out)
+{
+	float alpha = 1.0f, beta = 1.0f;
+	Op op;
+	CHECK(dataflow_add_skeleton(&op.skeleton, DATAFLOW_FP32));
+	void *args[] = {&n, &alpha, &a, &beta, &b, &out};
+	memcpy(op.op_args, args, sizeof(args));
+	return dataflow_submit_op(h, &op, 0);
+}
+
+static void test_raw_submit_of_default_op(void)
+{
+	Dataflow_Handle *h = open_host(1, 1 << 20);
+	CHECK(dataflow_register_default_ops(h));
+	void *x, *freed;
+	float host[16];
+	CHECK(dataflow_alloc_mem(h, sizeof(host), &x));
+	CHECK(dataflow_alloc_mem(h, sizeof(host), &freed));
+	CHECK(dataflow_free_mem(h, freed));
+	CHECK(raw_add(h, 16, x, x, x));
+	EXPECT_ERROR(raw_add(h, 16, NULL, x, x), DATAFLOW_ERR_INVALID_ARGUMENT, "argument 2 (fp32 tensor): pointer is NULL");
+	EXPECT_ERROR(raw_add(h, 16, x, x, NULL), DATAFLOW_ERR_INVALID_ARGUMENT, "argument 5 (fp32 tensor): pointer is NULL");
+	EXPECT_ERROR(raw_add(h, 16, x, freed, x), DATAFLOW_ERR_INVALID_ARGUMENT, "not inside a live allocation (freed?)");
+	EXPECT_ERROR(raw_add(h, 16, x, x, host), DATAFLOW_ERR_INVALID_ARGUMENT, "not device memory of this handle");
+	CHECK(dataflow_sync_handle(h));
+	CHECK(dataflow_handle_destroy(h));
+}
+
+int main(void)
+{
+	test_event_of_destroyed_handle();
+	test_peer_destroyed();
+	test_destroy_from_own_work();
+	test_calls_on_closing_handle();
+	test_raw_submit_of_default_op();
+	printf("ok\n");
+	return 0;
+}
