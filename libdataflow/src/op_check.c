@@ -54,14 +54,3 @@ Dataflow_Status op_entry_check(const Op *op, const Dataflow_Op_Entry *e, Dataflo
 	return e->signature ? dataflow_op_signature_check(e->signature, op, check_range, ctx)
 			    : check_tensors(op, check_range, ctx);
 }
-
-Dataflow_Status dataflow_op_require_tensors(const Op *op, uint32_t nullable)
-{
-	const Op_Skeleton *s = &op->skeleton;
-	for (int i = 0; i < s->num_args; i++)
-		if (is_tensor(s->arg_dtypes[i]) && !(nullable >> i & 1) && !*(void *const *)op->op_args[i])
-			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-						  "op '%s' argument %d (%s tensor): pointer is NULL; this op needs it",
-						  s->nickname, i, dataflow_datatype_name(s->arg_dtypes[i]));
-	return DATAFLOW_OK;
-}

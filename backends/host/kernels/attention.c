@@ -128,7 +128,7 @@ static void fwd(const Fwd_Args *x, int part, int num_parts, DataflowDatatype dt)
 ATTENTION_KERNELS(attention, fwd_args)
 ATTENTION_KERNELS(attention_kv, dataflow_attention_kv_args)
 
-/* Validated by libdataflowops. cu_seqlens is not read here: it may be written by earlier
+/* cu_seqlens is not read here: it may be written by earlier
  * work on the stream, so parts cover an upper bound of the blocks. */
 static Dataflow_Status fwd_launch(Fwd_Args x, Dataflow_Launch_Config *config)
 {
@@ -141,8 +141,6 @@ Dataflow_Status dataflow_host_attention_launch(Dataflow_Handle *handle, const Op
 {
 	(void)handle;
 	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
 	return fwd_launch(fwd_args(op->op_args), config);
 }
 
@@ -151,7 +149,5 @@ Dataflow_Status dataflow_host_attention_kv_launch(Dataflow_Handle *handle, const
 {
 	(void)handle;
 	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
 	return fwd_launch(dataflow_attention_kv_args(op->op_args), config);
 }

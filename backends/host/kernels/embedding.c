@@ -55,14 +55,11 @@ EMBEDDING_FWD(bf16, int64, DATAFLOW_INT64, 2)
 EMBEDDING_FWD(fp16, int32, DATAFLOW_INT32, 2)
 EMBEDDING_FWD(fp16, int64, DATAFLOW_INT64, 2)
 
-/* Sizes were validated by libdataflowops. */
 Dataflow_Status dataflow_host_embedding_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 					       Dataflow_Launch_Config *config)
 {
 	(void)handle;
 	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
 	Dataflow_Embedding_Args x = dataflow_embedding_args(op->op_args);
 	int64_t num_tokens = x.num_tokens;
 	int64_t bytes = num_tokens * x.hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_EMBEDDING_ARG_OUT]);
@@ -163,8 +160,6 @@ Dataflow_Status dataflow_host_embedding_bwd_w_launch(Dataflow_Handle *handle, co
 {
 	(void)handle;
 	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
 	Bwd_Args x = dataflow_embedding_bwd_w_args(op->op_args);
 	int64_t hidden = x.hidden;
 	int parts = dataflow_elementwise_parts(x.num_tokens * hidden, BWD_MIN_ELEMENTS);

@@ -94,12 +94,7 @@ Dataflow_Status dataflow_host_grad_norm_sq_partials_launch(Dataflow_Handle *hand
 {
 	(void)handle;
 	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
 	int64_t n = dataflow_grad_norm_sq_partials_args(op->op_args).n;
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "grad_norm_sq: n: expected >= 0, got %lld",
-					  (long long)n);
 	/* at least 4 blocks (128 KiB of fp32) per part */
 	config->num_parts = dataflow_elementwise_parts((n + BLOCK - 1) / BLOCK, 4);
 	return DATAFLOW_OK;
@@ -127,4 +122,4 @@ REDUCE(fp32, float)
 REDUCE(fp64, double)
 
 /* One part: the order is the block order. */
-DATAFLOW_HOST_ONE_PART_LAUNCH(dataflow_host_grad_norm_sq_reduce_launch, 0)
+DATAFLOW_HOST_ONE_PART_LAUNCH(dataflow_host_grad_norm_sq_reduce_launch)

@@ -255,17 +255,10 @@ RMS_NORM_KERNELS(fp32, DATAFLOW_FP32)
 RMS_NORM_KERNELS(fp16, DATAFLOW_FP16)
 RMS_NORM_KERNELS(bf16, DATAFLOW_BF16)
 
-/* Whole rows per part, at least PART_MIN_BYTES of x each. Shapes were validated by
- * libdataflowops. */
+/* Whole rows per part, at least PART_MIN_BYTES of x each. */
 static Dataflow_Status rms_norm_row_launch(const Op *op, int64_t rows, int64_t hidden, int x_arg,
 					   Dataflow_Launch_Config *config)
 {
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	if (rows <= 0 || hidden <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "%s: rows and hidden must be > 0, got %lld and %lld", op->skeleton.nickname,
-					  (long long)rows, (long long)hidden);
 	int64_t row_bytes = hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[x_arg]);
 	config->num_parts = dataflow_elementwise_parts(rows, (PART_MIN_BYTES + row_bytes - 1) / row_bytes);
 	return DATAFLOW_OK;

@@ -119,12 +119,10 @@ ROPE_VARIANT(fp32, DATAFLOW_FP32)
 ROPE_VARIANT(bf16, DATAFLOW_BF16)
 ROPE_VARIANT(fp16, DATAFLOW_FP16)
 
-/* Both ops (rope_bwd's arguments are laid out as rope's). Sizes were validated by
- * libdataflowops (head_dim even and at most DATAFLOW_ROPE_MAX_HEAD_DIM: the stack tables). */
+/* Both ops (rope_bwd's arguments are laid out as rope's). The signature keeps head_dim even
+ * and at most DATAFLOW_ROPE_MAX_HEAD_DIM (the kernels' stack tables). */
 static Dataflow_Status rope_launch(const Op *op, Dataflow_Launch_Config *config)
 {
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
 	Rope_Args a = dataflow_rope_args(op->op_args);
 	int64_t num_tokens = a.num_tokens;
 	int64_t numel = num_tokens * a.num_heads * a.head_dim;
