@@ -26,7 +26,7 @@ def nvrtc():
 
 
 def test_kernels_found():
-    assert {os.path.basename(k) for k in KERNELS} >= {"add.cu", "cast.cu", "set_mem.cu"}
+    assert {os.path.basename(k) for k in KERNELS} >= {"add.cu", "scale.cu", "cast.cu", "set_mem.cu"}
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -1,9 +1,10 @@
-"""Elementwise ops add / cast / set_mem against numpy, ml_dtypes and torch oracles.
+"""Elementwise ops add / scale / cast / set_mem against numpy, ml_dtypes and torch oracles.
 
 add computes alpha * a + beta * b in fp32 (two products, one sum, no fma) and rounds once to
 the dtype, so a numpy float32 oracle on the same (already rounded) inputs must match bit for
-bit; torch, computing in fp32 as well, is checked with the tolerance table. Results must not
-depend on the thread count (part boundaries) or the SIMD path."""
+bit; torch, computing in fp32 as well, is checked with the tolerance table. scale (alpha * x,
+one fp32 product rounded once) matches torch.mul bit for bit. Results must not depend on the
+thread count (part boundaries) or the SIMD path."""
 
 import ml_dtypes
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 import dataflow as df
+from dataflow._ffi import ffi
 from determinism import assert_simd_levels_agree, assert_thread_counts_agree
 from tolerances import TOLERANCES
 
@@ -128,6 +130,56 @@ def test_add_unaligned_views_on_second_stream(h, dtype):
     assert_same_values(bits(out)[1:], want, dtype, "add on views")
 
 
+# ---- scale ----
+
+@pytest.mark.parametrize("dtype", ADD_DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_scale(h, dtype, n):
+    x = values(n, 20)
+    out = df.ops.scale(h, h.from_numpy(x, dtype=dtype), -0.3)
+    qx = quantize(x, dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert_same_values(bits(out), ref_bits(np.float32(-0.3) * qx, dtype), dtype, f"scale {dtype} n={n}")
+    # torch.mul with a Python float: the same fp32 product, rounded once
+    want = torch.mul(torch.from_numpy(qx).to(TORCH[dtype]), -0.3)
+    assert_same_values(bits(out), want.view({4: torch.int32, 2: torch.int16}[want.element_size()]).numpy()
+                       .view(UINT[dtype]), dtype, f"scale {dtype} n={n} vs torch")
+
+
+@pytest.mark.parametrize("dtype", ADD_DTYPES)
+def test_scale_in_place_and_views(h, dtype):
+    n = 4099
+    x = values(n + 1, 21)
+    dx = h.from_numpy(x, dtype=dtype)
+    out = df.ops.scale(h, dx.view((n,), 1), 2.5, out=dx.view((n,), 1), stream=1)
+    h.sync()
+    assert out.ptr == dx.view((n,), 1).ptr
+    got = bits(dx)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = ref_bits(np.float32(2.5) * quantize(x[1:], dtype), dtype)
+    assert_same_values(got[1:], want, dtype, "scale in place")
+    assert got[0] == ref_bits(x[:1], dtype)[0]  # the element before the view is untouched
+
+
+def test_scale_bad_input(h):
+    x = h.from_numpy(np.ones(8, np.float32))
+    with pytest.raises(df.BadArgumentError, match=r"scale: out must be fp32\(8,\), got bf16\(8,\)"):
+        df.ops.scale(h, x, 2.0, out=h.empty((8,), "bf16"))
+    with pytest.raises(df.BadArgumentError, match=r"scale: x/out dtype must be one of \{fp32, fp16, bf16\}, got int32"):
+        df.ops.scale(h, h.from_numpy(np.ones(8, np.int32)), 2.0)
+    submit = df.ops.opslib.dataflow_submit_scale
+    fp32 = df.dtypes.enum("fp32")
+    with pytest.raises(df.BadArgumentError, match="scale: n must be > 0, got 0"):
+        df.errors.check(submit(h._ptr(), 0, fp32, 0, 1.0, x.cdata, x.cdata))
+    with pytest.raises(df.BadArgumentError, match=r"scale: x \(9 fp32 elements = n\): .*past the end"):
+        df.errors.check(submit(h._ptr(), 0, fp32, 9, 1.0, x.cdata, h.empty((9,)).cdata))
+    with pytest.raises(df.BadArgumentError, match=r"scale: out is NULL"):
+        df.errors.check(submit(h._ptr(), 0, fp32, 8, 1.0, x.cdata, ffi.NULL))
+    with pytest.raises(df.BadArgumentError, match=r"scale: x \[.*\) and out \[.*\) overlap; out may only be exactly x"):
+        df.ops.scale(h, x.view((4,), 0), 2.0, out=x.view((4,), 2))
+    np.testing.assert_array_equal(x.numpy(), 1.0)  # nothing ran
+
+
 # ---- cast ----
 
 @pytest.mark.parametrize("src,dst", [(s, d) for s in FLOATS for d in FLOATS if s != d])
@@ -205,12 +257,13 @@ def test_set_mem_leaves_neighbours(h):
 # ---- determinism across threads and SIMD paths ----
 
 def _run_all(handle, n=1_000_003):
-    """Every add / cast / set_mem variant on n elements; returns the outputs' bits."""
+    """Every add / scale / cast / set_mem variant on n elements; returns the outputs' bits."""
     outs = []
     for dtype in ADD_DTYPES:
         a = handle.from_numpy(values(n, 10), dtype=dtype)
         b = handle.from_numpy(values(n, 11), dtype=dtype)
         outs.append(bits(df.ops.add(handle, a, b, alpha=0.3, beta=-0.7)))
+        outs.append(bits(df.ops.scale(handle, b, 1.7)))
         df.ops.set_mem(handle, a, 0.1)
         outs.append(bits(a))
     for src in FLOATS:

@@ -17,7 +17,8 @@ def _include_dirs():
     if os.path.isdir(installed):
         return [installed]
     root = os.path.dirname(os.path.dirname(_here))  # source checkout: python/dataflow/..
-    return [os.path.join(root, d, "include") for d in ("libdataflow", "libdataflowops", "backends/host")]
+    generated = os.path.join(LIB_DIR, "libdataflowops", "include")  # the build's dataflow/default_ops.h
+    return [os.path.join(root, d, "include") for d in ("libdataflow", "libdataflowops", "backends/host")] + [generated]
 
 
 INCLUDE_DIRS = _include_dirs()

@@ -1,10 +1,10 @@
-"""CUDA-backend utilities that need no GPU (imported on demand, never by `import dataflow`)."""
+"""CUDA-backend utilities that need no GPU (imported on demand, never by `import dataflow`).
+Their declarations come from dataflow/cuda.h with the rest (_cdef.h)."""
 import os
 
 from ._ffi import LIB_DIR, ffi, use_nvidia_wheels
 from .errors import check
 
-_DECL = "Dataflow_Status dataflow_cuda_compile_check(const char *source_path, int arch, char *log, size_t log_size);"
 _lib = None
 
 
@@ -15,7 +15,6 @@ def compile_check(source_path, arch):
     global _lib
     if _lib is None:
         use_nvidia_wheels()
-        ffi.cdef(_DECL, override=True)
         _lib = ffi.dlopen(os.path.join(LIB_DIR, "libdataflow_cuda.so"))
     log = ffi.new("char[]", 1 << 16)
     check(_lib.dataflow_cuda_compile_check(os.fspath(source_path).encode(), int(arch), log, len(log)))

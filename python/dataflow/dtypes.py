@@ -15,12 +15,18 @@ CONVERTIBLE = ("fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2")
 _FROM_NUMPY = {np.dtype(v): k for k, v in STORAGE.items() if k not in ("bf16", "fp8e4m3", "fp8e5m2")}
 
 
+_ENUMS = {}  # name -> value, filled as names are asked for (ops ask on every call)
+
+
 def enum(name):
     """The C DataflowDatatype value for a name such as "bf16" or "int64_scalar"."""
-    value = lib.dataflow_datatype_from_name(str(name).encode()) if isinstance(name, str) else 0
-    if value == 0:
-        raise BadArgumentError(f"dtype: unknown datatype {name!r}; expected one of {sorted(STORAGE)} "
-                               "or a *_scalar name")
+    value = _ENUMS.get(name) if isinstance(name, str) else None
+    if value is None:
+        value = lib.dataflow_datatype_from_name(name.encode()) if isinstance(name, str) else 0
+        if value == 0:
+            raise BadArgumentError(f"dtype: unknown datatype {name!r}; expected one of {sorted(STORAGE)} "
+                                   "or a *_scalar name")
+        _ENUMS[name] = value
     return value
 
 

@@ -1,10 +1,13 @@
 """The default ops on device arrays. Shapes are checked here; dtypes, pointers and buffer
-extents are checked again in C (libdataflowops), which has the last word."""
+extents are checked again in C against each op's signature, which has the last word.
+Catalogue ops are submitted by argument name (catalogue.OPS[op].submit); the composite ops
+(grad_norm_sq, rms_norm_bwd_w, attention_bwd) are hand-written C functions."""
 import numpy as np
 
 from . import dtypes
 from ._ffi import ffi, opslib
 from .array import Array
+from .catalogue import OPS
 from .errors import BadArgumentError, check
 
 
@@ -44,9 +47,8 @@ def matmul(h, a, b, out=None, c=None, transpose_a=False, transpose_b=False, alph
     if beta != 0 and c is None:
         raise BadArgumentError("matmul: beta != 0 needs c")
     _same_handle(h, a, b, out, c)
-    check(opslib.dataflow_submit_matmul(h._ptr(), stream, dtypes.enum(a.dtype), dtypes.enum(out_dtype), a.cdata,
-                                        b.cdata, c.cdata if c is not None else ffi.NULL, out.cdata, m, n, k,
-                                        int(bool(transpose_a)), int(bool(transpose_b)), alpha, beta))
+    OPS["matmul"].submit(h, stream, in_dtype=a.dtype, out_dtype=out_dtype, A=a, B=b, C=c, D=out, M=m, N=n, K=k,
+           trans_a=bool(transpose_a), trans_b=bool(transpose_b), alpha=alpha, beta=beta)
     return out
 
 
@@ -59,8 +61,19 @@ def add(h, a, b, out=None, alpha=1.0, beta=1.0, stream=0):
     if _array(out, "add out").shape != a.shape or out.dtype != a.dtype:
         raise BadArgumentError(f"add: out must be {a.dtype}{a.shape}, got {out.dtype}{out.shape}")
     _same_handle(h, a, b, out)
-    check(opslib.dataflow_submit_add(h._ptr(), stream, dtypes.enum(a.dtype), a.size, alpha, a.cdata, beta,
-                                     b.cdata, out.cdata))
+    OPS["add"].submit(h, stream, dtype=a.dtype, n=a.size, alpha=alpha, a=a, beta=beta, b=b, out=out)
+    return out
+
+
+def scale(h, x, alpha, out=None, stream=0):
+    """out = alpha * x elementwise: one fp32 product rounded once to x's dtype (fp32, fp16,
+    bf16), as torch.mul(x, alpha) with a Python float. out may be x. Returns out."""
+    x = _array(x, "scale x")
+    out = out if out is not None else h.empty(x.shape, x.dtype)
+    if _array(out, "scale out").shape != x.shape or out.dtype != x.dtype:
+        raise BadArgumentError(f"scale: out must be {x.dtype}{x.shape}, got {out.dtype}{out.shape}")
+    _same_handle(h, x, out)
+    OPS["scale"].submit(h, stream, dtype=x.dtype, n=x.size, alpha=float(alpha), x=x, out=out)
     return out
 
 
@@ -71,8 +84,7 @@ def cast(h, x, dtype, out=None, stream=0):
     if _array(out, "cast out").dtype != dtype or out.size != x.size:
         raise BadArgumentError(f"cast: out must be {dtype} with {x.size} elements, got {out.dtype}{out.shape}")
     _same_handle(h, x, out)
-    check(opslib.dataflow_submit_cast(h._ptr(), stream, dtypes.enum(x.dtype), dtypes.enum(dtype), x.size, x.cdata,
-                                      out.cdata))
+    OPS["cast"].submit(h, stream, src_dtype=x.dtype, dst_dtype=dtype, n=x.size, src=x, dst=out)
     return out
 
 
@@ -80,7 +92,7 @@ def set_mem(h, x, value, stream=0):
     """x[:] = value (rounded to x's dtype)."""
     x = _array(x, "set_mem x")
     _same_handle(h, x)
-    check(opslib.dataflow_submit_set_mem(h._ptr(), stream, dtypes.enum(x.dtype), x.size, float(value), x.cdata))
+    OPS["set_mem"].submit(h, stream, dtype=x.dtype, n=x.size, value=float(value), x=x)
     return x
 
 
@@ -120,8 +132,8 @@ def embedding(h, ids, table, out=None, stream=0):
     if _array(out, "embedding out").shape != (n, hidden) or out.dtype != table.dtype:
         raise BadArgumentError(f"embedding: out must be {table.dtype}{(n, hidden)}, got {out.dtype}{out.shape}")
     _same_handle(h, ids, table, out)
-    check(opslib.dataflow_submit_embedding(h._ptr(), stream, dtypes.enum(ids.dtype), dtypes.enum(table.dtype), n,
-                                           hidden, vocab, ids.cdata, table.cdata, out.cdata))
+    OPS["embedding"].submit(h, stream, id_dtype=ids.dtype, dtype=table.dtype, num_tokens=n, hidden=hidden, vocab=vocab,
+           ids=ids, table=table, out=out)
     return out
 
 
@@ -146,9 +158,8 @@ def embedding_bwd_w(h, ids, d_out, d_table=None, vocab=None, stream=0):
     if ids.size != n:
         raise BadArgumentError(f"embedding_bwd_w: ids has {ids.size} tokens, d_out has {n}")
     _same_handle(h, ids, d_out, d_table)
-    check(opslib.dataflow_submit_embedding_bwd_w(h._ptr(), stream, dtypes.enum(ids.dtype), dtypes.enum(d_out.dtype),
-                                                 dtypes.enum("fp32"), n, hidden, vocab, ids.cdata, d_out.cdata,
-                                                 d_table.cdata))
+    OPS["embedding_bwd_w"].submit(h, stream, id_dtype=ids.dtype, dtype=d_out.dtype, grad_dtype="fp32", num_tokens=n,
+           hidden=hidden, vocab=vocab, ids=ids, d_out=d_out, d_table=d_table)
     return d_table
 
 
@@ -165,8 +176,9 @@ def rope_inv_freq(head_dim, theta=10000.0, scaling=None):
     return out
 
 
-def _rope(h, name, x, positions, inv_freq, out, stream, submit):
-    x = _array(x, f"{name} {'x' if name == 'rope' else 'dy'}")
+def _rope(h, name, x, positions, inv_freq, out, stream):
+    in_name, out_name = ("x", "out") if name == "rope" else ("dy", "dx")
+    x = _array(x, f"{name} {in_name}")
     if len(x.shape) != 3:
         raise BadArgumentError(f"{name}: input must be [tokens, heads, head_dim], got shape {x.shape}")
     n, heads, head_dim = x.shape
@@ -186,8 +198,8 @@ def _rope(h, name, x, positions, inv_freq, out, stream, submit):
     if _array(out, f"{name} out").shape != x.shape or out.dtype != x.dtype:
         raise BadArgumentError(f"{name}: out must be {x.dtype}{x.shape}, got {out.dtype}{out.shape}")
     _same_handle(h, x, positions, inv_freq, out)
-    check(submit(h._ptr(), stream, dtypes.enum(x.dtype), n, heads, head_dim, positions.cdata, inv_freq.cdata,
-                 x.cdata, out.cdata))
+    OPS[name].submit(h, stream, dtype=x.dtype, num_tokens=n, num_heads=heads, head_dim=head_dim, positions=positions,
+           inv_freq=inv_freq, **{in_name: x, out_name: out})
     return out
 
 
@@ -195,12 +207,12 @@ def rope(h, x, positions, inv_freq, out=None, stream=0):
     """Rotary embedding, HF Llama rotate_half convention, on x [tokens, heads, head_dim].
     positions: int32 [tokens] (numpy or device); inv_freq: fp32 [head_dim/2] from
     rope_inv_freq (numpy or device). out may be x (in place). Returns out."""
-    return _rope(h, "rope", x, positions, inv_freq, out, stream, opslib.dataflow_submit_rope)
+    return _rope(h, "rope", x, positions, inv_freq, out, stream)
 
 
 def rope_bwd(h, dy, positions, inv_freq, dx=None, stream=0):
     """dx = the inverse rotation of dy (the gradient of rope); dx may be dy. Returns dx."""
-    return _rope(h, "rope_bwd", dy, positions, inv_freq, dx, stream, opslib.dataflow_submit_rope_bwd)
+    return _rope(h, "rope_bwd", dy, positions, inv_freq, dx, stream)
 def _scale_array(x, what):
     if x is not None and (_array(x, what).dtype != "fp32" or x.size != 1):
         raise BadArgumentError(f"{what}: expected an fp32 array of 1 element, got {x.dtype}{x.shape}")
@@ -223,10 +235,9 @@ def adamw_step(h, param, grad, m, v, step, lr=1e-3, betas=(0.9, 0.999), eps=1e-8
     _scale_array(scale, "adamw_step scale")
     _same_handle(h, param, grad, m, v, master, scale)
     beta1, beta2 = betas
-    check(opslib.dataflow_submit_adamw_step(
-        h._ptr(), stream, dtypes.enum(param.dtype), dtypes.enum(grad.dtype), param.size, param.cdata, grad.cdata,
-        m.cdata, v.cdata, master.cdata if master is not None else ffi.NULL,
-        scale.cdata if scale is not None else ffi.NULL, lr, beta1, beta2, eps, weight_decay, int(step)))
+    OPS["adamw_step"].submit(h, stream, param_dtype=param.dtype, grad_dtype=grad.dtype, n=param.size, param=param,
+           grad=grad, m=m, v=v, master=master, scale=scale, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+           weight_decay=weight_decay, step=int(step))
     return param
 
 
@@ -267,8 +278,8 @@ def clip_by_global_norm(h, sumsq, max_norm, scale=None, norm=None, stream=0):
     scale = _scale_array(scale, "clip_by_global_norm scale") if scale is not None else h.empty((1,), "fp32")
     norm = _scale_array(norm, "clip_by_global_norm norm") if norm is not None else h.empty((1,), "fp32")
     _same_handle(h, sumsq, scale, norm)
-    check(opslib.dataflow_submit_clip_by_global_norm(h._ptr(), stream, dtypes.enum(sumsq.dtype), sumsq.cdata,
-                                                     float(max_norm), scale.cdata, norm.cdata))
+    OPS["clip_by_global_norm"].submit(h, stream, sumsq_dtype=sumsq.dtype, sumsq=sumsq, max_norm=float(max_norm),
+           scale=scale, norm=norm)
     return scale, norm
 def cross_entropy(h, logits, labels, ignore_index=-100, scale=None, dlogits=None, stream=0):
     """Softmax cross-entropy forward and backward in one pass per row of logits [tokens, vocab]:
@@ -315,10 +326,8 @@ def cross_entropy(h, logits, labels, ignore_index=-100, scale=None, dlogits=None
                                f"got {dlogits.dtype}{dlogits.shape}")
     loss = h.empty((tokens,), "fp32")
     _same_handle(h, logits, labels, dlogits)
-    check(opslib.dataflow_submit_cross_entropy(h._ptr(), stream, dtypes.enum(logits.dtype), tokens, vocab,
-                                               int(ignore_index), float(scale), logits.cdata,
-                                               ffi.cast("int32_t *", labels.ptr), ffi.cast("float *", loss.ptr),
-                                               dlogits.cdata))
+    OPS["cross_entropy"].submit(h, stream, dtype=logits.dtype, tokens=tokens, vocab=vocab, ignore_index=int(ignore_index),
+           scale=float(scale), logits=logits, labels=labels, loss=loss, dlogits=dlogits)
     return loss, dlogits
 def _cu_seqlens(h, cu_seqlens, total, stream, name="cu_seqlens", total_name="total_tokens"):
     """cu_seqlens as a device int32 array: a numpy array is validated (starts at 0, never
@@ -378,9 +387,9 @@ def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, out=None, lse=Non
     lse = _check_like(lse, "lse", (hq, total), "fp32") if lse is not None else h.empty((hq, total), "fp32")
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
     _same_handle(h, q, k, v, cu, out, lse)
-    check(opslib.dataflow_submit_attention(h._ptr(), stream, dtypes.enum(q.dtype), q.cdata, k.cdata, v.cdata,
-                                           cu.cdata, out.cdata, lse.cdata, total, cu.size - 1, hq, hkv, d, scale,
-                                           int(bool(causal))))
+    OPS["attention"].submit(h, stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens=cu, out=out, lse=lse,
+           total_tokens=total, num_seqs=cu.size - 1, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=scale,
+           causal=bool(causal))
     return out, lse
 
 
@@ -410,9 +419,9 @@ def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True
     lse = _check_like(lse, "lse", (hq, total_q), "fp32") if lse is not None else h.empty((hq, total_q), "fp32")
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
     _same_handle(h, q, k, v, cu_q, cu_k, out, lse)
-    check(opslib.dataflow_submit_attention_kv(h._ptr(), stream, dtypes.enum(q.dtype), q.cdata, k.cdata, v.cdata,
-                                              cu_q.cdata, cu_k.cdata, out.cdata, lse.cdata, total_q, total_k,
-                                              cu_q.size - 1, hq, hkv, d, scale, int(bool(causal))))
+    OPS["attention_kv"].submit(h, stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, out=out,
+           lse=lse, total_q=total_q, total_k=total_k, num_seqs=cu_q.size - 1, num_q_heads=hq, num_kv_heads=hkv,
+           head_dim=d, scale=scale, causal=bool(causal))
     return out, lse
 
 
@@ -480,8 +489,7 @@ def rms_norm(h, x, w, eps=1e-6, out=None, rstd=None, stream=0):
     out = _like(h, out, x.shape, x.dtype, "rms_norm out")
     rstd = h.empty(x.shape[:-1] or (1,), "fp32") if rstd is None else _check_rstd(rstd, rows, "rms_norm")
     _same_handle(h, x, w, out, rstd)
-    check(opslib.dataflow_submit_rms_norm(h._ptr(), stream, dtypes.enum(x.dtype), rows, hidden, eps, x.cdata,
-                                          w.cdata, out.cdata, rstd.cdata))
+    OPS["rms_norm"].submit(h, stream, dtype=x.dtype, rows=rows, hidden=hidden, eps=eps, x=x, w=w, y=out, rstd=rstd)
     return out, rstd
 
 
@@ -496,8 +504,7 @@ def rms_norm_bwd_x(h, dy, x, w, rstd, dx=None, stream=0):
     _check_rstd(rstd, rows, "rms_norm_bwd_x")
     dx = _like(h, dx, x.shape, x.dtype, "rms_norm_bwd_x dx")
     _same_handle(h, dy, x, w, rstd, dx)
-    check(opslib.dataflow_submit_rms_norm_bwd_x(h._ptr(), stream, dtypes.enum(x.dtype), rows, hidden, dy.cdata,
-                                                x.cdata, w.cdata, rstd.cdata, dx.cdata))
+    OPS["rms_norm_bwd_x"].submit(h, stream, dtype=x.dtype, rows=rows, hidden=hidden, dy=dy, x=x, w=w, rstd=rstd, dx=dx)
     return dx
 
 
@@ -540,8 +547,7 @@ def swiglu(h, gate, up, out=None, stream=0):
     rows, ffn = _rows(gate, "swiglu gate")
     out = _like(h, out, gate.shape, gate.dtype, "swiglu out")
     _same_handle(h, gate, up, out)
-    check(opslib.dataflow_submit_swiglu(h._ptr(), stream, dtypes.enum(gate.dtype), rows, ffn, gate.cdata, up.cdata,
-                                        out.cdata))
+    OPS["swiglu"].submit(h, stream, dtype=gate.dtype, rows=rows, ffn=ffn, gate=gate, up=up, out=out)
     return out
 
 
@@ -557,6 +563,6 @@ def swiglu_bwd(h, d_out, gate, up, d_gate=None, d_up=None, stream=0):
     d_gate = _like(h, d_gate, gate.shape, gate.dtype, "swiglu_bwd d_gate")
     d_up = _like(h, d_up, gate.shape, gate.dtype, "swiglu_bwd d_up")
     _same_handle(h, d_out, gate, up, d_gate, d_up)
-    check(opslib.dataflow_submit_swiglu_bwd(h._ptr(), stream, dtypes.enum(gate.dtype), rows, ffn, d_out.cdata,
-                                            gate.cdata, up.cdata, d_gate.cdata, d_up.cdata))
+    OPS["swiglu_bwd"].submit(h, stream, dtype=gate.dtype, rows=rows, ffn=ffn, d_out=d_out, gate=gate, up=up,
+           d_gate=d_gate, d_up=d_up)
     return d_gate, d_up

@@ -2,8 +2,8 @@
 #define DATAFLOW_C_TEST_H
 
 /* Shared by the C tests: CHECK aborts the test on a failed call, EXPECT_ERROR checks that a
- * call fails with a status and a message containing a substring, a Gate holds a stream's work
- * back until it is opened. */
+ * call fails with a status and a message containing a substring, open_host makes a host
+ * handle, a Gate holds a stream's work back until it is opened. */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -60,6 +60,14 @@ static inline void expect_outcome(const char *file, int line, const Outcome *o, 
 		outcome_keep(&o_, (call));                                                                   \
 		expect_outcome(__FILE__, __LINE__, &o_, (want), (part));                                     \
 	} while (0)
+
+static inline Dataflow_Handle *open_host(int streams, uint64_t memory, const char *options)
+{
+	Dataflow_Handle_Config config = {.num_streams = streams, .device_memory_bytes = memory, .options = options};
+	Dataflow_Handle *h;
+	CHECK(dataflow_handle_create("host", &config, &h));
+	return h;
+}
 
 static inline void sleep_ms(int ms)
 {

@@ -1,9 +1,10 @@
 // cast: dst = convert(src) over n elements: widen to fp32 (exact), round once (RNE) to the
-// destination format. Args: n, src, dst.
+// destination format.
 #include "convert.cuh"
+#include "op_params.cuh"
 
 #define CAST(S, D)                                                                                 \
-	extern "C" __global__ void dataflow_cuda_cast_##S##_to_##D(long long n, const S##_t *src, D##_t *dst) \
+	extern "C" __global__ void dataflow_cuda_cast_##S##_to_##D(DATAFLOW_CAST_PARAMS(S##_t, D##_t)) \
 	{                                                                                          \
 		FOR_EACH_INDEX(i, n)                                                               \
 		dst[i] = store_##D(load_##S(src[i]));                                              \

@@ -18,6 +18,7 @@
 
 #include "cublaslt.h"
 #include "cuda_backend.h"
+#include "dataflow/op_args.h"
 
 #define WORKSPACE_BYTES (32ull << 20)
 #define MAX_SHAPES 64
@@ -122,8 +123,8 @@ Dataflow_Status dataflow_cuda_matmul_init(Dataflow_Handle *handle, const Op_Skel
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "cuda matmul: no memory");
 	pthread_mutex_init(&s->lock, NULL);
 	s->handle = handle;
-	s->in_type = lt_type(skeleton->arg_dtypes[0]);
-	s->out_type = lt_type(skeleton->arg_dtypes[3]);
+	s->in_type = lt_type(skeleton->arg_dtypes[DATAFLOW_MATMUL_ARG_A]);
+	s->out_type = lt_type(skeleton->arg_dtypes[DATAFLOW_MATMUL_ARG_D]);
 	const char *tf32 = getenv("DATAFLOW_CUDA_TF32");
 	s->compute_type = s->in_type == CUDA_R_32F && tf32 && !strcmp(tf32, "1") ? CUBLAS_COMPUTE_32F_FAST_TF32
 										 : CUBLAS_COMPUTE_32F;
@@ -204,19 +205,13 @@ static Dataflow_Status find_shape(Matmul_State *s, int64_t M, int64_t N, int64_t
 
 Dataflow_Status dataflow_cuda_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
-	if (dataflow_op_require_tensors(op, 1u << 2) != DATAFLOW_OK) /* C may be NULL */
-		return dataflow_last_status();
 	Matmul_State *s = op_state;
-	void *const *v = op->op_args;
-	const void *A = *(const void **)v[0], *B = *(const void **)v[1], *C = *(const void **)v[2];
-	void *D = *(void **)v[3];
-	int64_t M = *(const int64_t *)v[4], N = *(const int64_t *)v[5], K = *(const int64_t *)v[6];
-	int ta = *(const int32_t *)v[7] != 0, tb = *(const int32_t *)v[8] != 0;
-	float alpha = *(const float *)v[9], beta = *(const float *)v[10];
-	if (M <= 0 || N <= 0 || K <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "cuda matmul: M, N, K must be > 0, got %lld, %lld, %lld", (long long)M,
-					  (long long)N, (long long)K);
+	Dataflow_Matmul_Args m = dataflow_matmul_args(op->op_args);
+	const void *A = m.A, *B = m.B, *C = m.C;
+	void *D = m.D;
+	int64_t M = m.M, N = m.N, K = m.K;
+	int ta = m.trans_a != 0, tb = m.trans_b != 0;
+	float alpha = m.alpha, beta = m.beta;
 	if (!C || beta == 0.0f)
 		C = D; /* cuBLASLt reads C only when beta != 0 */
 	pthread_once(&load_once, load);

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "dataflow/op_args.h"
 
 /* The default native ops of the CUDA backend: their CUDA C++ sources (backends/cuda/kernels,
  * embedded at build time) and their launch functions, found by register_default_ops in
@@ -31,46 +32,29 @@ int dataflow_cuda_kernel_source(const char *op_nickname, const char **name, cons
 	return 1;
 }
 
-/* One thread per element, BLOCK threads per block; n == 0 launches nothing. */
-static Dataflow_Status elementwise(const char *op, const Op *o, Dataflow_Launch_Config *c)
+/* One thread per element, BLOCK threads per block (n > 0: the ops' signatures). */
+static void elementwise(int64_t n, Dataflow_Launch_Config *c)
 {
-	if (dataflow_op_require_tensors(o, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t n = *(const int64_t *)o->op_args[0];
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: n: expected >= 0, got %lld", op, (long long)n);
 	int64_t blocks = (n + BLOCK - 1) / BLOCK;
 	c->grid[0] = (uint32_t)(blocks < MAX_GRID ? blocks : MAX_GRID);
 	c->grid[1] = c->grid[2] = 1;
 	c->block[0] = BLOCK;
 	c->block[1] = c->block[2] = 1;
 	c->shared_mem_bytes = 0;
-	return DATAFLOW_OK;
 }
 
-/* Args: n, alpha, a, beta, b, out. */
-Dataflow_Status dataflow_cuda_add_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					 Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return elementwise("add", op, config);
-}
+/* The launch function of elementwise op OP: one thread per element of its n. */
+#define ELEMENTWISE_LAUNCH(OP)                                                                         \
+	Dataflow_Status dataflow_cuda_##OP##_launch(Dataflow_Handle *handle, const Op *op, void *op_state, \
+						    Dataflow_Launch_Config *config)                \
+	{                                                                                          \
+		(void)handle;                                                                      \
+		(void)op_state;                                                                    \
+		elementwise(dataflow_##OP##_args(op->op_args).n, config);                          \
+		return DATAFLOW_OK;                                                                \
+	}
 
-/* Args: n, src, dst. */
-Dataflow_Status dataflow_cuda_cast_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					  Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return elementwise("cast", op, config);
-}
-
-/* Args: n, value, x. */
-Dataflow_Status dataflow_cuda_set_mem_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					     Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return elementwise("set_mem", op, config);
-}
+ELEMENTWISE_LAUNCH(add)
+ELEMENTWISE_LAUNCH(scale)
+ELEMENTWISE_LAUNCH(cast)
+ELEMENTWISE_LAUNCH(set_mem)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cuda_backend.h"
+#include "dataflow/cuda.h"
 
 /* NVRTC, loaded with dlopen (cuda_library.c finds it), compiles CUDA C++ for one real
  * architecture into a cubin. Cubins are cached on disk under the cache directory of
@@ -274,9 +275,7 @@ Dataflow_Status cuda_nvrtc_compile(const char *name, const char *source, const c
 	return st;
 }
 
-/* Compiles a .cu file for sm_<arch> exactly as the backend does at first use, bypassing
- * the cache, and returns NVRTC's log (tests fail on any log: warnings count). Needs NVRTC
- * but no GPU or driver. */
+/* (dataflow/cuda.h) Tests fail on any log: warnings count. */
 Dataflow_Status dataflow_cuda_compile_check(const char *source_path, int arch, char *log, size_t log_size)
 {
 	if (!source_path || arch <= 0)

@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "simd.h"
 
 /* parts are whole cache lines of m and v and at least 16 Ki elements (~200 KiB of traffic) */
@@ -25,21 +26,17 @@ typedef struct {
 	int lerp_small; /* w1 < 0.5: torch's lerp steps from m, else from g */
 } Adamw;
 
-static Adamw adamw_args(void **args)
+static Adamw adamw_args(const Dataflow_Adamw_Step_Args *x)
 {
-	double lr = DATAFLOW_ARG(args, 7, double), beta1 = DATAFLOW_ARG(args, 8, double);
-	double beta2 = DATAFLOW_ARG(args, 9, double), eps = DATAFLOW_ARG(args, 10, double);
-	double wd = DATAFLOW_ARG(args, 11, double);
-	int64_t step = DATAFLOW_ARG(args, 12, int64_t);
-	const float *scale = DATAFLOW_ARG(args, 6, const float *);
-	double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
+	double lr = x->lr, beta1 = x->beta1, beta2 = x->beta2, eps = x->eps, wd = x->weight_decay;
+	double bc1 = 1.0 - pow(beta1, (double)x->step), bc2 = 1.0 - pow(beta2, (double)x->step);
 	Adamw a = {
-		.param = DATAFLOW_ARG(args, 1, void *),
-		.grad = DATAFLOW_ARG(args, 2, const void *),
-		.m = DATAFLOW_ARG(args, 3, float *),
-		.v = DATAFLOW_ARG(args, 4, float *),
-		.master = DATAFLOW_ARG(args, 5, float *),
-		.scale = scale ? scale[0] : 1.0f,
+		.param = x->param,
+		.grad = x->grad,
+		.m = x->m,
+		.v = x->v,
+		.master = x->master,
+		.scale = x->scale ? x->scale[0] : 1.0f,
 		.decay = (float)(1.0 - lr * wd),
 		.w1 = (float)(1.0 - beta1),
 		.beta2 = (float)beta2,
@@ -131,8 +128,9 @@ static void adamw_scalar(Adamw a, int P_BF16, int G_BF16, int64_t i, int64_t end
 	void dataflow_host_##NAME(void **args, int part, int num_parts)                                   \
 	{                                                                                                 \
 		int64_t i, end;                                                                           \
-		dataflow_part_range(DATAFLOW_ARG(args, 0, int64_t), part, num_parts, PART_ALIGN, &i, &end); \
-		Adamw a = adamw_args(args);                                                               \
+		Dataflow_Adamw_Step_Args x = dataflow_adamw_step_args(args);                              \
+		dataflow_part_range(x.n, part, num_parts, PART_ALIGN, &i, &end);                          \
+		Adamw a = adamw_args(&x);                                                                 \
 		int level = simd_level();                                                                 \
 		if (level == SIMD_AVX512)                                                                 \
 			i = NAME##_avx512(a, i, end);                                                     \
@@ -146,19 +144,5 @@ ADAMW_VARIANT(adamw_step_fp32_bf16, 0, 1)
 ADAMW_VARIANT(adamw_step_bf16_fp32, 1, 0)
 ADAMW_VARIANT(adamw_step_bf16_bf16, 1, 1)
 
-/* Args: n, param, grad, m, v, master, scale, lr, beta1, beta2, eps, weight_decay, step.
- * Validated by libdataflowops. */
-Dataflow_Status dataflow_host_adamw_step_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 1u << 5 | 1u << 6) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t n = *(const int64_t *)op->op_args[0];
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "adamw_step: n: expected >= 0, got %lld",
-					  (long long)n);
-	config->num_parts = dataflow_elementwise_parts(n, PART_MIN);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_launch, Dataflow_Adamw_Step_Args, dataflow_adamw_step_args,
+				 PART_MIN)

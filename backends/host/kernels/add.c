@@ -5,43 +5,59 @@
  * out may alias a or b: each element is read before it is written. Outputs of at least
  * STREAM_MIN_BYTES that do not partly overlap an input are written with streaming stores. */
 #include "dataflow/host_kernel.h"
-#include "simd.h"
+#include "dataflow/op_args.h"
+#include "simd_dtype.h"
 #include "stream_store.h"
 
 /* parts are multiples of 64 elements (whole cache lines) and at least 32 KiB of output */
 #define PART_ALIGN 64
 #define PART_MIN_BYTES 32768
 
-typedef struct {
-	int64_t n;
-	float alpha;
-	const void *a;
-	float beta;
-	const void *b;
-	void *out;
-} Add_Args;
+typedef Dataflow_Add_Args Add_Args;
 
-static Add_Args add_args(void **args, int part, int num_parts, int64_t *begin, int64_t *end)
+SIMD_INLINE void add_scalar(const Add_Args *x, int64_t i, int64_t end, DataflowDatatype dt)
 {
-	Add_Args x = {DATAFLOW_ARG(args, 0, int64_t), DATAFLOW_ARG(args, 1, float), DATAFLOW_ARG(args, 2, const void *),
-		      DATAFLOW_ARG(args, 3, float),   DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, void *)};
-	dataflow_part_range(x.n, part, num_parts, PART_ALIGN, begin, end);
-	return x;
+	for (; i < end; i++)
+		simd_store1(x->out, i, x->alpha * simd_load1(x->a, i, dt) + x->beta * simd_load1(x->b, i, dt), dt);
 }
 
-typedef void (*Add_Range)(Add_Args x, int64_t i, int64_t end, int level);
+SIMD_TARGET_AVX512 SIMD_INLINE void add_avx512(const Add_Args *x, int64_t i, int64_t end, DataflowDatatype dt)
+{
+	__m512 alpha = _mm512_set1_ps(x->alpha), beta = _mm512_set1_ps(x->beta);
+	for (; i + 16 <= end; i += 16)
+		simd_store16_avx512(x->out, i,
+				    _mm512_add_ps(_mm512_mul_ps(alpha, simd_load16_avx512(x->a, i, dt)),
+						  _mm512_mul_ps(beta, simd_load16_avx512(x->b, i, dt))),
+				    dt);
+	add_scalar(x, i, end, dt); /* the tail */
+}
 
-static void add_part(void **args, int part, int num_parts, Add_Range range, int64_t size)
+SIMD_TARGET_AVX2 SIMD_INLINE void add_avx2(const Add_Args *x, int64_t i, int64_t end, DataflowDatatype dt)
+{
+	__m256 alpha = _mm256_set1_ps(x->alpha), beta = _mm256_set1_ps(x->beta);
+	for (; i + 8 <= end; i += 8)
+		simd_store8_avx2(x->out, i,
+				 _mm256_add_ps(_mm256_mul_ps(alpha, simd_load8_avx2(x->a, i, dt)),
+					       _mm256_mul_ps(beta, simd_load8_avx2(x->b, i, dt))),
+				 dt);
+	add_scalar(x, i, end, dt); /* the tail */
+}
+
+/* This part's range by `range` (a SIMD_DTYPE_KERNEL of add), straight into out, or for a large
+ * output that does not partly overlap an input, chunk by chunk into an L1 buffer streamed out. */
+static void add_part(void **args, int part, int num_parts, void (*range)(const Add_Args *, int64_t, int64_t),
+		     int64_t size)
 {
 	int64_t i, end;
-	Add_Args x = add_args(args, part, num_parts, &i, &end);
+	Add_Args x = dataflow_add_args(args);
+	dataflow_part_range(x.n, part, num_parts, PART_ALIGN, &i, &end);
 	int level = simd_level();
 	size_t bytes = (size_t)(x.n * size);
 	int stream = x.n * size >= STREAM_MIN_BYTES && level != SIMD_SCALAR &&
 		     (x.out == x.a || !stream_overlap(x.out, bytes, x.a, bytes)) &&
 		     (x.out == x.b || !stream_overlap(x.out, bytes, x.b, bytes));
 	if (!stream) {
-		range(x, i, end, level);
+		range(&x, i, end);
 		return;
 	}
 	_Alignas(64) char buf[STREAM_CHUNK_BYTES];
@@ -51,147 +67,22 @@ static void add_part(void **args, int part, int num_parts, Add_Range range, int6
 		y.a = (const char *)x.a + c * size;
 		y.b = (const char *)x.b + c * size;
 		y.out = buf;
-		range(y, 0, len, level);
+		range(&y, 0, len);
 		stream_copy((char *)x.out + c * size, buf, (size_t)(len * size), level);
 	}
 	stream_fence();
 }
 
-/* ---- fp32 ---- */
+#define ADD_KERNEL(name, DT, T)                                                                      \
+	SIMD_DTYPE_KERNEL(add_##name, add, Add_Args, DT)                                             \
+	void dataflow_host_add_##name(void **args, int part, int num_parts)                          \
+	{                                                                                            \
+		add_part(args, part, num_parts, add_##name, sizeof(T));                              \
+	}
 
-SIMD_TARGET_AVX512 static int64_t add_fp32_avx512(Add_Args x, int64_t i, int64_t end)
-{
-	const float *a = x.a, *b = x.b;
-	float *out = x.out;
-	__m512 alpha = _mm512_set1_ps(x.alpha), beta = _mm512_set1_ps(x.beta);
-	for (; i + 16 <= end; i += 16)
-		_mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_mul_ps(alpha, _mm512_loadu_ps(a + i)),
-							_mm512_mul_ps(beta, _mm512_loadu_ps(b + i))));
-	return i;
-}
+ADD_KERNEL(fp32, DATAFLOW_FP32, float)
+ADD_KERNEL(bf16, DATAFLOW_BF16, uint16_t)
+ADD_KERNEL(fp16, DATAFLOW_FP16, uint16_t)
 
-SIMD_TARGET_AVX2 static int64_t add_fp32_avx2(Add_Args x, int64_t i, int64_t end)
-{
-	const float *a = x.a, *b = x.b;
-	float *out = x.out;
-	__m256 alpha = _mm256_set1_ps(x.alpha), beta = _mm256_set1_ps(x.beta);
-	for (; i + 8 <= end; i += 8)
-		_mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_mul_ps(alpha, _mm256_loadu_ps(a + i)),
-							_mm256_mul_ps(beta, _mm256_loadu_ps(b + i))));
-	return i;
-}
-
-static void add_fp32_range(Add_Args x, int64_t i, int64_t end, int level)
-{
-	if (level == SIMD_AVX512)
-		i = add_fp32_avx512(x, i, end);
-	else if (level == SIMD_AVX2)
-		i = add_fp32_avx2(x, i, end);
-	const float *a = x.a, *b = x.b;
-	float *out = x.out;
-	for (; i < end; i++)
-		out[i] = x.alpha * a[i] + x.beta * b[i];
-}
-
-void dataflow_host_add_fp32(void **args, int part, int num_parts)
-{
-	add_part(args, part, num_parts, add_fp32_range, sizeof(float));
-}
-
-/* ---- bf16 ---- */
-
-SIMD_TARGET_AVX512 static int64_t add_bf16_avx512(Add_Args x, int64_t i, int64_t end)
-{
-	const uint16_t *a = x.a, *b = x.b;
-	uint16_t *out = x.out;
-	__m512 alpha = _mm512_set1_ps(x.alpha), beta = _mm512_set1_ps(x.beta);
-	for (; i + 16 <= end; i += 16)
-		simd_store_bf16_avx512(out + i, _mm512_add_ps(_mm512_mul_ps(alpha, simd_load_bf16_avx512(a + i)),
-							      _mm512_mul_ps(beta, simd_load_bf16_avx512(b + i))));
-	return i;
-}
-
-SIMD_TARGET_AVX2 static int64_t add_bf16_avx2(Add_Args x, int64_t i, int64_t end)
-{
-	const uint16_t *a = x.a, *b = x.b;
-	uint16_t *out = x.out;
-	__m256 alpha = _mm256_set1_ps(x.alpha), beta = _mm256_set1_ps(x.beta);
-	for (; i + 8 <= end; i += 8)
-		simd_store_bf16_avx2(out + i, _mm256_add_ps(_mm256_mul_ps(alpha, simd_load_bf16_avx2(a + i)),
-							    _mm256_mul_ps(beta, simd_load_bf16_avx2(b + i))));
-	return i;
-}
-
-static void add_bf16_range(Add_Args x, int64_t i, int64_t end, int level)
-{
-	if (level == SIMD_AVX512)
-		i = add_bf16_avx512(x, i, end);
-	else if (level == SIMD_AVX2)
-		i = add_bf16_avx2(x, i, end);
-	const uint16_t *a = x.a, *b = x.b;
-	uint16_t *out = x.out;
-	for (; i < end; i++)
-		out[i] = dataflow_fp32_to_bf16(x.alpha * dataflow_bf16_to_fp32(a[i]) + x.beta * dataflow_bf16_to_fp32(b[i]));
-}
-
-void dataflow_host_add_bf16(void **args, int part, int num_parts)
-{
-	add_part(args, part, num_parts, add_bf16_range, sizeof(uint16_t));
-}
-
-/* ---- fp16 ---- */
-
-SIMD_TARGET_AVX512 static int64_t add_fp16_avx512(Add_Args x, int64_t i, int64_t end)
-{
-	const uint16_t *a = x.a, *b = x.b;
-	uint16_t *out = x.out;
-	__m512 alpha = _mm512_set1_ps(x.alpha), beta = _mm512_set1_ps(x.beta);
-	for (; i + 16 <= end; i += 16)
-		simd_store_fp16_avx512(out + i, _mm512_add_ps(_mm512_mul_ps(alpha, simd_load_fp16_avx512(a + i)),
-							      _mm512_mul_ps(beta, simd_load_fp16_avx512(b + i))));
-	return i;
-}
-
-SIMD_TARGET_AVX2 static int64_t add_fp16_avx2(Add_Args x, int64_t i, int64_t end)
-{
-	const uint16_t *a = x.a, *b = x.b;
-	uint16_t *out = x.out;
-	__m256 alpha = _mm256_set1_ps(x.alpha), beta = _mm256_set1_ps(x.beta);
-	for (; i + 8 <= end; i += 8)
-		simd_store_fp16_avx2(out + i, _mm256_add_ps(_mm256_mul_ps(alpha, simd_load_fp16_avx2(a + i)),
-							    _mm256_mul_ps(beta, simd_load_fp16_avx2(b + i))));
-	return i;
-}
-
-static void add_fp16_range(Add_Args x, int64_t i, int64_t end, int level)
-{
-	if (level == SIMD_AVX512)
-		i = add_fp16_avx512(x, i, end);
-	else if (level == SIMD_AVX2)
-		i = add_fp16_avx2(x, i, end);
-	const uint16_t *a = x.a, *b = x.b;
-	uint16_t *out = x.out;
-	for (; i < end; i++)
-		out[i] = dataflow_fp32_to_fp16(x.alpha * dataflow_fp16_to_fp32(a[i]) + x.beta * dataflow_fp16_to_fp32(b[i]));
-}
-
-void dataflow_host_add_fp16(void **args, int part, int num_parts)
-{
-	add_part(args, part, num_parts, add_fp16_range, sizeof(uint16_t));
-}
-
-/* Args: n, alpha, a, beta, b, out. Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_add_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					 Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t n = *(const int64_t *)op->op_args[0];
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "add: n: expected >= 0, got %lld", (long long)n);
-	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[5]);
-	config->num_parts = dataflow_elementwise_parts(n, PART_MIN_BYTES / size);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_add_launch, Add_Args, dataflow_add_args,
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_ADD_ARG_OUT]))

@@ -10,43 +10,16 @@
  * item's fp32 tiles only; nothing of size tokens^2 exists. */
 #include "attention.h"
 
-typedef struct {
-	const void *q, *k, *v;
-	const int32_t *cu_q, *cu_k; /* the same array for attention */
-	void *o;
-	float *lse;
-	int64_t total_q, total_k, num_seqs, hq, hkv, d;
-	float scale;
-	int causal;
-} Fwd_Args;
+typedef Dataflow_Attention_Kv_Args Fwd_Args;
 
-/* attention args: q, k, v, cu_seqlens, out, lse, total_tokens, num_seqs, hq, hkv, d, scale, causal */
-static Fwd_Args fwd_args(void **args)
+/* attention is attention_kv with the queries' sequences as the keys' */
+static Fwd_Args fwd_args(void *const *args)
 {
-	const int32_t *cu = DATAFLOW_ARG(args, 3, const int32_t *);
-	int64_t total = DATAFLOW_ARG(args, 6, int64_t);
-	return (Fwd_Args){DATAFLOW_ARG(args, 0, const void *), DATAFLOW_ARG(args, 1, const void *),
-			  DATAFLOW_ARG(args, 2, const void *), cu,
-			  cu,				       DATAFLOW_ARG(args, 4, void *),
-			  DATAFLOW_ARG(args, 5, float *),      total,
-			  total,			       DATAFLOW_ARG(args, 7, int64_t),
-			  DATAFLOW_ARG(args, 8, int64_t),      DATAFLOW_ARG(args, 9, int64_t),
-			  DATAFLOW_ARG(args, 10, int64_t),     DATAFLOW_ARG(args, 11, float),
-			  DATAFLOW_ARG(args, 12, int)};
-}
-
-/* attention_kv args: q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, total_q, total_k, num_seqs,
- * hq, hkv, d, scale, causal */
-static Fwd_Args fwd_kv_args(void **args)
-{
-	return (Fwd_Args){DATAFLOW_ARG(args, 0, const void *), DATAFLOW_ARG(args, 1, const void *),
-			  DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const int32_t *),
-			  DATAFLOW_ARG(args, 4, const int32_t *), DATAFLOW_ARG(args, 5, void *),
-			  DATAFLOW_ARG(args, 6, float *),      DATAFLOW_ARG(args, 7, int64_t),
-			  DATAFLOW_ARG(args, 8, int64_t),      DATAFLOW_ARG(args, 9, int64_t),
-			  DATAFLOW_ARG(args, 10, int64_t),     DATAFLOW_ARG(args, 11, int64_t),
-			  DATAFLOW_ARG(args, 12, int64_t),     DATAFLOW_ARG(args, 13, float),
-			  DATAFLOW_ARG(args, 14, int)};
+	Dataflow_Attention_Args a = dataflow_attention_args(args);
+	return (Fwd_Args){.q = a.q, .k = a.k, .v = a.v, .cu_seqlens_q = a.cu_seqlens, .cu_seqlens_k = a.cu_seqlens,
+			  .out = a.out, .lse = a.lse, .total_q = a.total_tokens, .total_k = a.total_tokens,
+			  .num_seqs = a.num_seqs, .num_q_heads = a.num_q_heads, .num_kv_heads = a.num_kv_heads,
+			  .head_dim = a.head_dim, .scale = a.scale, .causal = a.causal};
 }
 
 /* Queries [q0, q0 + nq) of head h; the sequence's keys are [klo, khi). Causal, bottom-right
@@ -55,14 +28,14 @@ static Fwd_Args fwd_kv_args(void **args)
 static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, int64_t klo, int64_t khi,
 		     int64_t off, int64_t q0, int nq, int64_t h)
 {
-	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
-	const int64_t hk = h / (x->hq / x->hkv);
+	const int d = (int)x->head_dim, dp = (d + 15) / 16 * 16;
+	const int64_t hq = x->num_q_heads, hkv = x->num_kv_heads, hk = h / (hq / hkv);
 	const size_t es = dataflow_datatype_size(dt);
 	float qrows[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], qt[ATTN_MAX_HEAD_DIM * ATTN_BLOCK];
 	float kv[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], o[ATTN_BLOCK * ATTN_MAX_HEAD_DIM];
 	float s[ATTN_BLOCK * ATTN_BLOCK], m[ATTN_BLOCK], l[ATTN_BLOCK], alpha[ATTN_BLOCK];
 
-	attn_load_rows(qrows, dp, (const char *)x->q + (size_t)((q0 * x->hq + h) * d) * es, x->hq * d, dt, nq,
+	attn_load_rows(qrows, dp, (const char *)x->q + (size_t)((q0 * hq + h) * d) * es, hq * d, dt, nq,
 		       ATTN_BLOCK, d);
 	attn_transpose(qt, qrows, dp, d, x->scale * ATTN_LOG2E);
 	memset(o, 0, sizeof(float) * ATTN_BLOCK * dp);
@@ -73,8 +46,8 @@ static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t
 	int64_t kend = x->causal && q0 + nq + off < khi ? q0 + nq + off : khi;
 	for (int64_t kb = klo; kb < kend; kb += ATTN_BLOCK) {
 		int nk = (int)(kend - kb < ATTN_BLOCK ? kend - kb : ATTN_BLOCK);
-		const char *kv_row0 = (const char *)x->k + (size_t)((kb * x->hkv + hk) * d) * es;
-		attn_load_rows(kv, dp, kv_row0, x->hkv * d, dt, nk, nk, d);
+		const char *kv_row0 = (const char *)x->k + (size_t)((kb * hkv + hk) * d) * es;
+		attn_load_rows(kv, dp, kv_row0, hkv * d, dt, nk, nk, d);
 		t->qk(kv, nk, dp, qt, d, s);
 		if (x->causal && kb + nk - 1 > q0 + off)
 			attn_mask_causal(s, nk, kb, q0 + off);
@@ -101,14 +74,14 @@ static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t
 				o[i * dp + k] *= alpha[i];
 
 		/* o_i += sum_j p_ji v_j */
-		kv_row0 = (const char *)x->v + (size_t)((kb * x->hkv + hk) * d) * es;
-		attn_load_rows(kv, dp, kv_row0, x->hkv * d, dt, nk, nk, d);
+		kv_row0 = (const char *)x->v + (size_t)((kb * hkv + hk) * d) * es;
+		attn_load_rows(kv, dp, kv_row0, hkv * d, dt, nk, nk, d);
 		t->acc(o, nq, dp, s, 1, ATTN_BLOCK, nk, kv);
 	}
 	/* A query that sees no key (q_len > k_len) gets out = 0 and lse = -inf. */
 	for (int i = 0; i < nq; i++) {
 		int seen = l[i] > 0.0f;
-		attn_store_rows((char *)x->o + (size_t)(((q0 + i) * x->hq + h) * d) * es, 0, dt, o + i * dp, dp, 1, d,
+		attn_store_rows((char *)x->out + (size_t)(((q0 + i) * hq + h) * d) * es, 0, dt, o + i * dp, dp, 1, d,
 				seen ? 1.0f / l[i] : 0.0f);
 		x->lse[h * x->total_q + q0 + i] = seen ? (m[i] + log2f(l[i])) * ATTN_LN2 : -INFINITY;
 	}
@@ -119,18 +92,19 @@ static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t
 static void fwd(const Fwd_Args *x, int part, int num_parts, DataflowDatatype dt)
 {
 	Attn_Tiles t = attn_tiles();
-	int64_t items = attn_max_blocks(x->total_q, x->num_seqs) * x->hq, begin, end;
+	const int64_t hq = x->num_q_heads;
+	int64_t items = attn_max_blocks(x->total_q, x->num_seqs) * hq, begin, end;
 	dataflow_part_range(items, part, num_parts, 1, &begin, &end);
-	Seq_Cursor c = seq_cursor(x->cu_q, x->num_seqs, x->total_q);
-	Seq_Cursor ck = seq_cursor(x->cu_k, x->num_seqs, x->total_k);
+	Seq_Cursor c = seq_cursor(x->cu_seqlens_q, x->num_seqs, x->total_q);
+	Seq_Cursor ck = seq_cursor(x->cu_seqlens_k, x->num_seqs, x->total_k);
 	for (int64_t item = begin; item < end; item++) {
-		int64_t b = seq_cursor_find(&c, item / x->hq);
+		int64_t b = seq_cursor_find(&c, item / hq);
 		if (b < 0)
 			break;
 		seq_cursor_seek(&ck, c.s);
 		int64_t q0 = c.lo + b * ATTN_BLOCK;
 		int nq = (int)(c.hi - q0 < ATTN_BLOCK ? c.hi - q0 : ATTN_BLOCK);
-		fwd_item(x, dt, &t, ck.lo, ck.hi, ck.hi - c.hi, q0, nq, item % x->hq);
+		fwd_item(x, dt, &t, ck.lo, ck.hi, ck.hi - c.hi, q0, nq, item % hq);
 	}
 }
 
@@ -152,35 +126,14 @@ static void fwd(const Fwd_Args *x, int part, int num_parts, DataflowDatatype dt)
 	}
 
 ATTENTION_KERNELS(attention, fwd_args)
-ATTENTION_KERNELS(attention_kv, fwd_kv_args)
+ATTENTION_KERNELS(attention_kv, dataflow_attention_kv_args)
 
-/* Args: q, k, v, cu_seqlens, out, lse, total_tokens, num_seqs, num_q_heads, num_kv_heads,
- * head_dim, scale, causal; validated by libdataflowops. cu_seqlens is not read here: it may be
- * written by earlier work on the stream, so parts cover an upper bound of the blocks. */
-Dataflow_Status dataflow_host_attention_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					       Dataflow_Launch_Config *config)
+/* cu_seqlens is not read here: it may be written by earlier
+ * work on the stream, so parts cover an upper bound of the blocks. */
+static int fwd_parts(Fwd_Args x)
 {
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t total = *(const int64_t *)op->op_args[6], num_seqs = *(const int64_t *)op->op_args[7];
-	int64_t hq = *(const int64_t *)op->op_args[8];
-	config->num_parts = attn_num_parts(attn_max_blocks(total, num_seqs) * hq);
-	return DATAFLOW_OK;
+	return attn_num_parts(attn_max_blocks(x.total_q, x.num_seqs) * x.num_q_heads);
 }
 
-/* Args: q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, total_q, total_k, num_seqs, num_q_heads,
- * num_kv_heads, head_dim, scale, causal; validated by libdataflowops. */
-Dataflow_Status dataflow_host_attention_kv_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						  Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t total_q = *(const int64_t *)op->op_args[7], num_seqs = *(const int64_t *)op->op_args[9];
-	int64_t hq = *(const int64_t *)op->op_args[10];
-	config->num_parts = attn_num_parts(attn_max_blocks(total_q, num_seqs) * hq);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_launch, Fwd_Args, fwd_args, fwd_parts(a))
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_kv_launch, Fwd_Args, dataflow_attention_kv_args, fwd_parts(a))

@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "simd.h"
 
 enum {

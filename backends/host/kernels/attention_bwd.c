@@ -26,17 +26,13 @@ typedef struct {
 	int causal;
 } Bwd_Args;
 
-static Bwd_Args bwd_args(void **args)
+static Bwd_Args bwd_args(void *const *args)
 {
-	return (Bwd_Args){DATAFLOW_ARG(args, 0, const void *),  DATAFLOW_ARG(args, 1, const void *),
-			  DATAFLOW_ARG(args, 2, const void *),  DATAFLOW_ARG(args, 3, const void *),
-			  DATAFLOW_ARG(args, 4, const float *), DATAFLOW_ARG(args, 5, const float *),
-			  DATAFLOW_ARG(args, 6, const int32_t *), DATAFLOW_ARG(args, 7, void *),
-			  DATAFLOW_ARG(args, 8, void *),        DATAFLOW_ARG(args, 9, void *),
-			  DATAFLOW_ARG(args, 10, int64_t),      DATAFLOW_ARG(args, 11, int64_t),
-			  DATAFLOW_ARG(args, 12, int64_t),      DATAFLOW_ARG(args, 13, int64_t),
-			  DATAFLOW_ARG(args, 14, int64_t),      DATAFLOW_ARG(args, 15, float),
-			  DATAFLOW_ARG(args, 16, int)};
+	Dataflow_Attention_Bwd_Args a = dataflow_attention_bwd_args(args);
+	return (Bwd_Args){.dout = a.dout, .q = a.q, .k = a.k, .v = a.v, .lse = a.lse, .delta = a.D,
+			  .cu = a.cu_seqlens, .dq = a.dq, .dk = a.dk, .dv = a.dv, .total = a.total_tokens,
+			  .num_seqs = a.num_seqs, .hq = a.num_q_heads, .hkv = a.num_kv_heads, .d = a.head_dim,
+			  .scale = a.scale, .causal = a.causal};
 }
 
 /* The query side of a tile: queries [q0, q0 + nq) of head h, as rows and transposed. */
@@ -234,46 +230,22 @@ static void bwd(void **args, int part, int num_parts, DataflowDatatype dt)
 	}
 }
 
-void dataflow_host_attention_bwd_fp32(void **args, int part, int num_parts)
-{
-	bwd(args, part, num_parts, DATAFLOW_FP32);
-}
+DATAFLOW_HOST_FLOAT_KERNELS(attention_bwd, bwd, DATAFLOW_FP32, DATAFLOW_BF16, DATAFLOW_FP16)
 
-void dataflow_host_attention_bwd_bf16(void **args, int part, int num_parts)
-{
-	bwd(args, part, num_parts, DATAFLOW_BF16);
-}
-
-void dataflow_host_attention_bwd_fp16(void **args, int part, int num_parts)
-{
-	bwd(args, part, num_parts, DATAFLOW_FP16);
-}
-
-/* Args: dout, q, k, v, lse, delta, cu_seqlens, dq, dk, dv, total_tokens, num_seqs,
- * num_q_heads, num_kv_heads, head_dim, scale, causal; validated by libdataflowops. */
-Dataflow_Status dataflow_host_attention_bwd_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						   Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t total = *(const int64_t *)op->op_args[10], num_seqs = *(const int64_t *)op->op_args[11];
-	int64_t hq = *(const int64_t *)op->op_args[12], hkv = *(const int64_t *)op->op_args[13];
-	config->num_parts = attn_num_parts(bwd_fused(num_seqs, hkv) ? num_seqs * hkv
-								  : attn_max_blocks(total, num_seqs) * (hq + hkv));
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_bwd_launch, Bwd_Args, bwd_args,
+		     attn_num_parts(bwd_fused(a.num_seqs, a.hkv) ? a.num_seqs * a.hkv
+							 : attn_max_blocks(a.total, a.num_seqs) * (a.hq + a.hkv)))
 
 /* ---- attention_bwd_delta: D[h][t] = sum_k dout[t][h][k] * out[t][h][k] ----
  * A plain in-order sum (the same bits on every path); parts are ranges of (token, head) rows. */
 
 static void delta(void **args, int part, int num_parts, DataflowDatatype dt)
 {
-	const void *dout = DATAFLOW_ARG(args, 0, const void *), *out = DATAFLOW_ARG(args, 1, const void *);
-	float *dlt = DATAFLOW_ARG(args, 2, float *);
-	int64_t total = DATAFLOW_ARG(args, 3, int64_t), hq = DATAFLOW_ARG(args, 4, int64_t);
-	int d = (int)DATAFLOW_ARG(args, 5, int64_t);
+	Dataflow_Attention_Bwd_Delta_Args x = dataflow_attention_bwd_delta_args(args);
+	const void *dout = x.dout, *out = x.out;
+	float *dlt = x.D;
+	int64_t total = x.total_tokens, hq = x.num_q_heads;
+	int d = (int)x.head_dim;
 	size_t es = dataflow_datatype_size(dt);
 	float a[ATTN_MAX_HEAD_DIM], b[ATTN_MAX_HEAD_DIM];
 	int64_t begin, end;
@@ -288,30 +260,7 @@ static void delta(void **args, int part, int num_parts, DataflowDatatype dt)
 	}
 }
 
-void dataflow_host_attention_bwd_delta_fp32(void **args, int part, int num_parts)
-{
-	delta(args, part, num_parts, DATAFLOW_FP32);
-}
+DATAFLOW_HOST_FLOAT_KERNELS(attention_bwd_delta, delta, DATAFLOW_FP32, DATAFLOW_BF16, DATAFLOW_FP16)
 
-void dataflow_host_attention_bwd_delta_bf16(void **args, int part, int num_parts)
-{
-	delta(args, part, num_parts, DATAFLOW_BF16);
-}
-
-void dataflow_host_attention_bwd_delta_fp16(void **args, int part, int num_parts)
-{
-	delta(args, part, num_parts, DATAFLOW_FP16);
-}
-
-/* Args: dout, out, delta, total_tokens, num_q_heads, head_dim. */
-Dataflow_Status dataflow_host_attention_bwd_delta_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-							 Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t rows = *(const int64_t *)op->op_args[3] * *(const int64_t *)op->op_args[4];
-	config->num_parts = dataflow_elementwise_parts(rows, 1024);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_bwd_delta_launch, Dataflow_Attention_Bwd_Delta_Args,
+		     dataflow_attention_bwd_delta_args, dataflow_elementwise_parts(a.total_tokens * a.num_q_heads, 1024))

@@ -3,6 +3,7 @@
  * not overlap the input are converted chunk by chunk into an L1 buffer and written with
  * streaming stores. */
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "stream_store.h"
 
 /* parts are multiples of 64 elements and at least 32 KiB of output */
@@ -11,9 +12,10 @@
 
 static void cast_part(DataflowDatatype src_dtype, DataflowDatatype dst_dtype, void **args, int part, int num_parts)
 {
-	int64_t n = DATAFLOW_ARG(args, 0, int64_t);
-	const char *src = DATAFLOW_ARG(args, 1, const char *);
-	char *dst = DATAFLOW_ARG(args, 2, char *);
+	Dataflow_Cast_Args a = dataflow_cast_args(args);
+	int64_t n = a.n;
+	const char *src = a.src;
+	char *dst = a.dst;
 	int64_t begin, end;
 	dataflow_part_range(n, part, num_parts, PART_ALIGN, &begin, &end);
 	int64_t src_size = (int64_t)dataflow_datatype_size(src_dtype), dst_size = (int64_t)dataflow_datatype_size(dst_dtype);
@@ -61,18 +63,5 @@ CAST(fp8e5m2, DATAFLOW_FP8E5M2, fp16, DATAFLOW_FP16)
 CAST(fp8e5m2, DATAFLOW_FP8E5M2, bf16, DATAFLOW_BF16)
 CAST(fp8e5m2, DATAFLOW_FP8E5M2, fp8e4m3, DATAFLOW_FP8E4M3)
 
-/* Args: n, src, dst. Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_cast_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					  Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t n = *(const int64_t *)op->op_args[0];
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "cast: n: expected >= 0, got %lld", (long long)n);
-	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[2]);
-	config->num_parts = dataflow_elementwise_parts(n, PART_MIN_BYTES / size);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_cast_launch, Dataflow_Cast_Args, dataflow_cast_args,
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_CAST_ARG_DST]))

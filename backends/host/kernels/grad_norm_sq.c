@@ -6,6 +6,7 @@
  * give the same bits. Parts own whole blocks, so the result does not depend on num_parts.
  * Phase 2 (grad_norm_sq_reduce): one part adds the partials in block order, then into out. */
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "dataflow/ops.h"
 #include "simd.h"
 
@@ -67,9 +68,10 @@ static double block_sum(const void *x, int bf16, int64_t begin, int64_t end, int
 
 static void partials(void **args, int part, int num_parts, int bf16)
 {
-	int64_t n = DATAFLOW_ARG(args, 0, int64_t);
-	const void *x = DATAFLOW_ARG(args, 1, const void *);
-	double *ws = DATAFLOW_ARG(args, 2, double *);
+	Dataflow_Grad_Norm_Sq_Partials_Args a = dataflow_grad_norm_sq_partials_args(args);
+	int64_t n = a.n;
+	const void *x = a.x;
+	double *ws = a.workspace;
 	int64_t b, b_end;
 	dataflow_part_range((n + BLOCK - 1) / BLOCK, part, num_parts, 1, &b, &b_end);
 	int level = simd_level();
@@ -87,59 +89,30 @@ void dataflow_host_grad_norm_sq_partials_bf16(void **args, int part, int num_par
 	partials(args, part, num_parts, 1);
 }
 
-/* Args: n, x, workspace. */
-Dataflow_Status dataflow_host_grad_norm_sq_partials_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-							   Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t n = *(const int64_t *)op->op_args[0];
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "grad_norm_sq: n: expected >= 0, got %lld",
-					  (long long)n);
-	/* at least 4 blocks (128 KiB of fp32) per part */
-	config->num_parts = dataflow_elementwise_parts((n + BLOCK - 1) / BLOCK, 4);
-	return DATAFLOW_OK;
-}
+/* at least 4 blocks (128 KiB of fp32) per part */
+DATAFLOW_HOST_LAUNCH(dataflow_host_grad_norm_sq_partials_launch, Dataflow_Grad_Norm_Sq_Partials_Args,
+		     dataflow_grad_norm_sq_partials_args, dataflow_elementwise_parts((a.n + BLOCK - 1) / BLOCK, 4))
 
-static double reduce_partials(void **args)
+/* (accumulate ? out : 0) + the partials in block order, in double */
+static double reduce(const Dataflow_Grad_Norm_Sq_Reduce_Args *a, double out)
 {
-	int64_t num_blocks = DATAFLOW_ARG(args, 0, int64_t);
-	const double *ws = DATAFLOW_ARG(args, 1, const double *);
 	double total = 0.0;
-	for (int64_t b = 0; b < num_blocks; b++)
-		total += ws[b];
-	return total;
+	for (int64_t b = 0; b < a->num_blocks; b++)
+		total += a->workspace[b];
+	return a->accumulate ? out + total : total;
 }
 
-void dataflow_host_grad_norm_sq_reduce_fp32(void **args, int part, int num_parts)
-{
-	(void)part;
-	(void)num_parts;
-	float *out = DATAFLOW_ARG(args, 2, float *);
-	double total = reduce_partials(args);
-	out[0] = (float)(DATAFLOW_ARG(args, 3, int32_t) ? (double)out[0] + total : total);
-}
+#define REDUCE(name, T)                                                                       \
+	void dataflow_host_grad_norm_sq_reduce_##name(void **args, int part, int num_parts)  \
+	{                                                                                     \
+		(void)part;                                                                   \
+		(void)num_parts;                                                              \
+		Dataflow_Grad_Norm_Sq_Reduce_Args a = dataflow_grad_norm_sq_reduce_args(args); \
+		T *out = a.out;                                                               \
+		out[0] = (T)reduce(&a, out[0]);                                               \
+	}
+REDUCE(fp32, float)
+REDUCE(fp64, double)
 
-void dataflow_host_grad_norm_sq_reduce_fp64(void **args, int part, int num_parts)
-{
-	(void)part;
-	(void)num_parts;
-	double *out = DATAFLOW_ARG(args, 2, double *);
-	double total = reduce_partials(args);
-	out[0] = DATAFLOW_ARG(args, 3, int32_t) ? out[0] + total : total;
-}
-
-/* Args: num_blocks, workspace, out, accumulate. One part: the order is the block order. */
-Dataflow_Status dataflow_host_grad_norm_sq_reduce_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-							 Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	config->num_parts = 1;
-	return DATAFLOW_OK;
-}
+/* One part: the order is the block order. */
+DATAFLOW_HOST_ONE_PART_LAUNCH(dataflow_host_grad_norm_sq_reduce_launch)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "matmul.h"
 
 typedef struct {
@@ -72,24 +73,22 @@ Dataflow_Status dataflow_host_matmul_init(Dataflow_Handle *handle, const Op_Skel
 
 Dataflow_Status dataflow_host_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
-	if (dataflow_op_require_tensors(op, 1u << 2) != DATAFLOW_OK) /* C may be NULL */
-		return dataflow_last_status();
 	Matmul_State *s = op_state;
-	void *const *v = op->op_args;
+	Dataflow_Matmul_Args m = dataflow_matmul_args(op->op_args);
 	Matmul_Args args = {
-		.in_dtype = op->skeleton.arg_dtypes[0],
-		.out_dtype = op->skeleton.arg_dtypes[3],
-		.A = *(const void **)v[0],
-		.B = *(const void **)v[1],
-		.C = *(const void **)v[2],
-		.D = *(void **)v[3],
-		.M = *(const int64_t *)v[4],
-		.N = *(const int64_t *)v[5],
-		.K = *(const int64_t *)v[6],
-		.trans_a = *(const int32_t *)v[7],
-		.trans_b = *(const int32_t *)v[8],
-		.alpha = *(const float *)v[9],
-		.beta = *(const float *)v[10],
+		.in_dtype = op->skeleton.arg_dtypes[DATAFLOW_MATMUL_ARG_A],
+		.out_dtype = op->skeleton.arg_dtypes[DATAFLOW_MATMUL_ARG_D],
+		.A = m.A,
+		.B = m.B,
+		.C = m.C,
+		.D = m.D,
+		.M = m.M,
+		.N = m.N,
+		.K = m.K,
+		.trans_a = m.trans_a,
+		.trans_b = m.trans_b,
+		.alpha = m.alpha,
+		.beta = m.beta,
 		.num_threads = dataflow_host_compute_threads(handle),
 	};
 #ifdef DATAFLOW_HAVE_ONEDNN

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "simd_dtype.h"
 
 /* parts are whole rows, at least 32 KiB of x each */
@@ -54,13 +55,7 @@ static inline int64_t row_offset(int64_t row, int64_t hidden, DataflowDatatype d
 
 /* ---- forward ---- */
 
-typedef struct {
-	int64_t rows, hidden;
-	float eps;
-	const void *x, *w;
-	void *y;
-	float *rstd;
-} Rms_Norm_Args;
+typedef Dataflow_Rms_Norm_Args Rms_Norm_Args;
 
 /* Elements [j, h) of a row, scalar: the tail after the vector loops, or the whole row. */
 SIMD_INLINE float sum_sq_from(const void *x, int64_t j, int64_t h, float sum, DataflowDatatype dt)
@@ -152,12 +147,7 @@ SIMD_INLINE void rms_norm_rows_scalar(const Rms_Norm_Args *a, int64_t r0, int64_
 
 /* ---- bwd_x ---- */
 
-typedef struct {
-	int64_t rows, hidden;
-	const void *dy, *x, *w;
-	const float *rstd;
-	void *dx;
-} Rms_Norm_Bwd_X_Args;
+typedef Dataflow_Rms_Norm_Bwd_X_Args Rms_Norm_Bwd_X_Args;
 
 SIMD_INLINE float sum_gx_from(const void *dy, const void *w, const void *x, int64_t j, int64_t h, float sum,
 			      DataflowDatatype dt)
@@ -253,78 +243,26 @@ SIMD_INLINE void rms_norm_bwd_x_rows_scalar(const Rms_Norm_Bwd_X_Args *a, int64_
 
 /* ---- entry points: whole rows per part ---- */
 
-/* Args: rows, hidden, eps, x, w, y, rstd. */
-static Rms_Norm_Args rms_norm_args(void **args, int part, int num_parts, int64_t *r0, int64_t *r1)
-{
-	Rms_Norm_Args a = {DATAFLOW_ARG(args, 0, int64_t),	 DATAFLOW_ARG(args, 1, int64_t),
-			   DATAFLOW_ARG(args, 2, float),	 DATAFLOW_ARG(args, 3, const void *),
-			   DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, void *),
-			   DATAFLOW_ARG(args, 6, float *)};
-	dataflow_part_range(a.rows, part, num_parts, 1, r0, r1);
-	return a;
-}
-
-/* Args: rows, hidden, dy, x, w, rstd, dx. */
-static Rms_Norm_Bwd_X_Args rms_norm_bwd_x_args(void **args, int part, int num_parts, int64_t *r0, int64_t *r1)
-{
-	Rms_Norm_Bwd_X_Args a = {DATAFLOW_ARG(args, 0, int64_t),	DATAFLOW_ARG(args, 1, int64_t),
-				 DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const void *),
-				 DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, const float *),
-				 DATAFLOW_ARG(args, 6, void *)};
-	dataflow_part_range(a.rows, part, num_parts, 1, r0, r1);
-	return a;
-}
-
 #define RMS_NORM_KERNELS(name, DT)                                                                        \
 	SIMD_DTYPE_KERNEL(rms_norm_##name##_rows, rms_norm_rows, Rms_Norm_Args, DT)                       \
 	SIMD_DTYPE_KERNEL(rms_norm_bwd_x_##name##_rows, rms_norm_bwd_x_rows, Rms_Norm_Bwd_X_Args, DT)     \
-	void dataflow_host_rms_norm_##name(void **args, int part, int num_parts)                         \
-	{                                                                                                 \
-		int64_t r0, r1;                                                                           \
-		Rms_Norm_Args a = rms_norm_args(args, part, num_parts, &r0, &r1);                         \
-		rms_norm_##name##_rows(&a, r0, r1);                                                       \
-	}                                                                                                 \
-	void dataflow_host_rms_norm_bwd_x_##name(void **args, int part, int num_parts)                   \
-	{                                                                                                 \
-		int64_t r0, r1;                                                                           \
-		Rms_Norm_Bwd_X_Args a = rms_norm_bwd_x_args(args, part, num_parts, &r0, &r1);             \
-		rms_norm_bwd_x_##name##_rows(&a, r0, r1);                                                 \
-	}
+	SIMD_DTYPE_ENTRY(dataflow_host_rms_norm_##name, rms_norm_##name##_rows, Rms_Norm_Args,                    \
+			 dataflow_rms_norm_args, a.rows, 1)                                               \
+	SIMD_DTYPE_ENTRY(dataflow_host_rms_norm_bwd_x_##name, rms_norm_bwd_x_##name##_rows, Rms_Norm_Bwd_X_Args,  \
+			 dataflow_rms_norm_bwd_x_args, a.rows, 1)
 
 RMS_NORM_KERNELS(fp32, DATAFLOW_FP32)
 RMS_NORM_KERNELS(fp16, DATAFLOW_FP16)
 RMS_NORM_KERNELS(bf16, DATAFLOW_BF16)
 
-/* Whole rows per part, at least PART_MIN_BYTES of x each. Args 0 and 1 are rows and hidden,
- * arg 3 is x in both ops. Shapes were validated by libdataflowops. */
-static Dataflow_Status rms_norm_row_launch(const Op *op, Dataflow_Launch_Config *config)
+/* Whole rows per part, at least PART_MIN_BYTES of x each. */
+static int row_parts(const Op *op, int64_t rows, int64_t hidden, int x_arg)
 {
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t rows = *(const int64_t *)op->op_args[0], hidden = *(const int64_t *)op->op_args[1];
-	if (rows <= 0 || hidden <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "%s: rows and hidden must be > 0, got %lld and %lld", op->skeleton.nickname,
-					  (long long)rows, (long long)hidden);
-	int64_t row_bytes = hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[3]);
-	config->num_parts = dataflow_elementwise_parts(rows, (PART_MIN_BYTES + row_bytes - 1) / row_bytes);
-	return DATAFLOW_OK;
+	int64_t row_bytes = hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[x_arg]);
+	return dataflow_elementwise_parts(rows, (PART_MIN_BYTES + row_bytes - 1) / row_bytes);
 }
 
-/* Args: rows, hidden, eps, x, w, y, rstd. */
-Dataflow_Status dataflow_host_rms_norm_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					      Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return rms_norm_row_launch(op, config);
-}
-
-/* Args: rows, hidden, dy, x, w, rstd, dx. */
-Dataflow_Status dataflow_host_rms_norm_bwd_x_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						    Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return rms_norm_row_launch(op, config);
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_rms_norm_launch, Rms_Norm_Args, dataflow_rms_norm_args,
+		     row_parts(op, a.rows, a.hidden, DATAFLOW_RMS_NORM_ARG_X))
+DATAFLOW_HOST_LAUNCH(dataflow_host_rms_norm_bwd_x_launch, Rms_Norm_Bwd_X_Args, dataflow_rms_norm_bwd_x_args,
+		     row_parts(op, a.rows, a.hidden, DATAFLOW_RMS_NORM_BWD_X_ARG_X))

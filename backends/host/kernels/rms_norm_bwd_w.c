@@ -6,6 +6,7 @@
  * entry is one fixed sequence of fp32 adds starting from 0 (columns are independent vector
  * lanes), so dw has the same bits for any split into parts, thread count or SIMD path. */
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "dataflow/ops.h"
 #include "simd_dtype.h"
 
@@ -28,12 +29,7 @@ static inline int64_t num_chunks(int64_t hidden)
 
 /* ---- partials ---- */
 
-typedef struct {
-	int64_t rows, hidden;
-	const void *dy, *x;
-	const float *rstd;
-	float *workspace;
-} Partials_Args;
+typedef Dataflow_Rms_Norm_Bwd_W_Partials_Args Partials_Args;
 
 /* Unit u (chunk fastest): columns [c0, c1) of the block's rows [r0, r1), whose dy and x rows
  * start at dy and x (h elements apart) and whose sums go to ws[c0, c1). */
@@ -145,11 +141,7 @@ SIMD_TARGET_AVX2 SIMD_INLINE void bwd_w_partials_avx2(const Partials_Args *a, in
 
 /* ---- reduce ---- */
 
-typedef struct {
-	int64_t rows, hidden;
-	const float *workspace;
-	void *dw;
-} Reduce_Args;
+typedef Dataflow_Rms_Norm_Bwd_W_Reduce_Args Reduce_Args;
 
 /* columns [c0, c1) one at a time, each down the blocks */
 SIMD_INLINE void bwd_w_reduce_scalar(const Reduce_Args *a, int64_t c0, int64_t c1, DataflowDatatype dt)
@@ -221,86 +213,23 @@ SIMD_TARGET_AVX2 SIMD_INLINE void bwd_w_reduce_avx2(const Reduce_Args *a, int64_
 
 /* ---- entry points ---- */
 
-/* Args: rows, hidden, dy, x, rstd, workspace. Parts are ranges of units. */
-static Partials_Args partials_args(void **args, int part, int num_parts, int64_t *u0, int64_t *u1)
-{
-	Partials_Args a = {DATAFLOW_ARG(args, 0, int64_t),	DATAFLOW_ARG(args, 1, int64_t),
-			   DATAFLOW_ARG(args, 2, const void *),  DATAFLOW_ARG(args, 3, const void *),
-			   DATAFLOW_ARG(args, 4, const float *), DATAFLOW_ARG(args, 5, float *)};
-	dataflow_part_range(num_blocks(a.rows) * num_chunks(a.hidden), part, num_parts, 1, u0, u1);
-	return a;
-}
-
-/* Args: rows, hidden, workspace, dw. Parts are ranges of columns. */
-static Reduce_Args reduce_args(void **args, int part, int num_parts, int64_t *c0, int64_t *c1)
-{
-	Reduce_Args a = {DATAFLOW_ARG(args, 0, int64_t), DATAFLOW_ARG(args, 1, int64_t),
-			 DATAFLOW_ARG(args, 2, const float *), DATAFLOW_ARG(args, 3, void *)};
-	dataflow_part_range(a.hidden, part, num_parts, REDUCE_ALIGN, c0, c1);
-	return a;
-}
-
-/* partials take x's dtype, reduce dw's */
+/* partials take x's dtype, reduce dw's; partials' parts are ranges of units, reduce's of
+ * columns */
 #define BWD_W_KERNELS(name, DT)                                                                           \
 	SIMD_DTYPE_KERNEL(bwd_w_partials_##name, bwd_w_partials, Partials_Args, DT)                       \
 	SIMD_DTYPE_KERNEL(bwd_w_reduce_##name, bwd_w_reduce, Reduce_Args, DT)                             \
-	void dataflow_host_rms_norm_bwd_w_partials_##name(void **args, int part, int num_parts)          \
-	{                                                                                                 \
-		int64_t u0, u1;                                                                           \
-		Partials_Args a = partials_args(args, part, num_parts, &u0, &u1);                         \
-		bwd_w_partials_##name(&a, u0, u1);                                                        \
-	}                                                                                                 \
-	void dataflow_host_rms_norm_bwd_w_reduce_##name(void **args, int part, int num_parts)            \
-	{                                                                                                 \
-		int64_t c0, c1;                                                                           \
-		Reduce_Args a = reduce_args(args, part, num_parts, &c0, &c1);                             \
-		bwd_w_reduce_##name(&a, c0, c1);                                                          \
-	}
+	SIMD_DTYPE_ENTRY(dataflow_host_rms_norm_bwd_w_partials_##name, bwd_w_partials_##name, Partials_Args,      \
+			 dataflow_rms_norm_bwd_w_partials_args, num_blocks(a.rows) * num_chunks(a.hidden), 1)     \
+	SIMD_DTYPE_ENTRY(dataflow_host_rms_norm_bwd_w_reduce_##name, bwd_w_reduce_##name, Reduce_Args,            \
+			 dataflow_rms_norm_bwd_w_reduce_args, a.hidden, REDUCE_ALIGN)
 
 BWD_W_KERNELS(fp32, DATAFLOW_FP32)
 BWD_W_KERNELS(fp16, DATAFLOW_FP16)
 BWD_W_KERNELS(bf16, DATAFLOW_BF16)
 
-static Dataflow_Status check_shape(const Op *op, int64_t *rows, int64_t *hidden)
-{
-	*rows = *(const int64_t *)op->op_args[0];
-	*hidden = *(const int64_t *)op->op_args[1];
-	if (*rows <= 0 || *hidden <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "%s: rows and hidden must be > 0, got %lld and %lld", op->skeleton.nickname,
-					  (long long)*rows, (long long)*hidden);
-	return DATAFLOW_OK;
-}
-
-/* Args: rows, hidden, dy, x, rstd, workspace. Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_rms_norm_bwd_w_partials_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-							     Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t rows, hidden;
-	Dataflow_Status st = check_shape(op, &rows, &hidden);
-	if (st == DATAFLOW_OK)
-		config->num_parts = dataflow_elementwise_parts(num_blocks(rows) * num_chunks(hidden), 1);
-	return st;
-}
-
-/* Args: rows, hidden, workspace, dw. Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_rms_norm_bwd_w_reduce_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-							   Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t rows, hidden;
-	Dataflow_Status st = check_shape(op, &rows, &hidden);
-	if (st != DATAFLOW_OK)
-		return st;
-	int64_t column_groups = (hidden + REDUCE_ALIGN - 1) / REDUCE_ALIGN;
-	int parts = dataflow_elementwise_parts(num_blocks(rows) * hidden, REDUCE_MIN_ELEMENTS);
-	config->num_parts = parts < column_groups ? parts : (int)column_groups;
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_rms_norm_bwd_w_partials_launch, Partials_Args, dataflow_rms_norm_bwd_w_partials_args,
+		     dataflow_elementwise_parts(num_blocks(a.rows) * num_chunks(a.hidden), 1))
+/* parts are groups of REDUCE_ALIGN columns */
+DATAFLOW_HOST_LAUNCH(dataflow_host_rms_norm_bwd_w_reduce_launch, Reduce_Args, dataflow_rms_norm_bwd_w_reduce_args,
+		     dataflow_parts_at_most(dataflow_elementwise_parts(num_blocks(a.rows) * a.hidden, REDUCE_MIN_ELEMENTS),
+					    (a.hidden + REDUCE_ALIGN - 1) / REDUCE_ALIGN))

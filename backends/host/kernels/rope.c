@@ -10,19 +10,21 @@
 #include <math.h>
 
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "dataflow/ops.h"
 #include "simd_dtype.h"
 
 /* parts rotate at least 32 KiB */
 #define PART_MIN_BYTES 32768
 
-typedef struct {
-	int64_t num_tokens, num_heads, head_dim;
-	const int32_t *positions;
-	const float *inv_freq;
-	const void *x;
-	void *out;
-} Rope_Args;
+/* rope_bwd's arguments are rope's, with dy for x and dx for out */
+typedef Dataflow_Rope_Args Rope_Args;
+
+static Rope_Args rope_bwd_args(void **args)
+{
+	Dataflow_Rope_Bwd_Args b = dataflow_rope_bwd_args(args);
+	return (Rope_Args){b.num_tokens, b.num_heads, b.head_dim, b.positions, b.inv_freq, b.dy, b.dx};
+}
 
 SIMD_TARGET_AVX512 SIMD_INLINE int64_t rotate_avx512(const void *x, void *out, int64_t base, int64_t d, const float *c,
 						    const float *s, DataflowDatatype dt)
@@ -91,61 +93,35 @@ SIMD_INLINE int64_t rotate_scalar(const void *x, void *out, int64_t base, int64_
 }
 ROPE_PATH(scalar, )
 
-SIMD_INLINE void rope(void **args, int part, int num_parts, float sign, DataflowDatatype dt)
+SIMD_INLINE void rope(Rope_Args a, int part, int num_parts, float sign, DataflowDatatype dt)
 {
-	Rope_Args a = {DATAFLOW_ARG(args, 0, int64_t),	      DATAFLOW_ARG(args, 1, int64_t),
-		       DATAFLOW_ARG(args, 2, int64_t),	      DATAFLOW_ARG(args, 3, const int32_t *),
-		       DATAFLOW_ARG(args, 4, const float *), DATAFLOW_ARG(args, 5, const void *),
-		       DATAFLOW_ARG(args, 6, void *)};
 	int64_t t, end;
 	dataflow_part_range(a.num_tokens, part, num_parts, 1, &t, &end);
-	int level = simd_level();
-	if (level == SIMD_AVX512)
-		rope_rows_avx512(a, t, end, sign, dt);
-	else if (level == SIMD_AVX2)
-		rope_rows_avx2(a, t, end, sign, dt);
-	else
-		rope_rows_scalar(a, t, end, sign, dt);
+	SIMD_DISPATCH(rope_rows, a, t, end, sign, dt);
 }
 
 #define ROPE_VARIANT(dt, dt_enum)                                         \
 	void dataflow_host_rope_##dt(void **args, int part, int num_parts)      \
 	{                                                                        \
-		rope(args, part, num_parts, 1.0f, dt_enum);                      \
+		rope(dataflow_rope_args(args), part, num_parts, 1.0f, dt_enum);  \
 	}                                                                        \
 	void dataflow_host_rope_bwd_##dt(void **args, int part, int num_parts) \
 	{                                                                        \
-		rope(args, part, num_parts, -1.0f, dt_enum);                     \
+		rope(rope_bwd_args(args), part, num_parts, -1.0f, dt_enum);      \
 	}
 ROPE_VARIANT(fp32, DATAFLOW_FP32)
 ROPE_VARIANT(bf16, DATAFLOW_BF16)
 ROPE_VARIANT(fp16, DATAFLOW_FP16)
 
-/* Args: num_tokens, num_heads, head_dim, positions, inv_freq, x, out. Sizes were validated
- * by libdataflowops (head_dim even and at most DATAFLOW_ROPE_MAX_HEAD_DIM: the stack tables). */
-static Dataflow_Status rope_launch(const Op *op, Dataflow_Launch_Config *config)
+/* Both ops (rope_bwd's arguments are laid out as rope's). The signature keeps head_dim even
+ * and at most DATAFLOW_ROPE_MAX_HEAD_DIM (the kernels' stack tables). */
+static int rope_parts(const Op *op, Rope_Args a)
 {
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t num_tokens = *(const int64_t *)op->op_args[0];
-	int64_t numel = num_tokens * *(const int64_t *)op->op_args[1] * *(const int64_t *)op->op_args[2];
-	int parts = dataflow_elementwise_parts(numel, PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[5]));
-	config->num_parts = parts < num_tokens ? parts : (int)num_tokens;
-	return DATAFLOW_OK;
+	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_ROPE_ARG_X]);
+	return dataflow_parts_at_most(dataflow_elementwise_parts(a.num_tokens * a.num_heads * a.head_dim,
+								 PART_MIN_BYTES / size),
+				      a.num_tokens);
 }
 
-Dataflow_Status dataflow_host_rope_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					  Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return rope_launch(op, config);
-}
-
-Dataflow_Status dataflow_host_rope_bwd_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					      Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return rope_launch(op, config);
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_rope_launch, Rope_Args, dataflow_rope_args, rope_parts(op, a))
+DATAFLOW_HOST_LAUNCH(dataflow_host_rope_bwd_launch, Rope_Args, dataflow_rope_args, rope_parts(op, a))

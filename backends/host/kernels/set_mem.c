@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 
 /* parts are multiples of 64 elements and at least 32 KiB of output */
 #define PART_ALIGN 64
@@ -20,46 +21,32 @@ static void fill(char *x, const void *element, size_t size, int64_t count)
 	memcpy(x, block, bytes);
 }
 
-static void set_mem_part(const void *element, size_t size, void **args, int part, int num_parts)
+static void set_mem_part(const void *element, size_t size, const Dataflow_Set_Mem_Args *a, int part, int num_parts)
 {
-	int64_t n = DATAFLOW_ARG(args, 0, int64_t);
-	char *x = DATAFLOW_ARG(args, 2, char *);
 	int64_t begin, end;
-	dataflow_part_range(n, part, num_parts, PART_ALIGN, &begin, &end);
-	fill(x + begin * (int64_t)size, element, size, end - begin);
+	dataflow_part_range(a->n, part, num_parts, PART_ALIGN, &begin, &end);
+	fill((char *)a->x + begin * (int64_t)size, element, size, end - begin);
 }
 
 void dataflow_host_set_mem_fp32(void **args, int part, int num_parts)
 {
-	float value = DATAFLOW_ARG(args, 1, float);
-	set_mem_part(&value, sizeof(value), args, part, num_parts);
+	Dataflow_Set_Mem_Args a = dataflow_set_mem_args(args);
+	set_mem_part(&a.value, sizeof(a.value), &a, part, num_parts);
 }
 
 void dataflow_host_set_mem_fp16(void **args, int part, int num_parts)
 {
-	uint16_t value = dataflow_fp32_to_fp16(DATAFLOW_ARG(args, 1, float));
-	set_mem_part(&value, sizeof(value), args, part, num_parts);
+	Dataflow_Set_Mem_Args a = dataflow_set_mem_args(args);
+	uint16_t value = dataflow_fp32_to_fp16(a.value);
+	set_mem_part(&value, sizeof(value), &a, part, num_parts);
 }
 
 void dataflow_host_set_mem_bf16(void **args, int part, int num_parts)
 {
-	uint16_t value = dataflow_fp32_to_bf16(DATAFLOW_ARG(args, 1, float));
-	set_mem_part(&value, sizeof(value), args, part, num_parts);
+	Dataflow_Set_Mem_Args a = dataflow_set_mem_args(args);
+	uint16_t value = dataflow_fp32_to_bf16(a.value);
+	set_mem_part(&value, sizeof(value), &a, part, num_parts);
 }
 
-/* Args: n, value, x. Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_set_mem_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					     Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t n = *(const int64_t *)op->op_args[0];
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "set_mem: n: expected >= 0, got %lld",
-					  (long long)n);
-	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[2]);
-	config->num_parts = dataflow_elementwise_parts(n, PART_MIN_BYTES / size);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_set_mem_launch, Dataflow_Set_Mem_Args, dataflow_set_mem_args,
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SET_MEM_ARG_X]))

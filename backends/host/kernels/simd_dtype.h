@@ -6,6 +6,7 @@
  * each instance compiles to straight simd.h conversions with no branch in the loop. */
 
 #include "dataflow/datatype.h"
+#include "dataflow/host_kernel.h"
 #include "simd.h"
 
 #define SIMD_INLINE __attribute__((always_inline)) static inline
@@ -122,13 +123,19 @@ SIMD_TARGET_AVX2 SIMD_INLINE __m256 simd_round8_avx2(__m256 x, DataflowDatatype 
 	}                                                                                              \
 	static void name(const Args *a, int64_t begin, int64_t end)                                    \
 	{                                                                                              \
-		int level = simd_level();                                                              \
-		if (level == SIMD_AVX512)                                                              \
-			name##_avx512(a, begin, end);                                                  \
-		else if (level == SIMD_AVX2)                                                           \
-			name##_avx2(a, begin, end);                                                    \
-		else                                                                                   \
-			name##_scalar(a, begin, end);                                                  \
+		SIMD_DISPATCH(name, a, begin, end);                                                    \
+	}
+
+/* Defines the host kernel `kernel`: unpacks its arguments into `Args a` with unpack, takes
+ * this part's share of [0, count) (count: an expression over a) in multiples of align, and runs
+ * `run` (a SIMD_DTYPE_KERNEL) over it. */
+#define SIMD_DTYPE_ENTRY(kernel, run, Args, unpack, count, align)                                    \
+	void kernel(void **args, int part, int num_parts)                                            \
+	{                                                                                            \
+		int64_t begin_, end_;                                                                \
+		Args a = unpack(args);                                                               \
+		dataflow_part_range(count, part, num_parts, align, &begin_, &end_);                  \
+		run(&a, begin_, end_);                                                               \
 	}
 
 #endif

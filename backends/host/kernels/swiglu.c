@@ -9,6 +9,7 @@
  * Each element's inputs are read before its outputs are written, so outputs may alias
  * inputs. Every path does the same fp32 operations, so gives the same bits. */
 #include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
 #include "simd_dtype.h"
 #include "simd_exp.h"
 
@@ -30,10 +31,7 @@ SIMD_TARGET_AVX2 SIMD_INLINE __m256 exp_neg_abs_avx2(__m256 g)
 
 /* ---- forward ---- */
 
-typedef struct {
-	const void *gate, *up;
-	void *out;
-} Swiglu_Args;
+typedef Dataflow_Swiglu_Args Swiglu_Args;
 
 SIMD_INLINE void swiglu_scalar(const Swiglu_Args *a, int64_t i, int64_t end, DataflowDatatype dt)
 {
@@ -70,10 +68,7 @@ SIMD_TARGET_AVX2 SIMD_INLINE void swiglu_avx2(const Swiglu_Args *a, int64_t i, i
 
 /* ---- backward ---- */
 
-typedef struct {
-	const void *d_out, *gate, *up;
-	void *d_gate, *d_up;
-} Swiglu_Bwd_Args;
+typedef Dataflow_Swiglu_Bwd_Args Swiglu_Bwd_Args;
 
 SIMD_INLINE void swiglu_bwd_scalar(const Swiglu_Bwd_Args *a, int64_t i, int64_t end, DataflowDatatype dt)
 {
@@ -129,77 +124,27 @@ SIMD_TARGET_AVX2 SIMD_INLINE void swiglu_bwd_avx2(const Swiglu_Bwd_Args *a, int6
 
 /* ---- entry points: elementwise ranges of rows * ffn ---- */
 
-/* Args: rows, ffn, gate, up, out. */
-static Swiglu_Args swiglu_args(void **args, int part, int num_parts, int64_t *begin, int64_t *end)
-{
-	int64_t n = DATAFLOW_ARG(args, 0, int64_t) * DATAFLOW_ARG(args, 1, int64_t);
-	Swiglu_Args a = {DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const void *),
-			 DATAFLOW_ARG(args, 4, void *)};
-	dataflow_part_range(n, part, num_parts, PART_ALIGN, begin, end);
-	return a;
-}
-
-/* Args: rows, ffn, d_out, gate, up, d_gate, d_up. */
-static Swiglu_Bwd_Args swiglu_bwd_args(void **args, int part, int num_parts, int64_t *begin, int64_t *end)
-{
-	int64_t n = DATAFLOW_ARG(args, 0, int64_t) * DATAFLOW_ARG(args, 1, int64_t);
-	Swiglu_Bwd_Args a = {DATAFLOW_ARG(args, 2, const void *), DATAFLOW_ARG(args, 3, const void *),
-			     DATAFLOW_ARG(args, 4, const void *), DATAFLOW_ARG(args, 5, void *),
-			     DATAFLOW_ARG(args, 6, void *)};
-	dataflow_part_range(n, part, num_parts, PART_ALIGN, begin, end);
-	return a;
-}
-
 #define SWIGLU_KERNELS(name, DT)                                                                          \
 	SIMD_DTYPE_KERNEL(swiglu_##name, swiglu, Swiglu_Args, DT)                                         \
 	SIMD_DTYPE_KERNEL(swiglu_bwd_##name, swiglu_bwd, Swiglu_Bwd_Args, DT)                             \
-	void dataflow_host_swiglu_##name(void **args, int part, int num_parts)                           \
-	{                                                                                                 \
-		int64_t i, end;                                                                           \
-		Swiglu_Args a = swiglu_args(args, part, num_parts, &i, &end);                             \
-		swiglu_##name(&a, i, end);                                                                \
-	}                                                                                                 \
-	void dataflow_host_swiglu_bwd_##name(void **args, int part, int num_parts)                       \
-	{                                                                                                 \
-		int64_t i, end;                                                                           \
-		Swiglu_Bwd_Args a = swiglu_bwd_args(args, part, num_parts, &i, &end);                     \
-		swiglu_bwd_##name(&a, i, end);                                                            \
-	}
+	SIMD_DTYPE_ENTRY(dataflow_host_swiglu_##name, swiglu_##name, Swiglu_Args, dataflow_swiglu_args,           \
+			 a.rows * a.ffn, PART_ALIGN)                                                      \
+	SIMD_DTYPE_ENTRY(dataflow_host_swiglu_bwd_##name, swiglu_bwd_##name, Swiglu_Bwd_Args,                     \
+			 dataflow_swiglu_bwd_args, a.rows * a.ffn, PART_ALIGN)
 
 SWIGLU_KERNELS(fp32, DATAFLOW_FP32)
 SWIGLU_KERNELS(fp16, DATAFLOW_FP16)
 SWIGLU_KERNELS(bf16, DATAFLOW_BF16)
 
-/* ---- launch (both ops: args 0 and 1 are rows and ffn, arg 2 a tensor of the dtype) ---- */
+/* ---- launch (both ops: rows * ffn elements of the dtype) ---- */
 
-static Dataflow_Status swiglu_launch_parts(const Op *op, Dataflow_Launch_Config *config)
+static int swiglu_parts(const Op *op, int64_t rows, int64_t ffn, int tensor_arg)
 {
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t rows = *(const int64_t *)op->op_args[0], ffn = *(const int64_t *)op->op_args[1];
-	if (rows <= 0 || ffn <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "%s: rows and ffn must be > 0, got %lld and %lld", op->skeleton.nickname,
-					  (long long)rows, (long long)ffn);
-	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[2]);
-	config->num_parts = dataflow_elementwise_parts(rows * ffn, PART_MIN_BYTES / size);
-	return DATAFLOW_OK;
+	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[tensor_arg]);
+	return dataflow_elementwise_parts(rows * ffn, PART_MIN_BYTES / size);
 }
 
-/* Args: rows, ffn, gate, up, out. Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_swiglu_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					    Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return swiglu_launch_parts(op, config);
-}
-
-/* Args: rows, ffn, d_out, gate, up, d_gate, d_up. */
-Dataflow_Status dataflow_host_swiglu_bwd_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return swiglu_launch_parts(op, config);
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_swiglu_launch, Swiglu_Args, dataflow_swiglu_args,
+		     swiglu_parts(op, a.rows, a.ffn, DATAFLOW_SWIGLU_ARG_OUT))
+DATAFLOW_HOST_LAUNCH(dataflow_host_swiglu_bwd_launch, Swiglu_Bwd_Args, dataflow_swiglu_bwd_args,
+		     swiglu_parts(op, a.rows, a.ffn, DATAFLOW_SWIGLU_BWD_ARG_D_GATE))

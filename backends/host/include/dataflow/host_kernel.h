@@ -40,4 +40,57 @@ static inline int dataflow_elementwise_parts(int64_t n, int64_t min_per_part)
 	return (int)parts;
 }
 
+/* Defines the kernels dataflow_host_<op>_fp32, _bf16 and _fp16 of a body
+ * run(void **args, int part, int num_parts, dtype) given the dtype constant of each. */
+#define DATAFLOW_HOST_FLOAT_KERNELS(op, run, fp32, bf16, fp16)                                         \
+	void dataflow_host_##op##_fp32(void **args, int part, int num_parts)                          \
+	{                                                                                             \
+		run(args, part, num_parts, fp32);                                                     \
+	}                                                                                             \
+	void dataflow_host_##op##_bf16(void **args, int part, int num_parts)                          \
+	{                                                                                             \
+		run(args, part, num_parts, bf16);                                                     \
+	}                                                                                             \
+	void dataflow_host_##op##_fp16(void **args, int part, int num_parts)                          \
+	{                                                                                             \
+		run(args, part, num_parts, fp16);                                                     \
+	}
+
+/* parts, or most if that is fewer (most >= 1) */
+static inline int dataflow_parts_at_most(int parts, int64_t most)
+{
+	return parts < most ? parts : (int)most;
+}
+
+/* Defines the launch function `name` of an op that chooses only its number of parts: with
+ * `Args a = unpack(op->op_args)` (unpack as dataflow/op_args.h's dataflow_<op>_args), parts is
+ * an int expression that may use a and op. It checks nothing: sizes and tensors are the op's
+ * signature's to require (dataflow/op_signature.h), and dataflow_submit_op checked them. */
+#define DATAFLOW_HOST_LAUNCH(name, Args, unpack, parts)                                               \
+	Dataflow_Status name(Dataflow_Handle *handle, const Op *op, void *op_state, Dataflow_Launch_Config *config) \
+	{                                                                                             \
+		(void)handle;                                                                         \
+		(void)op_state;                                                                       \
+		Args a = unpack(op->op_args);                                                         \
+		config->num_parts = (parts);                                                          \
+		return DATAFLOW_OK;                                                                   \
+	}
+
+/* The launch function of an elementwise op whose arguments hold its element count n: parts of
+ * at least min_per_part elements (an expression that may use op). */
+#define DATAFLOW_HOST_ELEMENTWISE_LAUNCH(name, Args, unpack, min_per_part)                            \
+	DATAFLOW_HOST_LAUNCH(name, Args, unpack, dataflow_elementwise_parts(a.n, min_per_part))
+
+/* Defines the launch function `name` of an op whose kernel runs as one part (a reduction
+ * whose order must not depend on the thread count, or too little work to split). */
+#define DATAFLOW_HOST_ONE_PART_LAUNCH(name)                                                           \
+	Dataflow_Status name(Dataflow_Handle *handle, const Op *op, void *op_state, Dataflow_Launch_Config *config) \
+	{                                                                                             \
+		(void)handle;                                                                         \
+		(void)op;                                                                             \
+		(void)op_state;                                                                       \
+		config->num_parts = 1;                                                                \
+		return DATAFLOW_OK;                                                                   \
+	}
+
 #endif

@@ -1,0 +1,16 @@
+#ifndef DATAFLOW_CUDA_H
+#define DATAFLOW_CUDA_H
+
+/* What the CUDA backend (libdataflow_cuda.so) offers beyond the handle interface: tools that
+ * need no GPU. */
+
+#include <stddef.h>
+
+#include "dataflow/status.h"
+
+/* Compiles a .cu file for sm_<arch> exactly as the backend does at first use, bypassing the
+ * cache, and writes NVRTC's log (empty when clean) into log. Needs NVRTC but no GPU or
+ * driver. */
+Dataflow_Status dataflow_cuda_compile_check(const char *source_path, int arch, char *log, size_t log_size);
+
+#endif
