@@ -12,8 +12,9 @@ import subprocess
 import sys
 import tempfile
 
-HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h", "dataflow/models.h"]
-INCLUDE_DIRS = ["libdataflow/include", "libdataflowops/include", "libdataflowmodels/include"]
+HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h", "dataflow/models.h", "dataflow/ring_plan.h"]
+INCLUDE_DIRS = ["libdataflow/include", "libdataflowops/include", "libdataflowmodels/include",
+                "libdataflowring/include"]
 
 
 def main():

@@ -13,6 +13,7 @@ from .errors import (AlreadyRegisteredError, BadArgumentError, DataflowError, Fi
                      OutOfMemoryError, UnknownOpError, UnsupportedError)
 from .handle import Event, Handle
 from .models import Trainer
+from . import ring
 
 __version__ = "0.1.0"
 
