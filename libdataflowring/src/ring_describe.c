@@ -43,7 +43,9 @@ const char *dataflow_ring_host_purpose_name(Dataflow_Ring_Host_Purpose p)
 const char *dataflow_ring_optimizer_name(Dataflow_Ring_Optimizer o)
 {
 	static const char *names[DATAFLOW_RING_NUM_OPT] = {"device (resident state)",
-							   "device (state streamed through slots)", "host"};
+							   "device (state streamed through slots after the backward)",
+							   "device (state streamed under the next step's forward)",
+							   "host (under the next step's forward)"};
 	return (int)o >= 0 && o < DATAFLOW_RING_NUM_OPT ? names[o] : "?";
 }
 

@@ -91,12 +91,14 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 		(max_recomputed + max_dacts + (double)head->sizes.saved_bytes_per_token[c->level]) * T +
 		(double)m->workspace_fixed_bytes + (double)m->workspace_bytes_per_token * T + 3 * K * H * T +
 		K * (4 * 4 * T + 64 * 4) + kv;
-	if (c->opt == DATAFLOW_RING_OPT_DEVICE_STREAMED)
+	if (c->opt == DATAFLOW_RING_OPT_DEVICE_STREAMED || c->opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED)
 		dev[DATAFLOW_RING_DEV_OPTIMIZER_SLOTS] = 2 * max_opt_block; /* one block updating, one in flight */
 
 	double both = 0, training = 0, optimizer = 0, host_sum = 0;
 	for (int p = 0; p < DATAFLOW_RING_DEV_NUM; p++) {
-		Dataflow_Ring_Phase_Kind kind = p == DATAFLOW_RING_DEV_OPTIMIZER_SLOTS ? DATAFLOW_RING_OPTIMIZER
+		Dataflow_Ring_Phase_Kind kind = p == DATAFLOW_RING_DEV_OPTIMIZER_SLOTS
+							? (c->opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED ? DATAFLOW_RING_TRAINING
+													  : DATAFLOW_RING_OPTIMIZER)
 						: p == DATAFLOW_RING_DEV_EDGE_BLOCKS || p == DATAFLOW_RING_DEV_OPTIMIZER_STATE
 							? DATAFLOW_RING_BOTH
 							: DATAFLOW_RING_TRAINING;

@@ -188,8 +188,9 @@ typedef struct {
 	double min_device, min_device_host, min_host_fitting_device;
 } Search;
 
-/* With c's slots, as many layers' activations on the device as fit (more is never slower). */
-static void try_candidate(const Ring_Context *x, Ring_Candidate c, Search *s)
+/* With c's slots, as many layers' activations on the device as fit (more is never slower).
+ * Returns 0 when even none fit the device: more slots will not either. */
+static int try_candidate(const Ring_Context *x, Ring_Candidate c, Search *s)
 {
 	int L = x->num_layers;
 	double dev, host;
@@ -200,8 +201,12 @@ static void try_candidate(const Ring_Context *x, Ring_Candidate c, Search *s)
 		s->min_device_host = host;
 	}
 	if (dev > (double)x->req->device_bytes)
-		return;
+		return 0;
 	int lo = 0, hi = L; /* device need grows with device_layers: the largest that fits */
+	c.device_layers = L;
+	ring_memory(x, &c, NULL, &dev, &host);
+	if (dev <= (double)x->req->device_bytes)
+		lo = L;
 	while (lo < hi) {
 		c.device_layers = (lo + hi + 1) / 2;
 		ring_memory(x, &c, NULL, &dev, &host);
@@ -215,13 +220,17 @@ static void try_candidate(const Ring_Context *x, Ring_Candidate c, Search *s)
 	if (host < s->min_host_fitting_device)
 		s->min_host_fitting_device = host;
 	if (!fits)
-		return;
+		return 1;
+	/* equal times (e.g. nothing to transfer): fewer rounds, then larger chunks */
 	double t = ring_time(x, &c, NULL);
-	if (!s->found || t < s->seconds) {
+	int tie = s->found && fabs(t - s->seconds) <= 1e-12 * s->seconds &&
+		  (c.rounds < s->best.rounds || (c.rounds == s->best.rounds && c.chunk > s->best.chunk));
+	if (!s->found || t < s->seconds || tie) {
 		s->found = 1;
 		s->seconds = t;
 		s->best = c;
 	}
+	return 1;
 }
 
 static void search(const Ring_Context *x, Search *s)
@@ -251,11 +260,13 @@ static void search(const Ring_Context *x, Search *s)
 								continue;
 							Ring_Candidate c = {C, K, per_step / K, (Dataflow_Save_Level)level,
 									    (Dataflow_Ring_Optimizer)opt, edge, w, g, 0};
-							try_candidate(x, c, s);
+							int fits = try_candidate(x, c, s);
 							if (w >= L && L > 2) { /* resident weights, streamed grads */
 								c.grad_slots = 2;
-								try_candidate(x, c, s);
+								fits |= try_candidate(x, c, s);
 							}
+							if (!fits) /* slot counts ascend */
+								break;
 						}
 					}
 		}

@@ -3,7 +3,8 @@
  * in the backward, its offloaded activations and partial gradient), outbound offloading this
  * layer's activations (forward) or gradient (backward); the layer takes the longest of the
  * three (slots let a transfer run one layer ahead, not more, in this model: conservative).
- * The first layer's fetch is not hidden. Phases are summed over rounds. */
+ * The first layer's fetch is not hidden. Phases are summed over rounds; an optimizer that
+ * overlaps the next step's forward is drawn under this step's forward (steady state). */
 #include <string.h>
 
 #include "ring_internal.h"
@@ -18,7 +19,8 @@ static void forward_parts(const Ring_Context *x, const Dataflow_Ring_Block *b, c
 {
 	double tokens = (double)(c->chunk * c->chunks_per_round), S = (double)x->req->seq_len;
 	double pairs = tokens / S * S * (S + 1) / 2; /* a round holds whole sequences */
-	parts[0] = tokens * b->matmul_flops_per_token / x->matmul_rate;
+	double T = (double)c->chunk, half = x->req->profile->matmul_half_tokens;
+	parts[0] = tokens * b->matmul_flops_per_token / (x->matmul_rate * T / (T + half));
 	parts[1] = pairs * b->attention_flops_per_pair / x->attention_rate;
 	parts[2] = tokens * b->memory_bytes_per_token / x->memory_rate;
 }
@@ -117,8 +119,11 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 #undef IN
 #undef OUT
 
-	/* AdamW reads param, grad, m, v (master) and writes param, m, v (master) */
-	double first_host_block = 0, host_opt = 0;
+	/* AdamW reads param, grad, m, v (master) and writes param, m, v (master). Overlapped (host,
+	 * or device streaming under the next step's forward, which waits for a block's update
+	 * before it uses the block), only the first block and what outlasts the forward's free
+	 * inbound time add to the step. */
+	double first = 0, total = 0;
 	for (int b = 0; b < m->num_blocks; b++) {
 		const Dataflow_Ring_Block *blk = &m->blocks[b];
 		int layer = b > 0 && b < m->num_blocks - 1;
@@ -127,38 +132,38 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 		double state = (double)(blk->sizes.bytes[DATAFLOW_BLOCK_ADAM_M] + blk->sizes.bytes[DATAFLOW_BLOCK_ADAM_V] +
 					(x->master ? blk->sizes.bytes[DATAFLOW_BLOCK_MASTER] : 0));
 		double p = (double)blk->sizes.bytes[DATAFLOW_BLOCK_PARAM], g = (double)blk->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-		double touched = 2 * p + g + 2 * state;
-		if (c->opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
-			add(&opt, 0, touched / x->memory_rate, 0);
-		} else if (c->opt == DATAFLOW_RING_OPT_DEVICE_STREAMED) {
-			double in = state + (res ? 0 : p) + (gres ? 0 : g), out = state + (res ? 0 : p);
-			in_bytes += in, out_bytes += out;
-			add(&opt, in / x->h2d, touched / x->memory_rate, out / x->d2h);
-		} else { /* host: resident weights come back updated, resident grads go out first */
-			double in = res ? p : 0, out = gres ? g : 0;
-			in_bytes += in, out_bytes += out;
-			add(&opt, in / x->h2d, 0, out / x->d2h);
-			host_opt += touched / x->host_adamw;
-			if (b == 0)
-				first_host_block = touched / x->host_adamw;
+		double touched = 2 * p + g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate, host = 0;
+		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out */
+			in = res ? p : 0, out = gres ? g : 0, compute = 0, host = touched / x->host_adamw;
+		} else if (c->opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
+			in = state + (res ? 0 : p) + (gres ? 0 : g), out = state + (res ? 0 : p);
 		}
+		in_bytes += in, out_bytes += out;
+		add(&opt, in / x->h2d, compute, out / x->d2h);
+		double block = max3(in / x->h2d, compute > host ? compute : host, out / x->d2h);
+		first = b == 0 ? block : first;
+		total += block;
 	}
-	if (c->opt == DATAFLOW_RING_OPT_HOST) {
-		/* runs block by block while the next step's forward streams: only its first block and
-		 * what outlasts that forward add to the step */
-		double hidden = fwd.seconds - first_host_block;
-		double extra = host_opt - (hidden > 0 ? hidden : 0);
-		opt.seconds += extra > first_host_block ? extra : first_host_block;
+	/* Overlapped, the timeline is a steady-state step: the previous step's optimizer runs from
+	 * its start, under a forward it holds back by what does not hide. */
+	int overlapped = c->opt == DATAFLOW_RING_OPT_HOST || c->opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED;
+	if (overlapped) {
+		double extra = total - (fwd.seconds - fwd.in);
+		fwd.seconds += extra > first ? extra : first;
+		opt.seconds = total;
 	}
 	if (plan) {
-		double clock = 0;
+		double clock = 0, start = 0;
 		plan->num_phases = 0;
+		if (overlapped)
+			phase(plan, "optimizer (previous step)", &opt, &start);
 		phase(plan, "forward", &fwd, &clock);
 		phase(plan, "head (turn)", &turn, &clock);
 		phase(plan, "backward", &bwd, &clock);
-		phase(plan, "optimizer", &opt, &clock);
+		if (!overlapped)
+			phase(plan, "optimizer", &opt, &clock);
 		plan->inbound_bytes = ring_clamp_bytes(in_bytes);
 		plan->outbound_bytes = ring_clamp_bytes(out_bytes);
 	}
-	return fwd.seconds + turn.seconds + bwd.seconds + opt.seconds;
+	return fwd.seconds + turn.seconds + bwd.seconds + (overlapped ? 0 : opt.seconds);
 }

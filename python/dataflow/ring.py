@@ -82,11 +82,12 @@ def _best_seconds(fn, h, repeats):
     return best
 
 
-def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, repeats=3):
-    """The `host` profile of a handle, measured: a bf16 and an fp32 matmul (size^3) give the peaks
-    (matmul_fraction 1: the planner predicts what these ops reach), a causal attention over
+def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_bytes=64 << 20, repeats=3):
+    """The `host` profile of a handle, measured: a bf16 and an fp32 matmul (size^3) and a bf16 one
+    of size / 16 rows give the peaks (matmul_fraction 1: the planner predicts what these ops
+    reach) and matmul_half_tokens (the row count at half rate), a causal attention over
     `tokens` tokens its fraction of the bf16 matmul rate, an fp32 add (3 arrays of size^2 x 4
-    elements) the memory-bound speed, 64 MiB transfers each way the link. About a second."""
+    elements) the memory-bound speed, transfers of transfer_bytes each way the link. About a second."""
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"calibrate: handle must be a dataflow.Handle, got {type(handle).__name__}")
     h, rng = handle, np.random.default_rng(0)
@@ -96,6 +97,13 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, repeats=3):
         a, out = h.from_numpy(x, dtype=dtype), h.empty((size, size), "fp32")
         t = _best_seconds(lambda: ops.matmul(h, a, a, out=out, transpose_b=True), h, repeats)
         rates[dtype] = 2.0 * size**3 / t
+    # the falloff with rows: rate(T) = R T / (T + half) through (size / 16, size) rows, bf16
+    rows = max(1, size // 16)
+    a, w, out = h.from_numpy(x[:rows], dtype="bf16"), h.from_numpy(x, dtype="bf16"), h.empty((rows, size), "fp32")
+    t = _best_seconds(lambda: ops.matmul(h, a, w, out=out, transpose_b=True), h, repeats)
+    r = (2.0 * rows * size * size / t) / rates["bf16"]
+    half = rows * size * (1 - r) / (r * size - rows) if r * size > rows and r < 1 else 0.0
+    rates = {k: v * (size + half) / size for k, v in rates.items()}  # R: the large-shape rate
     q = h.from_numpy(rng.standard_normal((tokens, heads, head_dim), dtype=np.float32), dtype="bf16")
     cu = h.from_numpy(np.array([0, tokens], np.int32))
     att_out, lse = h.empty(q.shape, "bf16"), h.empty((heads, tokens), "fp32")
@@ -106,19 +114,19 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, repeats=3):
     s = h.empty(big.shape, "fp32")
     t = _best_seconds(lambda: ops.add(h, u, w, out=s), h, repeats)
     memory_rate = 3.0 * big.nbytes / t
-    host = np.zeros(16 << 20, np.float32)
+    host = np.zeros(max(1, int(transfer_bytes) // 4), np.float32)
     dev = h.empty(host.shape, "fp32")
     h2d = host.nbytes / _best_seconds(lambda: h.inbound_transfer(dev, host), h, repeats)
     d2h = host.nbytes / _best_seconds(lambda: dev.numpy(), h, repeats)
     c = ffi.new("Dataflow_Device_Profile *")
     c.name = b"host"
     c.peak_flops_bf16, c.peak_flops_fp32 = rates["bf16"], rates["fp32"]
-    c.matmul_fraction = 1.0
+    c.matmul_fraction, c.matmul_half_tokens = 1.0, half
     c.attention_fraction = min(1.0, attention_rate / rates["bf16"])
     c.memory_bytes_per_sec, c.h2d_bytes_per_sec, c.d2h_bytes_per_sec = memory_rate, h2d, d2h
     source = ffi.new("char[]", f"measured by dataflow.ring.calibrate on a {h.backend} handle: matmul {size}^3, "
                                f"causal attention {tokens} tokens x {heads} heads x {head_dim}, add of "
-                               f"{big.nbytes >> 20} MiB, 64 MiB transfers".encode())
+                               f"{big.nbytes >> 20} MiB, {host.nbytes} byte transfers".encode())
     c.source = source
     return Profile(c, keep=source)
 
@@ -245,8 +253,11 @@ def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, prof
     req.seq_len = int(seq_len)
     req.tokens_per_step = int(seq_len if tokens_per_step is None else tokens_per_step)
     req.master_weights = int(master_weights)
-    req.device_bytes = parse_bytes(device_memory, "device_memory")
-    req.host_bytes = parse_bytes(host_memory, "host_memory")
+    for name, value in (("device_memory", device_memory), ("host_memory", host_memory)):
+        n = parse_bytes(value, name)
+        if n >= 1 << 64:
+            raise BadArgumentError(f"plan: {name} must be below 2^64 bytes, got {value!r}")
+        setattr(req, name.replace("memory", "bytes"), n)
     req.h2d_bytes_per_sec = _rate(h2d_bandwidth, "h2d_bandwidth")
     req.d2h_bytes_per_sec = _rate(d2h_bandwidth, "d2h_bandwidth")
     req.host_adamw_bytes_per_sec = _rate(host_adamw_bandwidth, "host_adamw_bandwidth")

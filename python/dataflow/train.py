@@ -1,6 +1,5 @@
 """`dataflow train`: a Llama trained on the embedded corpus (or a text file) with the byte tokenizer;
 checkpoints in <out>/checkpoint, the loss curve in <out>/loss.png."""
-import json
 import os
 import time
 
@@ -8,7 +7,7 @@ from . import checkpoint, loss_plot
 from .corpus import Batches, load_tokens
 from .errors import BadArgumentError, UnsupportedError
 from .handle import Handle
-from .pretrained import model_from_config
+from .pretrained import config_argument, model_from_config
 from .progress import Progress
 from .tokenizer import ByteTokenizer
 
@@ -27,15 +26,10 @@ EMBEDDED = "embedded"
 
 
 def _model_config(spec, tokenizer):
-    if spec in PRESETS:
+    config = config_argument(spec, PRESETS)
+    if isinstance(config, str):
         return {"model_type": "llama", "vocab_size": tokenizer.vocab_size, "rms_norm_eps": 1e-5,
                 "rope_theta": 10000.0, "tie_word_embeddings": False, **PRESETS[spec]}
-    try:
-        with open(spec) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise BadArgumentError(f"--config: {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a readable "
-                               f"JSON file: {e}") from None
     config.setdefault("model_type", "llama")
     config.setdefault("vocab_size", tokenizer.vocab_size)
     if not isinstance(config["vocab_size"], int) or config["vocab_size"] < tokenizer.vocab_size:

@@ -12,6 +12,9 @@ typedef struct {
 	double peak_flops_bf16;       /* dense peak, the MFU denominator for bf16 models */
 	double peak_flops_fp32;       /* dense peak for fp32 models (TF32 tensor cores on NVIDIA) */
 	double matmul_fraction;       /* achieved / peak on large matmuls */
+	/* rows (tokens) at which a [tokens x H] x [H x H'] matmul reaches half that: a chunk of T
+	 * tokens runs matmuls at matmul_fraction * T / (T + matmul_half_tokens); 0: no falloff */
+	double matmul_half_tokens;
 	double attention_fraction;    /* achieved / peak in attention (forward and backward) */
 	double memory_bytes_per_sec;  /* achieved by memory-bound ops */
 	double h2d_bytes_per_sec;     /* host -> device link, pinned memory */
@@ -26,8 +29,8 @@ Dataflow_Status dataflow_device_profile_named(const char *name, Dataflow_Device_
 const char *dataflow_device_profile_name(int index);
 /* Peak for a model dtype (bf16 or fp32). */
 double dataflow_device_profile_peak(const Dataflow_Device_Profile *profile, DataflowDatatype dtype);
-/* DATAFLOW_OK when every speed is finite and > 0 and the fractions are in (0, 1]; else an
- * error naming the field. */
+/* DATAFLOW_OK when every speed is finite and > 0, the fractions are in (0, 1] and
+ * matmul_half_tokens is finite and >= 0; else an error naming the field. */
 Dataflow_Status dataflow_device_profile_check(const Dataflow_Device_Profile *profile);
 
 #endif

@@ -26,9 +26,10 @@
  *   reverse, before its backward; the backward recomputes what the level does not keep.
  *   Layers keeping theirs on the device are the LAST ones (the backward needs them first).
  *   The optimizer (after the global gradient norm is known) runs on the device with every
- *   block's state resident, on the device streaming param, grad, m, v (and master) through
- *   optimizer slots that reuse the ring's memory, or on the host (overlapping the next
- *   step's forward, layer by layer).
+ *   block's state resident; on the device streaming param, grad, m, v (and master) through
+ *   optimizer slots, either after the backward in the ring's memory or under the next
+ *   step's forward (block by block, the forward waiting for a block's update) in slots of
+ *   its own; or on the host, also under the next step's forward.
  *
  * Model of time (documented in ring_time.c): per layer and round, compute, inbound and
  * outbound run concurrently and a layer takes the longest of the three; compute =
@@ -44,9 +45,10 @@
 
 typedef enum {
 	DATAFLOW_RING_OPT_DEVICE_RESIDENT = 0,
-	DATAFLOW_RING_OPT_DEVICE_STREAMED = 1,
-	DATAFLOW_RING_OPT_HOST = 2,
-	DATAFLOW_RING_NUM_OPT = 3
+	DATAFLOW_RING_OPT_DEVICE_STREAMED = 1,    /* after the backward, in the ring's memory */
+	DATAFLOW_RING_OPT_DEVICE_OVERLAPPED = 2,  /* under the next step's forward, in its own slots */
+	DATAFLOW_RING_OPT_HOST = 3,
+	DATAFLOW_RING_NUM_OPT = 4
 } Dataflow_Ring_Optimizer;
 
 typedef struct {
@@ -74,7 +76,8 @@ typedef enum {
 	DATAFLOW_RING_DEV_ACTIVATIONS,      /* inputs + saved activations kept on the device */
 	DATAFLOW_RING_DEV_OFFLOAD_STAGING,  /* buffers offloaded activations pass through */
 	DATAFLOW_RING_DEV_CHUNK_WORKING,    /* recomputed, dacts, workspace, dx/dy, head, batch, K/V */
-	DATAFLOW_RING_DEV_OPTIMIZER_SLOTS,  /* streamed optimizer: 2 blocks' param, grad, m, v, master */
+	DATAFLOW_RING_DEV_OPTIMIZER_SLOTS,  /* streamed optimizer: 2 blocks' param, grad, m, v, master
+					     * (optimizer phase; with the training's for the overlapped one) */
 	DATAFLOW_RING_DEV_NUM
 } Dataflow_Ring_Device_Purpose;
 
