@@ -106,10 +106,10 @@ int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *p, char *out, int6
 	put(&t, "per step: %.2f GiB inbound, %.2f GiB outbound\n", (double)p->inbound_bytes / GIB,
 	    (double)p->outbound_bytes / GIB);
 	put(&t, "predicted timeline (s; phases summed over rounds; busy time per stream):\n");
-	put(&t, "  %-14s %9s %9s %9s %9s %9s\n", "phase", "start", "length", "inbound", "compute", "outbound");
+	put(&t, "  %-26s %9s %9s %9s %9s %9s\n", "phase", "start", "length", "inbound", "compute", "outbound");
 	for (int i = 0; i < p->num_phases; i++) {
 		const Dataflow_Ring_Phase *f = &p->phases[i];
-		put(&t, "  %-14s %9.4f %9.4f %9.4f %9.4f %9.4f\n", f->name, f->start_seconds, f->seconds,
+		put(&t, "  %-26s %9.4f %9.4f %9.4f %9.4f %9.4f\n", f->name, f->start_seconds, f->seconds,
 		    f->inbound_seconds, f->compute_seconds, f->outbound_seconds);
 	}
 	put(&t, "step %.4f s, %.1f tokens/s, MFU %.3f (%.3g model flops per step at %.4g flop/s peak)\n",

@@ -19,4 +19,4 @@ __version__ = "0.1.0"
 
 __all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CompileError", "CustomOp", "DataflowError",
            "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer", "UnknownOpError",
-           "UnsupportedError", "dtypes", "models", "ops"]
+           "UnsupportedError", "dtypes", "models", "ops", "ring"]
