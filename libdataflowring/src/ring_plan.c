@@ -171,7 +171,7 @@ static int chunk_choices(const Dataflow_Ring_Request *r, int64_t *out)
 	return count;
 }
 
-/* Slot counts tried: 2, 3, 4, 6, 8, 12, ... below L, then L (resident). */
+/* Slot counts tried: 2, 3, 4, 6, 9, 13, ... (x1.5) below L, then L (resident). */
 static int slot_choices(int L, int *out)
 {
 	int n = 0;
@@ -233,43 +233,47 @@ static int try_candidate(const Ring_Context *x, Ring_Candidate c, Search *s)
 	return 1;
 }
 
+/* Every placement of one step shape (chunk, chunks per round): save level, optimizer,
+ * resident embedding/head, weight slots (ascending, so the first that does not fit ends them). */
+static void search_shape(const Ring_Context *x, Search *s, int64_t C, int64_t K, const int *slots, int num_slots)
+{
+	int L = x->num_layers, both = EDGE_EMBEDDING | EDGE_HEAD;
+	for (int level = 0; level < DATAFLOW_NUM_SAVE_LEVELS; level++)
+		for (int opt = 0; opt < DATAFLOW_RING_NUM_OPT; opt++)
+			for (int edge = 0; edge < 4; edge++) {
+				if ((x->model->tied && edge != 0 && edge != both) || /* a tied head reads the embedding */
+				    (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && edge != both))
+					continue;
+				for (int si = 0; si < num_slots; si++) {
+					int w = slots[si];
+					if (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && w < L)
+						continue;
+					Ring_Candidate c = {C, K, x->req->tokens_per_step / C / K, (Dataflow_Save_Level)level,
+							    (Dataflow_Ring_Optimizer)opt, edge, w, w >= L ? L : 2, 0};
+					int fits = try_candidate(x, c, s);
+					/* resident weights, streamed grads (resident optimizer state needs both) */
+					if (w >= L && L > 2 && opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
+						c.grad_slots = 2;
+						fits |= try_candidate(x, c, s);
+					}
+					if (!fits)
+						break;
+				}
+			}
+}
+
 static void search(const Ring_Context *x, Search *s)
 {
 	const Dataflow_Ring_Request *r = x->req;
-	int L = x->num_layers, slots[64];
-	int num_slots = slot_choices(L, slots);
-	int64_t chunks[MAX_CHOICES], rounds[MAX_CHOICES];
+	int slots[64];
+	int num_slots = slot_choices(x->num_layers, slots);
+	int64_t chunks[MAX_CHOICES], per_round[MAX_CHOICES];
 	int num_chunks = chunk_choices(r, chunks);
 	for (int ci = 0; ci < num_chunks; ci++) {
-		int64_t C = chunks[ci], per_step = r->tokens_per_step / C;
-		int num_k = divisors(per_step, rounds, MAX_CHOICES);
-		for (int ki = 0; ki < num_k; ki++) {
-			int64_t K = rounds[ki];
-			if ((K * C) % r->seq_len) /* a round holds whole sequences */
-				continue;
-			for (int level = 0; level < DATAFLOW_NUM_SAVE_LEVELS; level++)
-				for (int opt = 0; opt < DATAFLOW_RING_NUM_OPT; opt++)
-					for (int edge = 0; edge < 4; edge++) {
-						if (x->model->tied && edge != 0 && edge != (EDGE_EMBEDDING | EDGE_HEAD))
-							continue; /* a tied head reads the embedding's memory */
-						if (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && edge != (EDGE_EMBEDDING | EDGE_HEAD))
-							continue;
-						for (int si = 0; si < num_slots; si++) {
-							int w = slots[si], g = w >= L ? L : (L < 2 ? L : 2);
-							if (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && w < L)
-								continue;
-							Ring_Candidate c = {C, K, per_step / K, (Dataflow_Save_Level)level,
-									    (Dataflow_Ring_Optimizer)opt, edge, w, g, 0};
-							int fits = try_candidate(x, c, s);
-							if (w >= L && L > 2) { /* resident weights, streamed grads */
-								c.grad_slots = 2;
-								fits |= try_candidate(x, c, s);
-							}
-							if (!fits) /* slot counts ascend */
-								break;
-						}
-					}
-		}
+		int num_k = divisors(r->tokens_per_step / chunks[ci], per_round, MAX_CHOICES);
+		for (int ki = 0; ki < num_k; ki++)
+			if ((per_round[ki] * chunks[ci]) % r->seq_len == 0) /* a round holds whole sequences */
+				search_shape(x, s, chunks[ci], per_round[ki], slots, num_slots);
 	}
 }
 

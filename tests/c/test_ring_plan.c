@@ -199,6 +199,9 @@ static void test_shrinking_device(const Model *m, const Dataflow_Device_Profile 
 		EXPECT(p->step_seconds >= last * (1 - 1e-12), "at %.2f GiB: %g s < %g s", (double)device / GIB,
 		       p->step_seconds, last);
 		last = p->step_seconds;
+		if (p->optimizer == DATAFLOW_RING_OPT_DEVICE_RESIDENT) /* it updates every block in place */
+			EXPECT(p->weight_slots == 32 && p->grad_slots == 32 && p->embedding_resident && p->head_resident,
+			       "resident optimizer with %d/%d slots", p->weight_slots, p->grad_slots);
 		saw_resident |= p->weight_slots == 32 && p->optimizer == DATAFLOW_RING_OPT_DEVICE_RESIDENT;
 		saw_slots |= p->weight_slots < 32;
 		saw_offload |= !p->activations_on_device[0];
