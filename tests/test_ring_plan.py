@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import cli, ring
+from dataflow import cli, ring, ring_timeline
 
 GIB = 1 << 30
 TINY = {"vocab_size": 500, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 3,
@@ -106,6 +106,30 @@ def test_cli_plan_json_and_config_file(tmp_path, capsys):
                      "--host-memory", "1GiB", "--dtype", "fp32", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["weight_slots"] == 3 and out["step_seconds"] > 0 and len(out["phases"]) == 4
+
+
+def test_cli_plan_timeline_picture(tmp_path, capsys):
+    path = tmp_path / "timeline.png"
+    argv = ["plan", "--config", "llama3-8b", "--seq-len", "8192", "--tokens-per-step", "131072",
+            "--device-memory", "24GiB", "--host-memory", "128GiB", "--timeline", str(path)]
+    assert cli.main(argv) == 0
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG") and b"inbound, compute, outbound" in data
+    assert cli.main(argv) == 2  # never overwrites
+    assert "--timeline" in capsys.readouterr().err
+
+
+def test_timeline_bars_follow_the_phases():
+    phases = [{"name": "a", "start": 0.0, "inbound": 0.0, "compute": 1.0, "outbound": 0.5},
+              {"name": "b", "start": 1.0, "inbound": 1.0, "compute": 1.0, "outbound": 0.0}]
+    image = ring_timeline.render(phases, 2.0, width=224)  # 176 pixels for 2 s
+    mid = [ring_timeline.MARGIN + r * (ring_timeline.ROW + ring_timeline.GAP) + ring_timeline.ROW // 2
+           for r in range(3)]
+    colour = lambda y, x: tuple(image[y, x])  # noqa: E731
+    a, b = ring_timeline.COLOURS[0], ring_timeline.COLOURS[1]
+    assert colour(mid[1], 24 + 40) == a and colour(mid[1], 24 + 130) == b   # compute: a then b
+    assert colour(mid[0], 24 + 40) == ring_timeline.BACKGROUND and colour(mid[0], 24 + 130) == b  # inbound: b only
+    assert colour(mid[2], 24 + 20) == a and colour(mid[2], 24 + 60) == ring_timeline.BACKGROUND  # a's 0.5 s
 
 
 @pytest.mark.parametrize("flags, flag", [

@@ -82,6 +82,7 @@ int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *p, char *out, int6
 	    (long long)p->tokens_per_step, (long long)p->rounds_per_step, (long long)p->chunks_per_round,
 	    (long long)p->chunk_tokens, (long long)p->seq_len,
 	    p->kv_context ? "; a chunk attends over its sequence's earlier chunks" : "");
+	put(&t, "model: %d layers, %.3f GiB of weights\n", p->num_layers, (double)p->model_param_bytes / GIB);
 	put(&t, "embedding %s, head %s; %d layers: %d weight slot(s)%s, %d gradient slot(s)%s\n",
 	    p->embedding_resident ? "resident" : "streamed", p->head_resident ? "resident" : "streamed",
 	    p->num_layers, p->weight_slots, p->weight_slots >= p->num_layers ? " (all resident)" : "",

@@ -315,6 +315,10 @@ Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflo
 	plan->rounds_per_step = c->rounds;
 	plan->kv_context = c->chunk < request->seq_len;
 	plan->num_layers = x.num_layers;
+	double params = 0;
+	for (int b = 0; b < x.model->num_blocks; b++)
+		params += (double)x.model->blocks[b].sizes.bytes[DATAFLOW_BLOCK_PARAM];
+	plan->model_param_bytes = ring_clamp_bytes(params);
 	plan->embedding_resident = (c->edge_resident & EDGE_EMBEDDING) != 0;
 	plan->head_resident = (c->edge_resident & EDGE_HEAD) != 0;
 	plan->weight_slots = c->weight_slots;

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from . import checkpoint, dtypes, ops, ring
+from . import checkpoint, dtypes, ops, ring, ring_timeline
 from .errors import BadArgumentError, DataflowError
 from .generate import generate
 from .handle import Handle, parse_bytes
@@ -127,6 +127,8 @@ def plan(args):
              (("--device-memory", args.device_memory), ("--host-memory", args.host_memory))}
     rates = {flag: parse_bytes(value, flag) if value is not None else None for flag, value in
              (("--h2d-bandwidth", args.h2d_bandwidth), ("--d2h-bandwidth", args.d2h_bandwidth))}
+    if args.timeline is not None and os.path.exists(args.timeline):
+        raise BadArgumentError(f"--timeline: {args.timeline} exists; remove it or choose another path")
     if args.profile == "host":
         handle = Handle("host", streams=2, threads=args.threads)
         try:
@@ -141,6 +143,8 @@ def plan(args):
     p = ring.plan(config, seq_len, sizes["--device-memory"], sizes["--host-memory"], tokens_per_step=tokens,
                   profile=profile, dtype=args.dtype, master_weights=args.master_weights,
                   h2d_bandwidth=rates["--h2d-bandwidth"], d2h_bandwidth=rates["--d2h-bandwidth"])
+    if args.timeline is not None:
+        ring_timeline.save(args.timeline, p)
     if args.json:
         print(json.dumps({"step_seconds": p.predicted_step_seconds, "tokens_per_second": p.tokens_per_second,
                           "mfu": p.mfu, "chunk_tokens": p.chunk_tokens, "chunks_per_round": p.chunks_per_round,
@@ -170,6 +174,7 @@ def _add_plan(sub):
     p.add_argument("--d2h-bandwidth", dest="d2h_bandwidth", help="device->host bytes/s (default: the profile's)")
     p.add_argument("--threads", type=int, help="host threads for --profile host (default: all cores)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--timeline", help="also draw the predicted timeline into this PNG (a new file)")
     p.set_defaults(run=plan)
 
 

@@ -138,6 +138,8 @@ static void test_everything_fits(void)
 
 	/* sizes from the config: H 64, F 160, q 64, kv 32, aligned to 32 elements; fp32 */
 	int64_t layer = 64 * 64 + 32 * 64 * 2 + 64 * 64 + 3 * 160 * 64 + 64 + 64, embed = 1000 * 64, head = 64 + 1000 * 64;
+	EXPECT(p->model_param_bytes == (uint64_t)((3 * layer + embed + head) * 4), "model bytes %llu",
+	       (unsigned long long)p->model_param_bytes);
 	EXPECT(p->device_bytes[DATAFLOW_RING_DEV_WEIGHT_SLOTS] == (uint64_t)(3 * layer * 4), "weights %llu",
 	       (unsigned long long)p->device_bytes[DATAFLOW_RING_DEV_WEIGHT_SLOTS]);
 	EXPECT(p->device_bytes[DATAFLOW_RING_DEV_EDGE_BLOCKS] == (uint64_t)((embed + head) * 8), "edges %llu",

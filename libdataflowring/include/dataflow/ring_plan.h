@@ -31,6 +31,23 @@
  *   step's forward (block by block, the forward waiting for a block's update) in slots of
  *   its own; or on the host, also under the next step's forward.
  *
+ * How the executor (next) consumes a plan, on any backend through the public dataflow_* calls:
+ *   - refuse a plan made for another model: num_layers and model_param_bytes must match the
+ *     blocked model it is given;
+ *   - allocate device memory once, by purpose, exactly as device_bytes says: the resident
+ *     embedding/head blocks (or one staging buffer), weight_slots layer buffers of the largest
+ *     layer's PARAM bytes, grad_slots fp32 ones, for each layer with activations_on_device its
+ *     chunks_per_round inputs and saved buffers (dataflow_block_acts_bytes at save_level[l] and
+ *     chunk_tokens), three offload staging buffers, the chunk working set (recomputed, dacts,
+ *     dataflow_blocked_model_workspace_bytes, dx/dy and last hidden state per chunk, packed
+ *     batches, token losses, K/V context when kv_context), two optimizer slots; the host side
+ *     as host_bytes says, registered for transfers (enable_access_to_host_mem);
+ *   - enqueue a whole step ahead on three streams (inbound, compute, outbound) in the order of
+ *     blocked_model.h's "How a ring drives it", each slot reuse ordered by an event of the
+ *     compute that last read it and each use by the event of the transfer that filled it;
+ *   - report per phase the measured step next to phases[] (the executor's tests hold it
+ *     within 20% on a throttled host link).
+ *
  * Model of time (documented in ring_time.c): per layer and round, compute, inbound and
  * outbound run concurrently and a layer takes the longest of the three; compute =
  * matmul flops / (peak * matmul_fraction) + attention flops / (peak * attention_fraction) +
@@ -103,6 +120,7 @@ typedef struct {
 	int64_t seq_len, tokens_per_step, chunk_tokens, chunks_per_round, rounds_per_step;
 	int kv_context;
 	int num_layers;
+	uint64_t model_param_bytes;  /* PARAM bytes of every block: which model the plan is for */
 	/* placement */
 	int embedding_resident, head_resident;
 	int weight_slots, grad_slots;
