@@ -13,6 +13,7 @@ from .errors import (AlreadyRegisteredError, BadArgumentError, CallbackError, Da
                      LoadError, OutOfMemoryError, UnknownOpError, UnsupportedError)
 from .handle import Event, Handle
 from .models import Trainer
+from . import ring
 
 __version__ = "0.1.0"
 
@@ -23,4 +24,4 @@ warn_if_slow()
 
 __all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CallbackError", "CompileError", "CustomOp", "DataflowError",
            "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer", "UnknownOpError",
-           "UnsupportedError", "dtypes", "models", "ops"]
+           "UnsupportedError", "dtypes", "models", "ops", "ring"]

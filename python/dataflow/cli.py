@@ -2,6 +2,7 @@
 
 dataflow train      train a small Llama (default: on the embedded corpus); checkpoint + loss plot
 dataflow generate   stream text sampled from a checkpoint or a Hugging Face model directory
+dataflow plan       how training a model would be placed under device/host capacities, and its predicted speed
 dataflow demo       a matmul and a custom native op on the host backend, timed next to numpy
 
 Errors in arguments or files end in one line naming the flag or the file (exit 2); runtime
@@ -16,13 +17,13 @@ import time
 
 import numpy as np
 
-from . import __version__, checkpoint, dtypes, ops
+from . import __version__, checkpoint, dtypes, ops, ring, ring_timeline
 from . import tokenizer as tokenizers
 from . import build_info
 from .errors import BadArgumentError, DataflowError, FileFormatError
 from .generate import stream
 from .handle import Handle, parse_bytes
-from .pretrained import CONFIG_NAME, check_memory, from_pretrained, model_from_config, read_config, validate_config
+from .pretrained import CONFIG_NAME, check_memory, config_argument, from_pretrained, model_from_config, read_config, validate_config
 from .tokenizer import StreamDecoder
 from .train import DEFAULT_STEPS, INTERRUPTED, PRESETS, RUN_DEFAULTS, open_handle, train
 
@@ -196,6 +197,79 @@ def _add_device(p):
                    help="device memory capacity, e.g. 512MiB (default: all the backend offers)")
 
 
+def _positive(value, flag):
+    if value is not None and value <= 0:
+        raise BadArgumentError(f"{flag}: must be a positive integer, got {value}")
+    return value
+
+
+def _plan_config(spec):
+    config = config_argument(spec, ring.PRESETS)
+    return config if isinstance(config, str) else validate_config(config, where=f"--config {spec}")
+
+
+def plan(args):
+    """Validates every flag first, then plans and prints."""
+    config = _plan_config(args.config)
+    seq_len = _positive(args.seq_len, "--seq-len")
+    tokens = _positive(args.tokens_per_step, "--tokens-per-step")
+    if tokens is not None and tokens % seq_len:
+        raise BadArgumentError(f"--tokens-per-step: must be a multiple of --seq-len ({seq_len}), got {tokens}")
+    sizes = {flag: parse_bytes(value, flag) for flag, value in
+             (("--device-memory", args.device_memory), ("--host-memory", args.host_memory))}
+    rates = {flag: parse_bytes(value, flag) if value is not None else None for flag, value in
+             (("--h2d-bandwidth", args.h2d_bandwidth), ("--d2h-bandwidth", args.d2h_bandwidth))}
+    if args.timeline is not None and os.path.exists(args.timeline):
+        raise BadArgumentError(f"--timeline: {args.timeline} exists; remove it or choose another path")
+    if args.profile == "host":
+        handle = Handle("host", streams=2, threads=args.threads)
+        try:
+            profile = ring.calibrate(handle)
+        finally:
+            handle.close()
+    elif args.profile in ring.profile_names():
+        profile = args.profile
+    else:
+        raise BadArgumentError(f"--profile: unknown {args.profile!r}; known: host (measured here), "
+                               f"{', '.join(ring.profile_names())}")
+    p = ring.plan(config, seq_len, sizes["--device-memory"], sizes["--host-memory"], tokens_per_step=tokens,
+                  profile=profile, dtype=args.dtype, master_weights=args.master_weights,
+                  h2d_bandwidth=rates["--h2d-bandwidth"], d2h_bandwidth=rates["--d2h-bandwidth"])
+    if args.timeline is not None:
+        ring_timeline.save(args.timeline, p)
+    if args.json:
+        print(json.dumps({"step_seconds": p.predicted_step_seconds, "tokens_per_second": p.tokens_per_second,
+                          "mfu": p.mfu, "chunk_tokens": p.chunk_tokens, "chunks_per_round": p.chunks_per_round,
+                          "rounds_per_step": p.rounds_per_step, "weight_slots": p.weight_slots,
+                          "grad_slots": p.grad_slots, "optimizer": p.optimizer, "save_levels": p.save_levels,
+                          "activations_on_device": p.activations_on_device, "device_memory": p.device_memory,
+                          "host_memory": p.host_memory, "phases": p.phases}, indent=2))
+    else:
+        print(p.describe(), end="")
+    return 0
+
+
+def _add_plan(sub):
+    p = sub.add_parser("plan", help="place a model's training under device/host capacities; predict its speed")
+    p.add_argument("--config", required=True, help=f"model preset ({', '.join(ring.PRESETS)}) or an HF config.json")
+    p.add_argument("--seq-len", dest="seq_len", type=int, required=True, help="tokens per sequence")
+    p.add_argument("--tokens-per-step", dest="tokens_per_step", type=int,
+                   help="tokens per optimizer step, a multiple of --seq-len (default: one sequence)")
+    p.add_argument("--device-memory", dest="device_memory", required=True, help="device capacity, e.g. 24GiB")
+    p.add_argument("--host-memory", dest="host_memory", required=True, help="host memory to use, e.g. 60GiB")
+    p.add_argument("--profile", default="h100-sxm",
+                   help=f"device speeds: {', '.join(ring.profile_names())} or host (measured now; default h100-sxm)")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="model dtype (default bf16)")
+    p.add_argument("--master-weights", dest="master_weights", action="store_true",
+                   help="bf16: fp32 master weights for AdamW")
+    p.add_argument("--h2d-bandwidth", dest="h2d_bandwidth", help="host->device bytes/s (default: the profile's)")
+    p.add_argument("--d2h-bandwidth", dest="d2h_bandwidth", help="device->host bytes/s (default: the profile's)")
+    p.add_argument("--threads", type=int, help="host threads for --profile host (default: all cores)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--timeline", help="also draw the predicted timeline into this PNG (a new file)")
+    p.set_defaults(run=plan)
+
+
 def _add_train(sub):
     p = sub.add_parser("train", help="train a small Llama (default: on the embedded corpus)",
                        description="Train a Llama: the embedded corpus (Python docstrings) or --data, a BPE "
@@ -265,6 +339,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="what to do (no command: this help)")
     _add_train(sub)
     _add_generate(sub)
+    _add_plan(sub)
     p = sub.add_parser("demo", help="a matmul and a custom native op on the host backend, timed",
                        description="Times a square matmul (fp32, bf16) next to numpy and runs a custom C op.")
     p.add_argument("--size", type=_integer(1), default=1024, help="matrix size (default 1024)")

@@ -23,6 +23,24 @@ static inline void check_status(Dataflow_Status status, const char *file, int li
 
 #define CHECK(call) check_status((call), __FILE__, __LINE__, #call)
 
+/* A soft check: a failed EXPECT_THAT prints the condition and a printf-style note and counts the
+ * failure; the test ends with `return *c_test_failures() != 0;`. */
+static inline int *c_test_failures(void)
+{
+	static int failures;
+	return &failures;
+}
+
+#define EXPECT_THAT(cond, ...)                                                                               \
+	do {                                                                                                 \
+		if (!(cond)) {                                                                               \
+			fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond);                  \
+			fprintf(stderr, __VA_ARGS__);                                                        \
+			fprintf(stderr, "\n");                                                               \
+			(*c_test_failures())++;                                                              \
+		}                                                                                            \
+	} while (0)
+
 #define EXPECT(cond)                                                                                         \
 	do {                                                                                                 \
 		if (!(cond)) {                                                                               \
