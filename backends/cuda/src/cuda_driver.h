@@ -25,8 +25,13 @@ enum {
 	CUDA_SUCCESS = 0,
 	CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
 	CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705,
+	CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+	CUDA_ERROR_LAUNCH_FAILED = 719,
+	CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
 	CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
 	CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+	CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+	CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
 	CU_STREAM_NON_BLOCKING = 0x1,
 	CU_EVENT_DISABLE_TIMING = 0x2,
 };
@@ -69,6 +74,7 @@ typedef struct {
 	CUresult (*cuModuleLoadData)(CUmodule *module, const void *image);
 	CUresult (*cuModuleGetFunction)(CUfunction *fn, CUmodule module, const char *name);
 	CUresult (*cuModuleUnload)(CUmodule module);
+	CUresult (*cuFuncSetAttribute)(CUfunction fn, int attribute, int value);
 	CUresult (*cuGetErrorName)(CUresult error, const char **name);
 	CUresult (*cuGetErrorString)(CUresult error, const char **text);
 } Cuda_Driver;
