@@ -16,6 +16,8 @@
 template <class D, int HD, int BM, int BN, int NW> __device__ void attn_fwd_mma(const Attn_Params &p)
 {
 #if __CUDA_ARCH__ >= 800
+	if (p.skip && *p.skip)
+		return;
 	constexpr int NT = NW * 32, MT = BM / (16 * NW), NK = BN / 8, ND = HD / 8;
 	extern __shared__ __align__(16) u16 smem[];
 	u16 *sQ = smem, *sK = sQ + BM * HD, *sV = sK + 2 * BN * HD;
@@ -204,6 +206,8 @@ ATTN_FWD_TILES(ATTN_FWD_MMA)
 // One warp per (query token, head): lane holds head_dim elements lane, lane + 32, ...
 template <class D> __device__ void attn_fwd_simt(const Attn_Params &p)
 {
+	if (p.skip && *p.skip)
+		return;
 	constexpr int E = ATTN_SIMT_MAX_PER_LANE;
 	const int lane = threadIdx.x & 31;
 	const long long hq = p.num_q_heads, h = blockIdx.y, hk = h / (hq / p.num_kv_heads), hd = p.head_dim;
@@ -259,3 +263,33 @@ template <class D> __device__ void attn_fwd_simt(const Attn_Params &p)
 ATTN_FWD_SIMT(fp32, Fp32)
 ATTN_FWD_SIMT(fp16, Fp16)
 ATTN_FWD_SIMT(bf16, Bf16)
+
+// ---- around cuDNN's SDPA (cuda_attention.c) ----
+// cuDNN runs tokens [0, T) as one sequence, into scratch buffers. attn_cudnn_check sets *flag
+// = 1 when that is exactly the op's sequence (num_seqs == 1 and the sanitized range is [0, T)),
+// so that attn_cudnn_commit copies the scratch results into place and the native kernels,
+// launched after with skip = flag, do nothing; otherwise the commit does nothing and the native
+// kernels compute the op (rows outside the sequence stay untouched either way).
+extern "C" __global__ void attn_cudnn_check(const int *cu, long long num_seqs, long long total, int *flag)
+{
+	if (threadIdx.x == 0 && blockIdx.x == 0) {
+		const long long lo = attn_clamp(cu, 0, total), hi = attn_clamp(cu, 1, total);
+		*flag = num_seqs == 1 && lo == 0 && hi == total;
+	}
+}
+
+extern "C" __global__ void attn_cudnn_commit(const int *flag, const unsigned char *src, unsigned char *dst,
+					     long long bytes)
+{
+	if (!*flag)
+		return;
+	if ((((unsigned long long)src | (unsigned long long)dst) & 15) == 0) {
+		FOR_EACH_INDEX(i, bytes / 16)
+		((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+		FOR_EACH_INDEX(i, bytes % 16)
+		dst[bytes / 16 * 16 + i] = src[bytes / 16 * 16 + i];
+	} else {
+		FOR_EACH_INDEX(i, bytes)
+		dst[i] = src[i];
+	}
+}

@@ -65,6 +65,8 @@ __device__ __forceinline__ int clamp_diag(long long d, int bound)
 template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_dkdv_mma(const Attn_Params &p)
 {
 #if __CUDA_ARCH__ >= 800
+	if (p.skip && *p.skip)
+		return;
 	constexpr int NT = NW * 32, NQ = BM / 8, HC = HD / DS, NDC = HC / 8;
 	extern __shared__ __align__(16) u16 smem[];
 	u16 *sK = smem, *sV = sK + BN * HD, *sQ = sV + BN * HD, *sO = sQ + 2 * BM * HD;
@@ -199,6 +201,8 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_dq_mma(const Attn_Params &p)
 {
 #if __CUDA_ARCH__ >= 800
+	if (p.skip && *p.skip)
+		return;
 	constexpr int NT = NW * 32, NK = BN / 8, HC = HD / DS, NDC = HC / 8;
 	extern __shared__ __align__(16) u16 smem[];
 	u16 *sQ = smem, *sO = sQ + BM * HD, *sK = sO + BM * HD, *sV = sK + 2 * BN * HD;
@@ -381,6 +385,8 @@ template <class D> __device__ __forceinline__ void store_row(typename D::T *row,
 // dQ_i of query token i (the warp's) and head blockIdx.y, keys in order
 template <class D> __device__ void attn_dq_simt(const Attn_Params &p)
 {
+	if (p.skip && *p.skip)
+		return;
 	typedef typename D::T T;
 	const long long hq = p.num_q_heads, hkv = p.num_kv_heads, h = blockIdx.y, hk = h / (hq / hkv), hd = p.head_dim;
 	const long long gi = (long long)blockIdx.x * ATTN_SIMT_WARPS + (threadIdx.x >> 5);
@@ -404,6 +410,8 @@ template <class D> __device__ void attn_dq_simt(const Attn_Params &p)
 // order, queries in order
 template <class D> __device__ void attn_dkdv_simt(const Attn_Params &p)
 {
+	if (p.skip && *p.skip)
+		return;
 	typedef typename D::T T;
 	const long long hq = p.num_q_heads, hkv = p.num_kv_heads, hk = blockIdx.y, G = hq / hkv, hd = p.head_dim;
 	const long long gj = (long long)blockIdx.x * ATTN_SIMT_WARPS + (threadIdx.x >> 5);

@@ -11,7 +11,7 @@
 typedef struct {
 	const void *q, *k, *v;
 	const int *cu_q, *cu_k;
-	void *out;
+	void *out; /* forward: written; backward: the forward's output (read by cuDNN's backward) */
 	float *lse;
 	const void *dout;
 	const float *lse_in, *D;
@@ -21,6 +21,8 @@ typedef struct {
 	float scale_log2; /* scale * log2(e): scores are exponentiated in base 2 */
 	int causal;
 	int vec; /* head_dim % 8 == 0 and every tensor 16-byte aligned: tiles move by cp.async */
+	const int *skip; /* device flag, may be NULL: when it is 1 the kernel does nothing (cuDNN's
+			  * result stands, see attn_cudnn_check) */
 } Attn_Params;
 
 /* Tensor-core (mma.sync m16n8k16, sm_80+) tile shapes per head-dimension bucket HD (head_dim

@@ -85,6 +85,9 @@ Dataflow_Status cuda_streams_create(Cuda_Handle *h, const int *priorities);
 void cuda_streams_destroy(Cuda_Handle *h);
 void cuda_memory_release_all(Cuda_Handle *h);
 void cuda_modules_destroy(Cuda_Handle *h);
+/* The module for (name, text): an existing one with the same text, or a new one (NULL when
+ * out of memory). Takes ownership of text. Called with h->lock held. */
+Cuda_Module *cuda_module_for(Cuda_Handle *h, const char *name, char *text, const char *include_dir);
 /* Loads (compiling if needed) the module and resolves the op's kernel. */
 Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op);
 

@@ -2,14 +2,12 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "cuda_launch_config.h"
 #include "dataflow/op_args.h"
 
 /* The default native ops of the CUDA backend: their CUDA C++ sources (backends/cuda/kernels,
  * embedded at build time) and their launch functions, found by register_default_ops in
  * this library (handle->default_ops_library). */
-
-#define BLOCK 256
-#define MAX_GRID 65535 /* kernels loop over the rest (grid-stride) */
 
 const Cuda_Source *cuda_find_source(const char *name)
 {
@@ -41,17 +39,12 @@ int dataflow_cuda_kernel_source(const char *op_nickname, const char **name, cons
 	return 0;
 }
 
-/* One thread per element, BLOCK threads per block; n == 0 launches nothing. */
+/* One thread per element; n == 0 launches nothing. */
 static Dataflow_Status elementwise(const char *op, int64_t n, Dataflow_Launch_Config *c)
 {
 	if (n < 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: n: expected >= 0, got %lld", op, (long long)n);
-	int64_t blocks = (n + BLOCK - 1) / BLOCK;
-	c->grid[0] = (uint32_t)(blocks < MAX_GRID ? blocks : MAX_GRID);
-	c->grid[1] = c->grid[2] = 1;
-	c->block[0] = BLOCK;
-	c->block[1] = c->block[2] = 1;
-	c->shared_mem_bytes = 0;
+	cuda_elementwise_config(n, c);
 	return DATAFLOW_OK;
 }
 

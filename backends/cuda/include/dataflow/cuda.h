@@ -13,4 +13,10 @@
  * driver. */
 Dataflow_Status dataflow_cuda_compile_check(const char *source_path, int arch, char *log, size_t log_size);
 
+/* What the calling thread's last attention submission on a CUDA handle ran: "cudnn <version>
+ * (...)", "mma d<head-dim bucket> (...)" or "simt (...)", with the reason; "" before any.
+ * DATAFLOW_CUDA_ATTENTION=cudnn|native|simt (read when the ops are registered) overrides the
+ * automatic choice where the implementation applies. */
+const char *dataflow_cuda_attention_last_choice(void);
+
 #endif
