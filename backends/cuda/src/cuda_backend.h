@@ -6,10 +6,12 @@
  * compiled with NVRTC at first use. */
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "block_list.h"
 #include "cuda_driver.h"
+#include "cuda_fault.h"
 #include "dataflow/backend.h"
 
 #define CUDA_ALIGN 256
@@ -22,8 +24,9 @@ typedef struct {
 	Cuda_Handle *handle;
 	int id;
 	CUstream stream;
-	pthread_mutex_t lock; /* guards recorded and the ring */
+	pthread_mutex_t lock; /* guards recorded, the ring and ops */
 	uint64_t recorded;    /* states handed out; state v used events[v % CUDA_EVENT_RING] */
+	Cuda_Op_Log ops;      /* submitted since the last successful sync: what a fault names */
 	CUevent events[CUDA_EVENT_RING]; /* created on first use */
 } Cuda_Stream;
 
@@ -61,6 +64,8 @@ struct Cuda_Handle {
 	Cuda_Module *modules;
 	Dataflow_Libraries libraries; /* op code loaded by registration */
 	char ops_library_path[4096];
+	atomic_int lost;        /* set once a fault lost the context; lost_message then stays */
+	char lost_message[1024];
 };
 
 extern const char cuda_backend_tag[];
@@ -75,8 +80,11 @@ static inline Cuda_Handle *cuda_of(Dataflow_Handle *h)
 /* Makes h's context current on this thread and checks stream_id; `what` names the entry.
  * Fails when called from a host op (CUDA forbids API calls in host functions). */
 Dataflow_Status cuda_enter(Cuda_Handle *h, int stream_id, const char *what);
-/* Like cuda_enter without a stream. */
+/* Like cuda_enter without a stream. Both fail, naming the fault, once the context is lost. */
 Dataflow_Status cuda_enter_handle(Cuda_Handle *h, const char *what);
+/* cuda_check, and when the result is a fault that loses the context (cuda_error_is_sticky),
+ * marks the handle lost with the message, which then tells the user to close the handle. */
+Dataflow_Status cuda_check_fault(Cuda_Handle *h, CUresult result, const char *what);
 /* OK if [ptr, ptr + size) is device memory of h, of an enabled peer (allow_peer; *owner
  * says whose, may be NULL), or host memory registered with h. */
 Dataflow_Status cuda_check_device_range(Cuda_Handle *h, const void *ptr, uint64_t size, int allow_peer,

@@ -57,9 +57,9 @@ Dataflow_Status cuda_kernel_launch(Cuda_Handle *h, int stream_id, Cuda_Kernel *k
 		return st;
 	char what[200];
 	snprintf(what, sizeof(what), "cuLaunchKernel(%s)", k->name);
-	return cuda_check(h->cu->cuLaunchKernel(k->op.function, gx, gy, 1, block, 1, 1, smem, h->streams[stream_id].stream,
-						args, NULL),
-			  h->base.device_index, what);
+	return cuda_check_fault(h, h->cu->cuLaunchKernel(k->op.function, gx, gy, 1, block, 1, 1, smem,
+							 h->streams[stream_id].stream, args, NULL),
+				what);
 }
 
 Dataflow_Status cuda_device_limits(Cuda_Handle *h, int *sm_count, int *max_smem)
