@@ -3,24 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "cuda_fault.h"
-
-static int failures;
-
-#define CHECK_STR(got, want)                                                                          \
-	do {                                                                                          \
-		if (strcmp((got), (want)) != 0) {                                                     \
-			fprintf(stderr, "%s:%d: got \"%s\", want \"%s\"\n", __FILE__, __LINE__, got, want); \
-			failures++;                                                                   \
-		}                                                                                     \
-	} while (0)
-#define CHECK(cond)                                                                        \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-			failures++;                                                        \
-		}                                                                          \
-	} while (0)
 
 static void test_describe(void)
 {
@@ -83,7 +67,5 @@ int main(void)
 {
 	test_describe();
 	test_sticky();
-	if (failures)
-		fprintf(stderr, "%d failure(s)\n", failures);
-	return failures != 0;
+	return check_report("cuda fault messages");
 }

@@ -7,15 +7,7 @@
 #include "attention_params.cuh"
 #include "cuda_launch_config.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                        \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-			failures++;                                                        \
-		}                                                                          \
-	} while (0)
+#include "check.h"
 
 static void test_elementwise_and_rows(void)
 {
@@ -169,9 +161,5 @@ int main(void)
 	test_columns_and_warps();
 	test_tiles();
 	test_choice();
-	if (failures)
-		fprintf(stderr, "%d check(s) failed\n", failures);
-	else
-		printf("cuda launch configuration: all checks passed\n");
-	return failures != 0;
+	return check_report("cuda launch configuration");
 }

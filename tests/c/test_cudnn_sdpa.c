@@ -10,15 +10,7 @@
 
 #include "cudnn_sdpa.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                        \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-			failures++;                                                        \
-		}                                                                          \
-	} while (0)
+#include "check.h"
 
 /* ---- the mock ---- */
 
@@ -387,9 +379,5 @@ int main(void)
 	test_forward();
 	test_causal_backward();
 	test_no_engine();
-	if (failures)
-		fprintf(stderr, "%d check(s) failed\n", failures);
-	else
-		printf("cudnn sdpa graph: all checks passed\n");
-	return failures != 0;
+	return check_report("cudnn sdpa graph");
 }
