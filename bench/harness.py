@@ -17,10 +17,11 @@ Writing an op group (bench/ops_<group>.py, run by bench/ops.py --ops <group>):
                     bytes=2 * x.nbytes, flops=None)        # bytes if memory-bound, flops if compute-bound
 
     def cases(h, args):
-        # h: the run's df.Handle("host", streams=1, threads=args.threads); torch has set_num_threads.
-        # args.dtypes: a list of "fp32"/"bf16"; args.quick: smaller shapes for a smoke run.
+        # h: the run's df.Handle(args.backend, streams=1, threads=args.threads); torch has set_num_threads.
+        # args.dtypes: a list of "fp32"/"bf16"; args.quick: smaller shapes for a smoke run;
+        # args.scale: 1 on host, GPU_SCALE on a GPU (multiply token counts by it).
         for dtype in args.dtypes:
-            yield _rms_norm(h, dtype, *((256, 512) if args.quick else (2048, 4096)))
+            yield _rms_norm(h, dtype, *((256, 512) if args.quick else (2048 * args.scale, 4096)))
 
     if __name__ == "__main__":
         harness.main({"norm_swiglu": cases})
@@ -33,6 +34,12 @@ backward (add, adamw_step) is "fwd". The group's name goes in GROUPS in bench/op
 (norm_swiglu is there already). Rows: medians and their ratio = torch / dataflow (> 1: dataflow
 faster), best-call times and ratio_best, of_memcpy = (bytes / best-call time) / memcpy GB/s
 (ops that only read or only write, or whose data stays in cache, can pass 1).
+
+On a GPU (--backend cuda): torch runs on the same device (harness.tensor puts numpy data there,
+and it is torch's default device, so factories like torch.zeros land there too), each torch call
+is followed by torch.cuda.synchronize() as each dataflow call by h.sync(), the memcpy roof is a
+device-to-device copy, and groups scale their token counts by args.scale (GPU_SCALE) so that a
+call is not all launch latency.
 
 This module imports only the standard library at load time: matmul.py sets OMP_NUM_THREADS
 before torch and dataflow load, so both are imported inside the functions that use them.
@@ -49,7 +56,27 @@ from typing import Callable, Optional
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 SECONDS_PER_MEASUREMENT = 2.0  # timed calls per (case, library) take about this long
+GPU_SECONDS = 0.5  # GPU times vary far less than on this shared CPU
 QUICK_SECONDS = 0.1
+GPU_SCALE = 8
+DEVICE = "cpu"  # torch's device for the run: "cpu", or "cuda:N" for --backend cuda[:N]
+
+
+def torch_device(backend):
+    """torch's name for the device of a dataflow backend ("host" -> "cpu")."""
+    return "cpu" if backend == "host" else backend if ":" in backend else backend + ":0"
+
+
+def tensor(x):
+    """torch.from_numpy(x) on the run's device (no copy on the CPU)."""
+    import torch
+    return torch.from_numpy(x).to(DEVICE)
+
+
+def torch_sync():
+    if DEVICE != "cpu":
+        import torch
+        torch.cuda.synchronize(DEVICE)
 
 
 def import_dataflow():
@@ -88,13 +115,17 @@ def timed_medians(fns, rounds=3, seconds=SECONDS_PER_MEASUREMENT):
 
 def memcpy_gbs(nbytes, seconds):
     """Copy bandwidth in GB/s (bytes read + bytes written per second) of torch's copy_ between two
-    nbytes buffers, far larger than the last-level cache. torch rather than numpy: copy_ runs on
-    torch's intra-op pool, i.e. on the same threads as the ops and their peers, where np.copyto
-    uses one thread and would understate the roof the ops can reach."""
+    nbytes buffers on the run's device, far larger than the last-level cache. torch rather than
+    numpy: copy_ runs on torch's intra-op pool, i.e. on the same threads as the ops and their
+    peers, where np.copyto uses one thread and would understate the roof the ops can reach."""
     import torch
-    src = torch.ones(nbytes // 4)
+    src = torch.ones(nbytes // 4, device=DEVICE)
     dst = torch.empty_like(src)
-    (times,) = timed_calls([lambda: dst.copy_(src)], seconds=seconds)
+
+    def copy():
+        dst.copy_(src)
+        torch_sync()
+    (times,) = timed_calls([copy], seconds=seconds)
     return 2 * nbytes / min(times) / 1e9  # a roof: the best call, as load from other processes only slows it
 
 
@@ -117,6 +148,7 @@ class Case:
     peer: str  # what the torch callable runs
     bytes: Optional[float] = None  # moved per call (read + written), if memory-bound
     flops: Optional[float] = None  # per call, if compute-bound
+    note: Optional[Callable[[], str]] = None  # read after the timed calls, e.g. the kernel dataflow chose
 
 
 def measure(case, rounds, seconds):
@@ -124,7 +156,10 @@ def measure(case, rounds, seconds):
     processes hold the cores, a peer that synchronises its threads often (many small parallel
     kernels) loses a time slice per barrier and its median balloons; best-call times show the
     uncontended speed and ratio_best compares those."""
-    t_df, t_torch = timed_calls([case.dataflow, case.torch], rounds, seconds)
+    def torch_call():
+        case.torch()
+        torch_sync()
+    t_df, t_torch = timed_calls([case.dataflow, torch_call], rounds, seconds)
     (m_df, m_torch), (b_df, b_torch) = (statistics.median(t_df), statistics.median(t_torch)), (min(t_df), min(t_torch))
     row = dict(op=case.op, dir=case.direction, dtype=case.dtype, shape=case.shape, peer=case.peer,
                dataflow_ms=m_df * 1e3, torch_ms=m_torch * 1e3, ratio=round(m_torch / m_df, 3),
@@ -135,6 +170,8 @@ def measure(case, rounds, seconds):
     if case.flops:
         row.update(flops=case.flops, dataflow_gflops=round(case.flops / m_df / 1e9, 1),
                    torch_gflops=round(case.flops / m_torch / 1e9, 1))
+    if case.note:
+        row["note"] = case.note()
     return row
 
 
@@ -157,21 +194,46 @@ def cpu_model():
         return platform.processor()
 
 
-def machine_info():
+def machine_info(backend="host"):
     import torch
-    return dict(cpu=cpu_model(), cpus=os.cpu_count(), affinity=len(os.sched_getaffinity(0)),
+    info = dict(cpu=cpu_model(), cpus=os.cpu_count(), affinity=len(os.sched_getaffinity(0)),
                 python=platform.python_version(), torch=torch.__version__, dataflow=import_dataflow().__version__,
-                env={k: os.environ[k] for k in ("DATAFLOW_HOST_MATMUL", "DATAFLOW_SIMD") if k in os.environ})
+                env={k: os.environ[k] for k in ("DATAFLOW_HOST_MATMUL", "DATAFLOW_SIMD", "DATAFLOW_CUDA_ATTENTION",
+                                                "DATAFLOW_CUDA_TF32") if k in os.environ})
+    if backend != "host":
+        dev = torch_device(backend)
+        p = torch.cuda.get_device_properties(dev)
+        info.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1), sm_count=p.multi_processor_count,
+                    compute_capability=f"{p.major}.{p.minor}", torch_cuda=torch.version.cuda,
+                    torch_cudnn=torch.backends.cudnn.version())
+    return info
+
+
+def loaded_libraries():
+    """The NVIDIA libraries this process has mapped (which cuBLASLt, NVRTC, cuDNN, driver ran)."""
+    names = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                if any(k in os.path.basename(path) for k in ("cublasLt", "nvrtc", "cudnn", "libcuda.so")):
+                    names.add(path)
+    except OSError:
+        pass
+    return sorted(names)
 
 
 def parse_args(groups):
-    p = argparse.ArgumentParser(description="Host ops of dataflow vs PyTorch CPU in the same run; JSON + summary.")
+    p = argparse.ArgumentParser(description="Ops of dataflow vs PyTorch on the same device in the same run; "
+                                            "JSON + summary.")
+    p.add_argument("--backend", default="host", help="host, cuda or cuda:N (torch then runs on that GPU)")
     p.add_argument("--ops", default=",".join(groups), help=f"groups, comma-separated: {','.join(groups)}")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads and Handle(threads=)")
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--quick", action="store_true", help="small shapes and short measurements (smoke run)")
     args = p.parse_args()
     args.ops, args.dtypes = args.ops.split(","), args.dtypes.split(",")
+    args.scale = 1 if args.backend == "host" or args.quick else GPU_SCALE
     for name in args.ops:
         if name not in groups:
             p.error(f"--ops: {name!r} is not one of {list(groups)}")
@@ -181,10 +243,11 @@ def parse_args(groups):
     return args
 
 
-def summary(rows, threads, memcpy, skipped, load):
+def summary(rows, backend, threads, memcpy, skipped, load):
     def label(r):
         return f"{r['op']} {r['dir']} {r['dtype']}"
-    line = f"ops host ({threads} threads, memcpy {memcpy:.1f} GB/s): {len(rows)} cases"
+    where = f"{threads} threads" if backend == "host" else "torch on the same GPU"
+    line = f"ops {backend} ({where}, memcpy {memcpy:.1f} GB/s): {len(rows)} cases"
     if rows:
         worst = min(rows, key=lambda r: r["ratio"])
         line += (f"; ratio vs torch min {worst['ratio']:.2f}x ({label(worst)})"
@@ -207,31 +270,41 @@ def main(groups):
     args = parse_args(groups)
     import torch
     df = import_dataflow()
+    global DEVICE
+    DEVICE = torch_device(args.backend)
+    gpu = DEVICE != "cpu"
+    if gpu:
+        torch.set_default_device(DEVICE)
 
     torch.set_num_threads(args.threads)
-    seconds, rounds = (QUICK_SECONDS, 2) if args.quick else (SECONDS_PER_MEASUREMENT, 3)
-    copy_bytes = (64 if args.quick else 256) << 20  # 2x / 8x the 32 MiB L3 here: DRAM, not cache
+    seconds, rounds = (QUICK_SECONDS, 2) if args.quick else (GPU_SECONDS if gpu else SECONDS_PER_MEASUREMENT, 3)
+    # host: 2x / 8x the 32 MiB L3 here; GPU: 1 GiB, far past any L2
+    copy_bytes = (1 << 30) if gpu else (64 if args.quick else 256) << 20
     load = [round(os.getloadavg()[0], 2)]
     samples = [memcpy_gbs(copy_bytes, seconds)]
     rows, skipped = [], {}
-    with df.Handle("host", streams=1, threads=args.threads) as h:
+    with df.Handle(args.backend, streams=1, threads=args.threads) as h:
         for name in args.ops:
             if groups[name] is None:
                 skipped[name] = f"bench/ops_{name}.py is not present"
                 continue
             for case in groups[name](h, args):
                 rows.append(dict(group=name, **measure(case, rounds, seconds)))
+                print(f"# {name}: {rows[-1]['op']} {rows[-1]['dir']} {rows[-1]['dtype']} {rows[-1]['shape']}: "
+                      f"{rows[-1]['ratio']}x torch", file=sys.stderr, flush=True)  # progress, for a run cut short
                 del case  # frees its buffers before the group builds the next
     # Measured again at the end: the higher of the two is the roof, the lower met more outside load.
     samples.append(memcpy_gbs(copy_bytes, seconds))
     memcpy = max(samples)
     load.append(round(os.getloadavg()[0], 2))
     rows = [of_memcpy(r, memcpy) for r in rows]
-    result = dict(bench="ops", backend="host", threads=args.threads, dtypes=args.dtypes, quick=args.quick,
-                  machine=dict(machine_info(), loadavg_1min_start_end=load),
+    where = f"{args.threads} threads" if not gpu else f"on {DEVICE}"
+    result = dict(bench="ops", backend=args.backend, threads=args.threads, dtypes=args.dtypes, quick=args.quick,
+                  machine=dict(machine_info(args.backend), loadavg_1min_start_end=load),
+                  libraries=loaded_libraries(),
                   memcpy=dict(gbs=round(memcpy, 2), samples_gbs=[round(s, 2) for s in samples],
                               method=f"torch copy_ of {copy_bytes >> 20} MiB fp32, read + write, "
-                                     f"{args.threads} threads; best call, max of a sample before and after the cases"),
+                                     f"{where}; best call, max of a sample before and after the cases"),
                   skipped=skipped, rows=rows)
     print(json.dumps(result, indent=1))
-    print(summary(rows, args.threads, memcpy, skipped, load))
+    print(summary(rows, args.backend, args.threads, memcpy, skipped, load))

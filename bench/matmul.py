@@ -5,7 +5,8 @@
 
 GFLOP/s = 2 * n^3 / t, t the median of timed calls after a warm-up, each call including its
 sync (h.sync() / torch.cuda.synchronize()). Output is in and out dtype alike, as torch does.
-Prints one JSON object (rows, machine, the matmul path the backend used), then a summary line.
+Prints one JSON object (rows, machine, the matmul path the backend used, the NVIDIA libraries
+loaded), then a summary line. On a GPU (--backend cuda) torch runs on the same device.
 
 Threads: OMP_NUM_THREADS is set before torch and dataflow load, since both run their CPU
 matmul on OpenMP (oneDNN's Debian build; torch's MKL/oneDNN), plus torch.set_num_threads
@@ -18,7 +19,7 @@ import re
 import subprocess
 import sys
 
-from harness import TORCH_DTYPES, import_dataflow, machine_info, timed_medians
+from harness import TORCH_DTYPES, import_dataflow, loaded_libraries, machine_info, timed_medians
 
 
 def parse_args():
@@ -52,7 +53,7 @@ def matmul_paths(backend, dtypes, df):
     verbose log (read in a subprocess that imports the same dataflow as the bench), else the
     portable fallback."""
     if backend != "host":
-        return {d: "n/a" for d in dtypes}
+        return {d: "cuBLASLt (see libraries)" for d in dtypes}
     env = dict(os.environ, ONEDNN_VERBOSE="1", PYTHONPATH=os.path.dirname(os.path.dirname(df.__file__)))
     out = subprocess.run([sys.executable, "-c", PATH_PROBE, backend, ",".join(dtypes)], env=env,
                          capture_output=True, text=True).stdout
@@ -112,7 +113,8 @@ def main():
     result = dict(
         bench="matmul", backend=args.backend, threads=args.threads,
         matmul_path=matmul_paths(args.backend, args.dtypes, df),
-        machine=machine_info(),
+        machine=machine_info(args.backend),
+        libraries=loaded_libraries(),
         rows=rows)
     print(json.dumps(result, indent=2))
     big = [r for r in rows if r["size"] >= 1024] or rows

@@ -1,6 +1,8 @@
-"""Every host op group of dataflow, forward and backward, vs its PyTorch CPU peer in the same run.
+"""Every op group of dataflow, forward and backward, vs its PyTorch peer on the same device in the
+same run (host: torch on the CPU; --backend cuda: torch on that GPU).
 
-    python bench/ops.py [--ops attention,cross_entropy] [--threads 2] [--dtypes fp32,bf16] [--quick]
+    python bench/ops.py [--backend host|cuda|cuda:N] [--ops attention,cross_entropy] [--threads 2]
+                        [--dtypes fp32,bf16] [--quick]
 
 Each group lives in bench/ops_<group>.py (its docstring gives shapes and peers) and runs alone
 too; the harness (bench/harness.py: timing, memcpy roof, rows, output) documents the interface.

@@ -24,8 +24,8 @@ def _case(h, tokens, vocab, dtype):
     y = rng.integers(0, vocab, tokens).astype(np.int32)
     logits, labels = h.from_numpy(x, dtype=dtype), h.from_numpy(y)
     dlogits = h.empty((tokens, vocab), dtype)
-    tx = torch.from_numpy(x).to(getattr(torch, harness.TORCH_DTYPES[dtype])).requires_grad_()
-    ty = torch.from_numpy(y).long()
+    tx = harness.tensor(x).to(getattr(torch, harness.TORCH_DTYPES[dtype])).requires_grad_()
+    ty = harness.tensor(y).long()
 
     def theirs():
         tx.grad = None
@@ -37,7 +37,7 @@ def _case(h, tokens, vocab, dtype):
 
 
 def cases(h, args):
-    shapes = [(256, 8192)] if args.quick else [(4 * 512, 8192), (4 * 512, 128256)]
+    shapes = [(256, 8192)] if args.quick else [(4 * 512 * args.scale, 8192), (4 * 512, 128256)]  # 128k: 1 GiB bf16 already
     for tokens, vocab in shapes:
         for dtype in args.dtypes:
             yield _case(h, tokens, vocab, dtype)

@@ -25,7 +25,7 @@ def _host(n, count):
 
 
 def _torch(x, dtype):
-    return torch.from_numpy(x).to(getattr(torch, harness.TORCH_DTYPES[dtype]))
+    return harness.tensor(x).to(getattr(torch, harness.TORCH_DTYPES[dtype]))
 
 
 def _add(h, n, dtype):
@@ -52,7 +52,7 @@ def _set_mem(h, n, dtype):
 
 
 def cases(h, args):
-    n = 1 << 20 if args.quick else 1 << 24
+    n = 1 << 20 if args.quick else (1 << 24) * args.scale
     for dtype in args.dtypes:
         yield _add(h, n, dtype)
     for src, dst in itertools.permutations(args.dtypes, 2):

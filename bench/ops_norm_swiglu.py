@@ -32,7 +32,7 @@ def _inputs(shape, count, seed):
 
 
 def _torch(x, dtype):
-    return torch.from_numpy(x).to(getattr(torch, harness.TORCH_DTYPES[dtype]))
+    return harness.tensor(x).to(getattr(torch, harness.TORCH_DTYPES[dtype]))
 
 
 def _rms_norm(h, dtype, tokens, hidden):
@@ -88,7 +88,7 @@ def _swiglu_bwd(h, dtype, tokens, ffn):
 
 
 def cases(h, args):
-    tokens, hidden, ffn = (256, 512, 1408) if args.quick else (4 * 512, 2048, 5632)
+    tokens, hidden, ffn = (256, 512, 1408) if args.quick else (4 * 512 * args.scale, 2048, 5632)
     for dtype in args.dtypes:
         yield _rms_norm(h, dtype, tokens, hidden)
         yield _rms_norm_bwd(h, dtype, tokens, hidden)

@@ -28,8 +28,8 @@ def _adamw_fp32(h, n, fused):
     p0, g0 = _host(n)
     p, g, m, v = h.from_numpy(p0), h.from_numpy(g0), h.zeros(n), h.zeros(n)
     steps = itertools.count(1)
-    tp = torch.nn.Parameter(torch.from_numpy(p0))
-    tp.grad = torch.from_numpy(g0)
+    tp = torch.nn.Parameter(harness.tensor(p0))
+    tp.grad = harness.tensor(g0)
     opt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=1e-2, fused=fused)
     return Case("adamw_step_vs_fused" if fused else "adamw_step", "fwd", "fp32", str(n),
                 harness.synced(h, lambda: df.ops.adamw_step(h, p, g, m, v, next(steps))), opt.step,
@@ -41,8 +41,8 @@ def _adamw_bf16_master(h, n):
     pb, gb, master = h.from_numpy(p0, dtype="bf16"), h.from_numpy(g0, dtype="bf16"), h.from_numpy(p0)
     m, v = h.zeros(n), h.zeros(n)
     steps = itertools.count(1)
-    tp = torch.nn.Parameter(torch.from_numpy(p0.copy()))
-    tgb, tpb = torch.from_numpy(g0).bfloat16(), tp.detach().bfloat16()
+    tp = torch.nn.Parameter(harness.tensor(p0.copy()))
+    tgb, tpb = harness.tensor(g0).bfloat16(), tp.detach().bfloat16()
     opt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=1e-2)
 
     def theirs():
@@ -60,14 +60,14 @@ def _grad_norm_sq(h, n):
     _, g0 = _host(n)
     g, out = h.from_numpy(g0), h.empty(1)
     ws = h.empty(df.ops.grad_norm_sq_workspace_bytes(n) // 8, "fp64")
-    tg = torch.from_numpy(g0)
+    tg = harness.tensor(g0)
     return Case("grad_norm_sq", "fwd", "fp32", str(n),
                 harness.synced(h, lambda: df.ops.grad_norm_sq(h, g, out=out, workspace=ws)),
                 lambda: torch.linalg.vector_norm(tg).item(), "torch.linalg.vector_norm(g).item()", bytes=n * 4)
 
 
 def cases(h, args):
-    n = 1_000_000 if args.quick else 25_000_000
+    n = 1_000_000 if args.quick else 25_000_000 * min(args.scale, 4)
     if "fp32" in args.dtypes:
         yield _adamw_fp32(h, n, fused=False)
         yield _adamw_fp32(h, n, fused=True)

@@ -35,7 +35,7 @@ def _cases(h, dtype, seqs, seq_len):
     pos = np.tile(np.arange(seq_len, dtype=np.int32), seqs)
     inv_freq = df.ops.rope_inv_freq(HEAD_DIM, 500000.0)
     d_ids, d_pos, d_freq = h.from_numpy(ids), h.from_numpy(pos), h.from_numpy(inv_freq)
-    t_ids, t_pos, t_freq = torch.from_numpy(ids).long(), torch.from_numpy(pos).long(), torch.from_numpy(inv_freq)
+    t_ids, t_pos, t_freq = harness.tensor(ids).long(), harness.tensor(pos).long(), harness.tensor(inv_freq)
     td = getattr(torch, harness.TORCH_DTYPES[dtype])
     size = 4 if dtype == "fp32" else 2
     table = rng.standard_normal((VOCAB, HIDDEN)).astype(np.float32)
@@ -43,7 +43,7 @@ def _cases(h, dtype, seqs, seq_len):
     x = rng.standard_normal((tokens, HEADS, HEAD_DIM)).astype(np.float32)
     a_table, a_dout, a_x = (h.from_numpy(v, dtype=dtype) for v in (table, d_out, x))
     a_out, a_dtable, a_y = h.empty((tokens, HIDDEN), dtype), h.zeros((VOCAB, HIDDEN)), h.empty(a_x.shape, dtype)
-    tt, tdout, tx = (torch.from_numpy(v).to(td) for v in (table, d_out, x))
+    tt, tdout, tx = (harness.tensor(v).to(td) for v in (table, d_out, x))
     tdtable = torch.zeros(VOCAB, HIDDEN)
 
     def cos_sin():
@@ -83,7 +83,7 @@ def _cases(h, dtype, seqs, seq_len):
 
 
 def cases(h, args):
-    seqs, seq_len = (1, 128) if args.quick else (4, 512)
+    seqs, seq_len = (1, 128) if args.quick else (4 * args.scale, 512)
     for dtype in args.dtypes:
         yield from _cases(h, dtype, seqs, seq_len)
 

@@ -1,7 +1,15 @@
 """Training-step throughput and peak memory of dataflow's Llama vs Hugging Face
 LlamaForCausalLM on torch eager, same config, dtype, thread count and batch.
 
-    python bench/train.py [--quick] [--backend host] [--threads N] [--dtypes fp32,bf16] [--steps 5]
+    python bench/train.py [--quick] [--backend host] [--model reference|1b] [--threads N]
+                          [--dtypes fp32,bf16] [--steps 5]
+
+--backend cuda[:N]: dataflow on that GPU and torch on the same GPU (model built there, tokens
+there; each step ends with loss.item(), a sync, as Trainer.step returns the loss). --model 1b:
+a Llama-3.2-1B-class config (hidden 2048, 16 layers, 32 query / 8 KV heads, FFN 8192, vocab
+128256, untied) at 1 x 4096 tokens, the issue's GPU target. On a GPU the rows add peak device
+memory and MFU = model FLOPs per step / step time / the GPU's dense bf16 peak (PEAK_BF16, from
+the datasheet; None for a GPU not in the table).
 
 A step is forward + backward + AdamW with global-norm clipping (max norm 1.0):
 dataflow Trainer.step vs torch's zero_grad / model(tokens, labels=tokens).loss.backward() /
@@ -15,7 +23,7 @@ outside load on this shared machine can favour either: the loadavg is recorded a
 bf16: dataflow keeps bf16 weights and activations with fp32 gradients, m and v; torch keeps
 everything (params, grads, AdamW state) in bf16, as model.to(torch.bfloat16) does.
 
-Model FLOPs per step (reported as achieved GFLOP/s, not MFU: a CPU's peak is not known here):
+Model FLOPs per step (reported as achieved GFLOP/s; on a GPU also as MFU against its datasheet peak):
 6 * (non-embedding params + lm_head) * tokens + attention 6 * 2 * layers * heads * head_dim *
 sum over documents of seq^2 / 2 (causal; QK^T and PV, forward 2 + backward 4 multiply-adds).
 """
@@ -36,11 +44,26 @@ QUICK = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_l
              num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=256,
              tie_word_embeddings=False)
 QUICK_BATCH = (2, 64)
+LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5, rope_theta=500000.0,
+                max_position_embeddings=4096, tie_word_embeddings=False)
+LLAMA_1B_BATCH = (1, 4096)
+PEAK_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense tensor-core FLOP/s (SXM datasheets)
 WARMUP = 2
 
 
 def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def config(args):
+    if args.quick:
+        return QUICK, QUICK_BATCH
+    return (LLAMA_1B, LLAMA_1B_BATCH) if args.model == "1b" else (REFERENCE, REFERENCE_BATCH)
+
+
+def peak_flops(gpu_name):
+    return next((v for k, v in PEAK_BF16.items() if k in gpu_name), None)
 
 
 def step_flops(cfg, batch, seq):
@@ -54,7 +77,7 @@ def step_flops(cfg, batch, seq):
 
 def worker(args):
     import numpy as np
-    cfg, (batch, seq) = (QUICK, QUICK_BATCH) if args.quick else (REFERENCE, REFERENCE_BATCH)
+    cfg, (batch, seq) = config(args)
     tokens = np.random.default_rng(0).integers(0, cfg["vocab_size"], size=(batch, seq))
     if args.worker == "dataflow":
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -69,12 +92,15 @@ def worker(args):
     else:
         import torch
         import transformers
+        from harness import torch_device
         torch.set_num_threads(args.threads)
         baseline = peak_rss_mib()
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
+        device = torch_device(args.backend)
+        with torch.device(device):  # built on the device: a 1B model initialises in seconds there
+            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
         model = model.to(torch.bfloat16 if args.dtype == "bf16" else torch.float32).train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
-        t = torch.from_numpy(tokens)
+        t = torch.from_numpy(tokens).to(device)
 
         def step():
             opt.zero_grad(set_to_none=True)
@@ -94,6 +120,8 @@ def worker(args):
     load.append(os.getloadavg()[0])
     if args.worker == "dataflow":
         extra["device_memory_in_use_mib"] = round(h.memory_in_use() / 2**20, 1)
+    elif args.backend != "host":
+        extra["device_memory_peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     median = statistics.median(times)
     print(json.dumps(dict(library=args.worker, dtype=args.dtype, step_s=times, median_s=median,
                           tokens_per_s=batch * seq / median, gflops=step_flops(cfg, batch, seq) / median / 1e9,
@@ -103,7 +131,8 @@ def worker(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", default="host", help="dataflow Handle backend: host, cuda or cuda:N")
+    p.add_argument("--backend", default="host", help="dataflow Handle backend: host, cuda or cuda:N (torch runs there)")
+    p.add_argument("--model", choices=["reference", "1b"], default="reference", help="config (see the docstring)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--steps", type=int, default=5, help="timed steps after 2 warm-up steps")
@@ -125,7 +154,7 @@ def main():
         pair = {}
         for lib in ("dataflow", "torch"):
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--dtype", dtype, "--backend",
-                   args.backend, "--threads", str(args.threads), "--steps", str(args.steps)] + (
+                   args.backend, "--model", args.model, "--threads", str(args.threads), "--steps", str(args.steps)] + (
                    ["--quick"] if args.quick else [])
             out = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if out.returncode != 0:
@@ -134,15 +163,26 @@ def main():
         d, t = pair["dataflow"], pair["torch"]
         rows.append(dict(dtype=dtype, dataflow=d, torch=t, speedup=d["tokens_per_s"] / t["tokens_per_s"],
                          rss_ratio=d["rss_peak_mib"] / t["rss_peak_mib"]))
-    cfg, (batch, seq) = (QUICK, QUICK_BATCH) if args.quick else (REFERENCE, REFERENCE_BATCH)
+    cfg, (batch, seq) = config(args)
+    machine = machine_info(args.backend)
+    peak = peak_flops(machine.get("gpu", "")) if args.backend != "host" else None
+    for r in rows:
+        for lib in ("dataflow", "torch"):
+            r[lib]["mfu"] = round(r[lib]["gflops"] * 1e9 / peak, 4) if peak else None
     print(json.dumps(dict(bench="train", backend=args.backend, threads=args.threads, quick=args.quick,
-                          config=cfg, batch=batch, seq=seq, steps=args.steps, machine=machine_info(), rows=rows),
-                     indent=1))
+                          model=args.model, config=cfg, batch=batch, seq=seq, steps=args.steps, machine=machine,
+                          peak_bf16_flops=peak, mfu_formula="step_flops(cfg, batch, seq) / median step s / peak_bf16_flops",
+                          rows=rows), indent=1))
+    gpu = args.backend != "host"
     parts = [f"{r['dtype']}: {r['speedup']:.2f}x torch tokens/s ({r['dataflow']['tokens_per_s']:.0f} vs "
-             f"{r['torch']['tokens_per_s']:.0f}), peak RSS {r['rss_ratio']:.2f}x ({r['dataflow']['rss_peak_mib']:.0f} vs "
-             f"{r['torch']['rss_peak_mib']:.0f} MiB)" for r in rows]
-    print(f"train {args.backend} ({args.threads} threads, hidden {cfg['hidden_size']} x {cfg['num_hidden_layers']} "
-          f"layers, {batch}x{seq} tokens): " + "; ".join(parts) + "; target >= 1.5x tokens/s, <= 0.7x RSS")
+             f"{r['torch']['tokens_per_s']:.0f})" + (
+                 f", MFU {r['dataflow']['mfu']} vs {r['torch']['mfu']}" if gpu else
+                 f", peak RSS {r['rss_ratio']:.2f}x ({r['dataflow']['rss_peak_mib']:.0f} vs "
+                 f"{r['torch']['rss_peak_mib']:.0f} MiB)") for r in rows]
+    where = machine.get("gpu", args.backend) if gpu else f"{args.threads} threads"
+    target = "target >= 1.1x tokens/s" if gpu else "target >= 1.5x tokens/s, <= 0.7x RSS"
+    print(f"train {args.backend} ({where}, hidden {cfg['hidden_size']} x {cfg['num_hidden_layers']} "
+          f"layers, {batch}x{seq} tokens): " + "; ".join(parts) + "; " + target)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,18 @@ def open_handle(backend, **kwargs):
     return df.Handle(backend, **kwargs)
 
 
+def handle_fixture(name, scope="module", **kwargs):
+    """A fixture `name` giving Handle(backend, **kwargs) once per backend of BACKENDS (ids "host",
+    "cuda"), closed after its scope; the cuda case skips with the reason where no GPU is usable.
+    Op test files use it for their handle, so the same tests with the same tolerances run on
+    every backend."""
+    @pytest.fixture(scope=scope, params=BACKENDS, name=name)
+    def fixture(request):
+        with open_handle(request.param, **kwargs) as handle:
+            yield handle
+    return fixture
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     """Each backend in turn; cuda cases skip with the reason where no GPU is usable."""

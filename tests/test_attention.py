@@ -1,4 +1,4 @@
-"""Host attention forward/backward against torch scaled_dot_product_attention.
+"""attention forward/backward on each backend against torch scaled_dot_product_attention.
 
 The oracle runs per sequence in fp32 on the same (dtype-rounded) inputs, with K/V heads
 expanded by repeat_interleave (Hugging Face's repeat_kv) for GQA, and autograd for dq, dk, dv;
@@ -14,15 +14,13 @@ import torch
 import dataflow as df
 from test_elementwise_ops import quantize
 from tolerances import ATTENTION_TOLERANCES
+from conftest import handle_fixture
 
 DTYPES = ("fp32", "bf16", "fp16")
 LENGTHS = [1, 7, 33, 64, 5, 130]
 
 
-@pytest.fixture(scope="module")
-def h():
-    with df.Handle("host", streams=2, device_memory="1GiB") as handle:
-        yield handle
+h = handle_fixture("h", streams=2, device_memory="1GiB")
 
 
 def offsets(lengths):

@@ -1,4 +1,4 @@
-"""Host cross_entropy (softmax fused, forward + backward) against torch autograd.
+"""cross_entropy (softmax fused, forward + backward) on each backend against torch autograd.
 
 The oracle is torch.nn.functional.cross_entropy in fp32 on the logits as the device holds
 them (rounded to the dtype), with autograd giving dlogits; the kernel computes in fp32 too
@@ -13,11 +13,13 @@ import torch.nn.functional as F
 import dataflow as df
 from dataflow._ffi import ffi, opslib
 from dataflow.errors import check
+from conftest import handle_fixture
 from tolerances import CROSS_ENTROPY_TOLERANCES as TOL
 
 DTYPES = ("fp32", "bf16", "fp16")
 REF = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 UINT = {"fp32": np.uint32, "fp16": np.uint16, "bf16": np.uint16}
+h = handle_fixture("h", streams=4, device_memory="256MiB")
 
 
 def quantize(x, dtype):

@@ -1,42 +1,119 @@
-"""Every CUDA kernel compiles with NVRTC for sm_80 and sm_90, cleanly (an NVRTC log is a
+"""Every CUDA kernel file compiles with NVRTC for sm_80 and sm_90, cleanly (an NVRTC log is a
 warning, and a warning fails), through the backend's own C path (libdataflow_cuda.so's
-dataflow_cuda_compile_check). Needs NVRTC (the nvidia-cuda-nvrtc wheel) but no GPU: in CI
-(CI=true) a missing NVRTC fails the test; elsewhere it skips."""
+dataflow_cuda_compile_check), and defines every kernel the backend launches from it: each
+variant of each catalogue op the library registers natively (dataflow_cuda_<op>_<variant>, in
+the file the library's source lookup picks) and each kernel its external ops launch by name.
+Also: every catalogue op is provided on cuda, and meson embeds every kernel file. Needs NVRTC
+(the nvidia-cuda-nvrtc wheel) but no GPU: in CI (CI=true) a missing NVRTC fails the test;
+elsewhere it skips."""
+import ctypes
 import glob
 import os
+import re
 
 import pytest
 
 import dataflow as df
 from dataflow import cuda
+from dataflow._ffi import LIB_DIR, ffi, opslib
 
-KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "backends", "cuda", "kernels")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNEL_DIR = os.path.join(ROOT, "backends", "cuda", "kernels")
 KERNELS = sorted(glob.glob(os.path.join(KERNEL_DIR, "*.cu")))
 ARCHS = (80, 90)
+
+
+def _catalogue():
+    """(name, native?, [variant symbol suffixes]) per catalogue entry."""
+    text = lambda p: ffi.string(p).decode()  # noqa: E731
+    out = []
+    for i in range(opslib.dataflow_op_catalogue_size()):
+        e = opslib.dataflow_op_catalogue_entry(i)
+        out.append((text(e.name), e.kind == opslib.DATAFLOW_OP_NATIVE,
+                    [text(e.variant_symbols[v]) for v in range(e.num_variants)]))
+    return out
+
+
+CATALOGUE = _catalogue()
+CUDA_LIB = ctypes.CDLL(os.path.join(LIB_DIR, "libdataflow_cuda.so"))
+
+
+def _exports(symbol):
+    return hasattr(CUDA_LIB, symbol)
+
+
+def _source_of(op):
+    """The file the backend's dataflow_cuda_kernel_source gives op (its longest '_'-prefix)."""
+    parts = op.split("_")
+    for n in range(len(parts), 0, -1):
+        path = os.path.join(KERNEL_DIR, "_".join(parts[:n]) + ".cu")
+        if os.path.exists(path):
+            return path
+    return None
+
+
+# kernels the external ops launch by name (cuda_attention.c, cuda_embedding.c)
+EXTERNAL_KERNELS = {
+    "attention.cu": [f"attn_fwd_{t}_{hd}" for t in ("bf16", "fp16") for hd in (64, 128, 256)]
+    + [f"attn_fwd_simt_{t}" for t in ("fp32", "fp16", "bf16")] + ["attn_cudnn_check", "attn_cudnn_commit"],
+    "attention_bwd.cu": [f"attn_{k}_{t}_{hd}" for k in ("dkdv", "dq") for t in ("bf16", "fp16") for hd in (64, 128, 256)]
+    + [f"attn_{k}_simt_{t}" for k in ("dkdv", "dq") for t in ("fp32", "fp16", "bf16")],
+    "embedding.cu": ["embedding_bwd_keys_int32", "embedding_bwd_keys_int64", "radix_histogram", "radix_scan",
+                     "radix_scatter"] + [f"embedding_bwd_rows_{t}" for t in ("fp32", "fp16", "bf16")],
+}
+
+
+def expected_symbols(path):
+    name = os.path.basename(path)
+    symbols = list(EXTERNAL_KERNELS.get(name, []))
+    for op, native, variants in CATALOGUE:
+        if native and _exports(f"dataflow_cuda_{op}_launch") and _source_of(op) == path:
+            symbols += [f"dataflow_cuda_{op}_{v}" for v in variants]
+    return symbols
 
 
 @pytest.fixture(scope="module")
 def nvrtc():
     try:
-        cuda.compile_check(KERNELS[0], ARCHS[0])
+        cuda.compile_check(os.path.join(KERNEL_DIR, "set_mem.cu"), ARCHS[0])
     except df.LoadError as e:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI must compile the CUDA kernels, but NVRTC cannot be loaded: {e}")
         pytest.skip(f"NVRTC not available (pip install nvidia-cuda-nvrtc): {e}")
 
 
-def test_kernels_found():
-    assert {os.path.basename(k) for k in KERNELS} >= {"add.cu", "scale.cu", "cast.cu", "set_mem.cu"}
+def test_meson_embeds_every_kernel_file():
+    with open(os.path.join(ROOT, "backends", "cuda", "meson.build")) as f:
+        listed = set(re.findall(r"'kernels/([^']+)'", f.read()))
+    present = {os.path.basename(p) for p in glob.glob(os.path.join(KERNEL_DIR, "*.cu*"))}
+    assert listed == present, f"meson lists {sorted(listed - present)} absent, misses {sorted(present - listed)}"
+
+
+@pytest.mark.parametrize("op", [op for op, _, _ in CATALOGUE])
+def test_every_catalogue_op_is_provided_on_cuda(op):
+    """A native launch function (with a kernel source), or the external form (function + init)."""
+    native = _exports(f"dataflow_cuda_{op}_launch")
+    external = _exports(f"dataflow_cuda_{op}") and _exports(f"dataflow_cuda_{op}_init")
+    assert native or external, f"{op}: libdataflow_cuda.so has neither a launch function nor an external form"
+    if native:
+        assert _source_of(op), f"{op}: no kernels/<prefix>.cu for its kernels"
+
+
+def test_every_native_variant_has_a_kernel_file_expecting_it():
+    covered = {s for k in KERNELS for s in expected_symbols(k)}
+    for op, native, variants in CATALOGUE:
+        if native and _exports(f"dataflow_cuda_{op}_launch"):
+            assert {f"dataflow_cuda_{op}_{v}" for v in variants} <= covered
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("kernel", KERNELS, ids=os.path.basename)
-def test_kernel_compiles_without_warnings(nvrtc, kernel, arch):
-    log = cuda.compile_check(kernel, arch)
+def test_kernel_compiles_without_warnings_and_defines_its_kernels(nvrtc, kernel, arch):
+    log = cuda.compile_check(kernel, arch, expected_symbols(kernel))
     assert log == "", f"{os.path.basename(kernel)} for sm_{arch}: NVRTC log (warnings fail):\n{log}"
 
 
-def test_errors_and_warnings_are_reported(nvrtc, tmp_path):
+def test_errors_warnings_and_missing_kernels_are_reported(nvrtc, tmp_path):
     bad = tmp_path / "bad.cu"
     bad.write_text('extern "C" __global__ void k(float *x) { x[0] = undefined_name; }\n')
     with pytest.raises(df.DataflowError, match="undefined_name"):
@@ -44,3 +121,8 @@ def test_errors_and_warnings_are_reported(nvrtc, tmp_path):
     warn = tmp_path / "warn.cu"
     warn.write_text('extern "C" __global__ void k(float *x) { int unused; x[0] = 1.0f; }\n')
     assert "unused" in cuda.compile_check(warn, 80)
+    good = tmp_path / "good.cu"
+    good.write_text('extern "C" __global__ void kern(float *x) { x[0] = 1.0f; }\n')
+    assert cuda.compile_check(good, 80, ["kern"]) == ""
+    with pytest.raises(df.DataflowError, match="has no kernel ker$"):
+        cuda.compile_check(good, 80, ["ker"])  # a prefix of a defined name is not a definition

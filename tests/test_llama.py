@@ -8,6 +8,7 @@ import pytest
 import dataflow as df
 from dataflow.models import Llama, LlamaConfig, Trainer
 from tolerances import LLAMA_TOLERANCES
+from conftest import handle_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -30,11 +31,7 @@ CONFIGS = {
 TOL = LLAMA_TOLERANCES
 
 
-@pytest.fixture(scope="module")
-def handle():
-    h = df.Handle("host", streams=2, device_memory="1GiB")
-    yield h
-    h.close()
+handle = handle_fixture("handle", streams=2, device_memory="1GiB")
 
 
 def hf_model(config, state):

@@ -8,16 +8,13 @@ import dataflow as df
 from dataflow.models import Llama, LlamaConfig
 from test_llama import CONFIGS, hf_model
 from tolerances import LLAMA_CACHED_TOLERANCES
+from conftest import handle_fixture
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module")
-def handle():
-    h = df.Handle("host", streams=2, device_memory="1GiB")
-    yield h
-    h.close()
+handle = handle_fixture("handle", streams=2, device_memory="1GiB")
 
 
 def sharp_model(handle, name, dtype="fp32", seed=0):

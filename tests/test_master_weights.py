@@ -9,6 +9,7 @@ import pytest
 import dataflow as df
 from dataflow import checkpoint, dtypes
 from dataflow.models import Llama, LlamaConfig, Trainer
+from conftest import handle_fixture
 from test_llama import CONFIGS, hf_model, tokens_for
 from tolerances import ADAMW_TOLERANCES, LLAMA_TOLERANCES
 
@@ -20,11 +21,7 @@ def bf16(x):
     return dtypes.decode(dtypes.encode(np.asarray(x, np.float32), "bf16"), "bf16")
 
 
-@pytest.fixture(scope="module")
-def handle():
-    h = df.Handle("host", streams=2, device_memory="1GiB")
-    yield h
-    h.close()
+handle = handle_fixture("handle", streams=2, device_memory="1GiB")
 
 
 @pytest.mark.parametrize("name", ["gqa_untied", "mha_tied"])

@@ -1,9 +1,10 @@
-"""Host matmul, D = alpha * op(A) @ op(B) + beta * C, against a float64 numpy oracle.
+"""matmul on each backend, D = alpha * op(A) @ op(B) + beta * C, against a float64 numpy oracle.
 
 Inputs are rounded to their dtype first, so the oracle sees exactly what the kernel sees and
 the comparison measures only fp32 accumulation and the final rounding (tolerances.py).
-Both engines run: "auto" (oneDNN when built in; fp16 still falls back) and "fallback"
-(DATAFLOW_HOST_MATMUL, read when the handle registers its ops). The fallback's AVX2 and
+Both host engines run: "auto" (oneDNN when built in; fp16 still falls back) and "fallback"
+(DATAFLOW_HOST_MATMUL, read when the handle registers its ops), and cuda (cuBLASLt) where a
+GPU is. The fallback's AVX2 and
 scalar microkernels run in subprocesses, because the vector path is chosen once per process.
 """
 import os
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
+from conftest import open_handle
 from tolerances import matmul_tolerance
 
 PAIRS = [("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "bf16"), ("fp16", "fp32"), ("fp16", "fp16")]
@@ -25,9 +27,14 @@ SHAPES = [(1, 1, 1), (7, 33, 129), (129, 7, 33), (33, 129, 7), (1, 1000, 33), (1
 NUMPY_OF = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 
 
-@pytest.fixture(scope="module", params=["auto", "fallback"])
+@pytest.fixture(scope="module", params=["auto", "fallback", "cuda"])
 def mh(request):
-    """A handle whose matmul runs on the given engine."""
+    """A host handle whose matmul runs on the given engine, or a cuda handle (cuBLASLt; skips
+    with the reason where no GPU is usable)."""
+    if request.param == "cuda":
+        with open_handle("cuda", streams=2, device_memory="1GiB") as handle:
+            yield handle
+        return
     old = os.environ.get("DATAFLOW_HOST_MATMUL")
     os.environ["DATAFLOW_HOST_MATMUL"] = request.param
     try:

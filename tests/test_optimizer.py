@@ -12,16 +12,14 @@ import torch
 
 import dataflow as df
 from tolerances import ADAMW_TOLERANCES, GRAD_NORM_TOLERANCES
+from conftest import handle_fixture
 
 SIZES = (1, 7, 1000, 100003)
 HYPER = dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
 STEPS = 5
 
 
-@pytest.fixture(scope="module")
-def h():
-    with df.Handle("host", streams=2, device_memory="512MiB") as handle:
-        yield handle
+h = handle_fixture("h", streams=2, device_memory="512MiB")
 
 
 def rounded(x, dtype):

@@ -1,4 +1,4 @@
-"""Host rms_norm forward, bwd_x and bwd_w against PyTorch and a numpy replay of the kernels.
+"""rms_norm forward, bwd_x and bwd_w on each backend against PyTorch and a numpy replay of the kernels.
 
 The convention is Hugging Face LlamaRMSNorm's (ops.h): in fp32, rstd = 1/sqrt(mean(x^2) + eps),
 y = w * to_dtype(x * rstd), the normalized row rounded to the dtype before the weight multiply.
@@ -19,6 +19,7 @@ import torch
 import dataflow as df
 from test_elementwise_ops import TORCH, UINT, quantize
 from tolerances import TOLERANCES, TWO_ROUNDING_TOLERANCES, sum_tolerance
+from conftest import handle_fixture
 
 DTYPES = ("fp32", "fp16", "bf16")
 # odd hidden sizes (tails of 1..15 after the 16-lane part), rows around the 64-row dw block
@@ -27,10 +28,7 @@ EPS = 1e-6
 BLOCK_ROWS = 64
 
 
-@pytest.fixture(scope="module")
-def h():
-    with df.Handle("host", streams=2) as handle:
-        yield handle
+h = handle_fixture("h", streams=2)
 
 
 def data(rows, hidden, dtype, seed):

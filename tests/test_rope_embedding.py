@@ -1,4 +1,4 @@
-"""Host embedding / embedding_bwd_w / rope / rope_bwd against PyTorch.
+"""embedding / embedding_bwd_w / rope / rope_bwd on each backend against PyTorch.
 
 embedding is a row copy, so it must equal table[ids] bit for bit; its backward is checked
 against torch autograd and an fp64 scatter-add from the same rounded d_out. rope is checked
@@ -15,6 +15,7 @@ import torch
 
 import dataflow as df
 from tolerances import EMBEDDING_BWD_TOLERANCES, ROPE_TOLERANCES
+from conftest import handle_fixture
 
 DTYPES = ("fp32", "fp16", "bf16")
 TOKENS = (1, 7, 33, 129)
@@ -22,10 +23,7 @@ REF = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 LLAMA3_SCALING = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
 
 
-@pytest.fixture(scope="module")
-def h():
-    with df.Handle("host", streams=2) as handle:
-        yield handle
+h = handle_fixture("h", streams=2)
 
 
 def quantize(x, dtype):

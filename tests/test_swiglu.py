@@ -1,4 +1,4 @@
-"""Host swiglu forward and backward against PyTorch and a numpy replay of the kernels.
+"""swiglu forward and backward on each backend against PyTorch and a numpy replay of the kernels.
 
 The convention is F.silu(gate) * up, as Hugging Face LlamaMLP computes it (ops.h): silu in
 fp32, rounded to the dtype before the multiply by up. The kernels take the sigmoid from
@@ -18,15 +18,13 @@ import torch
 import dataflow as df
 from test_elementwise_ops import TORCH, UINT, quantize
 from tolerances import TOLERANCES, TWO_ROUNDING_TOLERANCES
+from conftest import handle_fixture
 
 DTYPES = ("fp32", "fp16", "bf16")
 SHAPES = [(1, 1), (1, 15), (3, 17), (7, 100), (33, 257), (64, 1024), (5, 11008)]
 
 
-@pytest.fixture(scope="module")
-def h():
-    with df.Handle("host", streams=2) as handle:
-        yield handle
+h = handle_fixture("h", streams=2)
 
 
 def data(rows, ffn, dtype, seed, scale=3.0):

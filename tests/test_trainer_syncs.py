@@ -6,19 +6,15 @@ fresh computation of the same quantities."""
 import numpy as np
 import pytest
 
-import dataflow as df
 from dataflow.models import Llama, LlamaConfig, Trainer
+from conftest import handle_fixture
 
 CONFIG = dict(vocab_size=67, hidden_size=32, intermediate_size=56, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, rms_norm_eps=1e-5, tie_word_embeddings=False)
 MAX_SYNCS_PER_STEP = 2
 
 
-@pytest.fixture
-def h():
-    handle = df.Handle("host", streams=2, device_memory="256MiB")
-    yield handle
-    handle.close()
+h = handle_fixture("h", scope="function", streams=2, device_memory="256MiB")
 
 
 def counted(h, fn):

@@ -315,11 +315,13 @@ def gen_args(ops):
     return "\n".join(out) + "\n"
 
 
-def gen_cuda_params(ops):
+def gen_cuda_params(ops, constants):
     out = [f"// {HEADER}",
            "// The parameter list of each default op's CUDA kernels, in the skeleton's order (as",
-           "// cuLaunchKernel passes Op.op_args): DATAFLOW_<OP>_PARAMS(<element type per dtype slot>).",
+           "// cuLaunchKernel passes Op.op_args): DATAFLOW_<OP>_PARAMS(<element type per dtype slot>),",
+           "// and the catalogue's constants.",
            "#pragma once", ""]
+    out += [f"#define DATAFLOW_{name} {value}" for name, value in constants.items()] + [""]
     for op in ops:
         params = ", ".join(a.cuda_param() for a in op.args)
         out.append(f"#define DATAFLOW_{op.upper}_PARAMS({', '.join(op.slots)}) {params}")
@@ -344,7 +346,7 @@ def main():
     except CatalogueError as e:
         sys.exit(f"{catalogue}: {e}")
     files = {"default_ops.h": gen_header(ops, constants), "default_ops.c": gen_source(ops),
-             "op_args.h": gen_args(ops), "op_params.cuh": gen_cuda_params(ops)}
+             "op_args.h": gen_args(ops), "op_params.cuh": gen_cuda_params(ops, constants)}
     for name, text in files.items():
         with open(os.path.join(outdir, name), "w") as f:
             f.write(text)

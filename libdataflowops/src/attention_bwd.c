@@ -35,6 +35,7 @@ Dataflow_Status dataflow_submit_attention_bwd(Dataflow_Handle *handle, int strea
 					 .q = q,
 					 .k = k,
 					 .v = v,
+					 .out = out,
 					 .lse = lse,
 					 .D = workspace,
 					 .cu_seqlens = cu_seqlens,

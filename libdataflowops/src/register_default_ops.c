@@ -3,7 +3,9 @@
  * layer compiles once and checks at every submission; natives and externals in one call each. A
  * backend may provide a subset of the default ops: an op whose launch (native) or init
  * (external) symbol its library lacks is left out; a provided op must then provide every
- * variant, or registration fails. */
+ * variant, or registration fails. A backend may also implement a native catalogue op as an
+ * external op (dataflow_<backend>_<op> with init dataflow_<backend>_<op>_init, in place of
+ * the launch function), e.g. where one submission runs several kernels or a library. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +60,10 @@ static Dataflow_Status add_op(Variant_List *nat, Variant_List *ext, const Datafl
 	int external = op->kind == DATAFLOW_OP_EXTERNAL;
 	char first[SYMBOL_LEN], second[SYMBOL_LEN];
 	snprintf(second, sizeof(second), "dataflow_%s_%s_%s", backend, op->name, external ? "init" : "launch");
+	if (!external && !dlsym(lib, second)) { /* the backend's external form of a native op */
+		snprintf(second, sizeof(second), "dataflow_%s_%s_init", backend, op->name);
+		external = dlsym(lib, second) != NULL;
+	}
 	if (!dlsym(lib, second))
 		return DATAFLOW_OK;
 	for (int v = 0; v < op->num_variants; v++) {

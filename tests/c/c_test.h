@@ -41,6 +41,14 @@ static inline int *c_test_failures(void)
 		}                                                                                            \
 	} while (0)
 
+/* Soft checks without a note: a condition, two strings equal (both printed when not). */
+#define EXPECT_TRUE(cond) EXPECT_THAT(cond, "%s", "false")
+#define EXPECT_STR(got, want)                                                                                \
+	do {                                                                                                 \
+		const char *got_ = (got), *want_ = (want);                                                   \
+		EXPECT_THAT(!strcmp(got_, want_), "got \"%s\", want \"%s\"", got_, want_);                     \
+	} while (0)
+
 #define EXPECT(cond)                                                                                         \
 	do {                                                                                                 \
 		if (!(cond)) {                                                                               \

@@ -6,9 +6,11 @@
  * by the ledger in libdataflow), and native ops compiled with NVRTC at first use. */
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "cuda_driver.h"
+#include "cuda_fault.h"
 #include "dataflow/backend.h"
 
 #define CUDA_ALIGN 256
@@ -21,9 +23,10 @@ typedef struct {
 	Cuda_Handle *handle;
 	int id;
 	CUstream stream;
-	pthread_mutex_t lock; /* guards recorded, done and the ring */
+	pthread_mutex_t lock; /* guards recorded, done, the ring and ops */
 	uint64_t recorded;    /* events handed out; event v used events[v % CUDA_EVENT_RING] */
 	uint64_t done;        /* the latest event known to be done */
+	Cuda_Op_Log ops;      /* submitted since the last successful sync: what a fault names */
 	CUevent events[CUDA_EVENT_RING]; /* created on first use */
 } Cuda_Stream;
 
@@ -53,9 +56,11 @@ struct Cuda_Handle {
 	char device_name[128];
 	int num_streams;
 	Cuda_Stream streams[DATAFLOW_MAX_STREAMS];
-	pthread_mutex_t lock; /* guards the modules */
+	pthread_mutex_t lock; /* guards the modules and the lost message */
 	Cuda_Module *modules;
 	char ops_library_path[4096];
+	atomic_int lost;        /* set once a fault lost the context; lost_message then stays */
+	char lost_message[1024];
 };
 
 /* The handle whose host op runs on this thread (a driver thread, where CUDA API calls are
@@ -68,11 +73,18 @@ static inline Cuda_Handle *cuda_of(Dataflow_Handle *h)
 }
 
 /* Makes h's context current on this thread; `what` names the entry. Fails when called from a
- * host op (CUDA forbids API calls in host functions). */
+ * host op (CUDA forbids API calls in host functions), and, naming the fault, once a fault lost
+ * the context. */
 Dataflow_Status cuda_enter(Cuda_Handle *h, const char *what);
+/* cuda_check, and when the result is a fault that loses the context (cuda_error_is_sticky),
+ * marks the handle lost with the message, which then tells the user to close the handle. */
+Dataflow_Status cuda_check_fault(Cuda_Handle *h, CUresult result, const char *what);
 Dataflow_Status cuda_streams_create(Cuda_Handle *h, int num_streams, const int *priorities);
 void cuda_streams_destroy(Cuda_Handle *h);
 void cuda_modules_destroy(Cuda_Handle *h);
+/* The module for (name, text): an existing one with the same text, or a new one (NULL when
+ * out of memory). Takes ownership of text. Called with h->lock held. */
+Cuda_Module *cuda_module_for(Cuda_Handle *h, const char *name, char *text, const char *include_dir);
 /* Loads (compiling if needed) the module and resolves the op's kernel. */
 Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op);
 

@@ -55,6 +55,7 @@ static const struct {
 	SYM(cuModuleLoadData, "cuModuleLoadData"),
 	SYM(cuModuleGetFunction, "cuModuleGetFunction"),
 	SYM(cuModuleUnload, "cuModuleUnload"),
+	SYM(cuFuncSetAttribute, "cuFuncSetAttribute"),
 	SYM(cuGetErrorName, "cuGetErrorName"),
 	SYM(cuGetErrorString, "cuGetErrorString"),
 #undef SYM

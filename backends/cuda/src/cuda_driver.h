@@ -25,8 +25,22 @@ enum {
 	CUDA_SUCCESS = 0,
 	CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
 	CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705,
+	CUDA_ERROR_CONTAINED = 226, /* the errors that lose the context (cuda_fault.c) */
+	CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+	CUDA_ERROR_LAUNCH_TIMEOUT = 702,
+	CUDA_ERROR_ASSERT = 710,
+	CUDA_ERROR_HARDWARE_STACK_ERROR = 714,
+	CUDA_ERROR_ILLEGAL_INSTRUCTION = 715,
+	CUDA_ERROR_MISALIGNED_ADDRESS = 716,
+	CUDA_ERROR_INVALID_ADDRESS_SPACE = 717,
+	CUDA_ERROR_INVALID_PC = 718,
+	CUDA_ERROR_LAUNCH_FAILED = 719,
+	CUDA_ERROR_TENSOR_MEMORY_LEAK = 721,
+	CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
 	CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
 	CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+	CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+	CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
 	CU_STREAM_NON_BLOCKING = 0x1,
 	CU_EVENT_DISABLE_TIMING = 0x2,
 };
@@ -70,6 +84,7 @@ typedef struct {
 	CUresult (*cuModuleLoadData)(CUmodule *module, const void *image);
 	CUresult (*cuModuleGetFunction)(CUfunction *fn, CUmodule module, const char *name);
 	CUresult (*cuModuleUnload)(CUmodule module);
+	CUresult (*cuFuncSetAttribute)(CUfunction fn, int attribute, int value);
 	CUresult (*cuGetErrorName)(CUresult error, const char **name);
 	CUresult (*cuGetErrorString)(CUresult error, const char **text);
 } Cuda_Driver;

@@ -5,8 +5,39 @@
 
 #include "cuda_backend.h"
 
+Dataflow_Status cuda_check_fault(Cuda_Handle *h, CUresult result, const char *what)
+{
+	Dataflow_Status st = cuda_check(result, h->handle->device_index, what);
+	if (st == DATAFLOW_OK || !cuda_error_is_sticky(result))
+		return st;
+	char message[1024];
+	snprintf(message, sizeof(message), "%s", dataflow_last_error());
+	pthread_mutex_lock(&h->lock);
+	if (!atomic_load(&h->lost)) {
+		snprintf(h->lost_message, sizeof(h->lost_message), "%s", message);
+		atomic_store(&h->lost, 1);
+	}
+	pthread_mutex_unlock(&h->lock);
+	/* CUDA_LAUNCH_BLOCKING=1 makes each launch wait for its kernel, so the fault is the
+	 * failing launch's own error, naming its kernel */
+	return dataflow_set_error(st,
+				  "%s; the device's context is lost: close the handle (every later call on it fails, "
+				  "as does CUDA work in this process); run with CUDA_LAUNCH_BLOCKING=1 to pin the fault "
+				  "on one launch",
+				  message);
+}
+
 Dataflow_Status cuda_enter(Cuda_Handle *h, const char *what)
 {
+	if (atomic_load(&h->lost)) {
+		pthread_mutex_lock(&h->lock);
+		Dataflow_Status st = dataflow_set_error(DATAFLOW_ERR_BACKEND,
+							"%s: cuda:%d is unusable since a device fault lost its context "
+							"(%s); close the handle",
+							what, h->handle->device_index, h->lost_message);
+		pthread_mutex_unlock(&h->lock);
+		return st;
+	}
 	if (cuda_host_fn_handle)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "%s: called from a host op; CUDA forbids API calls inside host functions "

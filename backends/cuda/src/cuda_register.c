@@ -35,9 +35,8 @@ void cuda_modules_destroy(Cuda_Handle *h)
 	h->modules = NULL;
 }
 
-/* The module for (name, text): an existing one with the same text, or a new one. Takes
- * ownership of text. Called with h->lock held. */
-static Cuda_Module *module_for(Cuda_Handle *h, const char *name, char *text, const char *include_dir)
+/* (cuda_backend.h) */
+Cuda_Module *cuda_module_for(Cuda_Handle *h, const char *name, char *text, const char *include_dir)
 {
 	for (Cuda_Module *m = h->modules; m; m = m->next) {
 		if (!strcmp(m->name, name) && !strcmp(m->source, text)) {
@@ -97,7 +96,7 @@ static Dataflow_Status find_modules(Cuda_Handle *h, const char *code_path, void 
 		}
 		Cuda_Op *op = records[i];
 		pthread_mutex_lock(&h->lock);
-		op->module = text ? module_for(h, name, text, source_of ? NULL : include_dir) : NULL;
+		op->module = text ? cuda_module_for(h, name, text, source_of ? NULL : include_dir) : NULL;
 		pthread_mutex_unlock(&h->lock);
 		if (!op->module)
 			return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory for a module");

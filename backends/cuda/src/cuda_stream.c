@@ -155,9 +155,19 @@ Dataflow_Status cuda_sync_stream(Dataflow_Handle *h, int stream_id)
 	Dataflow_Status st = cuda_enter(ch, "sync_stream");
 	if (st != DATAFLOW_OK)
 		return st;
-	char what[64];
-	snprintf(what, sizeof(what), "stream %d: cuStreamSynchronize", stream_id);
-	return cuda_check(ch->cu->cuStreamSynchronize(ch->streams[stream_id].stream), h->device_index, what);
+	Cuda_Stream *s = &ch->streams[stream_id];
+	CUresult r = ch->cu->cuStreamSynchronize(s->stream);
+	char ops[640], what[768];
+	pthread_mutex_lock(&s->lock);
+	if (r == CUDA_SUCCESS)
+		cuda_op_log_clear(&s->ops);
+	else
+		cuda_op_log_describe(&s->ops, ops, sizeof(ops));
+	pthread_mutex_unlock(&s->lock);
+	if (r == CUDA_SUCCESS)
+		return DATAFLOW_OK;
+	snprintf(what, sizeof(what), "stream %d: cuStreamSynchronize found a failure of %s", stream_id, ops);
+	return cuda_check_fault(ch, r, what);
 }
 
 typedef struct {

@@ -7,7 +7,9 @@
 /* submit_op launches: a native kernel with cuLaunchKernel (which copies the argument values at
  * the call, so the caller may reuse its Op at once) after its launch function chose the grid,
  * an external op by calling it now on the caller's thread; it enqueues its library's work on
- * the stream, and its failure is this call's failure. */
+ * the stream, and its failure is this call's failure. A kernel that faults later is reported
+ * by the stream's next sync, which names the ops submitted since the last one (the stream's op
+ * log, cuda_fault.h). */
 
 Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op)
 {
@@ -56,10 +58,10 @@ static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, void *state, 
 		return st;
 	char what[sizeof(rec->kernel_name) + 32];
 	snprintf(what, sizeof(what), "cuLaunchKernel(%s)", rec->kernel_name);
-	return cuda_check(h->cu->cuLaunchKernel(rec->function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
-						c.block[2], c.shared_mem_bytes, h->streams[stream_id].stream,
-						(void **)op->op_args, NULL),
-			  h->handle->device_index, what);
+	return cuda_check_fault(h, h->cu->cuLaunchKernel(rec->function, c.grid[0], c.grid[1], c.grid[2], c.block[0],
+							 c.block[1], c.block[2], c.shared_mem_bytes,
+							 h->streams[stream_id].stream, (void **)op->op_args, NULL),
+				what);
 }
 
 Dataflow_Status cuda_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry)
@@ -68,13 +70,18 @@ Dataflow_Status cuda_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, 
 	Dataflow_Status st = cuda_enter(ch, "submit_op");
 	if (st != DATAFLOW_OK)
 		return st;
-	if (entry->record)
-		return launch_native(ch, entry->record, entry->state.data, op, stream_id);
-	st = entry->external(h, stream_id, op, entry->state.data);
-	if (st != DATAFLOW_OK) {
+	if (entry->record) {
+		st = launch_native(ch, entry->record, entry->state.data, op, stream_id);
+	} else if ((st = entry->external(h, stream_id, op, entry->state.data)) != DATAFLOW_OK) {
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dataflow_last_error());
 		return dataflow_set_error(st, "external op '%s' failed: %s", op->skeleton.nickname, msg);
 	}
-	return DATAFLOW_OK;
+	if (st == DATAFLOW_OK) {
+		Cuda_Stream *s = &ch->streams[stream_id];
+		pthread_mutex_lock(&s->lock);
+		cuda_op_log_push(&s->ops, op->skeleton.nickname);
+		pthread_mutex_unlock(&s->lock);
+	}
+	return st;
 }

@@ -275,18 +275,40 @@ Dataflow_Status cuda_nvrtc_compile(const char *name, const char *source, const c
 	return st;
 }
 
-/* (dataflow/cuda.h) Tests fail on any log: warnings count. */
-Dataflow_Status dataflow_cuda_compile_check(const char *source_path, int arch, char *log, size_t log_size)
+/* 1 if the cubin (an ELF image) names the symbol: its string table holds "\0<name>\0". */
+static int cubin_has_symbol(const void *cubin, size_t size, const char *name)
 {
-	if (!source_path || arch <= 0)
+	size_t n = strlen(name);
+	const char *p = cubin, *end = p + size;
+	while (n && (p = memmem(p, (size_t)(end - p), name, n)) != NULL) {
+		if (p > (const char *)cubin && p[-1] == '\0' && p + n < end && p[n] == '\0')
+			return 1;
+		p++;
+	}
+	return 0;
+}
+
+/* (dataflow/cuda.h) Tests fail on any log: warnings count. */
+Dataflow_Status dataflow_cuda_compile_check(const char *source_path, int arch, const char *const *symbols,
+					    int num_symbols, char *log, size_t log_size)
+{
+	if (!source_path || arch <= 0 || num_symbols < 0 || (num_symbols && !symbols))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "compile_check: need a source path and an arch like 80, got %s, %d",
-					  source_path ? source_path : "NULL", arch);
+					  "compile_check: need a source path, an arch like 80 and the symbols, got %s, %d, "
+					  "%d symbols",
+					  source_path ? source_path : "NULL", arch, num_symbols);
 	char *text, dir[4096];
 	Dataflow_Status st = cuda_read_source(source_path, &text, dir, sizeof(dir));
 	if (st != DATAFLOW_OK)
 		return st;
-	st = compile(source_path, text, dir, arch, NULL, NULL, log, log_size);
+	void *cubin = NULL;
+	size_t size = 0;
+	st = compile(source_path, text, dir, arch, &cubin, &size, log, log_size);
 	free(text);
+	for (int i = 0; i < num_symbols && st == DATAFLOW_OK; i++)
+		if (!symbols[i] || !cubin_has_symbol(cubin, size, symbols[i]))
+			st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "compile_check: %s for sm_%d has no kernel %s",
+						source_path, arch, symbols[i] ? symbols[i] : "(NULL)");
+	free(cubin);
 	return st;
 }

@@ -9,8 +9,16 @@
 #include "dataflow/status.h"
 
 /* Compiles a .cu file for sm_<arch> exactly as the backend does at first use, bypassing the
- * cache, and writes NVRTC's log (empty when clean) into log. Needs NVRTC but no GPU or
- * driver. */
-Dataflow_Status dataflow_cuda_compile_check(const char *source_path, int arch, char *log, size_t log_size);
+ * cache, writes NVRTC's log (empty when clean) into log, and checks that the cubin defines
+ * each of the symbols (DATAFLOW_ERR_INVALID_ARGUMENT naming the first missing one). Needs NVRTC but
+ * no GPU or driver. */
+Dataflow_Status dataflow_cuda_compile_check(const char *source_path, int arch, const char *const *symbols,
+					    int num_symbols, char *log, size_t log_size);
+
+/* What the calling thread's last attention submission on a CUDA handle ran: "cudnn <version>
+ * (...)", "mma d<head-dim bucket> (...)" or "simt (...)", with the reason; "" before any.
+ * DATAFLOW_CUDA_ATTENTION=cudnn|native|simt (read when the ops are registered) overrides the
+ * automatic choice where the implementation applies. */
+const char *dataflow_cuda_attention_last_choice(void);
 
 #endif
