@@ -153,15 +153,12 @@ static void mock_last_error(char *m, size_t n)
 	snprintf(m, n, "mock");
 }
 
+/* the backend API's entries the graph builder calls, each a mock */
 static const Cudnn_Api api = {
-	.cudnnGetErrorString = mock_error_string,
-	.cudnnGetLastErrorString = mock_last_error,
-	.cudnnBackendCreateDescriptor = mock_create,
-	.cudnnBackendDestroyDescriptor = mock_destroy,
-	.cudnnBackendFinalize = mock_finalize,
-	.cudnnBackendSetAttribute = mock_set,
-	.cudnnBackendGetAttribute = mock_get,
-	.cudnnBackendExecute = mock_execute,
+	.cudnnGetErrorString = mock_error_string, .cudnnGetLastErrorString = mock_last_error,
+	.cudnnBackendCreateDescriptor = mock_create, .cudnnBackendDestroyDescriptor = mock_destroy,
+	.cudnnBackendFinalize = mock_finalize, .cudnnBackendSetAttribute = mock_set,
+	.cudnnBackendGetAttribute = mock_get, .cudnnBackendExecute = mock_execute,
 };
 
 static void reset(void)

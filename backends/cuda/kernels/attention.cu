@@ -16,8 +16,6 @@
 template <class D, int HD, int BM, int BN, int NW> __device__ void attn_fwd_mma(const Attn_Params &p)
 {
 #if __CUDA_ARCH__ >= 800
-	if (p.skip && *p.skip)
-		return;
 	constexpr int NT = NW * 32, MT = BM / (16 * NW), NK = BN / 8, ND = HD / 8;
 	extern __shared__ __align__(16) u16 smem[];
 	u16 *sQ = smem, *sK = sQ + BM * HD, *sV = sK + 2 * BN * HD;
@@ -148,10 +146,7 @@ template <class D, int HD, int BM, int BN, int NW> __device__ void attn_fwd_mma(
 			u32 a[MT][4];
 #pragma unroll
 			for (int mt = 0; mt < MT; mt++) {
-				a[mt][0] = Mma<D>::pack(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-				a[mt][1] = Mma<D>::pack(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-				a[mt][2] = Mma<D>::pack(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-				a[mt][3] = Mma<D>::pack(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+				c_to_a<D, NK>(a[mt], s[mt], kc);
 			}
 #pragma unroll
 			for (int d = 0; d < ND; d += 2) {
@@ -192,22 +187,12 @@ template <class D, int HD, int BM, int BN, int NW> __device__ void attn_fwd_mma(
 #endif
 }
 
-#define ATTN_FWD_MMA(HD, BM, BN, NW, DSPLIT)                                                              \
-	extern "C" __global__ void __launch_bounds__(NW * 32) attn_fwd_bf16_##HD(Attn_Params p)            \
-	{                                                                                                 \
-		attn_fwd_mma<Bf16, HD, BM, BN, NW>(p);                                                    \
-	}                                                                                                 \
-	extern "C" __global__ void __launch_bounds__(NW * 32) attn_fwd_fp16_##HD(Attn_Params p)            \
-	{                                                                                                 \
-		attn_fwd_mma<Fp16, HD, BM, BN, NW>(p);                                                    \
-	}
+#define ATTN_FWD_MMA(HD, BM, BN, NW, DSPLIT) ATTN_MMA_ENTRIES(fwd, HD, NW, BM, BN, NW)
 ATTN_FWD_TILES(ATTN_FWD_MMA)
 
 // One warp per (query token, head): lane holds head_dim elements lane, lane + 32, ...
 template <class D> __device__ void attn_fwd_simt(const Attn_Params &p)
 {
-	if (p.skip && *p.skip)
-		return;
 	constexpr int E = ATTN_SIMT_MAX_PER_LANE;
 	const int lane = threadIdx.x & 31;
 	const long long hq = p.num_q_heads, h = blockIdx.y, hk = h / (hq / p.num_kv_heads), hd = p.head_dim;
@@ -255,14 +240,7 @@ template <class D> __device__ void attn_fwd_simt(const Attn_Params &p)
 		p.lse[h * p.total_q + i] = l > 0.0f ? (m + log2f(l)) * ATTN_LN2 : -ATTN_INF;
 }
 
-#define ATTN_FWD_SIMT(DT, TAG)                                                                            \
-	extern "C" __global__ void __launch_bounds__(ATTN_SIMT_WARPS * 32) attn_fwd_simt_##DT(Attn_Params p) \
-	{                                                                                                 \
-		attn_fwd_simt<TAG>(p);                                                                    \
-	}
-ATTN_FWD_SIMT(fp32, Fp32)
-ATTN_FWD_SIMT(fp16, Fp16)
-ATTN_FWD_SIMT(bf16, Bf16)
+ATTN_SIMT_ENTRIES(attn_fwd_simt)
 
 // ---- around cuDNN's SDPA (cuda_attention.c) ----
 // cuDNN runs tokens [0, T) as one sequence, into scratch buffers. attn_cudnn_check sets *flag

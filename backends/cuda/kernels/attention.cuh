@@ -145,37 +145,34 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 // The matrix unit per 16-bit format: C += A B, and two fp32 values packed (RNE) as A/B data.
 template <class D> struct Mma;
 
-template <> struct Mma<Bf16> {
-	static __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1)
-	{
-		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-			     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-			     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-			     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-	}
-	static __device__ __forceinline__ u32 pack(float lo, float hi)
-	{
-		u32 r;
-		asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-		return r;
-	}
-};
+#define ATTN_MMA(TAG, PTX)                                                                                \
+	template <> struct Mma<TAG> {                                                                     \
+		static __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) \
+		{                                                                                         \
+			asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0, %1, %2, %3}, " \
+				     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                      \
+				     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                        \
+				     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));        \
+		}                                                                                         \
+		static __device__ __forceinline__ u32 pack(float lo, float hi)                            \
+		{                                                                                         \
+			u32 r;                                                                            \
+			asm("cvt.rn." PTX "x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));         \
+			return r;                                                                         \
+		}                                                                                         \
+	};
+ATTN_MMA(Bf16, "bf16")
+ATTN_MMA(Fp16, "f16")
 
-template <> struct Mma<Fp16> {
-	static __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1)
-	{
-		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-			     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-			     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-			     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-	}
-	static __device__ __forceinline__ u32 pack(float lo, float hi)
-	{
-		u32 r;
-		asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-		return r;
-	}
-};
+// The A fragment of k-step kc from C tiles x[2 kc] and x[2 kc + 1] (a C tile's layout is an A
+// fragment's half), rounded to the 16-bit format.
+template <class D, int N> __device__ __forceinline__ void c_to_a(u32 (&a)[4], const float (&x)[N][4], int kc)
+{
+	a[0] = Mma<D>::pack(x[2 * kc][0], x[2 * kc][1]);
+	a[1] = Mma<D>::pack(x[2 * kc][2], x[2 * kc][3]);
+	a[2] = Mma<D>::pack(x[2 * kc + 1][0], x[2 * kc + 1][1]);
+	a[3] = Mma<D>::pack(x[2 * kc + 1][2], x[2 * kc + 1][3]);
+}
 
 // ---- swizzled tiles ----
 
@@ -254,3 +251,27 @@ __device__ __forceinline__ void store_pair(u16 *row, int col, long long head_dim
 			row[col + 1] = D::store(b);
 	}
 }
+
+// The kernels' entry points. Each does nothing when p.skip says cuDNN's result stands
+// (cuda_attention.c). The SIMT kernels: FN_<dtype> runs FN<Tag> for fp32, fp16 and bf16.
+#define ATTN_SIMT_ENTRY(FN, DT, TAG)                                                                      \
+	extern "C" __global__ void __launch_bounds__(ATTN_SIMT_WARPS * 32) FN##_##DT(Attn_Params p)        \
+	{                                                                                                 \
+		if (!(p.skip && *p.skip))                                                                 \
+			FN<TAG>(p);                                                                       \
+	}
+#define ATTN_SIMT_ENTRIES(FN) ATTN_SIMT_ENTRY(FN, fp32, Fp32) ATTN_SIMT_ENTRY(FN, fp16, Fp16) ATTN_SIMT_ENTRY(FN, bf16, Bf16)
+
+// The tensor-core kernels': attn_<KIND>_<bf16|fp16>_<HD> runs
+// attn_<KIND>_mma<Tag, HD, template arguments...> with NW warps.
+#define ATTN_MMA_ENTRIES(KIND, HD, NW, ...)                                                               \
+	extern "C" __global__ void __launch_bounds__(NW * 32) attn_##KIND##_bf16_##HD(Attn_Params p)       \
+	{                                                                                                 \
+		if (!(p.skip && *p.skip))                                                                 \
+			attn_##KIND##_mma<Bf16, HD, __VA_ARGS__>(p);                                      \
+	}                                                                                                 \
+	extern "C" __global__ void __launch_bounds__(NW * 32) attn_##KIND##_fp16_##HD(Attn_Params p)       \
+	{                                                                                                 \
+		if (!(p.skip && *p.skip))                                                                 \
+			attn_##KIND##_mma<Fp16, HD, __VA_ARGS__>(p);                                      \
+	}

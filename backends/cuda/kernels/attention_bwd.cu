@@ -55,6 +55,48 @@ __device__ __forceinline__ float lse2_of(const Attn_Params &p, long long h, long
 	return l == -ATTN_INF ? ATTN_INF : l * ATTN_LOG2E;
 }
 
+// S = A B^T and dP = A2 B2^T for a warp's 16 rows (row0 of the A tiles) against N column
+// blocks of 8 (the B tiles' rows), over head dim HD: the two products both backward kernels
+// recompute (dK/dV: A = K, A2 = V, B = Q, B2 = dO; dQ: A = Q, A2 = dO, B = K, B2 = V).
+template <class D, int HD, int N>
+__device__ __forceinline__ void s_and_dp(float (&s)[N][4], float (&dp)[N][4], const u16 *a, const u16 *a2, int row0,
+					 const u16 *b, const u16 *b2)
+{
+#pragma unroll
+	for (int n = 0; n < N; n++)
+		s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+#pragma unroll
+	for (int kk = 0; kk < HD; kk += 16) {
+		u32 fa[4], fa2[4];
+		ldsm_x4(fa, a_addr<HD>(a, row0, kk));
+		ldsm_x4(fa2, a_addr<HD>(a2, row0, kk));
+#pragma unroll
+		for (int n = 0; n < N; n += 2) {
+			u32 f[4];
+			ldsm_x4(f, b_addr<HD>(b, n * 8, kk));
+			Mma<D>::mma(s[n], fa, f[0], f[1]);
+			Mma<D>::mma(s[n + 1], fa, f[2], f[3]);
+			ldsm_x4(f, b_addr<HD>(b2, n * 8, kk));
+			Mma<D>::mma(dp[n], fa2, f[0], f[1]);
+			Mma<D>::mma(dp[n + 1], fa2, f[2], f[3]);
+		}
+	}
+}
+
+// acc += A B over a warp's NDC column blocks of 8 from col0: A a k16 fragment, B rows k0..k0 + 15
+// of a [keys or queries][HD] tile (read transposed).
+template <class D, int HD, int NDC>
+__device__ __forceinline__ void mma_bt(float (&acc)[NDC][4], const u32 (&a)[4], const u16 *tile, int k0, int col0)
+{
+#pragma unroll
+	for (int d = 0; d < NDC; d += 2) {
+		u32 b[4];
+		ldsm_x4_trans(b, bt_addr<HD>(tile, k0, col0 + d * 8));
+		Mma<D>::mma(acc[d], a, b[0], b[1]);
+		Mma<D>::mma(acc[d + 1], a, b[2], b[3]);
+	}
+}
+
 __device__ __forceinline__ int clamp_diag(long long d, int bound)
 {
 	return d < -bound ? -bound : d > bound ? bound : (int)d;
@@ -65,8 +107,6 @@ __device__ __forceinline__ int clamp_diag(long long d, int bound)
 template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_dkdv_mma(const Attn_Params &p)
 {
 #if __CUDA_ARCH__ >= 800
-	if (p.skip && *p.skip)
-		return;
 	constexpr int NT = NW * 32, NQ = BM / 8, HC = HD / DS, NDC = HC / 8;
 	extern __shared__ __align__(16) u16 smem[];
 	u16 *sK = smem, *sV = sK + BN * HD, *sQ = sV + BN * HD, *sO = sQ + 2 * BM * HD;
@@ -119,25 +159,7 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 
 		// S^T = K Q^T, dP^T = V dO^T for this warp's 16 keys
 		float s[NQ][4], dp[NQ][4];
-#pragma unroll
-		for (int n = 0; n < NQ; n++)
-			s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
-#pragma unroll
-		for (int kk = 0; kk < HD; kk += 16) {
-			u32 ak[4], av[4];
-			ldsm_x4(ak, a_addr<HD>(sK, krow0, kk));
-			ldsm_x4(av, a_addr<HD>(sV, krow0, kk));
-#pragma unroll
-			for (int n = 0; n < NQ; n += 2) {
-				u32 b[4];
-				ldsm_x4(b, b_addr<HD>(q_s, n * 8, kk));
-				Mma<D>::mma(s[n], ak, b[0], b[1]);
-				Mma<D>::mma(s[n + 1], ak, b[2], b[3]);
-				ldsm_x4(b, b_addr<HD>(o_s, n * 8, kk));
-				Mma<D>::mma(dp[n], av, b[0], b[1]);
-				Mma<D>::mma(dp[n + 1], av, b[2], b[3]);
-			}
-		}
+		s_and_dp<D, HD, NQ>(s, dp, sK, sV, krow0, q_s, o_s);
 		// P^T, dS^T; causal: key row kr (kb + kr) is masked for query column qc (q0 + qc) when
 		// kr > qc + diag. Keys past the sequence only reach dK/dV rows that are not stored.
 		const bool edge = p.causal && kb + BN - 1 > q0;
@@ -158,24 +180,10 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 #pragma unroll
 		for (int kc = 0; kc < BM / 16; kc++) {
 			u32 ap[4], as[4];
-			ap[0] = Mma<D>::pack(s[2 * kc][0], s[2 * kc][1]);
-			ap[1] = Mma<D>::pack(s[2 * kc][2], s[2 * kc][3]);
-			ap[2] = Mma<D>::pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-			ap[3] = Mma<D>::pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-			as[0] = Mma<D>::pack(dp[2 * kc][0], dp[2 * kc][1]);
-			as[1] = Mma<D>::pack(dp[2 * kc][2], dp[2 * kc][3]);
-			as[2] = Mma<D>::pack(dp[2 * kc + 1][0], dp[2 * kc + 1][1]);
-			as[3] = Mma<D>::pack(dp[2 * kc + 1][2], dp[2 * kc + 1][3]);
-#pragma unroll
-			for (int d = 0; d < NDC; d += 2) {
-				u32 b[4];
-				ldsm_x4_trans(b, bt_addr<HD>(o_s, kc * 16, wc * HC + d * 8));
-				Mma<D>::mma(dv[d], ap, b[0], b[1]);
-				Mma<D>::mma(dv[d + 1], ap, b[2], b[3]);
-				ldsm_x4_trans(b, bt_addr<HD>(q_s, kc * 16, wc * HC + d * 8));
-				Mma<D>::mma(dk[d], as, b[0], b[1]);
-				Mma<D>::mma(dk[d + 1], as, b[2], b[3]);
-			}
+			c_to_a<D, NQ>(ap, s, kc);
+			c_to_a<D, NQ>(as, dp, kc);
+			mma_bt<D, HD, NDC>(dv, ap, o_s, kc * 16, wc * HC);
+			mma_bt<D, HD, NDC>(dk, as, q_s, kc * 16, wc * HC);
 		}
 		__syncthreads(); // this buffer is refilled two steps on
 	}
@@ -201,8 +209,6 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_dq_mma(const Attn_Params &p)
 {
 #if __CUDA_ARCH__ >= 800
-	if (p.skip && *p.skip)
-		return;
 	constexpr int NT = NW * 32, NK = BN / 8, HC = HD / DS, NDC = HC / 8;
 	extern __shared__ __align__(16) u16 smem[];
 	u16 *sQ = smem, *sO = sQ + BM * HD, *sK = sO + BM * HD, *sV = sK + 2 * BN * HD;
@@ -250,25 +256,7 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 		__syncthreads();
 
 		float s[NK][4], dp[NK][4];
-#pragma unroll
-		for (int n = 0; n < NK; n++)
-			s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
-#pragma unroll
-		for (int kk = 0; kk < HD; kk += 16) {
-			u32 aq[4], ao[4];
-			ldsm_x4(aq, a_addr<HD>(sQ, qrow0, kk));
-			ldsm_x4(ao, a_addr<HD>(sO, qrow0, kk));
-#pragma unroll
-			for (int n = 0; n < NK; n += 2) {
-				u32 b[4];
-				ldsm_x4(b, b_addr<HD>(k_s, n * 8, kk));
-				Mma<D>::mma(s[n], aq, b[0], b[1]);
-				Mma<D>::mma(s[n + 1], aq, b[2], b[3]);
-				ldsm_x4(b, b_addr<HD>(v_s, n * 8, kk));
-				Mma<D>::mma(dp[n], ao, b[0], b[1]);
-				Mma<D>::mma(dp[n + 1], ao, b[2], b[3]);
-			}
-		}
+		s_and_dp<D, HD, NK>(s, dp, sQ, sO, qrow0, k_s, v_s);
 		// keys past the sequence are masked (their zero rows would add P to dQ), and causal
 		// key column col > row + diag
 		const bool edge = kb + BN > hi || (p.causal && kb + BN - 1 > q0);
@@ -288,17 +276,8 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 #pragma unroll
 		for (int kc = 0; kc < BN / 16; kc++) {
 			u32 as[4];
-			as[0] = Mma<D>::pack(dp[2 * kc][0], dp[2 * kc][1]);
-			as[1] = Mma<D>::pack(dp[2 * kc][2], dp[2 * kc][3]);
-			as[2] = Mma<D>::pack(dp[2 * kc + 1][0], dp[2 * kc + 1][1]);
-			as[3] = Mma<D>::pack(dp[2 * kc + 1][2], dp[2 * kc + 1][3]);
-#pragma unroll
-			for (int d = 0; d < NDC; d += 2) {
-				u32 b[4];
-				ldsm_x4_trans(b, bt_addr<HD>(k_s, kc * 16, wc * HC + d * 8));
-				Mma<D>::mma(dq[d], as, b[0], b[1]);
-				Mma<D>::mma(dq[d + 1], as, b[2], b[3]);
-			}
+			c_to_a<D, NK>(as, dp, kc);
+			mma_bt<D, HD, NDC>(dq, as, k_s, kc * 16, wc * HC);
 		}
 		__syncthreads();
 	}
@@ -317,26 +296,10 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 #endif
 }
 
-#define ATTN_DKDV_MMA(HD, BM, BN, NW, DS)                                                                 \
-	extern "C" __global__ void __launch_bounds__(NW * 32) attn_dkdv_bf16_##HD(Attn_Params p)           \
-	{                                                                                                 \
-		attn_dkdv_mma<Bf16, HD, BM, BN, NW, DS>(p);                                               \
-	}                                                                                                 \
-	extern "C" __global__ void __launch_bounds__(NW * 32) attn_dkdv_fp16_##HD(Attn_Params p)           \
-	{                                                                                                 \
-		attn_dkdv_mma<Fp16, HD, BM, BN, NW, DS>(p);                                               \
-	}
+#define ATTN_DKDV_MMA(HD, BM, BN, NW, DS) ATTN_MMA_ENTRIES(dkdv, HD, NW, BM, BN, NW, DS)
 ATTN_DKDV_TILES(ATTN_DKDV_MMA)
 
-#define ATTN_DQ_MMA(HD, BM, BN, NW, DS)                                                                   \
-	extern "C" __global__ void __launch_bounds__(NW * 32) attn_dq_bf16_##HD(Attn_Params p)             \
-	{                                                                                                 \
-		attn_dq_mma<Bf16, HD, BM, BN, NW, DS>(p);                                                 \
-	}                                                                                                 \
-	extern "C" __global__ void __launch_bounds__(NW * 32) attn_dq_fp16_##HD(Attn_Params p)             \
-	{                                                                                                 \
-		attn_dq_mma<Fp16, HD, BM, BN, NW, DS>(p);                                                 \
-	}
+#define ATTN_DQ_MMA(HD, BM, BN, NW, DS) ATTN_MMA_ENTRIES(dq, HD, NW, BM, BN, NW, DS)
 ATTN_DQ_TILES(ATTN_DQ_MMA)
 
 // ---- SIMT: one warp per row, lane holding head_dim elements lane, lane + 32, ... ----
@@ -385,8 +348,6 @@ template <class D> __device__ __forceinline__ void store_row(typename D::T *row,
 // dQ_i of query token i (the warp's) and head blockIdx.y, keys in order
 template <class D> __device__ void attn_dq_simt(const Attn_Params &p)
 {
-	if (p.skip && *p.skip)
-		return;
 	typedef typename D::T T;
 	const long long hq = p.num_q_heads, hkv = p.num_kv_heads, h = blockIdx.y, hk = h / (hq / hkv), hd = p.head_dim;
 	const long long gi = (long long)blockIdx.x * ATTN_SIMT_WARPS + (threadIdx.x >> 5);
@@ -410,8 +371,6 @@ template <class D> __device__ void attn_dq_simt(const Attn_Params &p)
 // order, queries in order
 template <class D> __device__ void attn_dkdv_simt(const Attn_Params &p)
 {
-	if (p.skip && *p.skip)
-		return;
 	typedef typename D::T T;
 	const long long hq = p.num_q_heads, hkv = p.num_kv_heads, hk = blockIdx.y, G = hq / hkv, hd = p.head_dim;
 	const long long gj = (long long)blockIdx.x * ATTN_SIMT_WARPS + (threadIdx.x >> 5);
@@ -436,15 +395,5 @@ template <class D> __device__ void attn_dkdv_simt(const Attn_Params &p)
 	store_row<D>((T *)p.dv + (j * hkv + hk) * hd, dv, hd, 1.0f);
 }
 
-#define ATTN_BWD_SIMT(DT, TAG)                                                                            \
-	extern "C" __global__ void __launch_bounds__(ATTN_SIMT_WARPS * 32) attn_dq_simt_##DT(Attn_Params p)  \
-	{                                                                                                 \
-		attn_dq_simt<TAG>(p);                                                                     \
-	}                                                                                                 \
-	extern "C" __global__ void __launch_bounds__(ATTN_SIMT_WARPS * 32) attn_dkdv_simt_##DT(Attn_Params p) \
-	{                                                                                                 \
-		attn_dkdv_simt<TAG>(p);                                                                   \
-	}
-ATTN_BWD_SIMT(fp32, Fp32)
-ATTN_BWD_SIMT(fp16, Fp16)
-ATTN_BWD_SIMT(bf16, Bf16)
+ATTN_SIMT_ENTRIES(attn_dq_simt)
+ATTN_SIMT_ENTRIES(attn_dkdv_simt)

@@ -22,6 +22,7 @@
 #include "cuda_kernel_call.h"
 #include "cuda_launch_config.h"
 #include "cudnn_sdpa.h"
+#include "dataflow/attention_args.h"
 #include "dataflow/cuda.h"
 #include "dataflow/op_args.h"
 
@@ -379,73 +380,36 @@ static Dataflow_Status run(Attn_State *s, int stream_id, Attn_Params *p)
 	return run_native(s, stream_id, &c, p);
 }
 
+/* attention_kv's arguments, and attention's as attention_kv's */
+static Dataflow_Status forward(void *op_state, int stream_id, Dataflow_Attention_Kv_Args a)
+{
+	Attn_Params p = {.q = a.q, .k = a.k, .v = a.v, .cu_q = a.cu_seqlens_q, .cu_k = a.cu_seqlens_k, .out = a.out,
+			 .lse = a.lse, .total_q = a.total_q, .total_k = a.total_k, .num_seqs = a.num_seqs,
+			 .num_q_heads = a.num_q_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
+			 .scale = a.scale, .causal = a.causal != 0};
+	return run(op_state, stream_id, &p);
+}
+
 Dataflow_Status dataflow_cuda_attention(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
 	(void)handle;
-	Dataflow_Attention_Args a = dataflow_attention_args(op->op_args);
-	Attn_Params p = {.q = a.q,
-			 .k = a.k,
-			 .v = a.v,
-			 .cu_q = a.cu_seqlens,
-			 .cu_k = a.cu_seqlens,
-			 .out = a.out,
-			 .lse = a.lse,
-			 .total_q = a.total_tokens,
-			 .total_k = a.total_tokens,
-			 .num_seqs = a.num_seqs,
-			 .num_q_heads = a.num_q_heads,
-			 .num_kv_heads = a.num_kv_heads,
-			 .head_dim = a.head_dim,
-			 .scale = a.scale,
-			 .causal = a.causal != 0};
-	return run(op_state, stream_id, &p);
+	return forward(op_state, stream_id, dataflow_attention_as_kv_args(op->op_args));
 }
 
 Dataflow_Status dataflow_cuda_attention_kv(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
 	(void)handle;
-	Dataflow_Attention_Kv_Args a = dataflow_attention_kv_args(op->op_args);
-	Attn_Params p = {.q = a.q,
-			 .k = a.k,
-			 .v = a.v,
-			 .cu_q = a.cu_seqlens_q,
-			 .cu_k = a.cu_seqlens_k,
-			 .out = a.out,
-			 .lse = a.lse,
-			 .total_q = a.total_q,
-			 .total_k = a.total_k,
-			 .num_seqs = a.num_seqs,
-			 .num_q_heads = a.num_q_heads,
-			 .num_kv_heads = a.num_kv_heads,
-			 .head_dim = a.head_dim,
-			 .scale = a.scale,
-			 .causal = a.causal != 0};
-	return run(op_state, stream_id, &p);
+	return forward(op_state, stream_id, dataflow_attention_kv_args(op->op_args));
 }
 
 Dataflow_Status dataflow_cuda_attention_bwd(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
 	(void)handle;
 	Dataflow_Attention_Bwd_Args a = dataflow_attention_bwd_args(op->op_args);
-	Attn_Params p = {.q = a.q,
-			 .k = a.k,
-			 .v = a.v,
-			 .cu_q = a.cu_seqlens,
-			 .cu_k = a.cu_seqlens,
-			 .out = (void *)a.out,
-			 .dout = a.dout,
-			 .lse_in = a.lse,
-			 .D = a.D,
-			 .dq = a.dq,
-			 .dk = a.dk,
-			 .dv = a.dv,
-			 .total_q = a.total_tokens,
-			 .total_k = a.total_tokens,
-			 .num_seqs = a.num_seqs,
-			 .num_q_heads = a.num_q_heads,
-			 .num_kv_heads = a.num_kv_heads,
-			 .head_dim = a.head_dim,
-			 .scale = a.scale,
-			 .causal = a.causal != 0};
+	Attn_Params p = {.q = a.q, .k = a.k, .v = a.v, .cu_q = a.cu_seqlens, .cu_k = a.cu_seqlens, .out = (void *)a.out,
+			 .dout = a.dout, .lse_in = a.lse, .D = a.D, .dq = a.dq, .dk = a.dk, .dv = a.dv,
+			 .total_q = a.total_tokens, .total_k = a.total_tokens, .num_seqs = a.num_seqs,
+			 .num_q_heads = a.num_q_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
+			 .scale = a.scale, .causal = a.causal != 0};
 	return run(op_state, stream_id, &p);
 }

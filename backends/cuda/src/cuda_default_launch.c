@@ -1,7 +1,6 @@
-/* Launch functions of the CUDA backend's native default ops beyond the elementwise ones
- * (cuda_default_ops.c): the grid each kernel of backends/cuda/kernels expects, from the
- * shapes alone (cuda_launch_config.c). Arguments were checked by the op's signature before
- * the launch function runs. */
+/* Launch functions of the CUDA backend's native default ops: the grid each kernel of
+ * backends/cuda/kernels expects, from the shapes alone (cuda_launch_config.c). Arguments were
+ * checked by the op's signature before the launch function runs (so n > 0, etc.). */
 #include "cuda_backend.h"
 #include "cuda_launch_config.h"
 #include "dataflow/op_args.h"
@@ -11,84 +10,49 @@
 	Dataflow_Status dataflow_cuda_##OP##_launch(Dataflow_Handle *handle, const Op *op, void *op_state, \
 						    Dataflow_Launch_Config *c)
 
+/* A launch function whose configuration is one call CONFIG over a, the op's TYPE arguments. */
+#define LAUNCH_WITH(OP, TYPE, CONFIG)                                                                   \
+	LAUNCH(OP)                                                                                          \
+	{                                                                                                   \
+		(void)handle, (void)op_state;                                                               \
+		TYPE a = dataflow_##OP##_args(op->op_args);                                                  \
+		CONFIG;                                                                                     \
+		return DATAFLOW_OK;                                                                         \
+	}
+
 static int elem_size(const Op *op, int arg)
 {
 	return (int)dataflow_datatype_size(op->skeleton.arg_dtypes[arg]);
 }
 
+/* Elementwise (grid-stride, one thread per element): add, scale, cast, set_mem, adamw_step over
+ * n, rope and rope_bwd over (token, pair), swiglu and swiglu_bwd, rms_norm_bwd_w_reduce over
+ * columns. */
+LAUNCH_WITH(add, Dataflow_Add_Args, cuda_elementwise_config(a.n, c))
+LAUNCH_WITH(scale, Dataflow_Scale_Args, cuda_elementwise_config(a.n, c))
+LAUNCH_WITH(cast, Dataflow_Cast_Args, cuda_elementwise_config(a.n, c))
+LAUNCH_WITH(set_mem, Dataflow_Set_Mem_Args, cuda_elementwise_config(a.n, c))
+LAUNCH_WITH(adamw_step, Dataflow_Adamw_Step_Args, cuda_elementwise_config(a.n, c))
+LAUNCH_WITH(rope, Dataflow_Rope_Args, cuda_elementwise_config(a.num_tokens * (a.head_dim / 2), c))
+LAUNCH_WITH(rope_bwd, Dataflow_Rope_Bwd_Args, cuda_elementwise_config(a.num_tokens * (a.head_dim / 2), c))
+LAUNCH_WITH(swiglu, Dataflow_Swiglu_Args, cuda_elementwise_config(a.rows * a.ffn, c))
+LAUNCH_WITH(swiglu_bwd, Dataflow_Swiglu_Bwd_Args, cuda_elementwise_config(a.rows * a.ffn, c))
+LAUNCH_WITH(rms_norm_bwd_w_reduce, Dataflow_Rms_Norm_Bwd_W_Reduce_Args, cuda_elementwise_config(a.hidden, c))
+/* 16 threads per DATAFLOW_GRAD_NORM_BLOCK elements */
+LAUNCH_WITH(grad_norm_sq_partials, Dataflow_Grad_Norm_Sq_Partials_Args,
+	    cuda_elementwise_config((a.n + DATAFLOW_GRAD_NORM_BLOCK - 1) / DATAFLOW_GRAD_NORM_BLOCK * 16, c))
+
 /* One block per row: embedding (rows of the table), rms_norm, rms_norm_bwd_x, cross_entropy. */
-LAUNCH(embedding)
-{
-	(void)handle, (void)op_state;
-	Dataflow_Embedding_Args a = dataflow_embedding_args(op->op_args);
-	cuda_rows_config(a.num_tokens, a.hidden, elem_size(op, DATAFLOW_EMBEDDING_ARG_OUT), c);
-	return DATAFLOW_OK;
-}
+LAUNCH_WITH(embedding, Dataflow_Embedding_Args,
+	    cuda_rows_config(a.num_tokens, a.hidden, elem_size(op, DATAFLOW_EMBEDDING_ARG_OUT), c))
+LAUNCH_WITH(rms_norm, Dataflow_Rms_Norm_Args, cuda_rows_config(a.rows, a.hidden, elem_size(op, DATAFLOW_RMS_NORM_ARG_X), c))
+LAUNCH_WITH(rms_norm_bwd_x, Dataflow_Rms_Norm_Bwd_X_Args,
+	    cuda_rows_config(a.rows, a.hidden, elem_size(op, DATAFLOW_RMS_NORM_BWD_X_ARG_X), c))
+LAUNCH_WITH(cross_entropy, Dataflow_Cross_Entropy_Args,
+	    cuda_rows_config(a.tokens, a.vocab, elem_size(op, DATAFLOW_CROSS_ENTROPY_ARG_LOGITS), c))
 
-LAUNCH(rms_norm)
-{
-	(void)handle, (void)op_state;
-	Dataflow_Rms_Norm_Args a = dataflow_rms_norm_args(op->op_args);
-	cuda_rows_config(a.rows, a.hidden, elem_size(op, DATAFLOW_RMS_NORM_ARG_X), c);
-	return DATAFLOW_OK;
-}
-
-LAUNCH(rms_norm_bwd_x)
-{
-	(void)handle, (void)op_state;
-	Dataflow_Rms_Norm_Bwd_X_Args a = dataflow_rms_norm_bwd_x_args(op->op_args);
-	cuda_rows_config(a.rows, a.hidden, elem_size(op, DATAFLOW_RMS_NORM_BWD_X_ARG_X), c);
-	return DATAFLOW_OK;
-}
-
-LAUNCH(cross_entropy)
-{
-	(void)handle, (void)op_state;
-	Dataflow_Cross_Entropy_Args a = dataflow_cross_entropy_args(op->op_args);
-	cuda_rows_config(a.tokens, a.vocab, elem_size(op, DATAFLOW_CROSS_ENTROPY_ARG_LOGITS), c);
-	return DATAFLOW_OK;
-}
-
-/* Elementwise (grid-stride): rope and rope_bwd over (token, pair), swiglu and swiglu_bwd,
- * adamw_step, rms_norm_bwd_w_reduce over columns. */
-LAUNCH(rope)
-{
-	(void)handle, (void)op_state;
-	Dataflow_Rope_Args a = dataflow_rope_args(op->op_args);
-	cuda_elementwise_config(a.num_tokens * (a.head_dim / 2), c);
-	return DATAFLOW_OK;
-}
-
-LAUNCH(rope_bwd)
-{
-	(void)handle, (void)op_state;
-	Dataflow_Rope_Bwd_Args a = dataflow_rope_bwd_args(op->op_args);
-	cuda_elementwise_config(a.num_tokens * (a.head_dim / 2), c);
-	return DATAFLOW_OK;
-}
-
-LAUNCH(swiglu)
-{
-	(void)handle, (void)op_state;
-	Dataflow_Swiglu_Args a = dataflow_swiglu_args(op->op_args);
-	cuda_elementwise_config(a.rows * a.ffn, c);
-	return DATAFLOW_OK;
-}
-
-LAUNCH(swiglu_bwd)
-{
-	(void)handle, (void)op_state;
-	Dataflow_Swiglu_Bwd_Args a = dataflow_swiglu_bwd_args(op->op_args);
-	cuda_elementwise_config(a.rows * a.ffn, c);
-	return DATAFLOW_OK;
-}
-
-LAUNCH(adamw_step)
-{
-	(void)handle, (void)op_state;
-	cuda_elementwise_config(dataflow_adamw_step_args(op->op_args).n, c);
-	return DATAFLOW_OK;
-}
+/* one warp per (token, query head) */
+LAUNCH_WITH(attention_bwd_delta, Dataflow_Attention_Bwd_Delta_Args, cuda_warps_config(a.total_tokens * a.num_q_heads, c))
 
 /* partials: one thread per (row block, column), grid (column groups, row blocks) */
 LAUNCH(rms_norm_bwd_w_partials)
@@ -100,22 +64,6 @@ LAUNCH(rms_norm_bwd_w_partials)
 		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
 					  "rms_norm_bwd_w: rows: at most %d on cuda, got %lld",
 					  65535 * DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS, (long long)a.rows);
-	return DATAFLOW_OK;
-}
-
-LAUNCH(rms_norm_bwd_w_reduce)
-{
-	(void)handle, (void)op_state;
-	cuda_elementwise_config(dataflow_rms_norm_bwd_w_reduce_args(op->op_args).hidden, c);
-	return DATAFLOW_OK;
-}
-
-/* 16 threads per DATAFLOW_GRAD_NORM_BLOCK elements */
-LAUNCH(grad_norm_sq_partials)
-{
-	(void)handle, (void)op_state;
-	int64_t n = dataflow_grad_norm_sq_partials_args(op->op_args).n;
-	cuda_elementwise_config((n + DATAFLOW_GRAD_NORM_BLOCK - 1) / DATAFLOW_GRAD_NORM_BLOCK * 16, c);
 	return DATAFLOW_OK;
 }
 
@@ -132,14 +80,5 @@ LAUNCH(clip_by_global_norm)
 {
 	(void)handle, (void)op_state, (void)op;
 	*c = (Dataflow_Launch_Config){{1, 1, 1}, {1, 1, 1}, 0, 1};
-	return DATAFLOW_OK;
-}
-
-/* one warp per (token, query head) */
-LAUNCH(attention_bwd_delta)
-{
-	(void)handle, (void)op_state;
-	Dataflow_Attention_Bwd_Delta_Args a = dataflow_attention_bwd_delta_args(op->op_args);
-	cuda_warps_config(a.total_tokens * a.num_q_heads, c);
 	return DATAFLOW_OK;
 }

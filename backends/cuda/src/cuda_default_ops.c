@@ -2,12 +2,10 @@
 #include <string.h>
 
 #include "cuda_backend.h"
-#include "cuda_launch_config.h"
-#include "dataflow/op_args.h"
 
 /* The default native ops of the CUDA backend: their CUDA C++ sources (backends/cuda/kernels,
- * embedded at build time) and their launch functions, found by register_default_ops in
- * this library (dataflow_handle_default_ops_library). */
+ * embedded at build time) found by register_default_ops in this library
+ * (dataflow_handle_default_ops_library), next to their launch functions (cuda_default_launch.c). */
 
 const Cuda_Source *cuda_find_source(const char *name)
 {
@@ -38,20 +36,3 @@ int dataflow_cuda_kernel_source(const char *op_nickname, const char **name, cons
 	}
 	return 0;
 }
-
-/* The launch function of elementwise op OP: one thread per element of its n (n > 0: the ops'
- * signatures). */
-#define ELEMENTWISE_LAUNCH(OP)                                                                         \
-	Dataflow_Status dataflow_cuda_##OP##_launch(Dataflow_Handle *handle, const Op *op, void *op_state, \
-						    Dataflow_Launch_Config *config)                \
-	{                                                                                          \
-		(void)handle;                                                                      \
-		(void)op_state;                                                                    \
-		cuda_elementwise_config(dataflow_##OP##_args(op->op_args).n, config);              \
-		return DATAFLOW_OK;                                                                \
-	}
-
-ELEMENTWISE_LAUNCH(add)
-ELEMENTWISE_LAUNCH(scale)
-ELEMENTWISE_LAUNCH(cast)
-ELEMENTWISE_LAUNCH(set_mem)

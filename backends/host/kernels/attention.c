@@ -9,18 +9,9 @@
  * is folded into Q), O rescaled by 2^(m_old - m_new) whenever the max grows. Memory is the
  * item's fp32 tiles only; nothing of size tokens^2 exists. */
 #include "attention.h"
+#include "dataflow/attention_args.h"
 
 typedef Dataflow_Attention_Kv_Args Fwd_Args;
-
-/* attention is attention_kv with the queries' sequences as the keys' */
-static Fwd_Args fwd_args(void *const *args)
-{
-	Dataflow_Attention_Args a = dataflow_attention_args(args);
-	return (Fwd_Args){.q = a.q, .k = a.k, .v = a.v, .cu_seqlens_q = a.cu_seqlens, .cu_seqlens_k = a.cu_seqlens,
-			  .out = a.out, .lse = a.lse, .total_q = a.total_tokens, .total_k = a.total_tokens,
-			  .num_seqs = a.num_seqs, .num_q_heads = a.num_q_heads, .num_kv_heads = a.num_kv_heads,
-			  .head_dim = a.head_dim, .scale = a.scale, .causal = a.causal};
-}
 
 /* Queries [q0, q0 + nq) of head h; the sequence's keys are [klo, khi). Causal, bottom-right
  * aligned: query q0 + i sees keys j <= q0 + i + off, off = khi - (end of the sequence's
@@ -125,7 +116,7 @@ static void fwd(const Fwd_Args *x, int part, int num_parts, DataflowDatatype dt)
 		fwd(&x, part, num_parts, DATAFLOW_FP16);                                   \
 	}
 
-ATTENTION_KERNELS(attention, fwd_args)
+ATTENTION_KERNELS(attention, dataflow_attention_as_kv_args)
 ATTENTION_KERNELS(attention_kv, dataflow_attention_kv_args)
 
 /* cu_seqlens is not read here: it may be written by earlier
@@ -135,5 +126,5 @@ static int fwd_parts(Fwd_Args x)
 	return attn_num_parts(attn_max_blocks(x.total_q, x.num_seqs) * x.num_q_heads);
 }
 
-DATAFLOW_HOST_LAUNCH(dataflow_host_attention_launch, Fwd_Args, fwd_args, fwd_parts(a))
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_launch, Fwd_Args, dataflow_attention_as_kv_args, fwd_parts(a))
 DATAFLOW_HOST_LAUNCH(dataflow_host_attention_kv_launch, Fwd_Args, dataflow_attention_kv_args, fwd_parts(a))
