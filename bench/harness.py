@@ -17,7 +17,7 @@ Writing an op group (bench/ops_<group>.py, run by bench/ops.py --ops <group>):
                     bytes=2 * x.nbytes, flops=None)        # bytes if memory-bound, flops if compute-bound
 
     def cases(h, args):
-        # h: the run's df.Handle(args.backend, streams=1, threads=args.threads); torch has set_num_threads.
+        # h: the run's open_handle(df, args.backend, args.threads); torch has set_num_threads.
         # args.dtypes: a list of "fp32"/"bf16"; args.quick: smaller shapes for a smoke run;
         # args.scale: 1 on host, GPU_SCALE on a GPU (multiply token counts by it).
         for dtype in args.dtypes:
@@ -86,6 +86,12 @@ def import_dataflow():
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import dataflow
     return dataflow
+
+
+def open_handle(df, backend, threads, **kwargs):
+    """df.Handle(backend, streams=1) with the run's compute threads, a host backend option (other
+    backends take none)."""
+    return df.Handle(backend, streams=1, threads=threads if backend == "host" else None, **kwargs)
 
 
 def timed_calls(fns, rounds=3, seconds=SECONDS_PER_MEASUREMENT):
@@ -283,7 +289,7 @@ def main(groups):
     load = [round(os.getloadavg()[0], 2)]
     samples = [memcpy_gbs(copy_bytes, seconds)]
     rows, skipped = [], {}
-    with df.Handle(args.backend, streams=1, threads=args.threads) as h:
+    with open_handle(df, args.backend, args.threads) as h:
         for name in args.ops:
             if groups[name] is None:
                 skipped[name] = f"bench/ops_{name}.py is not present"

@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 
-from harness import TORCH_DTYPES, import_dataflow, loaded_libraries, machine_info, timed_medians
+from harness import TORCH_DTYPES, import_dataflow, loaded_libraries, machine_info, open_handle, timed_medians
 
 
 def parse_args():
@@ -81,7 +81,7 @@ def main():
     device = "cpu" if args.backend == "host" else args.backend
     torch_sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     largest = max(args.sizes) ** 2 * 4 * 3
-    h = df.Handle(args.backend, streams=1, device_memory=f"{largest + (64 << 20)}B", threads=args.threads)
+    h = open_handle(df, args.backend, args.threads, device_memory=f"{largest + (64 << 20)}B")
 
     rows = []
     rng = np.random.default_rng(0)

@@ -81,10 +81,10 @@ def worker(args):
     tokens = np.random.default_rng(0).integers(0, cfg["vocab_size"], size=(batch, seq))
     if args.worker == "dataflow":
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from harness import import_dataflow
+        from harness import import_dataflow, open_handle
         df = import_dataflow()
         baseline = peak_rss_mib()
-        h = df.Handle(args.backend, streams=1, threads=args.threads)
+        h = open_handle(df, args.backend, args.threads)
         model = df.models.Llama(h, df.models.LlamaConfig.from_dict(cfg), dtype=args.dtype, seed=0)
         trainer = df.Trainer(model, lr=1e-4, weight_decay=0.1, grad_clip=1.0)
         step = lambda: trainer.step(tokens)  # returns the loss: synchronous
