@@ -99,7 +99,10 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 		Dataflow_Ring_Phase_Kind kind = p == DATAFLOW_RING_DEV_OPTIMIZER_SLOTS
 							? (c->opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED ? DATAFLOW_RING_TRAINING
 													  : DATAFLOW_RING_OPTIMIZER)
-						: p == DATAFLOW_RING_DEV_EDGE_BLOCKS || p == DATAFLOW_RING_DEV_OPTIMIZER_STATE
+						: p == DATAFLOW_RING_DEV_EDGE_BLOCKS || p == DATAFLOW_RING_DEV_OPTIMIZER_STATE ||
+								  /* resident slots hold the truth the optimizer updates */
+								  (p == DATAFLOW_RING_DEV_WEIGHT_SLOTS && weights_resident) ||
+								  (p == DATAFLOW_RING_DEV_GRAD_SLOTS && grads_resident)
 							? DATAFLOW_RING_BOTH
 							: DATAFLOW_RING_TRAINING;
 		both += kind == DATAFLOW_RING_BOTH ? dev[p] : 0;

@@ -1,0 +1,106 @@
+#ifndef DATAFLOW_RING_EXECUTOR_H
+#define DATAFLOW_RING_EXECUTOR_H
+
+#include <stdint.h>
+
+#include "dataflow/blocked_model.h"
+#include "dataflow/ring_plan.h"
+
+/* The ring executor: trains a blocked model from a plan (ring_plan.h) on any backend, through
+ * the public dataflow_* calls only.
+ *
+ * Memory. At create, ONE device allocation carved by purpose (the plan's memory map: resident
+ * blocks or an edge staging buffer, weight and gradient slots, activations kept on the device,
+ * offload staging, the chunk working set; the optimizer's phase memory overlaps the training's
+ * when the plan streams the optimizer after the backward) and host arrays for what lives on the
+ * host (parameters, gradients, optimizer state, offloaded activations, batches, token losses),
+ * each registered with the handle (dataflow_enable_access_to_host_mem). Every block's state has
+ * one home, on the device or on the host; read/write below reach it wherever it is.
+ *
+ * Streams. compute, inbound (host -> device), outbound (device -> host) and optimizer (the
+ * gradient norm, clipping and, for a host optimizer, AdamW over host memory) are ordered only by
+ * events: each buffer remembers the last point of every stream that used it, and a stream about
+ * to use it waits for the others'. accumulate and apply return once everything is enqueued.
+ *
+ * Order (blocked_model.h "How a ring drives it"): per round, layer-major over the round's
+ * chunks; layer l + weight_slots is prefetched into the slot layer l frees, the last
+ * weight_slots layers stay for the backward, whose freed slots take layers in reverse (so the
+ * next round starts with layers 0.. in place); offloaded activations go out after each forward
+ * and come back, through three staging buffers, before their backward; a layer's gradient is
+ * zeroed or brought back (second round on) before its backward and sent home after it. Chunks
+ * run in their order in the backward too, so every gradient sums its chunks in the order the
+ * all-resident model does when the same chunks are accumulated one after another (the same
+ * bits, for an untied model). The optimizer computes the global gradient norm over the blocks
+ * in order 0..N-1 (as the all-resident model), clips, and runs AdamW per block: in place on
+ * the device (resident state), streamed through two optimizer slots (device, streamed or
+ * overlapped: both run after the backward here), or over host memory (host).
+ *
+ * Not yet: chunks of a sequence over a K/V context (plans with kv_context are refused). */
+
+typedef struct Dataflow_Ring_Executor Dataflow_Ring_Executor;
+
+/* The four streams (distinct ids of the handle). */
+typedef struct {
+	int compute, inbound, outbound, optimizer;
+} Dataflow_Ring_Streams;
+
+/* One chunk of a step: a packed batch with labels in host memory (dataflow_batch_buffer_numel
+ * layout), 1 <= num_tokens <= plan.chunk_tokens. */
+typedef struct {
+	const int32_t *buffer;
+	int64_t num_tokens, num_docs;
+} Dataflow_Ring_Chunk;
+
+/* Checks that the plan is for this model (num_layers and model_param_bytes), allocates and
+ * registers everything (m, v and gradients zeroed; parameters zero until written). streams
+ * NULL: {0, 1, 2, 3}. Errors: INVALID_ARGUMENT naming the mismatch, OUT_OF_MEMORY with the
+ * bytes the plan needs against the capacity, UNSUPPORTED for K/V-context plans. */
+Dataflow_Status dataflow_ring_executor_create(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
+					      const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
+					      Dataflow_Ring_Executor **executor);
+/* Waits for the queued work, unregisters and frees everything (NULL: no-op). */
+void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *executor);
+
+/* Bytes the executor holds: device (its one allocation) and host (registered arrays). */
+uint64_t dataflow_ring_executor_device_bytes(const Dataflow_Ring_Executor *executor);
+uint64_t dataflow_ring_executor_host_bytes(const Dataflow_Ring_Executor *executor);
+/* 1 when the kind of block lives in device memory, 0 on the host, -1 for bad arguments. */
+int dataflow_ring_executor_on_device(const Dataflow_Ring_Executor *executor, int block, Dataflow_Block_Kind kind);
+
+/* Copies a block's kind (sizes.bytes[kind] bytes) out of / into the executor, wherever it lives;
+ * waits for the executor's queued work first and for the copy. Writing PARAM of a model with
+ * master weights also sets MASTER to its exact fp32 value (write MASTER afterwards to set it
+ * otherwise). MASTER without master weights: INVALID_ARGUMENT. */
+Dataflow_Status dataflow_ring_executor_read(Dataflow_Ring_Executor *executor, int block, Dataflow_Block_Kind kind,
+					    void *dst);
+Dataflow_Status dataflow_ring_executor_write(Dataflow_Ring_Executor *executor, int block, Dataflow_Block_Kind kind,
+					     const void *src);
+
+/* Forward, loss and backward of num_chunks chunks (at most plan.chunks_per_round *
+ * plan.rounds_per_step; chunks_per_round per round), gradients of
+ * loss_scale * sum of the token losses added to the gradients (accumulate_grads) or written
+ * over them (0). The chunks' buffers are copied before the call returns. Token losses land in
+ * the executor's host array (dataflow_ring_executor_outputs) once dataflow_ring_executor_wait
+ * returns. */
+Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *executor, const Dataflow_Ring_Chunk *chunks,
+						  int64_t num_chunks, int accumulate_grads, float loss_scale);
+/* Gradients *= factor (every block, wherever they live). */
+Dataflow_Status dataflow_ring_executor_scale_grads(Dataflow_Ring_Executor *executor, float factor);
+/* The global gradient norm (clipped to max_grad_norm as torch's clip_grad_norm_, 0: no
+ * clipping) and one AdamW step (step counts from 1) over every block, where the plan puts it. */
+Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *executor, const Dataflow_AdamW_Params *params,
+					     double max_grad_norm, int64_t step);
+/* Waits for every queued stream of the executor (one host sync per stream used). */
+Dataflow_Status dataflow_ring_executor_wait(Dataflow_Ring_Executor *executor);
+
+/* Host results, valid after dataflow_ring_executor_wait: the token losses of the last
+ * accumulate (fp32, unscaled, 0 where unlabelled; chunk i's at i * plan.chunk_tokens) and the
+ * pre-clip gradient norm of the last apply. */
+typedef struct {
+	const float *token_losses;
+	int64_t num_chunks, chunk_tokens;
+	const float *grad_norm;
+} Dataflow_Ring_Outputs;
+Dataflow_Status dataflow_ring_executor_outputs(const Dataflow_Ring_Executor *executor, Dataflow_Ring_Outputs *outputs);
+
+#endif

@@ -1,0 +1,114 @@
+#ifndef DATAFLOWRING_RING_EXEC_INTERNAL_H
+#define DATAFLOWRING_RING_EXEC_INTERNAL_H
+
+/* Private to libdataflowring: the executor's state, and the buffer tracks that order its
+ * streams. */
+
+#include "dataflow/ops.h"
+#include "dataflow/ring_executor.h"
+
+#define TRY(expr)                                          \
+	do {                                               \
+		Dataflow_Status st_ = (expr);              \
+		if (st_ != DATAFLOW_OK)                    \
+			return st_;                        \
+	} while (0)
+
+enum { RS_COMPUTE, RS_IN, RS_OUT, RS_OPT, RS_NUM };
+
+/* The last point of each stream that used a buffer (handle_id 0: none). A stream about to use
+ * it waits for the other streams' points (track_before), then records its own (track_after). */
+typedef struct {
+	Dataflow_Stream_State use[RS_NUM];
+} Track;
+
+/* One block's memory. A kind's home is dev[kind] when set (the device holds the truth) else
+ * host[kind]. train_param / train_grad: the device buffer training uses when it is fixed
+ * (resident, or a resident copy of a host home); NULL: streamed through a slot or the edge
+ * staging. */
+typedef struct {
+	int64_t numel;
+	int64_t bytes[DATAFLOW_BLOCK_NUM_KINDS];
+	void *dev[DATAFLOW_BLOCK_NUM_KINDS];
+	void *host[DATAFLOW_BLOCK_NUM_KINDS];
+	void *train_param, *train_grad;
+	int param_stale; /* train_param is older than host[PARAM] (a host optimizer updated it) */
+	Track dev_track[DATAFLOW_BLOCK_NUM_KINDS], host_track[DATAFLOW_BLOCK_NUM_KINDS];
+} Ring_Block;
+
+/* A layer's activations for one chunk, [x | saved], at a stride per chunk. */
+typedef struct {
+	int on_device;
+	Dataflow_Save_Level level;
+	int64_t stride;
+	char *base; /* device or host: chunk c at base + c * stride */
+	Track *tracks; /* host copies, per chunk */
+} Ring_Acts;
+
+struct Dataflow_Ring_Executor {
+	Dataflow_Handle *h;
+	const Dataflow_Blocked_Model *model;
+	Dataflow_Ring_Plan plan;
+	int s[RS_NUM];
+	int L, N;                /* layers, blocks */
+	int64_t T, K, H, es;     /* chunk tokens, chunks per round, hidden size, bytes per element */
+	int tied, master;
+	Ring_Block *blocks;
+	/* device */
+	void *arena;
+	uint64_t device_bytes, host_bytes;
+	int W, G;
+	void **wslot, **gslot;
+	int *wslot_layer;        /* the layer each weight slot holds (-1: none or stale) */
+	Track *wslot_track, *gslot_track;
+	void *edge_stage;        /* [param | grad] of a non-resident edge block */
+	int edge_stage_block;    /* whose param it holds (-1: none) */
+	Track edge_track;
+	Ring_Acts *acts;         /* per layer */
+	void *stage[3];          /* offload staging */
+	Track stage_track[3];
+	int64_t stage_next;
+	void **hid[2];           /* per chunk hidden states / gradients, two sets of K */
+	Track *hid_track[2];
+	void *recomputed, *dacts, *workspace, *head_saved;
+	int32_t **dev_batch;
+	Track *batch_track;
+	float *dev_losses;       /* [K * T] */
+	Track losses_track;
+	void *opt_slot[2];       /* streamed optimizer */
+	Track opt_track[2];
+	void *norm_ws;
+	double *sumsq;
+	float *scale, *norm;
+	Track scalars_track;
+	Track train_region, opt_region; /* phase changes of the memory they share */
+	/* host */
+	void **host_allocs;
+	int num_host_allocs;
+	int32_t *host_batches;   /* [rounds * K] chunks of batch_numel */
+	Track host_batch_track;
+	int64_t batch_numel;
+	float *host_losses;      /* [rounds * K * T] */
+	float *host_norm;
+	int64_t last_chunks;
+};
+
+/* every stream waits for every other's queued work: phase changes of shared memory */
+Dataflow_Status ring_barrier(Dataflow_Ring_Executor *x);
+/* what the streamed optimizer brings into a slot for block b */
+int64_t ring_opt_slot_bytes(const Dataflow_Ring_Executor *x, int b);
+Dataflow_Status track_before(Dataflow_Ring_Executor *x, Track *t, int role);
+Dataflow_Status track_after(Dataflow_Ring_Executor *x, Track *t, int role);
+
+static inline int64_t ring_align64(int64_t n)
+{
+	return (n + 63) / 64 * 64;
+}
+
+/* bytes of a chunk's hidden state [T, H], 64-byte aligned (x comes first in a layer's acts) */
+static inline int64_t ring_x_bytes(const Dataflow_Ring_Executor *x, int64_t T)
+{
+	return ring_align64(T * x->H * x->es);
+}
+
+#endif

@@ -1,0 +1,100 @@
+/* The executor's optimizer phase: the global gradient norm over every block in block order
+ * (the all-resident model's order, so the same sum), clipping, and AdamW per block where the
+ * plan puts the state: in place on the device, streamed through two optimizer slots, or over
+ * host memory (ops of the handle on its registered host ranges). It runs between the training
+ * passes, fenced by barriers: its scalars and slots share memory with the training's scratch. */
+#include <math.h>
+
+#include "ring_exec_internal.h"
+
+static void *grad_home(const Ring_Block *b)
+{
+	return b->dev[DATAFLOW_BLOCK_GRAD] ? b->dev[DATAFLOW_BLOCK_GRAD] : b->host[DATAFLOW_BLOCK_GRAD];
+}
+
+Dataflow_Status dataflow_ring_executor_scale_grads(Dataflow_Ring_Executor *x, float factor)
+{
+	if (!x || !isfinite(factor))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring scale_grads: an executor and a finite factor are required, got %g", factor);
+	TRY(ring_barrier(x));
+	for (int b = 0; b < x->N; b++) {
+		void *g = grad_home(&x->blocks[b]);
+		TRY(dataflow_submit_add(x->h, x->s[RS_OPT], DATAFLOW_FP32, x->blocks[b].numel, factor, g, 0.0f, g, g));
+	}
+	return ring_barrier(x);
+}
+
+/* Streams block b's host-held kinds through optimizer slot k, updates, sends them home. */
+static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Dataflow_AdamW_Params *params,
+				     const float *scale, int64_t step)
+{
+	Ring_Block *blk = &x->blocks[b];
+	int k = b % 2;
+	Track *t = &x->opt_track[k];
+	void *kinds[DATAFLOW_BLOCK_NUM_KINDS] = {0};
+	char *at = x->opt_slot[k];
+	TRY(track_before(x, t, RS_IN));
+	for (int kind = 0; kind < DATAFLOW_BLOCK_NUM_KINDS; kind++) {
+		if (kind == DATAFLOW_BLOCK_MASTER && !x->master)
+			continue;
+		kinds[kind] = blk->dev[kind];
+		if (kinds[kind])
+			continue;
+		kinds[kind] = at;
+		at += ring_align64(blk->bytes[kind]);
+		TRY(dataflow_submit_inbound_transfer(x->h, x->s[RS_IN], kinds[kind], blk->host[kind],
+						     (uint64_t)blk->bytes[kind]));
+	}
+	TRY(track_after(x, t, RS_IN));
+	TRY(track_before(x, t, RS_OPT));
+	Dataflow_Block_Memory mem = {kinds[DATAFLOW_BLOCK_PARAM], kinds[DATAFLOW_BLOCK_GRAD], kinds[DATAFLOW_BLOCK_ADAM_M],
+				     kinds[DATAFLOW_BLOCK_ADAM_V], kinds[DATAFLOW_BLOCK_MASTER]};
+	TRY(dataflow_block_adamw(x->model, b, x->s[RS_OPT], &mem, params, scale, step));
+	TRY(track_after(x, t, RS_OPT));
+	TRY(track_before(x, t, RS_OUT));
+	for (int kind = 0; kind < DATAFLOW_BLOCK_NUM_KINDS; kind++)
+		if (kind != DATAFLOW_BLOCK_GRAD && kinds[kind] && !blk->dev[kind])
+			TRY(dataflow_submit_outbound_transfer(x->h, x->s[RS_OUT], blk->host[kind], kinds[kind],
+							      (uint64_t)blk->bytes[kind]));
+	return track_after(x, t, RS_OUT);
+}
+
+Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Dataflow_AdamW_Params *params,
+					     double max_grad_norm, int64_t step)
+{
+	if (!x || !params)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring apply: executor and params are required");
+	if (!(max_grad_norm >= 0) || step < 1)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring apply: max_grad_norm must be >= 0 and step >= 1, got %g and %lld",
+					  max_grad_norm, (long long)step);
+	TRY(ring_barrier(x)); /* the training pass is done with the memory the scalars share */
+	int s = x->s[RS_OPT], clip = max_grad_norm > 0;
+	for (int b = 0; b < x->N; b++)
+		TRY(dataflow_block_grad_norm_sq(x->model, b, s, grad_home(&x->blocks[b]), x->norm_ws, x->sumsq, b > 0));
+	TRY(dataflow_submit_clip_by_global_norm(x->h, s, DATAFLOW_FP64, x->sumsq, clip ? max_grad_norm : 1e30, x->scale,
+						x->norm));
+	TRY(dataflow_submit_outbound_transfer(x->h, s, x->host_norm, x->norm, 4));
+	const float *scale = clip ? x->scale : NULL;
+	for (int b = 0; b < x->N; b++) {
+		Ring_Block *blk = &x->blocks[b];
+		if (x->plan.optimizer == DATAFLOW_RING_OPT_DEVICE_STREAMED ||
+		    x->plan.optimizer == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED) {
+			TRY(adamw_streamed(x, b, params, scale, step));
+			continue;
+		}
+		/* resident state, or every kind on the host */
+		void *home[DATAFLOW_BLOCK_NUM_KINDS];
+		for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
+			home[k] = blk->dev[k] ? blk->dev[k] : blk->host[k];
+		Dataflow_Block_Memory mem = {home[DATAFLOW_BLOCK_PARAM], home[DATAFLOW_BLOCK_GRAD], home[DATAFLOW_BLOCK_ADAM_M],
+					     home[DATAFLOW_BLOCK_ADAM_V], x->master ? home[DATAFLOW_BLOCK_MASTER] : NULL};
+		TRY(dataflow_block_adamw(x->model, b, s, &mem, params, scale, step));
+		blk->param_stale = blk->train_param && !blk->dev[DATAFLOW_BLOCK_PARAM];
+	}
+	for (int i = 0; i < x->W; i++) /* slots and staging hold the old weights */
+		x->wslot_layer[i] = -1;
+	x->edge_stage_block = -1;
+	return ring_barrier(x);
+}

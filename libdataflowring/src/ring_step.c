@@ -1,0 +1,432 @@
+/* The executor's training pass: per round, the embedding, every layer layer-major over the
+ * round's chunks (weights prefetched into the slot the finished layer frees, activations kept
+ * or offloaded), the head at the turn, the layers back down (slots reversed, offloaded
+ * activations prefetched through the staging ring, gradients zeroed or brought back before a
+ * layer and sent home after it) and the embedding's gradient. Everything is enqueued; streams
+ * wait only on the tracks of the buffers they use. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ring_exec_internal.h"
+
+/* A device buffer and the track that orders its uses. */
+typedef struct {
+	void *ptr;
+	Track *track;
+} Buf;
+
+typedef struct {
+	Dataflow_Ring_Executor *x;
+	int64_t first_chunk;                  /* chunks of the call before this round */
+	int64_t num;                          /* chunks in this round */
+	const Dataflow_Ring_Chunk *chunks;    /* this round's */
+	Dataflow_Llama_Batch *batch;          /* per chunk, filled at the round's start */
+	int zero_grads;                       /* first round of a call that does not accumulate */
+	float loss_scale;
+	int dcur;                             /* the hidden set holding dy of the next layer down */
+} Round;
+
+static Dataflow_Status copy_in(Dataflow_Ring_Executor *x, Buf dst, Track *host_track, const void *src, int64_t bytes)
+{
+	TRY(track_before(x, dst.track, RS_IN));
+	TRY(track_before(x, host_track, RS_IN));
+	TRY(dataflow_submit_inbound_transfer(x->h, x->s[RS_IN], dst.ptr, src, (uint64_t)bytes));
+	TRY(track_after(x, dst.track, RS_IN));
+	return track_after(x, host_track, RS_IN);
+}
+
+static Dataflow_Status copy_out(Dataflow_Ring_Executor *x, void *dst, Track *host_track, Buf src, int64_t bytes)
+{
+	if (bytes == 0) /* e.g. the saved activations of DATAFLOW_SAVE_INPUT */
+		return DATAFLOW_OK;
+	TRY(track_before(x, src.track, RS_OUT));
+	TRY(track_before(x, host_track, RS_OUT));
+	TRY(dataflow_submit_outbound_transfer(x->h, x->s[RS_OUT], dst, src.ptr, (uint64_t)bytes));
+	TRY(track_after(x, src.track, RS_OUT));
+	return track_after(x, host_track, RS_OUT);
+}
+
+/* Block b's weights on the device, loaded if they are not (layers: into slot l % W). */
+static Dataflow_Status param_of(Dataflow_Ring_Executor *x, int b, Buf *out)
+{
+	Ring_Block *blk = &x->blocks[b];
+	int64_t bytes = blk->bytes[DATAFLOW_BLOCK_PARAM];
+	Track *home = &blk->host_track[DATAFLOW_BLOCK_PARAM];
+	if (blk->train_param) {
+		*out = (Buf){blk->train_param, &blk->dev_track[DATAFLOW_BLOCK_PARAM]};
+		if (blk->param_stale) /* a host optimizer updated the home copy */
+			TRY(copy_in(x, *out, home, blk->host[DATAFLOW_BLOCK_PARAM], bytes));
+		blk->param_stale = 0;
+		return DATAFLOW_OK;
+	}
+	if (b == 0 || b == x->N - 1) {
+		*out = (Buf){x->edge_stage, &x->edge_track};
+		if (x->edge_stage_block != b)
+			TRY(copy_in(x, *out, home, blk->host[DATAFLOW_BLOCK_PARAM], bytes));
+		x->edge_stage_block = b;
+		return DATAFLOW_OK;
+	}
+	int slot = (b - 1) % x->W;
+	*out = (Buf){x->wslot[slot], &x->wslot_track[slot]};
+	if (x->wslot_layer[slot] != b - 1)
+		TRY(copy_in(x, *out, home, blk->host[DATAFLOW_BLOCK_PARAM], bytes));
+	x->wslot_layer[slot] = b - 1;
+	return DATAFLOW_OK;
+}
+
+/* Where block b's gradient accumulates during training. */
+static Buf grad_of(Dataflow_Ring_Executor *x, int b)
+{
+	Ring_Block *blk = &x->blocks[b];
+	if (blk->train_grad)
+		return (Buf){blk->train_grad, &blk->dev_track[DATAFLOW_BLOCK_GRAD]};
+	if (b == 0 || b == x->N - 1) {
+		x->edge_stage_block = x->edge_stage_block == b ? b : -1; /* keeps its param only if it is b's */
+		return (Buf){(char *)x->edge_stage + ring_align64(blk->bytes[DATAFLOW_BLOCK_PARAM]), &x->edge_track};
+	}
+	int slot = (b - 1) % x->G;
+	return (Buf){x->gslot[slot], &x->gslot_track[slot]};
+}
+
+/* Before block b's first gradient of the round: zero it or bring its partial sum back. */
+static Dataflow_Status grad_begin(Round *r, int b)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	Ring_Block *blk = &x->blocks[b];
+	if (blk->dev[DATAFLOW_BLOCK_GRAD])
+		return DATAFLOW_OK; /* lives on the device; zeroed at the call's start */
+	Buf g = grad_of(x, b);
+	if (r->zero_grads) {
+		TRY(track_before(x, g.track, RS_COMPUTE));
+		TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], g.ptr, 0, (uint64_t)blk->bytes[DATAFLOW_BLOCK_GRAD]));
+		return track_after(x, g.track, RS_COMPUTE);
+	}
+	return copy_in(x, g, &blk->host_track[DATAFLOW_BLOCK_GRAD], blk->host[DATAFLOW_BLOCK_GRAD],
+		       blk->bytes[DATAFLOW_BLOCK_GRAD]);
+}
+
+/* After block b's last gradient of the round: send it home. */
+static Dataflow_Status grad_end(Round *r, int b)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	Ring_Block *blk = &x->blocks[b];
+	if (blk->dev[DATAFLOW_BLOCK_GRAD])
+		return DATAFLOW_OK;
+	return copy_out(x, blk->host[DATAFLOW_BLOCK_GRAD], &blk->host_track[DATAFLOW_BLOCK_GRAD], grad_of(x, b),
+			blk->bytes[DATAFLOW_BLOCK_GRAD]);
+}
+
+/* compute is about to use (then has used) these buffers */
+static Dataflow_Status compute_uses(Dataflow_Ring_Executor *x, Buf *bufs, int n, int after)
+{
+	for (int i = 0; i < n; i++)
+		if (bufs[i].track)
+			TRY(after ? track_after(x, bufs[i].track, RS_COMPUTE) : track_before(x, bufs[i].track, RS_COMPUTE));
+	return DATAFLOW_OK;
+}
+
+/* The input of layer l (l == L: the head's) for chunk c, and its track. */
+static Buf hidden(Dataflow_Ring_Executor *x, int l, int64_t c)
+{
+	if (l < x->L && x->acts[l].on_device)
+		return (Buf){x->acts[l].base + c * x->acts[l].stride, NULL};
+	return (Buf){x->hid[l % 2][c], &x->hid_track[l % 2][c]};
+}
+
+static int64_t saved_bytes(Dataflow_Ring_Executor *x, int l, int64_t T)
+{
+	int64_t saved;
+	dataflow_block_acts_bytes(x->model, 1 + l, x->acts[l].level, T, &saved, NULL, NULL);
+	return saved;
+}
+
+static Dataflow_Block_Args args_for(Round *r, int64_t c, Dataflow_Save_Level level)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	return (Dataflow_Block_Args){.batch = &r->batch[c], .level = level, .recomputed = x->recomputed,
+				     .dacts = x->dacts, .workspace = x->workspace};
+}
+
+static Dataflow_Status forward_layer(Round *r, int l)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	Ring_Acts *acts = &x->acts[l];
+	Buf w;
+	TRY(param_of(x, 1 + l, &w));
+	TRY(compute_uses(x, &w, 1, 0));
+	Dataflow_Block_Memory mem = {.param = w.ptr};
+	for (int64_t c = 0; c < r->num; c++) {
+		int64_t T = r->batch[c].num_tokens;
+		Buf in = hidden(x, l, c), out = hidden(x, l + 1, c), stage = {0};
+		Dataflow_Block_Args a = args_for(r, c, acts->level);
+		a.x = in.ptr;
+		a.y = out.ptr;
+		if (acts->on_device) {
+			a.saved = (char *)in.ptr + ring_x_bytes(x, T);
+		} else {
+			int st = (int)(x->stage_next++ % 3);
+			stage = (Buf){x->stage[st], &x->stage_track[st]};
+			a.saved = (char *)stage.ptr + ring_x_bytes(x, T);
+		}
+		Buf used[3] = {in, out, stage};
+		TRY(compute_uses(x, used, 3, 0));
+		TRY(dataflow_block_forward(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
+		TRY(compute_uses(x, used, 3, 1));
+		if (!acts->on_device) { /* offload x and saved to the chunk's host copy */
+			char *home = acts->base + c * acts->stride;
+			Track *t = &acts->tracks[c];
+			TRY(copy_out(x, home, t, in, T * x->H * x->es));
+			TRY(copy_out(x, home + ring_x_bytes(x, T), t, (Buf){a.saved, stage.track}, saved_bytes(x, l, T)));
+		}
+	}
+	return compute_uses(x, &w, 1, 1);
+}
+
+/* The backward's offloaded (layer, chunk) items, prefetched two ahead through the staging ring. */
+typedef struct {
+	int64_t count, issued, first_stage;
+	int *layer;
+	int64_t *chunk;
+} Prefetch;
+
+static Dataflow_Status prefetch_upto(Round *r, Prefetch *p, int64_t upto)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	for (; p->issued < p->count && p->issued <= upto; p->issued++) {
+		int l = p->layer[p->issued];
+		int64_t c = p->chunk[p->issued], T = r->batch[c].num_tokens;
+		int st = (int)((p->first_stage + p->issued) % 3);
+		Ring_Acts *acts = &x->acts[l];
+		TRY(copy_in(x, (Buf){x->stage[st], &x->stage_track[st]}, &acts->tracks[c], acts->base + c * acts->stride,
+			    ring_x_bytes(x, T) + saved_bytes(x, l, T)));
+	}
+	return DATAFLOW_OK;
+}
+
+static Dataflow_Status backward_layer(Round *r, int l, Prefetch *p, int64_t *item)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	Ring_Acts *acts = &x->acts[l];
+	Buf w, g = grad_of(x, 1 + l);
+	TRY(param_of(x, 1 + l, &w));
+	TRY(grad_begin(r, 1 + l));
+	Buf wg[2] = {w, g};
+	TRY(compute_uses(x, wg, 2, 0));
+	Dataflow_Block_Memory mem = {.param = w.ptr, .grad = g.ptr};
+	for (int64_t c = 0; c < r->num; c++) {
+		int64_t T = r->batch[c].num_tokens;
+		Buf in = hidden(x, l, c), dy = {x->hid[r->dcur][c], &x->hid_track[r->dcur][c]};
+		Buf dx = {x->hid[!r->dcur][c], &x->hid_track[!r->dcur][c]};
+		if (!acts->on_device) {
+			TRY(prefetch_upto(r, p, *item));
+			int st = (int)((p->first_stage + *item) % 3);
+			in = (Buf){x->stage[st], &x->stage_track[st]};
+		}
+		Dataflow_Block_Args a = args_for(r, c, acts->level);
+		a.x = in.ptr;
+		a.saved = (char *)in.ptr + ring_x_bytes(x, T);
+		a.dy = dy.ptr;
+		a.dx = dx.ptr;
+		Buf used[3] = {in, dy, dx};
+		TRY(compute_uses(x, used, 3, 0));
+		TRY(dataflow_block_recompute(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
+		TRY(dataflow_block_backward_x(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
+		TRY(dataflow_block_backward_w(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
+		TRY(compute_uses(x, used, 3, 1));
+		if (!acts->on_device)
+			TRY(prefetch_upto(r, p, ++*item + 1));
+	}
+	r->dcur = !r->dcur;
+	TRY(compute_uses(x, wg, 2, 1));
+	return grad_end(r, 1 + l);
+}
+
+/* The head at the turn: forward with the loss, backward_x into the first dy, backward_w. */
+static Dataflow_Status head(Round *r)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	int b = x->N - 1;
+	Buf w, g, emb = {0}, emb_g = {0};
+	if (x->tied) { /* the head adds into the embedding's gradient: bring it first */
+		TRY(param_of(x, 0, &emb));
+		TRY(grad_begin(r, 0));
+		emb_g = grad_of(x, 0);
+	}
+	TRY(param_of(x, b, &w));
+	g = grad_of(x, b);
+	TRY(grad_begin(r, b));
+	Track *losses = &x->losses_track;
+	Buf used[5] = {w, g, emb, emb_g, {x->dev_losses, losses}};
+	TRY(compute_uses(x, used, 5, 0));
+	Dataflow_Block_Memory mem = {.param = w.ptr, .grad = g.ptr}, tied = {.param = emb.ptr, .grad = emb_g.ptr};
+	r->dcur = (x->L + 1) % 2;
+	for (int64_t c = 0; c < r->num; c++) {
+		Buf in = hidden(x, x->L, c), dx = {x->hid[r->dcur][c], &x->hid_track[r->dcur][c]};
+		Dataflow_Block_Args a = args_for(r, c, DATAFLOW_SAVE_ALL);
+		a.x = in.ptr;
+		a.saved = x->head_saved;
+		a.dx = dx.ptr;
+		a.token_losses = x->dev_losses + c * x->T;
+		a.loss_scale = r->loss_scale;
+		a.tied = x->tied ? &tied : NULL;
+		Buf io[2] = {in, dx};
+		TRY(compute_uses(x, io, 2, 0));
+		TRY(dataflow_block_forward(x->model, b, x->s[RS_COMPUTE], &mem, &a));
+		TRY(dataflow_block_backward_x(x->model, b, x->s[RS_COMPUTE], &mem, &a));
+		TRY(dataflow_block_backward_w(x->model, b, x->s[RS_COMPUTE], &mem, &a));
+		TRY(compute_uses(x, io, 2, 1));
+	}
+	TRY(compute_uses(x, used, 5, 1));
+	for (int64_t c = 0; c < r->num; c++) /* the token losses go home */
+		TRY(copy_out(x, x->host_losses + (r->first_chunk + c) * x->T, losses,
+			     (Buf){x->dev_losses + c * x->T, losses}, r->batch[c].num_tokens * 4));
+	return grad_end(r, b);
+}
+
+static Dataflow_Status embedding(Round *r, int backward)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	Buf w = {0}, g = {0};
+	Dataflow_Block_Memory mem = {0};
+	if (backward) {
+		if (!x->tied)
+			TRY(grad_begin(r, 0));
+		g = grad_of(x, 0);
+		mem.grad = g.ptr;
+	} else {
+		TRY(param_of(x, 0, &w));
+		mem.param = w.ptr;
+	}
+	Buf wg[2] = {w, g};
+	TRY(compute_uses(x, wg, 2, 0));
+	for (int64_t c = 0; c < r->num; c++) {
+		Buf out = hidden(x, 0, c), dy = {x->hid[r->dcur][c], &x->hid_track[r->dcur][c]};
+		Buf io = backward ? dy : out;
+		Dataflow_Block_Args a = args_for(r, c, DATAFLOW_SAVE_ALL);
+		a.x = NULL;
+		if (backward)
+			a.dy = dy.ptr;
+		else
+			a.y = out.ptr;
+		TRY(compute_uses(x, &io, 1, 0));
+		TRY(backward ? dataflow_block_backward_w(x->model, 0, x->s[RS_COMPUTE], &mem, &a)
+			     : dataflow_block_forward(x->model, 0, x->s[RS_COMPUTE], &mem, &a));
+		TRY(compute_uses(x, &io, 1, 1));
+	}
+	TRY(compute_uses(x, wg, 2, 1));
+	return backward ? grad_end(r, 0) : DATAFLOW_OK;
+}
+
+static Dataflow_Status run_round(Round *r, Prefetch *p)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	for (int64_t c = 0; c < r->num; c++) { /* the round's batches go up, each in one transfer */
+		const Dataflow_Ring_Chunk *ch = &r->chunks[c];
+		int32_t *host = x->host_batches + (r->first_chunk + c) * x->batch_numel;
+		Buf dev = {x->dev_batch[c], &x->batch_track[c]};
+		TRY(copy_in(x, dev, &x->host_batch_track, host,
+			    dataflow_batch_buffer_numel(ch->num_tokens, ch->num_docs, 1) * 4));
+		TRY(dataflow_batch_from_buffer(dev.ptr, ch->num_tokens, ch->num_docs, 1, &r->batch[c]));
+		TRY(track_before(x, dev.track, RS_COMPUTE));
+	}
+	TRY(embedding(r, 0));
+	for (int l = 0; l < x->L; l++) {
+		TRY(forward_layer(r, l));
+		if (l + x->W < x->L) { /* the freed slot takes the next layer not yet in one */
+			Buf next;
+			TRY(param_of(x, 1 + l + x->W, &next));
+		}
+	}
+	TRY(head(r));
+	p->count = p->issued = 0;
+	p->first_stage = x->stage_next;
+	for (int l = x->L - 1; l >= 0; l--)
+		for (int64_t c = 0; c < r->num && !x->acts[l].on_device; c++) {
+			p->layer[p->count] = l;
+			p->chunk[p->count++] = c;
+		}
+	TRY(prefetch_upto(r, p, 1));
+	int64_t item = 0;
+	for (int l = x->L - 1; l >= 0; l--) {
+		TRY(backward_layer(r, l, p, &item));
+		if (l - x->W >= 0) { /* reversed ring: the freed slot takes a layer below */
+			Buf next;
+			TRY(param_of(x, 1 + l - x->W, &next));
+		}
+	}
+	x->stage_next = p->first_stage + p->count;
+	TRY(embedding(r, 1));
+	for (int64_t c = 0; c < r->num; c++)
+		TRY(track_after(x, &x->batch_track[c], RS_COMPUTE));
+	return DATAFLOW_OK;
+}
+
+static Dataflow_Status check_chunks(const Dataflow_Ring_Executor *x, const Dataflow_Ring_Chunk *chunks, int64_t n,
+				    float loss_scale)
+{
+	int64_t most = x->K * x->plan.rounds_per_step;
+	if (!chunks || n < 1 || n > most)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring accumulate: num_chunks must be in [1, %lld] (chunks_per_round x "
+					  "rounds_per_step of the plan), got %lld",
+					  (long long)most, (long long)n);
+	if (!(loss_scale > 0) || !isfinite(loss_scale))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring accumulate: loss_scale must be finite and > 0, got %g", loss_scale);
+	int64_t max_docs = dataflow_batch_buffer_numel(x->T, 1, 1) >= 0
+				   ? x->batch_numel - dataflow_batch_buffer_numel(x->T, 0, 1)
+				   : 0;
+	for (int64_t i = 0; i < n; i++) {
+		const Dataflow_Ring_Chunk *c = &chunks[i];
+		if (!c->buffer || c->num_tokens < 1 || c->num_tokens > x->T || c->num_docs < 1 ||
+		    c->num_docs > c->num_tokens || c->num_docs + 1 > max_docs)
+			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+						  "ring accumulate: chunk %lld must have a buffer, 1..%lld tokens (the plan's "
+						  "chunk_tokens) and 1..min(tokens, %lld) documents; got %lld tokens, %lld "
+						  "documents",
+						  (long long)i, (long long)x->T, (long long)max_docs - 1,
+						  (long long)c->num_tokens, (long long)c->num_docs);
+	}
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, const Dataflow_Ring_Chunk *chunks,
+						  int64_t num_chunks, int accumulate_grads, float loss_scale)
+{
+	if (!x)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring accumulate: executor is required");
+	TRY(check_chunks(x, chunks, num_chunks, loss_scale));
+	TRY(dataflow_sync_stream(x->h, x->s[RS_IN])); /* the last call's batches are up: their host copy is free */
+	for (int64_t i = 0; i < num_chunks; i++)
+		memcpy(x->host_batches + i * x->batch_numel, chunks[i].buffer,
+		       (size_t)dataflow_batch_buffer_numel(chunks[i].num_tokens, chunks[i].num_docs, 1) * 4);
+	TRY(ring_barrier(x)); /* after the optimizer's phase */
+	if (!accumulate_grads)
+		for (int b = 0; b < x->N; b++) {
+			Ring_Block *blk = &x->blocks[b];
+			if (!blk->dev[DATAFLOW_BLOCK_GRAD])
+				continue;
+			TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], blk->dev[DATAFLOW_BLOCK_GRAD], 0,
+					     (uint64_t)blk->bytes[DATAFLOW_BLOCK_GRAD]));
+			TRY(track_after(x, &blk->dev_track[DATAFLOW_BLOCK_GRAD], RS_COMPUTE));
+		}
+	int64_t items = x->L * x->K;
+	Prefetch p = {0};
+	p.layer = malloc((size_t)items * sizeof(int));
+	p.chunk = malloc((size_t)items * sizeof(int64_t));
+	Dataflow_Llama_Batch *batches = malloc((size_t)x->K * sizeof(Dataflow_Llama_Batch));
+	Dataflow_Status st = p.layer && p.chunk && batches
+				     ? DATAFLOW_OK
+				     : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring accumulate: host allocation failed");
+	for (int64_t first = 0; st == DATAFLOW_OK && first < num_chunks; first += x->K) {
+		Round r = {x, first, num_chunks - first < x->K ? num_chunks - first : x->K, chunks + first,
+			   batches, !accumulate_grads && first == 0, loss_scale, 0};
+		st = run_round(&r, &p);
+	}
+	free(p.layer);
+	free(p.chunk);
+	free(batches);
+	x->last_chunks = num_chunks;
+	return st;
+}

@@ -1,0 +1,103 @@
+"""The ring executor (libdataflowring/include/dataflow/ring_executor.h) from Python: a Llama's
+blocks trained from a plan, its state wherever the plan puts it (device or host memory)."""
+import numpy as np
+
+from ._ffi import ffi, modelslib, ringlib
+from .errors import BadArgumentError, check
+
+KIND_DTYPES = {0: None, 1: np.float32, 2: np.float32, 3: np.float32, 4: np.float32}  # None: the model dtype
+
+
+class RingExecutor:
+    """Blocked Llama `config` (LlamaConfig) in `dtype` on `handle`, trained from `plan`
+    (dataflow.ring.Plan). Streams 0..3 of the handle: compute, inbound, outbound, optimizer."""
+
+    def __init__(self, handle, config, plan, dtype):
+        self.handle, self.plan = handle, plan
+        model = ffi.new("Dataflow_Blocked_Model **")
+        check(modelslib.dataflow_llama_blocked_model_create(handle._ptr(), config._c_config(dtype), model))
+        self._bm = model[0]
+        out = ffi.new("Dataflow_Ring_Executor **")
+        try:
+            check(ringlib.dataflow_ring_executor_create(handle._ptr(), self._bm, plan._c, ffi.NULL, out))
+        except Exception:
+            modelslib.dataflow_blocked_model_destroy(self._bm)
+            raise
+        self._x = out[0]
+        self.num_blocks = modelslib.dataflow_blocked_model_num_blocks(self._bm)
+        self._sizes = []
+        for b in range(self.num_blocks):
+            s = ffi.new("Dataflow_Block_Sizes *")
+            check(modelslib.dataflow_blocked_model_block_sizes(self._bm, b, s))
+            self._sizes.append((int(s.numel), [int(s.bytes[k]) for k in range(5)]))
+
+    @property
+    def blocked_model(self):
+        return self._bm
+
+    def close(self):
+        x, self._x = getattr(self, "_x", None), None
+        if x is not None and self.handle._alive():
+            ringlib.dataflow_ring_executor_destroy(x)
+            modelslib.dataflow_blocked_model_destroy(self._bm)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def device_bytes(self):
+        return int(ringlib.dataflow_ring_executor_device_bytes(self._x))
+
+    def host_bytes(self):
+        return int(ringlib.dataflow_ring_executor_host_bytes(self._x))
+
+    def block_bytes(self, block, kind):
+        return self._sizes[block][1][kind]
+
+    def read(self, block, kind):
+        """The block's kind as raw bytes (uint8 numpy)."""
+        out = np.empty(self.block_bytes(block, kind), np.uint8)
+        check(ringlib.dataflow_ring_executor_read(self._x, block, kind, ffi.from_buffer(out)))
+        return out
+
+    def write(self, block, kind, data):
+        data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        if data.size != self.block_bytes(block, kind):
+            raise BadArgumentError(f"ring write: block {block} kind {kind} holds {self.block_bytes(block, kind)} "
+                                   f"bytes, got {data.size}")
+        check(ringlib.dataflow_ring_executor_write(self._x, block, kind, ffi.from_buffer(data)))
+
+    def accumulate(self, packed_chunks, accumulate, loss_scale):
+        """Submits forward/backward of PackedBatch chunks (at most chunks_per_round x rounds)."""
+        chunks = ffi.new("Dataflow_Ring_Chunk[]", len(packed_chunks))
+        keep = []
+        for c, p in zip(chunks, packed_chunks):
+            buf = ffi.from_buffer("int32_t[]", p.buffer)
+            keep.append(buf)
+            c.buffer, c.num_tokens, c.num_docs = buf, p.num_tokens, p.num_docs
+        check(ringlib.dataflow_ring_executor_accumulate(self._x, chunks, len(packed_chunks), int(bool(accumulate)),
+                                                        float(loss_scale)))
+
+    def scale_grads(self, factor):
+        check(ringlib.dataflow_ring_executor_scale_grads(self._x, float(factor)))
+
+    def apply(self, params, max_grad_norm, step):
+        check(ringlib.dataflow_ring_executor_apply(self._x, params, float(max_grad_norm), int(step)))
+
+    def wait(self):
+        check(ringlib.dataflow_ring_executor_wait(self._x))
+
+    def token_losses(self, chunk_sizes):
+        """Host copies of the last accumulate's token losses, per chunk (after wait())."""
+        out = ffi.new("Dataflow_Ring_Outputs *")
+        check(ringlib.dataflow_ring_executor_outputs(self._x, out))
+        T = out.chunk_tokens
+        flat = np.frombuffer(ffi.buffer(out.token_losses, 4 * T * len(chunk_sizes)), np.float32)
+        return [flat[i * T:i * T + n].copy() for i, n in enumerate(chunk_sizes)]
+
+    def grad_norm(self):
+        out = ffi.new("Dataflow_Ring_Outputs *")
+        check(ringlib.dataflow_ring_executor_outputs(self._x, out))
+        return float(out.grad_norm[0])
