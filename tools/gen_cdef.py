@@ -13,8 +13,8 @@ import subprocess
 import sys
 import tempfile
 
-HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h", "dataflow/models.h", "dataflow/cuda.h", "dataflow/ring_plan.h",
-           "dataflow/ring_executor.h"]
+HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h", "dataflow/comm.h", "dataflow/models.h", "dataflow/cuda.h",
+           "dataflow/ring_plan.h", "dataflow/ring_executor.h"]
 
 
 def main():

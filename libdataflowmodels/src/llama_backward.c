@@ -1,10 +1,30 @@
 /* The resident model's training pass: forward with the loss, then every block's backward_x and
  * backward_w from the head to the embedding (recomputing a layer's activations first when the
  * save level did not keep them). Gradients at block outputs alternate between two buffers,
- * because backward_w still reads a layer's dy after backward_x wrote its dx. */
+ * because backward_w still reads a layer's dy after backward_x wrote its dx. Data-parallel,
+ * each block's gradients go to the communication stream as soon as its backward is queued. */
 #include <math.h>
 
 #include "llama_internal.h"
+
+/* `waiter` waits for the work queued so far on `stream`. */
+static Dataflow_Status wait_for(Dataflow_Handle *h, int waiter, int stream)
+{
+	Dataflow_Stream_State state;
+	TRY(dataflow_get_stream_state(h, stream, &state));
+	return dataflow_submit_dependency(h, waiter, &state);
+}
+
+/* Block `block`'s gradients, complete on stream s, summed over the ranks on the comm stream. */
+static Dataflow_Status sum_over_ranks(Dataflow_Llama *m, int s, int block)
+{
+	int cs = m->grad_comm_stream;
+	if (cs != s)
+		TRY(wait_for(m->handle, cs, s));
+	float *g = m->blocks[block].grad;
+	return dataflow_submit_all_reduce(m->grad_comm, cs, DATAFLOW_FP32, llama_block_numel(m->bm, block), g, g,
+					  DATAFLOW_REDUCE_SUM);
+}
 
 Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dataflow_Llama_Batch *b,
 					     int accumulate_grads, float loss_scale)
@@ -16,6 +36,10 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dat
 					  "llama loss_backward: loss_scale must be finite and > 0 (1 / labelled tokens for a "
 					  "mean loss), got %g",
 					  loss_scale);
+	if (m->grad_comm && accumulate_grads)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama loss_backward: accumulate_grads must be 0 with a gradient communicator "
+					  "(the gradients are summed over ranks at every call)");
 	TRY(llama_check_batch(m, b, 1));
 	TRY(llama_workspace_reserve(m, b->num_tokens));
 	if (!accumulate_grads)
@@ -36,6 +60,22 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dat
 		TRY(dataflow_block_recompute(bm, block, s, mem, &a));
 		TRY(dataflow_block_backward_x(bm, block, s, mem, &a));
 		TRY(dataflow_block_backward_w(bm, block, s, mem, &a));
+		if (m->grad_comm)
+			TRY(sum_over_ranks(m, s, block));
 	}
+	if (m->grad_comm && m->grad_comm_stream != s)
+		TRY(wait_for(m->handle, s, m->grad_comm_stream));
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_llama_set_grad_comm(Dataflow_Llama *m, Dataflow_Comm *comm, int comm_stream)
+{
+	if (!m)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama set_grad_comm: model is required");
+	if (comm && (comm_stream < 0 || comm_stream >= dataflow_handle_num_streams(m->handle)))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama set_grad_comm: comm_stream %d out of range [0, %d)",
+					  comm_stream, dataflow_handle_num_streams(m->handle));
+	m->grad_comm = comm;
+	m->grad_comm_stream = comm_stream;
 	return DATAFLOW_OK;
 }

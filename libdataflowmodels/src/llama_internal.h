@@ -32,6 +32,8 @@ struct Dataflow_Llama {
 	int64_t last_tokens; /* of the last loss: how many token losses are valid */
 	Dataflow_Save_Level save_level;
 	Llama_Workspace ws;
+	Dataflow_Comm *grad_comm; /* data-parallel: gradients summed over ranks (NULL: off) */
+	int grad_comm_stream;
 };
 
 static inline void *llama_resid(const Dataflow_Llama *m, int64_t layer)

@@ -6,7 +6,7 @@
     c = df.ops.matmul(h, a, a, transpose_b=True)
     c.numpy()
 """
-from . import dtypes, models, ops
+from . import distributed, dtypes, models, ops
 from .array import Array
 from .custom_ops import CompileError, CustomOp
 from .errors import (AlreadyRegisteredError, BadArgumentError, CallbackError, DataflowError, FileFormatError,
@@ -24,4 +24,4 @@ warn_if_slow()
 
 __all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CallbackError", "CompileError", "CustomOp", "DataflowError",
            "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer", "UnknownOpError",
-           "UnsupportedError", "dtypes", "models", "ops", "ring"]
+           "UnsupportedError", "distributed", "dtypes", "models", "ops", "ring"]

@@ -1,4 +1,4 @@
-"""Loads libdataflow, libdataflowops, libdataflowmodels and libdataflowring with cffi (ABI mode).
+"""Loads libdataflow, libdataflowops, libdataflowcomm, libdataflowmodels and libdataflowring with cffi (ABI mode).
 
 The declarations come from _cdef.h, which the build derives from the public C headers.
 Libraries are looked up in DATAFLOW_LIB_DIR (a meson build directory, for development)
@@ -34,12 +34,13 @@ def _load():
         ffi.cdef(f.read())
     core = ffi.dlopen(os.path.join(LIB_DIR, "libdataflow.so"))
     ops = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowops.so"))
+    comm = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowcomm.so"))
     models = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowmodels.so"))
     ring = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowring.so"))
-    return ffi, core, ops, models, ring
+    return ffi, core, ops, comm, models, ring
 
 
-ffi, lib, opslib, modelslib, ringlib = _load()
+ffi, lib, opslib, commlib, modelslib, ringlib = _load()
 
 
 def use_nvidia_wheels():

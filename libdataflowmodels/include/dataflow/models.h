@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "dataflow/blocked_model.h"
+#include "dataflow/comm.h"
 #include "dataflow/handle.h"
 #include "dataflow/llama_config.h"
 
@@ -108,6 +109,17 @@ Dataflow_Status dataflow_llama_forward_cached(Dataflow_Llama *model, int stream,
  * Asynchronous on stream. */
 Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch,
 					     int accumulate_grads, float loss_scale);
+
+/* Data-parallel training (NULL comm: off). From now on loss_backward sums every block's
+ * gradients over the communicator's ranks (dataflow_submit_all_reduce, in place) as soon as
+ * that block's backward_w is queued, on comm_stream, which waits for it by an event: on
+ * another stream than the backward's, the sums of the upper blocks run while the lower blocks
+ * differentiate; the backward's stream waits for the last sum before loss_backward returns.
+ * For the gradient of the mean loss over all ranks' batches, every rank passes loss_scale =
+ * 1 / (labelled tokens of ALL ranks). accumulate_grads must then be 0 (a second backward would
+ * sum the already summed gradients again). The communicator must be bound to the model's
+ * handle. */
+Dataflow_Status dataflow_llama_set_grad_comm(Dataflow_Llama *model, Dataflow_Comm *comm, int comm_stream);
 
 /* Forward and the token losses only (gradients untouched). Asynchronous on stream. */
 Dataflow_Status dataflow_llama_loss(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch);

@@ -14,10 +14,17 @@ class Trainer:
 
     Host syncs: step() submits the batch (one inbound transfer), the forward/backward and the
     AdamW step, then waits ONCE to read the loss and the gradient norm together. accumulate()
-    waits once for its chunk's loss; apply() does not wait: last_grad_norm waits when read."""
+    waits once for its chunk's loss; apply() does not wait: last_grad_norm waits when read.
+
+    Data-parallel (comm: a dataflow.distributed.Communicator, rebound to the model's handle):
+    each rank steps on its own batch; every block's gradients are summed over the ranks on
+    comm_stream (default 1 when the handle has two streams) as soon as its backward is queued,
+    while the lower blocks differentiate; the loss is the mean over all ranks' labelled tokens,
+    so every rank applies the same AdamW (clipped on the global norm) and returns the same
+    loss. Two small host collectives per step (label count, loss) add two syncs."""
 
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
-                 master_weights=None):
+                 master_weights=None, comm=None, comm_stream=None):
         self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, tuple(betas), eps
         self.grad_clip = grad_clip or 0.0
         if master_weights:
@@ -27,6 +34,13 @@ class Trainer:
         self.step_count = 0
         self._norm, self._norm_pending = None, None  # last grad norm, or (host array, stream) not yet synced
         self._acc_loss, self._acc_labels = 0.0, 0
+        self.comm = None
+        if comm is not None:
+            self.comm = comm.on(model.handle)
+            if comm_stream is None:
+                comm_stream = 1 if model.handle.num_streams > 1 else 0
+            check(modelslib.dataflow_llama_set_grad_comm(model._m, self.comm._c, comm_stream))
+            model._grad_comm = self.comm  # the model sums over it: it lives as long as the model
 
     @property
     def last_grad_norm(self):
@@ -53,13 +67,17 @@ class Trainer:
         self._norm_pending = (self.model._read_output("grad_norm", stream), stream)
 
     def _loss_backward(self, tokens, labels, documents, accumulate, loss_scale, stream):
-        """Submits a chunk's loss_backward; returns (packed batch, token losses host array)."""
+        """Submits a chunk's loss_backward; returns (packed batch, token losses host array,
+        labelled tokens the loss is the mean over: of every rank when data-parallel)."""
         packed = self.model._pack(tokens, labels, documents)
+        num_labels = packed.num_labels
+        if self.comm is not None:
+            num_labels = int(self.comm.sum_host([num_labels], stream)[0])
         if loss_scale is None:
-            if packed.num_labels == 0:
+            if num_labels == 0:
                 raise BadArgumentError("step: no labelled tokens (every target is -100)")
-            loss_scale = 1.0 / packed.num_labels
-        return packed, self.model._loss_pass(packed, accumulate, loss_scale, stream)
+            loss_scale = 1.0 / num_labels
+        return packed, self.model._loss_pass(packed, accumulate, loss_scale, stream), num_labels
 
     def step(self, tokens, labels=None, documents=None, stream=0):
         """One optimizer step on one batch: tokens [B, T] or [T], or a list of 1-D documents;
@@ -68,17 +86,21 @@ class Trainer:
         mean loss before the step."""
         if self._acc_labels:
             raise BadArgumentError("step: gradients from accumulate() are pending; call apply() first")
-        packed, losses = self._loss_backward(tokens, labels, documents, False, None, stream)
+        _, losses, num_labels = self._loss_backward(tokens, labels, documents, False, None, stream)
         self._adamw(stream)
         self._wait_norm()  # the one sync: the losses were read back before it too
-        return self.model._batch_loss(losses, 1.0 / packed.num_labels)
+        if self.comm is None:
+            return self.model._batch_loss(losses, 1.0 / num_labels)
+        return float(self.comm.sum_host([self.model._batch_loss(losses, 1.0)], stream)[0] / num_labels)
 
     def accumulate(self, tokens, labels=None, documents=None, stream=0):
         """Adds one chunk's gradients (of its summed loss; apply() divides by the labelled
         tokens of all chunks, so k chunks then apply() equal one step on all of them).
         Returns this chunk's mean loss."""
+        if self.comm is not None:
+            raise BadArgumentError("accumulate: not supported with comm (data-parallel); use step()")
         first = self._acc_labels == 0
-        packed, losses = self._loss_backward(tokens, labels, documents, not first, 1.0, stream)
+        packed, losses, _ = self._loss_backward(tokens, labels, documents, not first, 1.0, stream)
         self.model.handle.sync(stream)
         batch_sum, n = self.model._batch_loss(losses, 1.0), packed.num_labels
         self._acc_loss += batch_sum

@@ -1,0 +1,108 @@
+"""Data-parallel training across processes (ranks) over libdataflowcomm (MPI on the host backend).
+
+    comm = df.distributed.init()          # under mpirun -n N: comm.rank, comm.size
+    t = df.Trainer(model, comm=comm)      # each rank steps on its own batch
+
+Collectives run on a handle's stream like any op (comm.all_reduce(x, stream=1)); the sums are
+deterministic (rank order), the same bits on every rank. A collective that waits longer than
+`timeout` seconds for a peer fails, naming the ranks that did not answer.
+"""
+import os
+import weakref
+
+import numpy as np
+
+from . import dtypes
+from ._ffi import commlib, ffi
+from .errors import BadArgumentError, check
+from .handle import Handle
+
+REDUCE_OPS = {"sum": 0, "avg": 1}
+LAUNCHER_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")  # Open MPI's, then MPICH/Hydra's
+
+
+def launched_by_mpirun():
+    """True when this process is one rank of an mpirun job."""
+    return any(v in os.environ for v in LAUNCHER_ENV)
+
+
+class Communicator:
+    """The ranks of this job, bound to one handle: collectives read and write that handle's
+    arrays on its streams. library: the MPI library to load (default $DATAFLOW_MPI_LIBRARY or
+    libmpi.so.40); timeout: seconds a collective waits for a peer (default 300)."""
+
+    def __init__(self, handle, library=None, timeout=None):
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise BadArgumentError(f"distributed: timeout must be a positive number of seconds, got {timeout!r}")
+        self.handle, self.library, self.timeout = handle, library, timeout
+        config = ffi.new("Dataflow_Comm_Config *")
+        library_c = ffi.new("char[]", library.encode()) if library else ffi.NULL
+        config.library = library_c
+        config.timeout_seconds = float(timeout or 0)
+        out = ffi.new("Dataflow_Comm **")
+        check(commlib.dataflow_comm_create(handle._ptr(), config, out))
+        self._c = out[0]
+        self.rank, self.size = commlib.dataflow_comm_rank(self._c), commlib.dataflow_comm_size(self._c)
+        self._close = weakref.finalize(self, commlib.dataflow_comm_destroy, self._c)
+
+    def close(self):
+        """Waits for the handle's queued work and releases the communicator (the last one of
+        the process finalizes MPI, unless a collective failed)."""
+        if self.handle._alive():
+            self._close()
+        else:
+            self._close.detach()  # the handle took the collectives with it
+
+    def on(self, handle):
+        """This communicator, or a new one over the same ranks bound to `handle` (every rank
+        must call it in the same order)."""
+        return self if handle is self.handle else Communicator(handle, self.library, self.timeout)
+
+    def _ptr(self, array, what):
+        return ffi.cast("void *", array._ptr_for(self.handle, what))
+
+    @staticmethod
+    def _op(op):
+        if op not in REDUCE_OPS:
+            raise BadArgumentError(f"distributed: op must be one of {sorted(REDUCE_OPS)}, got {op!r}")
+        return REDUCE_OPS[op]
+
+    def all_reduce(self, x, out=None, op="sum", stream=0):
+        """out (default: x, in place) = sum or mean over ranks of x; queued on stream."""
+        out = x if out is None else out
+        check(commlib.dataflow_submit_all_reduce(self._c, stream, dtypes.enum(x.dtype), x.size, self._ptr(x, "x"),
+                                                 self._ptr(out, "out"), self._op(op)))
+        return out
+
+    def reduce_scatter(self, x, out, op="sum", stream=0):
+        """out [x.size / size] = reduction over ranks of this rank's part of x."""
+        check(commlib.dataflow_submit_reduce_scatter(self._c, stream, dtypes.enum(x.dtype), out.size,
+                                                     self._ptr(x, "x"), self._ptr(out, "out"), self._op(op)))
+        return out
+
+    def all_gather(self, x, out, stream=0):
+        """out [size * x.size]: part r is rank r's x."""
+        check(commlib.dataflow_submit_all_gather(self._c, stream, dtypes.enum(x.dtype), x.size, self._ptr(x, "x"),
+                                                 self._ptr(out, "out")))
+        return out
+
+    def broadcast(self, x, root=0, stream=0):
+        """x of rank root into x of every rank."""
+        check(commlib.dataflow_submit_broadcast(self._c, stream, dtypes.enum(x.dtype), x.size, self._ptr(x, "x"),
+                                                int(root)))
+        return x
+
+    def sum_host(self, values, stream=0):
+        """The fp64 sum over ranks of a small host vector (rank order; waits for it)."""
+        arr = self.handle.from_numpy(np.ascontiguousarray(values, dtype=np.float64), stream=stream)
+        self.all_reduce(arr, stream=stream)
+        return arr.numpy(stream)
+
+
+def init(handle=None, library=None, timeout=None):
+    """Joins the ranks of this job (mpirun -n N python ...); one rank (size 1) outside mpirun.
+    handle: the handle whose arrays the collectives use (default: a small host handle of its
+    own; Trainer(comm=...) rebinds to the model's handle)."""
+    if handle is None:
+        handle = Handle("host", streams=1, device_memory="16MiB", threads=1)
+    return Communicator(handle, library, timeout)

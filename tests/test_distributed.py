@@ -1,0 +1,84 @@
+"""Data-parallel training over MPI (dataflow.distributed, libdataflowcomm): 2 ranks on localhost,
+each a subprocess of mpirun running tests/distributed_worker.py, against single-process training
+on the whole batch (the oracle, run here)."""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import dataflow as df
+from dataflow import checkpoint
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import distributed_worker as worker  # noqa: E402
+
+MPIRUN = shutil.which("mpirun")
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun (Debian: apt-get install openmpi-bin libopenmpi-dev)")
+GUARD_SECONDS = 60  # a job still running after this has hung: the test fails
+
+
+def mpirun(mode, out, ranks=2, env=None):
+    """Runs the worker on `ranks` local ranks; returns (exit code, stdout + stderr)."""
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "PYTHONPATH": os.pathsep.join([HERE, *sys.path]), **(env or {})}
+    cmd = [MPIRUN, "--oversubscribe", "-n", str(ranks), sys.executable, os.path.join(HERE, "distributed_worker.py"),
+           mode, str(out)]
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=GUARD_SECONDS)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"mpirun {mode} still running after {GUARD_SECONDS} s: {e.stdout}{e.stderr}")
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_collectives_match_numpy():
+    rc, out = mpirun("collectives", "-")
+    assert rc == 0, out
+    assert out.count("collectives [True, True, True, True, True, True]") == 2, out
+
+
+def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path):
+    rc, out = mpirun("train", tmp_path / "dp.npz")
+    assert rc == 0, out
+    got = np.load(tmp_path / "dp.npz")
+    losses, weights = worker.train()
+    np.testing.assert_allclose(got["losses"], losses, rtol=1e-6, atol=0)
+    for name, want in weights.items():
+        # per tensor: AdamW's first steps move each weight by about lr * sign(grad), so a weight
+        # near 0 whose gradient is near 0 differs more, relative to itself, than the tensor does
+        err = np.linalg.norm(got[name] - want) / np.linalg.norm(want)
+        assert err <= 1e-6, f"{name}: relative difference {err:.3g}"
+
+
+def assert_complete_or_absent(directory):
+    if os.path.exists(directory):
+        checkpoint.load(directory)  # raises on a partial or corrupt checkpoint
+
+
+def test_killed_rank_ends_the_job_naming_it(tmp_path):
+    rc, out = mpirun("kill", tmp_path / "ckpt")
+    assert rc != 0
+    assert "rank 1" in out and "signal 9" in out, out
+    assert_complete_or_absent(tmp_path / "ckpt")
+
+
+def test_hung_rank_fails_the_collective_naming_it(tmp_path):
+    rc, out = mpirun("hang", tmp_path / "ckpt", env={"DATAFLOW_TEST_COMM_TIMEOUT": "3"})
+    assert rc != 0
+    assert "rank 0: " in out and "no answer within 3 s from rank 1 (lost or hung)" in out, out
+    assert_complete_or_absent(tmp_path / "ckpt")
+
+
+def test_missing_mpi_is_a_clear_error_only_when_asked_for():
+    h = df.Handle("host", streams=1, device_memory="1MiB", threads=1)
+    with pytest.raises(df.LoadError, match="cannot load MPI from '/nonexistent/libmpi.so.40'.*install Open MPI"):
+        df.distributed.init(h, library="/nonexistent/libmpi.so.40")
+
+
+def test_bad_arguments_fail_before_loading_mpi():
+    h = df.Handle("host", streams=1, device_memory="1MiB", threads=1)
+    with pytest.raises(df.BadArgumentError, match="timeout must be a positive number"):
+        df.distributed.init(h, timeout=-1)
