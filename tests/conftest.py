@@ -4,7 +4,7 @@ import pytest
 
 import dataflow as df
 
-BACKENDS = ("host", "cuda")
+BACKENDS = ("host", "cuda", "vulkan")
 
 
 @functools.lru_cache(maxsize=None)
@@ -13,7 +13,7 @@ def backend_unavailable(backend):
     try:
         df.Handle(backend, streams=1, register_default_ops=False).close()
     except df.LoadError as e:
-        return f"no CUDA driver: {e}"
+        return f"no {backend} driver: {e}"
     except df.DataflowError as e:
         return f"{backend} unavailable: {e}"
     return None
@@ -29,7 +29,7 @@ def open_handle(backend, **kwargs):
 
 @pytest.fixture(params=BACKENDS)
 def backend(request):
-    """Each backend in turn; cuda cases skip with the reason where no GPU is usable."""
+    """Each backend in turn; cuda and vulkan cases skip with the reason where no device is usable."""
     reason = backend_unavailable(request.param) if request.param != "host" else None
     if reason:
         pytest.skip(reason)
