@@ -1,4 +1,4 @@
-"""Host matmul, D = alpha * op(A) @ op(B) + beta * C, against a float64 numpy oracle.
+"""Matmul on the host engines and on vulkan, D = alpha * op(A) @ op(B) + beta * C, against a float64 numpy oracle.
 
 Inputs are rounded to their dtype first, so the oracle sees exactly what the kernel sees and
 the comparison measures only fp32 accumulation and the final rounding (tolerances.py).
@@ -25,9 +25,15 @@ SHAPES = [(1, 1, 1), (7, 33, 129), (129, 7, 33), (33, 129, 7), (1, 1000, 33), (1
 NUMPY_OF = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 
 
-@pytest.fixture(scope="module", params=["auto", "fallback"])
+@pytest.fixture(scope="module", params=["auto", "fallback", "vulkan"])
 def mh(request):
-    """A handle whose matmul runs on the given engine."""
+    """A handle whose matmul runs on the given engine (vulkan: the Vulkan backend's kernels;
+    skipped with the reason where no Vulkan device is usable)."""
+    if request.param == "vulkan":
+        from conftest import open_handle
+        with open_handle("vulkan", streams=2, device_memory="1GiB") as handle:
+            yield handle
+        return
     old = os.environ.get("DATAFLOW_HOST_MATMUL")
     os.environ["DATAFLOW_HOST_MATMUL"] = request.param
     try:
