@@ -23,7 +23,7 @@ from harness import TORCH_DTYPES, import_dataflow, machine_info, timed_medians
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", default="host", help="host, cuda or cuda:N")
+    p.add_argument("--backend", default="host", help="host, cuda, cuda:N, vulkan or vulkan:N (torch peer: CPU unless cuda)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--sizes", default="256,512,1024,2048,4096")
     p.add_argument("--dtypes", default="bf16,fp32")
@@ -77,10 +77,11 @@ def main():
     df = import_dataflow()
 
     torch.set_num_threads(args.threads)
-    device = "cpu" if args.backend == "host" else args.backend
+    device = args.backend if args.backend.startswith("cuda") else "cpu"
     torch_sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     largest = max(args.sizes) ** 2 * 4 * 3
-    h = df.Handle(args.backend, streams=1, device_memory=f"{largest + (64 << 20)}B", threads=args.threads)
+    threads = {"threads": args.threads} if args.backend == "host" else {}  # a host backend option
+    h = df.Handle(args.backend, streams=1, device_memory=f"{largest + (64 << 20)}B", **threads)
 
     rows = []
     rng = np.random.default_rng(0)

@@ -14,7 +14,9 @@
  * submission (wait-before-signal, so it can be queued behind CPU work not yet done), CPU work
  * (host ops, staging copies) on the worker, which waits on the host and signals from the host.
  * An event is a timeline value; a dependency is a submission with no command buffer that
- * waits on the other stream's semaphore. */
+ * waits on the other stream's semaphore. A queue submission never waits for a signal that is
+ * not queued ahead of it (queues may run in order, and lavapipe's one queue does: it would
+ * deadlock); such a dependency goes through the worker, which waits on the host first. */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -62,6 +64,7 @@ typedef struct Vulkan_Task {
 	VkCommandBuffer cmd;
 	VkSemaphore other;
 	uint64_t other_value;
+	int other_pending; /* other_value's signal is not queued yet: the worker waits for it first */
 	VkBuffer staging;
 	VkDeviceMemory staging_memory;
 } Vulkan_Task;
@@ -85,6 +88,7 @@ typedef struct {
 	pthread_mutex_t lock; /* guards next, the pools, tasks, garbage, failure and queue order */
 	pthread_cond_t cond;
 	uint64_t next;        /* the last value handed out */
+	uint64_t submitted;   /* the last value whose signal is queued (or done, for CPU work) */
 	VkCommandPool pool, transfer_pool;
 	Vulkan_Task *tasks, *tasks_tail;
 	Vulkan_Garbage *garbage;

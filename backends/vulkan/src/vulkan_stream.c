@@ -94,6 +94,7 @@ static Dataflow_Status queue_submit(Vulkan_Stream *s, const Vulkan_Task *t, int 
 	}
 	*g = (Vulkan_Garbage){s->garbage, t->value, t->transfer, t->cmd, t->staging, t->staging_memory};
 	s->garbage = g;
+	s->submitted = t->value;
 	return DATAFLOW_OK;
 }
 
@@ -124,8 +125,19 @@ static void *worker_main(void *arg)
 							.semaphore = s->timeline, .value = t->value};
 			h->vk->vkSignalSemaphore(h->dev->device, &signal);
 			pthread_mutex_lock(&s->lock);
+			s->submitted = t->value;
 		} else {
-			st = queue_submit(s, t, 1);
+			if (t->other_pending) {
+				pthread_mutex_unlock(&s->lock);
+				VkSemaphoreWaitInfo wait = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+							    .semaphoreCount = 1, .pSemaphores = &t->other,
+							    .pValues = &t->other_value};
+				st = vulkan_check(h->vk->vkWaitSemaphores(h->dev->device, &wait, UINT64_MAX),
+						  h->dev->index, "vkWaitSemaphores (dependency)");
+				pthread_mutex_lock(&s->lock);
+			}
+			Dataflow_Status submitted = queue_submit(s, t, 1);
+			st = st != DATAFLOW_OK ? st : submitted;
 		}
 		if (st != DATAFLOW_OK)
 			fail_async(s, st);
@@ -156,7 +168,7 @@ Dataflow_Status vulkan_stream_add(Vulkan_Stream *s, const Vulkan_Task *task)
 	sweep(s, 0);
 	t->value = ++s->next;
 	Dataflow_Status st = DATAFLOW_OK;
-	if (!t->run && !s->tasks) {
+	if (!t->run && !s->tasks && !t->other_pending) {
 		st = queue_submit(s, t, 0); /* the worker is idle: no CPU work to queue behind */
 		free(t);
 	} else {
@@ -235,7 +247,11 @@ Dataflow_Status vulkan_submit_dependency(Dataflow_Handle *h, int stream_id, Data
 	Vulkan_Handle *vh = vulkan_of(h), *vo = vulkan_of(other);
 	if (vo->dev != vh->dev)
 		return vulkan_wait_event(other, other_stream_id, event);
-	Vulkan_Task t = {.other = vo->streams[other_stream_id].timeline, .other_value = event};
+	Vulkan_Stream *o = &vo->streams[other_stream_id];
+	pthread_mutex_lock(&o->lock);
+	int pending = o->submitted < event;
+	pthread_mutex_unlock(&o->lock);
+	Vulkan_Task t = {.other = o->timeline, .other_value = event, .other_pending = pending};
 	return vulkan_stream_add(&vh->streams[stream_id], &t);
 }
 
