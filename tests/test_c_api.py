@@ -61,3 +61,19 @@ def test_sanitized_c_test(tmp_path):
                    ASAN_OPTIONS=f"detect_leaks={leaks}:abort_on_error=1", DATAFLOW_HOST_MATMUL=matmul)
         out = run(MESON + ["test", "-C", build, "--print-errorlogs"], env=env)
         assert re.search(r"c_matmul\s+OK", out) and re.search(r"Fail:\s+0\b", out), out
+
+
+def test_readme_c_snippet_runs_without_environment_variables(installed, tmp_path):
+    """The README's C snippet (examples/c/matmul.c built with pkg-config) against an install in a
+    temporary prefix: PKG_CONFIG_PATH points pkg-config there, as the README says for a custom prefix;
+    the program runs with no LD_LIBRARY_PATH (dataflow.pc carries the rpath)."""
+    readme = (ROOT / "README.md").read_text()
+    snippet = readme.split("<!-- readme-check: c-install -->\n```sh\n", 1)[1].split("```", 1)[0]
+    setup, compile_and_run = snippet.strip().splitlines()
+    assert setup == "meson setup build && meson install -C build"  # what the `installed` fixture did, with --prefix
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "DATAFLOW_LIB_DIR")}
+    env["PKG_CONFIG_PATH"] = str(installed / "lib" / "pkgconfig")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    r = subprocess.run(["bash", "-e", "-c", compile_and_run], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "bf16 matmul 64x48x32 on the host backend: exact" in r.stdout

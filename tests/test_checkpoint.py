@@ -70,7 +70,8 @@ DAMAGE = {
     "model bit flip": ("model.safetensors", _flip, r"model\.safetensors: contents differ from the SHA-256"),
     "optimizer bit flip": ("optimizer.safetensors", _flip, r"optimizer\.safetensors: contents differ"),
     "config missing": ("config.json", os.remove, r"config\.json: missing from the checkpoint"),
-    "manifest truncated": ("trainer_state.json", _truncate, r"trainer_state\.json: not valid JSON"),
+    "manifest truncated": ("trainer_state.json", _truncate,
+                           r"trainer_state\.json: trainer_state\.json is not valid JSON"),
     "manifest missing": ("trainer_state.json", os.remove, r"trainer_state\.json: cannot read"),
 }
 
@@ -160,3 +161,32 @@ def test_resume_gives_the_identical_next_loss(h, tmp_path):
     assert state == {"step": 3, "data": {"position": 3}} and resumed_trainer.step_count == 3
     assert [resumed_trainer.step(b[:, :-1], b[:, 1:]) for b in batches[3:]] == expected
     assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["model_type"] == "llama"
+
+
+def _edit_manifest(path, edit):
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+MANIFEST_EDITS = {
+    "file outside": (lambda m: m["files"].update({"../outside": m["files"]["config.json"]}),
+                     r"files: '\.\./outside' points outside"),
+    "absolute file": (lambda m: m["files"].update({"/dev/zero": {"bytes": 1, "sha256": "0"}}),
+                      r"files: '/dev/zero' points outside"),
+    "files dropped": (lambda m: m["files"].pop("model.safetensors"),
+                      r"files: expected the size and SHA-256 of config\.json, model\.safetensors"),
+    "entry not a dict": (lambda m: m["files"].update({"config.json": 3}), r"files\['config\.json'\]: expected"),
+    "state not a dict": (lambda m: m.update({"state": []}), r"state: expected an object"),
+    "bad array key": (lambda m: m.update({"optimizer": {"__array__": [1]}}), r"refers to array \[1\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MANIFEST_EDITS))
+def test_manifest_cannot_name_other_files_or_break_the_loader(tmp_path, case):
+    edit, message = MANIFEST_EDITS[case]
+    _save(tmp_path / "ckpt")
+    (tmp_path / "outside").write_text("{}")
+    _edit_manifest(tmp_path / "ckpt" / checkpoint.STATE_NAME, edit)
+    with pytest.raises(FileFormatError, match=r"trainer_state\.json: " + message):
+        checkpoint.load(tmp_path / "ckpt")

@@ -1,9 +1,16 @@
-"""`dataflow train` / `dataflow generate`: the command's plumbing (data, checkpoints, resume, PNG)
-with a numpy bigram stand-in for the Llama now, and the real thing through subprocesses once
-dataflow.models exists."""
+"""`dataflow train` / `dataflow generate`: the command's safety and plumbing (arguments, overwrite,
+resume, Ctrl-C, disk full, checkpoints, plot, streaming) with a numpy bigram stand-in for speed, and
+the real Llama through subprocesses (`python -m dataflow.cli`, what the installed entry point runs)."""
+import argparse
+import errno
+import hashlib
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 import types
 
 import numpy as np
@@ -11,8 +18,10 @@ import pytest
 
 import dataflow
 from dataflow import checkpoint, cli
+from dataflow import safetensors_io as st
 from dataflow import train as train_module
-from test_loss_plot import parse
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 class Bigram:
@@ -20,12 +29,10 @@ class Bigram:
 
     def __init__(self, config, seed):
         self.config = types.SimpleNamespace(max_position_embeddings=config["max_position_embeddings"],
-                                            tie_word_embeddings=False, to_dict=lambda: config)
+                                            vocab_size=config["vocab_size"], tie_word_embeddings=False,
+                                            to_dict=lambda: config)
         v = config["vocab_size"]
         self.table = np.random.default_rng(seed).standard_normal((v, v)) * 0.01
-
-    def named_parameters(self):
-        return {"table": self.table}
 
     def state_dict(self):
         return {"table": self.table.copy()}
@@ -36,106 +43,384 @@ class Bigram:
     def forward(self, tokens):
         return self.table[np.asarray(tokens)]
 
-
-class PlainSGD:
-    def __init__(self, model, lr):
-        self.model, self.lr, self.step_count = model, lr * 100, 0
-
-    def step(self, tokens, labels):
-        logits = self.model.forward(tokens)
+    def _loss_and_grad(self, tokens):
+        """Mean next-token loss within each row (HF labels: the model shifts), and its gradient."""
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        logits = self.forward(x)
         p = np.exp(logits - logits.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
-        loss = -np.log(np.take_along_axis(p, labels[..., None], -1)).mean()
-        p[np.arange(labels.shape[0])[:, None], np.arange(labels.shape[1]), labels] -= 1
-        grad = np.zeros_like(self.model.table)
-        np.add.at(grad, tokens, p / labels.size)
-        self.model.table -= self.lr * grad
+        loss = -np.log(np.take_along_axis(p, y[..., None], -1)).mean()
+        p[np.arange(y.shape[0])[:, None], np.arange(y.shape[1]), y] -= 1
+        grad = np.zeros_like(self.table)
+        np.add.at(grad, x, p / y.size)
+        return loss, grad
+
+    def loss(self, tokens):
+        return self._loss_and_grad(np.asarray(tokens))[0]
+
+    def close(self):
+        pass
+
+
+class PlainSGD:
+    calls = []  # (lr) of every step, to check what a resumed run trains with
+
+    def __init__(self, model, lr):
+        self.model, self.lr, self.step_count = model, lr, 0
+
+    def step(self, tokens):
+        loss, grad = self.model._loss_and_grad(np.asarray(tokens))
+        self.model.table -= self.lr * 100 * grad
         self.step_count += 1
+        PlainSGD.calls.append(self.lr)
         return loss
 
     def state_dict(self):
-        return {"step": np.int64(self.step_count)}
+        return {"step": np.int64(self.step_count), "hyperparameters": {"lr": self.lr}}
 
     def load_state_dict(self, state):
         self.step_count = int(state["step"])
+        self.lr = state["hyperparameters"]["lr"]  # as the real Trainer: restores the saved lr
+
+
+def _stand_in(monkeypatch):
+    def build(config, handle, dtype, seed=None, where=""):
+        return Bigram(config, seed or 0)
+    monkeypatch.setattr(train_module, "model_from_config", build)
+    monkeypatch.setattr(cli, "model_from_config", build)
+    monkeypatch.setattr(dataflow, "Trainer", PlainSGD, raising=False)
+    PlainSGD.calls = []
 
 
 @pytest.fixture
 def stand_in(monkeypatch):
-    monkeypatch.setattr(train_module, "model_from_config", lambda config, handle, dtype, seed=None, where="":
-                        Bigram(config, seed or 0))
-    monkeypatch.setattr(cli, "model_from_config", lambda config, handle, dtype, seed=None, where="":
-                        Bigram(config, seed or 0))
-    monkeypatch.setattr(dataflow, "Trainer", PlainSGD, raising=False)
+    _stand_in(monkeypatch)
+
+
+SMALL = ["--batch", "2", "--seq-len", "16", "--tokenizer", "bytes"]  # a new run; bytes keep the bigram table small
+
+
+def files_of(directory):
+    """{relative path: sha256} of everything under directory (to prove nothing was written)."""
+    out = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            out[os.path.relpath(path, directory)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    return out
+
+
+def run_cli(*argv):
+    """cli.main's exit code, argparse's included."""
+    try:
+        return cli.main(list(argv))
+    except SystemExit as e:
+        return e.code
 
 
 def test_train_resume_generate_plumbing(stand_in, tmp_path, capsys):
     out = tmp_path / "run"
-    assert cli.main(["train", "--steps", "6", "--batch", "2", "--seq-len", "16", "--out", str(out)]) == 0
+    assert run_cli("train", "--steps", "6", *SMALL, "--out", str(out)) == 0
     ck = checkpoint.load(out / "checkpoint")
     assert ck.state["step"] == 6 and len(ck.state["losses"]) == 6 and ck.state["data"]["position"] == 6 * 32
     assert ck.state["data"]["source"] == "embedded" and ck.config["vocab_size"] == 258
-    assert parse((out / "loss.png").read_bytes())[:2] == (640, 400)
+    assert [v[0] for v in ck.state["val_losses"]] == [1, 2, 3, 4, 5, 6]  # --eval-every default: steps // 10
+    assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     captured = capsys.readouterr()
-    assert "step 6/6" in captured.err and "tok/s" in captured.err and "device memory" in captured.err
+    assert "step 6/6" in captured.err and "tok/s" in captured.err and "ETA" in captured.err and "val " in captured.err
+    banner = captured.out.splitlines()[0]
+    assert re.match(r"dataflow train: Llama \d+\.\d+M parameters \(4 layers, hidden 192", banner)
+    assert "held out for validation" in captured.out and "host matmul:" in captured.out
     assert "loss" in captured.out and "checkpoint" in captured.out
 
     # resume: same batch settings come from the checkpoint; identical to an uninterrupted run
-    assert cli.main(["train", "--steps", "4", "--resume", str(out / "checkpoint"), "--out", str(out)]) == 0
+    assert run_cli("train", "--steps", "4", "--resume", "--out", str(out)) == 0
     straight = tmp_path / "straight"
-    assert cli.main(["train", "--steps", "10", "--batch", "2", "--seq-len", "16", "--out", str(straight)]) == 0
+    assert run_cli("train", "--steps", "10", *SMALL, "--out", str(straight), "--eval-every", "100") == 0
     resumed, uninterrupted = checkpoint.load(out / "checkpoint"), checkpoint.load(straight / "checkpoint")
     assert resumed.state["losses"] == uninterrupted.state["losses"] and resumed.state["step"] == 10
     np.testing.assert_array_equal(resumed.model_state["table"], uninterrupted.model_state["table"])
 
     capsys.readouterr()
-    assert cli.main(["generate", "--checkpoint", str(out / "checkpoint"), "--prompt", "Return",
-                     "--max-new-tokens", "5", "--seed", "1"]) == 0
+    assert run_cli("generate", "--checkpoint", str(out / "checkpoint"), "--prompt", "Return",
+                   "--max-new-tokens", "5", "--seed", "1") == 0
     assert capsys.readouterr().out.startswith("Return")
 
 
-def test_train_errors_are_messages(stand_in, tmp_path, capsys):
-    (tmp_path / "short.txt").write_text("tiny")
-    assert cli.main(["train", "--data", str(tmp_path / "short.txt"), "--out", str(tmp_path / "o")]) == 2
-    assert "short.txt: 5 tokens, fewer than one batch" in capsys.readouterr().err
-    assert cli.main(["train", "--config", "nope", "--out", str(tmp_path / "o")]) == 2
-    assert "neither a preset (tiny, small) nor a readable JSON file" in capsys.readouterr().err
-    assert cli.main(["train", "--seq-len", "1000", "--out", str(tmp_path / "o")]) == 2
-    assert "exceeds the model's max_position_embeddings 256" in capsys.readouterr().err
-    assert cli.main(["generate", "--checkpoint", str(tmp_path / "none")]) == 2
-    assert "trainer_state.json: cannot read" in capsys.readouterr().err
+def test_an_existing_run_is_never_replaced_without_being_told(stand_in, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "3", *SMALL, "--out", str(out)) == 0
+    before = files_of(out)
+    assert run_cli("train", "--steps", "3", *SMALL, "--out", str(out)) == 2
+    err = capsys.readouterr().err
+    assert "--out: " in err and "already holds a trained run; continue it with --resume, replace it with " \
+                                "--overwrite" in err
+    assert files_of(out) == before
+    other = tmp_path / "other"
+    assert run_cli("train", "--steps", "2", *SMALL, "--out", str(other)) == 0
+    assert run_cli("train", "--steps", "1", "--resume", str(other / "checkpoint"), "--out", str(out)) == 2
+    assert "already holds another run than --resume" in capsys.readouterr().err
+    assert files_of(out) == before
+    assert run_cli("train", "--steps", "2", *SMALL, "--out", str(out), "--overwrite") == 0
+    assert checkpoint.load(out / "checkpoint").state["step"] == 2
 
 
-# ---- the real model, through the installed entry point's module (needs dataflow.models) ----
+BAD_ARGUMENTS = {  # argv -> what stderr must say (each names the flag)
+    "negative steps": (["--steps", "-5"], "argument --steps: must be >= 1, got -5"),
+    "zero steps": (["--steps", "0"], "argument --steps: must be >= 1, got 0"),
+    "word steps": (["--steps", "many"], "argument --steps: expected an integer, got 'many'"),
+    "zero batch": (["--batch", "0"], "argument --batch: must be >= 1"),
+    "short seq-len": (["--seq-len", "1"], "argument --seq-len: must be >= 2"),
+    "nan lr": (["--lr", "nan"], "argument --lr: must be in (0, 1], got nan"),
+    "negative lr": (["--lr=-1e-3"], "argument --lr: must be in (0, 1]"),
+    "zero threads": (["--threads", "0"], "argument --threads: must be >= 1"),
+    "bad memory": (["--device-memory", "5XB"], "argument --device-memory: expected a size like 512MiB"),
+    "negative save-every": (["--save-every", "-1"], "argument --save-every: must be >= 0"),
+    "fp16": (["--dtype", "fp16"], "argument --dtype: invalid choice: 'fp16'"),
+    "master weights of fp32": (["--master-weights"], "--master-weights: fp32 master weights are for bf16 training"),
+    "seq-len past context": (["--seq-len", "1000"], "--seq-len: 1000 exceeds the model's max_position_embeddings 256"),
+    "unknown preset": (["--config", "nope"], "--config: 'nope' is neither a preset (tiny, small) nor a config.json"),
+    "data is a device": (["--data", "/dev/zero"], "--data: /dev/zero: training text must be a regular file"),
+    "data is missing": (["--data", "/no/such/file.txt"], "--data: /no/such/file.txt: cannot read training text"),
+    "data too short": (["--data", "{short}"], "--data: {short}: 3 tokens to train on, fewer than one batch"),
+    "tokenizer missing": (["--tokenizer", "/no/tok.json"], "/no/tok.json: cannot read tokenizer file"),
+    "init not a directory": (["--init", "{short}"], "--init: "),
+    "resume nothing": (["--resume", "{tmp}/nothing"], "--resume: no checkpoint at"),
+    "out is a file": (["--out", "{short}"], "--out: "),
+}
 
-def _dataflow(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(dataflow.__path__[0]),
-                                                        os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "dataflow.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished stand-in run, made once; tests copy it."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        _stand_in(mp)
+        assert run_cli("train", "--steps", "2", *SMALL, "--out", str(out)) == 0
+    return out
 
 
-def test_train_then_generate(tmp_path):
+@pytest.mark.parametrize("case", sorted(BAD_ARGUMENTS))
+def test_bad_arguments_write_nothing_and_name_the_flag(stand_in, trained, tmp_path, capsys, case):
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    (tmp_path / "short.txt").write_text("hi")
+    before, listing = files_of(out), sorted(os.listdir(tmp_path))
+    capsys.readouterr()
+    argv, message = BAD_ARGUMENTS[case]
+    argv = [a.format(short=tmp_path / "short.txt", tmp=tmp_path) for a in argv]
+    message = message.format(short=tmp_path / "short.txt")
+    out_flag = [] if "--out" in argv else ["--out", str(out)]
+    code = run_cli("train", *argv, *out_flag, "--overwrite")  # even told to replace the run, a bad flag keeps it
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert "Traceback" not in err
+    assert files_of(out) == before and sorted(os.listdir(tmp_path)) == listing
+
+
+@pytest.mark.parametrize("flag", [["--seed", "3"], ["--config", "small"], ["--tokenizer", "bytes"]])
+def test_resume_refuses_what_it_cannot_change(stand_in, tmp_path, capsys, flag):
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "2", *SMALL, "--out", str(out)) == 0
+    capsys.readouterr()
+    assert run_cli("train", "--steps", "2", "--resume", "--out", str(out), *flag) == 2
+    assert f"{flag[0]}: a resumed run keeps its checkpoint's model, weights and tokenizer" in capsys.readouterr().err
+
+
+def test_resume_honours_changed_hyperparameters(stand_in, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "2", *SMALL, "--lr", "0.002", "--out", str(out)) == 0
+    PlainSGD.calls = []
+    assert run_cli("train", "--steps", "3", "--resume", "--out", str(out), "--lr", "0.0005", "--batch", "3") == 0
+    assert PlainSGD.calls == [0.0005] * 3  # trained with the new lr, not the one restored with the optimizer
+    ck = checkpoint.load(out / "checkpoint")
+    assert ck.state["run"]["lr"] == 0.0005 and ck.state["run"]["batch"] == 3
+    assert ck.state["data"]["position"] == 2 * 32 + 3 * 48
+    assert "resuming" in capsys.readouterr().out and "(changed: batch 2 -> 3, lr 0.002 -> 0.0005)"
+
+
+def test_resume_needs_the_same_data_named_explicitly(stand_in, tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("Return the value of the function. " * 300)
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "2", *SMALL, "--data", str(text), "--out", str(out)) == 0
+    capsys.readouterr()
+    assert run_cli("train", "--steps", "1", "--resume", "--out", str(out)) == 2
+    assert f"--data: this run trained on {text}; pass --data with that file" in capsys.readouterr().err
+    other = tmp_path / "other.txt"
+    other.write_text("Something else entirely. " * 300)
+    assert run_cli("train", "--steps", "1", "--resume", "--out", str(out), "--data", str(other)) == 2
+    assert "differs from the text this run trained on" in capsys.readouterr().err
+    assert run_cli("train", "--steps", "1", "--resume", "--out", str(out), "--data", str(text)) == 0
+
+
+def test_disk_full_is_one_line_and_keeps_the_previous_checkpoint(stand_in, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "2", *SMALL, "--out", str(out)) == 0
+    before = files_of(out / "checkpoint")
+    write = st.write
+
+    def full_disk(path, tensors, metadata=None):
+        write(path, {k: v for k, v in list(tensors.items())[:1]}, metadata)  # some bytes land, then ENOSPC
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    monkeypatch.setattr(st, "write", full_disk)
+    capsys.readouterr()
+    assert run_cli("train", "--steps", "2", "--resume", "--out", str(out)) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (f"dataflow train: cannot save the checkpoint {out / 'checkpoint'}: No space "
+                                            "left on device; it keeps the last saved state (step 2)")
+    assert files_of(out / "checkpoint") == before and checkpoint.load(out / "checkpoint").state["step"] == 2
+    assert sorted(os.listdir(out)) == ["checkpoint", "loss.png"]  # no temp directory left behind
+
+
+def test_help_version_and_every_flag_documented(capsys):
+    assert run_cli() == 0
+    assert "train" in capsys.readouterr().out
+    assert run_cli("--version") == 0
+    assert re.match(r"dataflow \d+\.\d+\.\d+ \(host matmul: ", capsys.readouterr().out)
+    parser = cli.build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in [("dataflow", parser), *subparsers.choices.items()]:
+        for action in sub._actions:
+            assert action.help and action.help != argparse.SUPPRESS, (name, action.option_strings)
+
+
+# ---- the real model, through `python -m dataflow.cli` ----
+
+def _env():
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(dataflow.__path__[0]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+
+
+def _dataflow(*args, cwd, timeout=600):
+    return subprocess.run([sys.executable, "-m", "dataflow.cli", *args], cwd=cwd, env=_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+MICRO = '{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, ' \
+        '"num_key_value_heads": 1, "max_position_embeddings": 64}'
+
+
+def test_bf16_master_weights_resume_like_an_uninterrupted_run(tmp_path):
+    """The real model: fp32 master weights are checkpointed and restored, so 3 + 2 steps equal 5."""
     pytest.importorskip("dataflow.models")
-    run = _dataflow("train", "--steps", "30", "--batch", "4", "--seq-len", "64", "--out", "run", cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
-    assert "step 30/30" in run.stderr and "tok/s" in run.stderr
-    losses = checkpoint.load(tmp_path / "run" / "checkpoint").state["losses"]
-    assert len(losses) == 30 and np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5, losses
-    assert parse((tmp_path / "run" / "loss.png").read_bytes())[:2] == (640, 400)
-    gen = _dataflow("generate", "--checkpoint", "run/checkpoint", "--prompt", "The ", "--max-new-tokens", "20",
-                    "--seed", "0", cwd=tmp_path)
-    assert gen.returncode == 0, gen.stderr
-    assert gen.stdout.startswith("The ") and len(gen.stdout) > len("The \n")
-
-
-def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
-    pytest.importorskip("dataflow.models")
-    common = ("--batch", "2", "--seq-len", "32")
+    (tmp_path / "micro.json").write_text(MICRO)
+    common = ("--config", "micro.json", "--batch", "2", "--seq-len", "16", "--dtype", "bf16", "--master-weights")
     assert _dataflow("train", "--steps", "3", *common, "--out", "a", cwd=tmp_path).returncode == 0
-    resumed = _dataflow("train", "--steps", "2", "--resume", "a/checkpoint", "--out", "a", cwd=tmp_path)
+    resumed = _dataflow("train", "--steps", "2", "--resume", "--out", "a", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert _dataflow("train", "--steps", "5", *common, "--out", "b", cwd=tmp_path).returncode == 0
-    a = checkpoint.load(tmp_path / "a" / "checkpoint").state["losses"]
-    b = checkpoint.load(tmp_path / "b" / "checkpoint").state["losses"]
-    assert a == b
+    a, b = checkpoint.load(tmp_path / "a" / "checkpoint"), checkpoint.load(tmp_path / "b" / "checkpoint")
+    assert a.state["losses"] == b.state["losses"] and len(a.state["losses"]) == 5
+    assert "master" in a.optimizer_state and a.state["run"]["master_weights"] is True
+    for name, value in b.model_state.items():
+        np.testing.assert_array_equal(a.model_state[name], value, err_msg=name)
+
+
+def test_sigint_saves_a_resumable_checkpoint_and_prints_the_resume_command(tmp_path):
+    pytest.importorskip("dataflow.models")
+    (tmp_path / "micro.json").write_text(MICRO)
+    child = subprocess.Popen([sys.executable, "-m", "dataflow.cli", "train", "--config", "micro.json", "--steps",
+                              "100000", "--batch", "2", "--seq-len", "32", "--out", "run"], cwd=tmp_path, env=_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in child.stdout:  # the banner ends with the output line, then training starts
+        if line.startswith("  output:"):
+            break
+    time.sleep(2)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err
+    assert "interrupted: finishing this step and saving a checkpoint" in err and "Traceback" not in err
+    command = re.search(r"resume with: (dataflow train .*)", err).group(1)
+    step = checkpoint.load(tmp_path / "run" / "checkpoint").state["step"]
+    assert step >= 1 and command == f"dataflow train --resume run/checkpoint --out run --steps {100000 - step}"
+    assert not [p for p in os.listdir(tmp_path / "run") if p.startswith(".")]  # no temp directory left
+
+    argv = command.split()[1:]
+    argv[argv.index("--steps") + 1] = "2"
+    resumed = _dataflow(*argv, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert checkpoint.load(tmp_path / "run" / "checkpoint").state["step"] == step + 2
+
+
+def test_generate_streams_and_keeps_to_the_context(tmp_path):
+    pytest.importorskip("dataflow.models")
+    (tmp_path / "micro.json").write_text(MICRO)
+    assert _dataflow("train", "--config", "micro.json", "--steps", "2", "--batch", "2", "--seq-len", "32",
+                     "--out", "run", cwd=tmp_path).returncode == 0
+    gen = _dataflow("generate", "--checkpoint", "run/checkpoint", "--prompt", "Return", "--max-new-tokens", "500",
+                    "--seed", "0", cwd=tmp_path)
+    assert gen.returncode == 0, gen.stderr
+    assert "stopping at the model's context of 64 tokens" in gen.stderr and gen.stdout.startswith("Return")
+    long_prompt = _dataflow("generate", "--checkpoint", "run/checkpoint", "--prompt", "Return the value " * 40,
+                            cwd=tmp_path)
+    assert long_prompt.returncode == 2
+    assert re.search(r"--prompt: 1\d\d tokens, but the model's context is 64 tokens", long_prompt.stderr)
+
+
+@pytest.mark.parametrize("field,value", [("step", "3"), ("losses", {"a": 1}), ("val_losses", [[1]]),
+                                         ("run", {"batch": -2}), ("run", {"lr": "fast"}), ("data", {"position": 1.5})])
+def test_resume_checks_the_saved_run_state(stand_in, trained, tmp_path, capsys, field, value):
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    ck = checkpoint.load(out / "checkpoint")
+    state = {**ck.state, field: value if field != "run" else {**ck.state["run"], **value}}
+    checkpoint.save(out / "checkpoint", ck.model_state, ck.config, ck.optimizer_state, state)
+    capsys.readouterr()
+    assert run_cli("train", "--steps", "1", "--resume", "--out", str(out)) == 2
+    assert re.search(rf"trainer_state\.json: state\.{field}(\.\w+)?: unexpected value", capsys.readouterr().err)
+
+
+def test_hf_directories_train_from_and_generate_with_their_own_tokenizer(tmp_path, capsys):
+    """An HF model directory (config.json, model.safetensors, tokenizer.json): `train --init` starts from
+    its weights and tokenizer, `generate --checkpoint DIR` samples from it with its tokenizer.json."""
+    models = pytest.importorskip("dataflow.models")
+    from dataflow import tokenizer as tokenizers
+    text = tmp_path / "text.txt"
+    text.write_text("Return the value of the function. " * 200)
+    hf = tmp_path / "hf"
+    with dataflow.Handle("host") as h:
+        config = {"model_type": "llama", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+                  "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 64,
+                  "eos_token_id": 257}
+        model = models.Llama(h, config, seed=5)
+        model.save_pretrained(hf)
+        weights = model.state_dict()
+        model.close()
+    byte_level = tokenizers.HFTokenizer.from_str(_byte_level_tokenizer_json(), "bytes")
+    byte_level.save(hf)
+    assert run_cli("train", "--init", str(hf), "--data", str(text), "--steps", "2", "--batch", "2", "--seq-len", "16",
+                   "--out", str(tmp_path / "run"), "--lr", "1e-9") == 0
+    assert f"from {hf / 'config.json'}" in capsys.readouterr().out
+    ck = checkpoint.load(tmp_path / "run" / "checkpoint")
+    assert ck.state["tokenizer"]["kind"] == "hf" and ck.config["vocab_size"] == 300
+    np.testing.assert_allclose(ck.model_state["model.norm.weight"], weights["model.norm.weight"], atol=1e-6)
+    assert run_cli("generate", "--checkpoint", str(hf), "--prompt", "Return", "--max-new-tokens", "8",
+                   "--seed", "0") == 0
+    assert capsys.readouterr().out.startswith("Return")
+
+
+def _byte_level_tokenizer_json():
+    """A byte-level BPE with no merges: 256 byte tokens and <|bos|>, <|eos|> at 256, 257."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|bos|>", "<|eos|>"])
+    return tok.to_str()
+
+
+def test_a_checkpoint_never_chooses_which_file_to_read(stand_in, trained, tmp_path, capsys):
+    """A checkpoint naming /dev/zero (or any file) as its training data: resuming reads nothing the user
+    did not name; naming it explicitly still only reads regular files."""
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    ck = checkpoint.load(out / "checkpoint")
+    state = {**ck.state, "data": {**ck.state["data"], "source": "/dev/zero"}}
+    checkpoint.save(out / "checkpoint", ck.model_state, ck.config, ck.optimizer_state, state)
+    capsys.readouterr()
+    assert run_cli("train", "--steps", "1", "--resume", "--out", str(out)) == 2
+    assert "--data: this run trained on /dev/zero; pass --data with that file" in capsys.readouterr().err
+    assert run_cli("train", "--steps", "1", "--resume", "--out", str(out), "--data", "/dev/zero") == 2
+    assert "--data: /dev/zero: training text must be a regular file, this is a device" in capsys.readouterr().err

@@ -13,7 +13,6 @@ import torch
 
 import dataflow as df
 from dataflow._ffi import ffi
-from determinism import assert_simd_levels_agree, assert_thread_counts_agree
 from tolerances import TOLERANCES
 
 FLOATS = ("fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2")
@@ -254,7 +253,7 @@ def test_set_mem_leaves_neighbours(h):
     assert np.all(got[2:999] == 7.0) and np.all(got[:2] == 0) and got[999] == 0
 
 
-# ---- determinism across threads and SIMD paths ----
+# ---- determinism: _run_all is what test_determinism.py compares across threads and SIMD paths ----
 
 def _run_all(handle, n=1_000_003):
     """Every add / scale / cast / set_mem variant on n elements; returns the outputs' bits."""
@@ -272,10 +271,3 @@ def _run_all(handle, n=1_000_003):
     return outs
 
 
-def test_threads_bitwise_identical():
-    assert_thread_counts_agree(_run_all)
-
-
-def test_simd_levels_agree():
-    """DATAFLOW_SIMD=avx512 / avx2 / scalar must give identical bits."""
-    assert_simd_levels_agree("test_elementwise_ops", n=100_003)

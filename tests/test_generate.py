@@ -55,3 +55,29 @@ def test_generate_is_seeded_windowed_and_stops():
         generate(model, [1], top_p=0)
     with pytest.raises(BadArgumentError, match="at least one token"):
         generate(model, [])
+
+
+def test_stream_over_the_kv_cache_matches_llama_generate(h):
+    models = pytest.importorskip("dataflow.models")
+    from dataflow.generate import stream
+    config = models.LlamaConfig.from_dict({"model_type": "llama", "vocab_size": 53, "hidden_size": 32,
+                                           "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                           "num_key_value_heads": 2, "max_position_embeddings": 64})
+    model = models.Llama(h, config, seed=3)
+    prompt = np.array([5, 9, 2, 44], np.int64)
+    for temperature, seed in ((0.0, None), (1.0, 7)):
+        want = model.generate(prompt, 20, temperature, 0.9, seed)
+        got = list(stream(model, prompt, 20, temperature, 0.9, seed))
+        np.testing.assert_array_equal(got, want)
+    greedy = model.generate(prompt, 30, 0.0)
+    before = h.memory_in_use()
+    stop = int(greedy[3])
+    np.testing.assert_array_equal(list(stream(model, prompt, 30, 0.0, stop_id=stop)),
+                                  greedy[:list(greedy).index(stop) + 1])
+    assert h.memory_in_use() == before  # the stream closed its KV cache
+
+
+def test_stream_samples_only_below_vocab_size():
+    from dataflow.generate import stream
+    got = list(stream(FixedLogits(), [0], max_new_tokens=300, temperature=1.0, seed=0, vocab_size=2))
+    assert set(got) == {0, 1}  # token 2 and 3 (25% of the mass) never appear

@@ -1,58 +1,47 @@
-"""PNG encoding (parsed back by hand: signature, chunk CRCs, IHDR, pixels) and the loss plot."""
-import struct
-import zlib
-
+"""The loss plot: a matplotlib figure with labelled axes, tick values, a title, the raw and smoothed
+training curves and the validation points, saved as a PNG (read back with Pillow)."""
 import numpy as np
 import pytest
 
-from dataflow import BadArgumentError, loss_plot, png
+from dataflow import loss_plot
+
+Image = pytest.importorskip("PIL.Image")
 
 
-def parse(data):
-    """(width, height, pixels, text) of an 8-bit RGB PNG, checking every CRC."""
-    assert data[:8] == png.SIGNATURE
-    pos, chunks = 8, []
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
-        assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF, kind
-        chunks.append((kind, body))
-        pos += 12 + length
-    assert chunks[0][0] == b"IHDR" and chunks[-1] == (b"IEND", b"")
-    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", chunks[0][1])
-    assert (depth, colour, interlace) == (8, 2, 0)
-    raw = zlib.decompress(b"".join(body for kind, body in chunks if kind == b"IDAT"))
-    rows = np.frombuffer(raw, np.uint8).reshape(height, 1 + width * 3)
-    assert (rows[:, 0] == 0).all()
-    text = dict(body.decode("latin-1").split("\0", 1) for kind, body in chunks if kind == b"tEXt")
-    return width, height, rows[:, 1:].reshape(height, width, 3), text
+def test_smoothing_is_a_trailing_mean_that_skips_nans():
+    np.testing.assert_allclose(loss_plot.smooth([1, 2, 3, 4, 5], 3), [1, 1.5, 2, 3, 4])
+    np.testing.assert_allclose(loss_plot.smooth([4, np.nan, 2], 3), [4, 4, 3])
+    assert np.isnan(loss_plot.smooth([np.nan, 1.0], 1)[0])
 
 
-def test_png_round_trip():
-    rgb = np.random.default_rng(0).integers(0, 256, (7, 13, 3), dtype=np.uint8)
-    width, height, pixels, text = parse(png.encode(rgb, {"Title": "x"}))
-    assert (width, height, text) == (13, 7, {"Title": "x"})
-    np.testing.assert_array_equal(pixels, rgb)
-    with pytest.raises(BadArgumentError):
-        png.encode(np.zeros((4, 4), np.uint8))
+def test_figure_is_labelled_and_holds_the_data():
+    losses = list(5.5 * np.exp(-np.arange(200) / 60) + 1.0 + 0.1 * np.sin(np.arange(200)))
+    validation = [(50, 4.0), (100, 3.0), (200, 2.2)]
+    fig = loss_plot.figure(losses, validation, title="run: preset tiny", first_step=11)
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "optimizer step" and "loss" in ax.get_ylabel() and ax.get_title() == "run: preset tiny"
+    raw, smooth, val = ax.get_lines()
+    np.testing.assert_array_equal(raw.get_xdata(), np.arange(11, 211))
+    np.testing.assert_array_equal(raw.get_ydata(), losses)
+    assert np.ptp(np.diff(smooth.get_ydata()[10:])) < np.ptp(np.diff(losses[10:]))  # smoother than the raw curve
+    np.testing.assert_array_equal(val.get_xdata(), [50, 100, 200])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["train (per step)", "train (mean of 4 steps)",
+                                                                    "validation (held out)"]
+    fig.canvas.draw()  # tick labels exist once drawn
+    assert len([t for t in ax.get_xticklabels() if t.get_text()]) >= 3
+    assert len([t for t in ax.get_yticklabels() if t.get_text()]) >= 3
 
 
-def test_loss_plot_file(tmp_path):
-    losses = list(5.5 * np.exp(-np.arange(50) / 20) + 1.0)
-    loss_plot.save(tmp_path / "loss.png", losses, width=320, height=200)
-    width, height, pixels, text = parse((tmp_path / "loss.png").read_bytes())
-    assert (width, height) == (320, 200)
-    assert "first 6.5000, last" in text["Description"]
-    curve = np.all(pixels == loss_plot.CURVE, axis=2)
-    rows, cols = np.nonzero(curve)
-    assert cols.min() <= loss_plot.MARGIN + 1 and cols.max() >= width - loss_plot.MARGIN - 1
-    assert rows[cols.argmin()] < rows[cols.argmax()]  # starts high (small row index), ends low
-    for c in range(loss_plot.MARGIN, width - loss_plot.MARGIN):  # connected: every column is drawn
-        assert curve[:, c].any()
+def test_saved_png(tmp_path):
+    loss_plot.save(tmp_path / "loss.png", [3.0, 2.5, 2.0], [(3, 2.2)])
+    with Image.open(tmp_path / "loss.png") as image:
+        assert image.format == "PNG" and image.size == (800, 500)
+        pixels = np.asarray(image.convert("RGB"))
+    assert (pixels < 128).any() and (pixels == 255).all(axis=2).mean() > 0.5  # text and lines on white
 
 
-def test_degenerate_curves(tmp_path):
-    for values in ([], [3.0], [2.0, 2.0, 2.0], [1.0, float("nan"), 0.5]):
-        loss_plot.save(tmp_path / "l.png", values, width=64, height=48)
-        assert parse((tmp_path / "l.png").read_bytes())[:2] == (64, 48)
+@pytest.mark.parametrize("values", [[], [3.0], [2.0, 2.0, 2.0], [1.0, float("nan"), 0.5]])
+def test_degenerate_curves(tmp_path, values):
+    loss_plot.save(tmp_path / "l.png", values)
+    with Image.open(tmp_path / "l.png") as image:
+        assert image.size == (800, 500)

@@ -102,17 +102,33 @@ def test_composites_submit_both_halves_or_neither():
         info = catalogue.OPS["grad_norm_sq_partials"]
         library = lib.dataflow_handle_default_ops_library(bare._ptr())
         keep = [ffi.new("char[]", b"dataflow_host_grad_norm_sq_partials_fp32"),
-                ffi.new("char[]", b"dataflow_host_grad_norm_sq_partials_launch")]
+                ffi.new("char[]", b"dataflow_host_grad_norm_sq_partials_launch"),
+                ffi.new("char[]", info.signature.encode())]
         check(lib.dataflow_register_native_code(bare._ptr(), library, ffi.NULL, 1, variant_skeleton(info, ("fp32",)),
-                                                ffi.new("char *[]", keep[:1]), ffi.new("char *[]", keep[1:]),
-                                                ffi.NULL, 0))
+                                                ffi.new("char *[]", keep[:1]), ffi.new("char *[]", keep[1:2]),
+                                                ffi.NULL, ffi.new("char *[]", keep[2:]), 0))
         x, out = bare.from_numpy(np.array([3.0, 4.0], np.float32)), bare.zeros(1)
         ws = bare.from_numpy(np.array([-1.0]))
-        with pytest.raises(df.UnknownOpError, match=r"grad_norm_sq: its second op grad_norm_sq_reduce\(int64_scalar, "
-                                                    r"fp64, fp32, bool_scalar\) is not registered on this handle"):
+        with pytest.raises(df.UnknownOpError, match=r"no op registered with fingerprint \w+\.\.\. for "
+                                                    r"grad_norm_sq_reduce\(int64_scalar, fp64, fp32, bool_scalar\)"):
             check(opslib.dataflow_submit_grad_norm_sq(bare._ptr(), 0, df.dtypes.enum("fp32"), df.dtypes.enum("fp32"),
                                                       2, x.cdata, ws.cdata, out.cdata, 0))
         assert ws.numpy()[0] == -1.0
+
+
+def test_composite_second_half_checked_before_the_first_is_queued(h):
+    """Both halves registered: a second half whose arguments fail its signature (grad_norm_sq's
+    out NULL) queues nothing either."""
+    x, out = h.from_numpy(np.array([3.0, 4.0], np.float32)), h.zeros(1)
+    ws = h.from_numpy(np.array([-1.0]))
+    with pytest.raises(df.BadArgumentError, match=r"^grad_norm_sq_reduce: out is NULL$"):
+        check(opslib.dataflow_submit_grad_norm_sq(h._ptr(), 0, df.dtypes.enum("fp32"), df.dtypes.enum("fp32"),
+                                                  2, x.cdata, ws.cdata, ffi.NULL, 0))
+    h.sync()
+    assert ws.numpy()[0] == -1.0
+    check(opslib.dataflow_submit_grad_norm_sq(h._ptr(), 0, df.dtypes.enum("fp32"), df.dtypes.enum("fp32"),
+                                              2, x.cdata, ws.cdata, out.cdata, 0))
+    assert out.numpy()[0] == 25.0
 
 
 def test_workspace_sizes_never_overflow():

@@ -28,14 +28,25 @@ BAD_CONFIGS = {
     "not llama": ({"model_type": "gpt2"}, r"model_type must be 'llama', got 'gpt2'"),
     "no model_type": ({"model_type": None}, r"model_type must be 'llama', got None"),
     "missing vocab_size": ({"vocab_size": None}, r"vocab_size is missing"),
-    "zero layers": ({"num_hidden_layers": 0}, r"num_hidden_layers must be a positive integer, got 0"),
-    "float hidden": ({"hidden_size": 48.0}, r"hidden_size must be a positive integer, got 48.0"),
+    "zero layers": ({"num_hidden_layers": 0}, r"num_hidden_layers must be a positive integer \(at most 2\^31\), got 0"),
+    "float hidden": ({"hidden_size": 48.0}, r"hidden_size must be a positive integer \(at most 2\^31\), got 48.0"),
     "indivisible hidden": ({"hidden_size": 50}, r"hidden_size \(50\) is not divisible by num_attention_heads \(4\)"),
     "gqa ratio": ({"num_key_value_heads": 3}, r"num_attention_heads \(4\) is not a multiple of num_key_value_heads"),
-    "negative eps": ({"rms_norm_eps": -1}, r"rms_norm_eps must be a positive number"),
+    "negative eps": ({"rms_norm_eps": -1}, r"rms_norm_eps must be a positive finite number, got -1"),
     "gelu": ({"hidden_act": "gelu"}, r"hidden_act='gelu' is not supported; expected 'silu'"),
     "bias": ({"attention_bias": True}, r"attention_bias=True is not supported"),
     "tie not bool": ({"tie_word_embeddings": "yes"}, r"tie_word_embeddings must be true or false"),
+    "huge size": ({"vocab_size": 2**70}, r"vocab_size must be a positive integer \(at most 2\^31\), got 1180591"),
+    "string size": ({"num_hidden_layers": "2"}, r"num_hidden_layers must be a positive integer"),
+    "odd head_dim": ({"head_dim": 13}, r"head_dim must be even and at most 256, got 13"),
+    "nan eps": ({"rms_norm_eps": float("nan")}, r"rms_norm_eps must be a positive finite number, got nan"),
+    "list theta": ({"rope_theta": [1]}, r"rope_theta must be a positive finite number, got \[1\]"),
+    "rope type": ({"rope_scaling": {"rope_type": "yarn", "factor": 2}}, r"rope_scaling.rope_type 'yarn' is not "),
+    "rope factor": ({"rope_scaling": {"rope_type": "llama3", "factor": "8"}}, r"rope_scaling.factor must be a pos"),
+    "rope freqs": ({"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 4}},
+                   r"rope_scaling: high_freq_factor \(4.0\) must exceed low_freq_factor \(4.0\)"),
+    "rope not dict": ({"rope_scaling": "llama3"}, r"rope_scaling must be an object or null"),
+    "rope_parameters list": ({"rope_parameters": [1]}, r"rope_parameters must be an object"),
 }
 
 
@@ -51,7 +62,13 @@ def test_unreadable_config(tmp_path):
     with pytest.raises(FileFormatError, match=r"config\.json: cannot read"):
         pretrained.read_config(tmp_path)
     (tmp_path / "config.json").write_text("{oops")
-    with pytest.raises(FileFormatError, match=r"config\.json: not valid JSON"):
+    with pytest.raises(FileFormatError, match=r"config\.json: config\.json is not valid JSON"):
+        pretrained.read_config(tmp_path)
+    (tmp_path / "config.json").write_text("[" * 100000)
+    with pytest.raises(FileFormatError, match=r"config\.json: config\.json is nested too deeply"):
+        pretrained.read_config(tmp_path)
+    (tmp_path / "config.json").write_bytes(b'{"model_type": "\xff"}')
+    with pytest.raises(FileFormatError, match=r"config\.json: config\.json is not UTF-8"):
         pretrained.read_config(tmp_path)
 
 
@@ -64,10 +81,10 @@ class StandIn:
         self.loaded = None
 
     def named_parameters(self):
-        return {name: np.empty(shape, np.float32) for name, shape in self._shapes.items()}
-
-    def load_state_dict(self, state):
-        self.loaded = state
+        self.loaded = {}
+        return {name: types.SimpleNamespace(shape=shape, copy_from_numpy=lambda v, name=name:
+                                            self.loaded.__setitem__(name, v))
+                for name, shape in self._shapes.items()}
 
 
 SHAPES = {"model.embed_tokens.weight": (5, 3), "model.norm.weight": (3,), "lm_head.weight": (5, 3)}
@@ -186,3 +203,47 @@ def test_bf16_round_trip(h, tmp_path):
     again = pretrained.from_pretrained(tmp_path, h, dtype="bf16")
     for name, value in model.state_dict().items():
         np.testing.assert_array_equal(again.state_dict()[name], value)
+
+
+@pytest.mark.parametrize("change", [{}, {"tie_word_embeddings": True}, {"num_key_value_heads": 1, "head_dim": 16},
+                                    {"num_hidden_layers": 3, "num_key_value_heads": 4}])
+def test_parameter_shapes_are_the_models(h, change):
+    models = pytest.importorskip("dataflow.models")
+    config = pretrained.validate_config({**TINY, **change})
+    model = models.Llama(h, models.LlamaConfig.from_dict(config))
+    assert pretrained.parameter_shapes(config) == model.shapes()
+    params, parts = pretrained.model_memory(config, "bf16", training=True)
+    assert params == sum(np.prod(s) for s in model.shapes().values())
+    assert parts == {"weights": 2 * params, "gradients": 4 * params, "optimizer": 8 * params}
+    assert h.memory_in_use() >= parts["weights"] + parts["gradients"]  # what creation allocated, at least
+
+
+def test_from_pretrained_checks_files_and_memory_before_allocating(tmp_path):
+    import dataflow as df
+    pytest.importorskip("dataflow.models")
+    small = df.Handle("host", streams=1, device_memory="1MiB")
+    big = {**TINY, "vocab_size": 2**20, "hidden_size": 2**12, "num_attention_heads": 32, "num_key_value_heads": 8}
+    (tmp_path / "config.json").write_text(json.dumps(big))
+    shapes = pretrained.parameter_shapes(pretrained.validate_config(TINY))  # the wrong model's weights
+    st.write(tmp_path / "model.safetensors", {n: np.zeros(s, np.float32) for n, s in shapes.items()})
+    with pytest.raises(FileFormatError, match=r"the weights do not match the model"):
+        pretrained.from_pretrained(tmp_path, small)
+    right = pretrained.parameter_shapes(pretrained.validate_config({**big, "num_hidden_layers": 1}))
+    big["num_hidden_layers"] = 1
+    (tmp_path / "config.json").write_text(json.dumps(big))
+    # headers only: the 4 GiB of weights are described, never written
+    header = {n: {"dtype": "BF16", "shape": list(s), "data_offsets": [0, 0]} for n, s in right.items()}
+    offset = 0
+    for n, s in right.items():
+        header[n]["data_offsets"] = [offset, offset + 2 * int(np.prod(s))]
+        offset += 2 * int(np.prod(s))
+    raw = json.dumps(header).encode()
+    with open(tmp_path / "model.safetensors", "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        f.truncate(8 + len(raw) + offset)  # sparse
+    with pytest.raises(df.OutOfMemoryError, match=r"config\.json: the model \(.* parameters, fp32\) needs .* MiB "
+                                                  r"of device memory \(weights .*, gradients .*\) before activations, "
+                                                  r"but the handle has 1\.0 MiB free"):
+        pretrained.from_pretrained(tmp_path, small)
+    assert small.memory_in_use() == 0
+    small.close()

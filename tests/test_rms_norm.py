@@ -17,7 +17,6 @@ import pytest
 import torch
 
 import dataflow as df
-from determinism import assert_simd_levels_agree, assert_thread_counts_agree
 from test_elementwise_ops import TORCH, UINT, quantize
 from tolerances import TOLERANCES, TWO_ROUNDING_TOLERANCES, sum_tolerance
 
@@ -45,6 +44,14 @@ def data(rows, hidden, dtype, seed):
 
 def put(h, dtype, *arrays):
     return [h.from_numpy(a, dtype=dtype) for a in arrays]
+
+
+def forward(h, rows, hidden, dtype, seed):
+    """data() for a backward test, on the device, and the forward's rstd."""
+    x, w, dy = data(rows, hidden, dtype, seed)
+    d_x, d_w, d_dy = put(h, dtype, x, w, dy)
+    _, rstd = df.ops.rms_norm(h, d_x, d_w, eps=EPS)
+    return x, w, dy, d_x, d_w, d_dy, rstd
 
 
 def bits(arr):
@@ -189,9 +196,7 @@ def test_forward_extremes(h, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,hidden", SHAPES)
 def test_bwd_x(h, dtype, rows, hidden):
-    x, w, dy = data(rows, hidden, dtype, 4)
-    d_x, d_w, d_dy = put(h, dtype, x, w, dy)
-    _, rstd = df.ops.rms_norm(h, d_x, d_w, eps=EPS)
+    x, w, dy, d_x, d_w, d_dy, rstd = forward(h, rows, hidden, dtype, 4)
     dx = df.ops.rms_norm_bwd_x(h, d_dy, d_x, d_w, rstd)
     assert dx.dtype == dtype and dx.shape == (rows, hidden)
     np.testing.assert_array_equal(dx.numpy(), replay_bwd_x(dy, x, w, rstd.numpy(), dtype))
@@ -203,9 +208,7 @@ def test_bwd_x(h, dtype, rows, hidden):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("alias", ["dy", "x"])
 def test_bwd_x_in_place(h, dtype, alias):
-    x, w, dy = data(9, 300, dtype, 5)
-    d_x, d_w, d_dy = put(h, dtype, x, w, dy)
-    _, rstd = df.ops.rms_norm(h, d_x, d_w, eps=EPS)
+    x, w, dy, d_x, d_w, d_dy, rstd = forward(h, 9, 300, dtype, 5)
     want = replay_bwd_x(dy, x, w, rstd.numpy(), dtype)
     target = d_dy if alias == "dy" else d_x
     assert df.ops.rms_norm_bwd_x(h, d_dy, d_x, d_w, rstd, dx=target) is target
@@ -217,9 +220,7 @@ def test_bwd_x_in_place(h, dtype, alias):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,hidden", SHAPES)
 def test_bwd_w(h, dtype, rows, hidden):
-    x, w, dy = data(rows, hidden, dtype, 6)
-    d_x, d_w, d_dy = put(h, dtype, x, w, dy)
-    _, rstd = df.ops.rms_norm(h, d_x, d_w, eps=EPS)
+    x, w, dy, d_x, d_w, d_dy, rstd = forward(h, rows, hidden, dtype, 6)
     _, want = torch_grads(x, w, dy, "fp32")
     for dw_dtype in sorted({dtype, "fp32"}):
         dw = df.ops.rms_norm_bwd_w(h, d_dy, d_x, rstd, dw_dtype=dw_dtype)
@@ -232,9 +233,7 @@ def test_bwd_w_workspace_size_and_given_workspace(h):
     for rows, hidden in ((1, 1), (64, 10), (65, 10), (1000, 4096)):
         assert df.ops.rms_norm_bwd_w_workspace_bytes(rows, hidden) == -(-rows // BLOCK_ROWS) * hidden * 4
     assert df.ops.rms_norm_bwd_w_workspace_bytes(0, 5) == 0
-    x, w, dy = data(200, 70, "bf16", 7)
-    d_x, d_w, d_dy = put(h, "bf16", x, w, dy)
-    _, rstd = df.ops.rms_norm(h, d_x, d_w, eps=EPS)
+    x, w, dy, d_x, d_w, d_dy, rstd = forward(h, 200, 70, "bf16", 7)
     workspace = h.empty((4 * 70 + 5,), "fp32")  # larger than needed is fine
     dw = h.empty((70,), "fp32")
     h.wait(1, h.record(0))  # rstd comes from stream 0
@@ -250,9 +249,7 @@ def test_grads_no_less_accurate_than_torch_in_dtype(h, dtype):
     """Error against the fp32 gradient: ours (fp32 inside, one rounding) is at most torch's
     autograd through LlamaRMSNorm in the dtype (which rounds dy * w and dy * q first)."""
     rows, hidden = 256, 512
-    x, w, dy = data(rows, hidden, dtype, 8)
-    d_x, d_w, d_dy = put(h, dtype, x, w, dy)
-    _, rstd = df.ops.rms_norm(h, d_x, d_w, eps=EPS)
+    x, w, dy, d_x, d_w, d_dy, rstd = forward(h, rows, hidden, dtype, 8)
     dx = df.ops.rms_norm_bwd_x(h, d_dy, d_x, d_w, rstd).numpy()
     dw = df.ops.rms_norm_bwd_w(h, d_dy, d_x, rstd).numpy()
     exact_dx, exact_dw = torch_grads(x, w, dy, "fp32")
@@ -262,7 +259,7 @@ def test_grads_no_less_accurate_than_torch_in_dtype(h, dtype):
         assert np.linalg.norm(ours - exact) <= np.linalg.norm(theirs - exact)
 
 
-# ---- determinism: threads and SIMD paths ----
+# ---- determinism: _run_all is what test_determinism.py compares across threads and SIMD paths ----
 
 def _run_all(handle, rows=300, hidden=1000):
     """Every rms_norm variant; returns the outputs' bits."""
@@ -275,15 +272,6 @@ def _run_all(handle, rows=300, hidden=1000):
         for dw_dtype in sorted({dtype, "fp32"}):
             outs.append(bits(df.ops.rms_norm_bwd_w(handle, d_dy, d_x, rstd, dw_dtype=dw_dtype)))
     return outs
-
-
-def test_threads_bitwise_identical():
-    assert_thread_counts_agree(_run_all)
-
-
-def test_simd_levels_agree():
-    """DATAFLOW_SIMD=avx512 / avx2 / scalar must give identical bits."""
-    assert_simd_levels_agree("test_rms_norm", rows=130, hidden=257)
 
 
 # ---- bad input ----

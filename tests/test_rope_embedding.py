@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import dataflow as df
-from determinism import assert_simd_levels_agree, assert_thread_counts_agree
 from tolerances import EMBEDDING_BWD_TOLERANCES, ROPE_TOLERANCES
 
 DTYPES = ("fp32", "fp16", "bf16")
@@ -219,7 +218,7 @@ def test_rope_in_place_and_device_args(h, dtype):
         np.testing.assert_allclose(back, x, rtol=1e-5, atol=1e-5)
 
 
-# ---- determinism: threads and SIMD paths ----
+# ---- determinism: _run_all is what test_determinism.py compares across threads and SIMD paths ----
 
 def _run_all(handle):
     """Every op and dtype on the benchmark-like shapes; returns the outputs' bits."""
@@ -237,15 +236,6 @@ def _run_all(handle):
         outs.append(df.ops.rope(handle, x, pos, inv_freq).raw())
         outs.append(df.ops.rope_bwd(handle, x, pos, inv_freq).raw())
     return outs
-
-
-def test_threads_bitwise_identical():
-    assert_thread_counts_agree(_run_all)
-
-
-def test_simd_levels_agree():
-    """DATAFLOW_SIMD=avx512 / avx2 / scalar must give identical bits."""
-    assert_simd_levels_agree("test_rope_embedding")
 
 
 # ---- bad input ----

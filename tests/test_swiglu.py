@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import dataflow as df
-from determinism import assert_simd_levels_agree, assert_thread_counts_agree
 from test_elementwise_ops import TORCH, UINT, quantize
 from tolerances import TOLERANCES, TWO_ROUNDING_TOLERANCES
 
@@ -206,7 +205,7 @@ def test_grads_no_less_accurate_than_torch_in_dtype(h, dtype):
         assert np.linalg.norm(ours - e) <= np.linalg.norm(t - e)
 
 
-# ---- determinism: threads and SIMD paths ----
+# ---- determinism: _run_all is what test_determinism.py compares across threads and SIMD paths ----
 
 def _run_all(handle, rows=100, ffn=1001):
     outs = []
@@ -216,15 +215,6 @@ def _run_all(handle, rows=100, ffn=1001):
         outs.append(bits(df.ops.swiglu(handle, dg, du)))
         outs += [bits(a) for a in df.ops.swiglu_bwd(handle, dd, dg, du)]
     return outs
-
-
-def test_threads_bitwise_identical():
-    assert_thread_counts_agree(_run_all)
-
-
-def test_simd_levels_agree():
-    """DATAFLOW_SIMD=avx512 / avx2 / scalar must give identical bits."""
-    assert_simd_levels_agree("test_swiglu", rows=13, ffn=1001)
 
 
 # ---- bad input ----

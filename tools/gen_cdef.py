@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h", "dataflow/models.h", "dataflow/cuda.h", "dataflow/vulkan.h"]
+HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h", "dataflow/models.h", "dataflow/cuda.h", "dataflow/ring_plan.h", "dataflow/vulkan.h"]
 
 
 def main():

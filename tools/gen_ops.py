@@ -11,8 +11,10 @@ OUTDIR:
                   pointers (what host kernels use) and the reverse, and argument indices
   op_params.cuh   per op a macro with the parameter list of its CUDA kernels
   op_params.glsl  per op a macro with the push-constant members of its Vulkan kernels
-The generated submit functions pack their arguments and hand them, with the variant's
-skeleton and signature, to ops_submit (libdataflowops/src/op_catalogue.c).
+The generated submit functions pack their arguments and hand them to ops_submit
+(libdataflowops/src/op_catalogue.c), which picks the variant's skeleton and calls
+dataflow_submit_op; that checks them against the signature the op was registered with
+(dataflow_register_default_ops passes each variant's).
 """
 import itertools
 import os
@@ -174,7 +176,8 @@ def gen_header(ops, constants):
            "/* The default op set, from the catalogue: for each op its contract, its skeleton builder",
            " * (dtype slots in, the variant's skeleton out; a combination that is no variant fails",
            " * naming the slot) and dataflow_submit_<op>, which packs the arguments and submits the",
-           " * variant's op after checking them against the op's signature (dataflow/op_signature.h).",
+           " * variant's op; dataflow_submit_op checks them against the op's signature",
+           " * (dataflow/op_signature.h), registered with it by dataflow_register_default_ops.",
            " * DATAFLOW_OP_<NAME> is the op's index in the catalogue (dataflow/op_catalogue.h). */", "",
            "#include <stdint.h>", "", '#include "dataflow/handle.h"', '#include "dataflow/op_catalogue.h"', ""]
     out += [f"#define DATAFLOW_{name} {value}" for name, value in constants.items()]

@@ -27,6 +27,19 @@ static inline int simd_level(void)
 	return dataflow_simd_level();
 }
 
+/* Calls name##_avx512, name##_avx2 or name##_scalar with the arguments: the best path this CPU
+ * (and DATAFLOW_SIMD) allows. */
+#define SIMD_DISPATCH(name, ...)                                                                     \
+	do {                                                                                           \
+		int level_ = simd_level();                                                             \
+		if (level_ == SIMD_AVX512)                                                             \
+			name##_avx512(__VA_ARGS__);                                                    \
+		else if (level_ == SIMD_AVX2)                                                          \
+			name##_avx2(__VA_ARGS__);                                                      \
+		else                                                                                   \
+			name##_scalar(__VA_ARGS__);                                                    \
+	} while (0)
+
 /* ---- AVX-512, 16 lanes ---- */
 
 /* bf16 is the top half of fp32 */

@@ -1,6 +1,6 @@
 /* The public entry points: each checks its arguments once (handle open, stream ids, the op and
- * its arguments, pointers against the memory ledger, sizes), then calls the backend, which
- * checks nothing again. */
+ * its arguments against the signature it was registered with, pointers against the memory
+ * ledger, sizes), then calls the backend, which checks nothing again. */
 #include <stdio.h>
 
 #include "handle_internal.h"
@@ -98,38 +98,60 @@ int dataflow_op_is_registered(Dataflow_Handle *h, const Op_Skeleton *skeleton)
 	return found;
 }
 
+/* The range check an op's signature (or the generic tensor check) calls: memory of the handle,
+ * a host range registered with it, or a peer's memory it has access to. A peer found leaves the
+ * registry locked until the caller is done with the op (unlock_peers). */
 typedef struct {
 	Dataflow_Handle *h;
 	int peer_locked;
-} Tensor_Check;
+} Op_Ranges;
 
-static Dataflow_Status check_tensor(void *ctx, const void *ptr, const char *what)
+static Dataflow_Status check_op_range(void *ctx, const void *ptr, uint64_t size_bytes, const char *what)
 {
-	Tensor_Check *c = ctx;
-	return check_range(c->h, ptr, 1, &c->peer_locked, NULL, what);
+	Op_Ranges *c = ctx;
+	return check_range(c->h, ptr, size_bytes, &c->peer_locked, NULL, what);
+}
+
+/* Finds op's entry (the op table stays read-locked until dataflow_op_table_release when found)
+ * and checks op against it. *entry: the entry or NULL. */
+static Dataflow_Status check_op(Dataflow_Handle *h, const Op *op, Op_Ranges *ranges, Dataflow_Op_Entry **entry,
+			       const char *what)
+{
+	*entry = NULL;
+	if (!op)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: op is NULL", what);
+	if (!(*entry = dataflow_op_table_acquire(h->op_table, op->skeleton.fingerprint)))
+		return dataflow_op_table_unknown_error(h->op_table, &op->skeleton);
+	return op_entry_check(op, *entry, check_op_range, ranges);
+}
+
+Dataflow_Status dataflow_op_check(Dataflow_Handle *h, const Op *op)
+{
+	HANDLE_ENTER(h, "op_check");
+	Op_Ranges ranges = {h, 0};
+	Dataflow_Op_Entry *e;
+	Dataflow_Status st = check_op(h, op, &ranges, &e, "op_check");
+	unlock_peers(ranges.peer_locked);
+	if (e)
+		dataflow_op_table_release(h->op_table);
+	return handle_leave(h, st);
 }
 
 Dataflow_Status dataflow_submit_op(Dataflow_Handle *h, const Op *op, int stream_id)
 {
 	HANDLE_ENTER(h, "submit_op");
-	Tensor_Check c = {h, 0};
+	Op_Ranges ranges = {h, 0};
 	Dataflow_Op_Entry *e = NULL;
 	Dataflow_Status st = check_stream(h, stream_id, "submit_op");
-	if (st == DATAFLOW_OK && !op)
-		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "submit_op: op is NULL");
-	if (st == DATAFLOW_OK && !(e = dataflow_op_table_acquire(h->op_table, op->skeleton.fingerprint)))
-		st = dataflow_op_table_unknown_error(h->op_table, &op->skeleton);
-	/* The op's skeleton, every op_args entry, and every non-NULL tensor inside memory of the
-	 * handle. An op registered with a signature (dataflow/op_signature.h) is checked against it
-	 * here instead of this generic rule: NULL tensors, extents, scalars and overlaps. */
+	/* the op's registered skeleton, its arguments, and its signature: the backend trusts them */
 	if (st == DATAFLOW_OK)
-		st = dataflow_op_check(op, &e->skeleton, check_tensor, &c);
+		st = check_op(h, op, &ranges, &e, "submit_op");
 	if (st == DATAFLOW_OK) {
 		op_code_begin(h); /* the op's launch function, or on some backends its external function */
 		st = h->iface->submit_op(h, stream_id, op, e);
 		op_code_end();
 	}
-	unlock_peers(c.peer_locked);
+	unlock_peers(ranges.peer_locked);
 	if (e)
 		dataflow_op_table_release(h->op_table);
 	return handle_leave(h, st);

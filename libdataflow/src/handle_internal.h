@@ -98,7 +98,15 @@ DATAFLOW_INTERNAL int ledger_peers(Dataflow_Handle *h, Dataflow_Handle **peers, 
 
 /* ---- op entries (register.c) ---- */
 
-/* Runs the entry's state destroy and frees it with its backend record. */
+/* Runs the entry's state destroy and frees it with its backend record and signature. */
 DATAFLOW_INTERNAL void op_entry_destroy(Dataflow_Op_Entry *entry);
+
+/* ---- op checks (op_check.c) ---- */
+
+/* Checks an op against its registered entry: arg count and dtypes, every op_args entry
+ * non-NULL, then the entry's signature, or without one every non-NULL tensor accepted by
+ * check_range (for one byte). check_range sets the error, naming `what`. */
+DATAFLOW_INTERNAL Dataflow_Status op_entry_check(const Op *op, const Dataflow_Op_Entry *entry,
+						 Dataflow_Range_Check_Fn check_range, void *ctx);
 
 #endif

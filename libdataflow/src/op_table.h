@@ -33,12 +33,5 @@ OP_TABLE_INTERNAL Dataflow_Status dataflow_op_table_unknown_error(Dataflow_Op_Ta
 OP_TABLE_INTERNAL Dataflow_Status dataflow_op_table_check_batch(Dataflow_Op_Table *table, int num_ops,
 								const Op_Skeleton *skeletons, const void *symbols,
 								int replace);
-/* Checks an op against its registered skeleton and its arguments: arg count and dtypes, every
- * op_args entry non-NULL, every non-NULL tensor argument accepted by check_tensor (which sets
- * the error; `what` names the argument). */
-OP_TABLE_INTERNAL Dataflow_Status dataflow_op_check(const Op *op, const Op_Skeleton *registered,
-						    Dataflow_Status (*check_tensor)(void *ctx, const void *ptr,
-										    const char *what),
-						    void *ctx);
 
 #endif

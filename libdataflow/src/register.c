@@ -3,9 +3,10 @@
 
 #include "handle_internal.h"
 
-/* Registration: the dispatch layer checks the batch, the backend loads native code (external
- * functions are resolved here, the same for every backend), the ops' inits run in order, and
- * only then does the op table change, so a failed call registers nothing. */
+/* Registration: the dispatch layer checks the batch and compiles the ops' signatures, the
+ * backend loads native code (external functions are resolved here, the same for every
+ * backend), the ops' inits run in order, and only then does the op table change, so a failed
+ * call registers nothing. */
 
 void op_entry_destroy(Dataflow_Op_Entry *e)
 {
@@ -13,6 +14,7 @@ void op_entry_destroy(Dataflow_Op_Entry *e)
 		return;
 	if (e->state.destroy)
 		e->state.destroy(e->state.data);
+	dataflow_op_signature_destroy(e->signature);
 	free(e->record);
 	free(e);
 }
@@ -34,9 +36,22 @@ static void batch_free(Batch *b, int destroy_entries)
 	free(b->inits);
 }
 
-/* Checks the call, then allocates num_ops zeroed entries. */
+static Dataflow_Status compile_signature(const char *text, const Op_Skeleton *skeleton, int index,
+					 Dataflow_Op_Signature **out)
+{
+	Dataflow_Status st = dataflow_op_signature_compile(text, skeleton, out);
+	if (st == DATAFLOW_OK)
+		return st;
+	char msg[1024];
+	snprintf(msg, sizeof(msg), "%s", dataflow_last_error());
+	return dataflow_set_error(st, "register: the signature of op %d ('%s') does not compile: %s", index,
+				  skeleton->nickname, msg);
+}
+
+/* Checks the call, then allocates num_ops zeroed entries, each with its op's compiled
+ * signature (signatures may be NULL, and an entry: none). */
 static Dataflow_Status batch_begin(Batch *b, Dataflow_Handle *h, int num_ops, const Op_Skeleton *skeletons,
-				   const void *symbols, int flags)
+				   const void *symbols, const char *const *signatures, int flags)
 {
 	*b = (Batch){.h = h, .num_ops = num_ops, .skeletons = skeletons, .replace = (flags & DATAFLOW_REGISTER_REPLACE) != 0};
 	Dataflow_Status st = dataflow_op_table_check_batch(h->op_table, num_ops, skeletons, symbols, b->replace);
@@ -54,10 +69,13 @@ static Dataflow_Status batch_begin(Batch *b, Dataflow_Handle *h, int num_ops, co
 	int ok = b->entries && b->inits;
 	for (int i = 0; ok && i < num_ops; i++)
 		ok = (b->entries[i] = calloc(1, sizeof(Dataflow_Op_Entry))) != NULL;
-	if (ok)
-		return DATAFLOW_OK;
-	batch_free(b, 1);
-	return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory");
+	st = ok ? DATAFLOW_OK : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "register: no memory");
+	for (int i = 0; st == DATAFLOW_OK && signatures && i < num_ops; i++)
+		if (signatures[i])
+			st = compile_signature(signatures[i], &skeletons[i], i, &b->entries[i]->signature);
+	if (st != DATAFLOW_OK)
+		batch_free(b, 1);
+	return st;
 }
 
 /* Ends the call. st != OK (loading failed): destroys every entry and returns st. Else runs the
@@ -104,11 +122,11 @@ Dataflow_Status dataflow_register_native_code(Dataflow_Handle *h, const char *co
 					      const char *launch_library_path, int num_ops,
 					      const Op_Skeleton *skeletons, const char *const *kernel_symbols,
 					      const char *const *launch_symbols, const char *const *init_symbols,
-					      int flags)
+					      const char *const *signatures, int flags)
 {
 	Batch b;
 	HANDLE_ENTER(h, "register_native_code");
-	Dataflow_Status st = batch_begin(&b, h, num_ops, skeletons, kernel_symbols, flags);
+	Dataflow_Status st = batch_begin(&b, h, num_ops, skeletons, kernel_symbols, signatures, flags);
 	if (st == DATAFLOW_OK) {
 		void **records = calloc((size_t)num_ops, sizeof(void *));
 		st = records ? h->iface->load_native_code(h, code_path, launch_library_path, num_ops, skeletons,
@@ -124,11 +142,12 @@ Dataflow_Status dataflow_register_native_code(Dataflow_Handle *h, const char *co
 
 Dataflow_Status dataflow_register_external_code(Dataflow_Handle *h, const char *library_path, int num_ops,
 						const Op_Skeleton *skeletons, const char *const *func_symbols,
-						const char *const *init_symbols, int flags)
+						const char *const *init_symbols, const char *const *signatures,
+						int flags)
 {
 	Batch b;
 	HANDLE_ENTER(h, "register_external_code");
-	Dataflow_Status st = batch_begin(&b, h, num_ops, skeletons, func_symbols, flags);
+	Dataflow_Status st = batch_begin(&b, h, num_ops, skeletons, func_symbols, signatures, flags);
 	if (st == DATAFLOW_OK) {
 		void *lib = NULL;
 		st = dataflow_libraries_open(h, library_path, &lib);
@@ -148,11 +167,12 @@ Dataflow_Status dataflow_register_external_code(Dataflow_Handle *h, const char *
 }
 
 Dataflow_Status dataflow_register_external_func(Dataflow_Handle *h, const Op_Skeleton *skeleton,
-						Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags)
+						Dataflow_External_Fn func, const Dataflow_Op_State *state,
+						const char *signature, int flags)
 {
 	Batch b;
 	HANDLE_ENTER(h, "register_external_func");
-	Dataflow_Status st = batch_begin(&b, h, 1, skeleton, (const void *)func, flags);
+	Dataflow_Status st = batch_begin(&b, h, 1, skeleton, (const void *)func, &signature, flags);
 	if (st == DATAFLOW_OK) {
 		b.entries[0]->external = func;
 		if (state)

@@ -55,7 +55,7 @@ Dataflow_Status dataflow_llama_kv_cache_create(Dataflow_Llama *model, int64_t ma
 					  "llama kv_cache_create: max_tokens must be in [1, 2^31 - 1), got %lld",
 					  (long long)max_tokens);
 	Dataflow_Handle *h = model->handle;
-	const Dataflow_Llama_Config *c = &model->config;
+	const Dataflow_Llama_Config *c = model->config;
 	Dataflow_Llama_KV_Cache *kc = calloc(1, sizeof(*kc));
 	int32_t *host = malloc((size_t)tables_numel(max_tokens) * sizeof(int32_t));
 	if (kc)
@@ -134,18 +134,16 @@ Dataflow_Status dataflow_llama_forward_cached(Dataflow_Llama *model, int stream,
 					  "its capacity of %lld tokens",
 					  (long long)cache->length, (long long)num_tokens, (long long)cache->max_tokens);
 	Dataflow_Handle *h = model->handle;
-	int64_t V = model->config.vocab_size, rows = all_logits ? num_tokens : 1;
+	int64_t V = model->config->vocab_size, rows = all_logits ? num_tokens : 1;
 	TRY(dataflow_check_mem_range(h, tokens, (uint64_t)num_tokens * 4, "tokens"));
 	if (logits_out)
-		TRY(dataflow_check_mem_range(h, logits_out, (uint64_t)(rows * V * llama_dtype_size(model->config.dtype)),
+		TRY(dataflow_check_mem_range(h, logits_out, (uint64_t)(rows * V * llama_dtype_size(model->config->dtype)),
 				       "logits_out"));
 	TRY(llama_workspace_reserve(model, num_tokens));
 	int64_t past = cache->length;
 	int32_t *pairs = cache->tables + cache->max_tokens;
 	Dataflow_Llama_Batch batch = {num_tokens, 1, tokens, NULL, pairs + 2 * num_tokens, cache->tables + past};
-	Llama_KV_Step kv = {cache, past, pairs + 2 * (past + num_tokens)};
-	TRY(llama_forward_all(model, stream, &batch, logits_out ? logits_out : model->ws.logits, &kv,
-			      num_tokens - rows));
+	TRY(llama_forward_pass(model, stream, &batch, cache, logits_out, num_tokens - rows, 0.0f));
 	cache->length = past + num_tokens;
 	return DATAFLOW_OK;
 }

@@ -1,5 +1,7 @@
-/* Activation workspace: one device allocation carved into the forward's saved activations and
- * the backward's scratch, sized for a token count and reused until a larger batch comes. */
+/* The resident model's activations: one device allocation carved into the residual stream,
+ * every layer's saved activations at the model's save level, one set of recomputed
+ * activations, the head's, one dacts, two gradient buffers, the token losses and the per-call
+ * workspace; sized for a token count and reused until a larger batch comes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,104 +19,98 @@ static void *carve(Carver *c, int64_t bytes)
 	return c->base ? c->base + at : NULL;
 }
 
-/* Lays the workspace out (or only sizes it, when base is NULL). */
-static int64_t layout(const Dataflow_Llama_Config *c, int64_t T, int recompute, void *base, Llama_Workspace *ws,
-		      Llama_Acts *acts)
+/* Lays the workspace out (or only sizes it, when base is NULL); saved: host [L] or NULL. */
+static int64_t layout(const Dataflow_Blocked_Model *bm, int64_t T, Dataflow_Save_Level level, void *base,
+		      Llama_Workspace *ws, void **saved)
 {
-	int64_t es = llama_dtype_size(c->dtype);
-	int64_t H = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-	int64_t hd = c->head_dim ? c->head_dim : H / c->num_heads;
-	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd, L = c->num_layers;
+	const Dataflow_Llama_Config *c = dataflow_blocked_model_config(bm);
+	int64_t es = llama_dtype_size(c->dtype), H = c->hidden_size, L = c->num_layers;
+	int64_t layer_saved, layer_recomputed, layer_dacts, head_saved, head_dacts;
+	dataflow_block_acts_bytes(bm, 1, level, T, &layer_saved, &layer_recomputed, &layer_dacts);
+	dataflow_block_acts_bytes(bm, (int)L + 1, level, T, &head_saved, NULL, &head_dacts);
 	Carver cv = {base, 0};
 	Llama_Workspace w;
 	memset(&w, 0, sizeof(w));
 	w.resid = carve(&cv, (L + 1) * T * H * es);
-	int64_t sets = recompute ? 1 : L;
-	for (int64_t s = 0; s < sets; s++) {
-		Llama_Acts a;
-		a.xn1 = carve(&cv, T * H * es);
-		a.q = carve(&cv, T * qd * es);
-		a.k = carve(&cv, T * kvd * es);
-		a.v = carve(&cv, T * kvd * es);
-		a.att = carve(&cv, T * qd * es);
-		a.hmid = carve(&cv, T * H * es);
-		a.xn2 = carve(&cv, T * H * es);
-		a.gate = carve(&cv, T * F * es);
-		a.up = carve(&cv, T * F * es);
-		a.rstd1 = carve(&cv, T * 4);
-		a.rstd2 = carve(&cv, T * 4);
-		a.lse = carve(&cv, c->num_heads * T * 4);
-		if (acts)
-			acts[s] = a;
+	for (int64_t l = 0; l < L; l++) {
+		void *p = carve(&cv, layer_saved);
+		if (saved)
+			saved[l] = p;
 	}
-	w.xnf = carve(&cv, T * H * es);
-	w.logits = carve(&cv, T * V * es);
-	w.rstdf = carve(&cv, T * 4);
-	w.loss = carve(&cv, T * 4);
-	w.dres = carve(&cv, T * H * es);
-	w.dtmp = carve(&cv, T * H * es);
-	w.dxn = carve(&cv, T * H * es);
-	w.dq = carve(&cv, T * qd * es);
-	w.dk = carve(&cv, T * kvd * es);
-	w.dv = carve(&cv, T * kvd * es);
-	w.datt = carve(&cv, T * qd * es);
-	w.act = carve(&cv, T * F * es);
-	w.dact = carve(&cv, T * F * es);
-	w.dw = carve(&cv, H * 4);
-	w.rms_ws_bytes = dataflow_rms_norm_bwd_w_workspace_bytes(T, H);
-	w.rms_ws = carve(&cv, w.rms_ws_bytes);
-	/* attention's backward workspace for up to T documents (the most a batch can hold) */
-	w.attn_ws_bytes = dataflow_attention_bwd_workspace_bytes(T, T, c->num_heads, c->num_kv_heads, hd);
-	w.attn_ws = carve(&cv, w.attn_ws_bytes > 0 ? w.attn_ws_bytes : 0);
+	w.recomputed = carve(&cv, layer_recomputed);
+	w.head_saved = carve(&cv, head_saved);
+	w.dacts = carve(&cv, layer_dacts > head_dacts ? layer_dacts : head_dacts);
+	w.dres[0] = carve(&cv, T * H * es);
+	w.dres[1] = carve(&cv, T * H * es);
+	w.token_losses = carve(&cv, T * 4);
+	w.scratch = carve(&cv, dataflow_blocked_model_workspace_bytes(bm, T));
 	if (ws)
 		*ws = w;
 	return cv.used;
 }
 
-int64_t dataflow_llama_workspace_bytes(const Dataflow_Llama_Config *config, int64_t max_tokens, int recompute)
+int64_t dataflow_llama_workspace_bytes(const Dataflow_Llama_Config *config, int64_t max_tokens,
+				       Dataflow_Save_Level level)
 {
-	if (!config || max_tokens <= 0)
+	if (!config || max_tokens <= 0 || max_tokens > ((int64_t)1 << 31) || (int)level < 0 ||
+	    level >= DATAFLOW_NUM_SAVE_LEVELS)
 		return -1;
-	return layout(config, max_tokens, recompute != 0, NULL, NULL, NULL);
+	Dataflow_Blocked_Model definition = {0};
+	if (llama_define(&definition, config) != DATAFLOW_OK)
+		return -1;
+	return layout(&definition, max_tokens, level, NULL, NULL, NULL);
 }
 
 void llama_workspace_free(Dataflow_Llama *m)
 {
-	Dataflow_Handle *h = m->handle;
 	if (m->ws.base)
-		dataflow_free_mem(h, m->ws.base);
-	free(m->ws.acts);
-	free(m->ws.host_loss);
+		dataflow_free_mem(m->handle, m->ws.base);
+	free(m->ws.saved);
 	memset(&m->ws, 0, sizeof(m->ws));
 }
 
 Dataflow_Status llama_workspace_reserve(Dataflow_Llama *m, int64_t tokens)
 {
-	if (m->ws.base && m->ws.tokens >= tokens && m->ws.recompute == m->recompute)
+	if (m->ws.base && m->ws.tokens >= tokens && m->ws.level == m->save_level)
 		return DATAFLOW_OK;
 	int64_t T = tokens > m->ws.tokens ? tokens : m->ws.tokens;
-	Dataflow_Handle *h = m->handle;
 	llama_workspace_free(m); /* stream-ordered free: queued work finishes first */
-	int64_t bytes = layout(&m->config, T, m->recompute, NULL, NULL, NULL);
-	int64_t sets = m->recompute ? 1 : m->config.num_layers;
-	Llama_Acts *acts = calloc((size_t)sets, sizeof(Llama_Acts));
-	float *host_loss = malloc((size_t)T * sizeof(float));
+	m->last_tokens = 0;      /* the token losses went with it */
+	int64_t bytes = layout(m->bm, T, m->save_level, NULL, NULL, NULL);
+	void **saved = calloc((size_t)m->config->num_layers, sizeof(void *));
 	void *base = NULL;
-	Dataflow_Status st = acts && host_loss ? dataflow_alloc_mem(h, (uint64_t)bytes, &base)
-					       : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
-								    "llama workspace: host allocation failed");
+	Dataflow_Status st = saved ? dataflow_alloc_mem(m->handle, (uint64_t)bytes, &base)
+				   : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "llama workspace: host allocation failed");
 	if (st != DATAFLOW_OK) {
-		free(acts);
-		free(host_loss);
+		free(saved);
 		return st;
 	}
-	layout(&m->config, T, m->recompute, base, &m->ws, acts);
+	layout(m->bm, T, m->save_level, base, &m->ws, saved);
 	m->ws.base = base;
-	m->ws.acts = acts;
-	m->ws.host_loss = host_loss;
+	m->ws.saved = saved;
 	m->ws.tokens = T;
-	m->ws.recompute = m->recompute;
+	m->ws.level = m->save_level;
 	return DATAFLOW_OK;
+}
+
+Dataflow_Block_Args llama_block_args(const Dataflow_Llama *m, const Dataflow_Llama_Batch *batch, int block)
+{
+	const Llama_Workspace *ws = &m->ws;
+	int L = (int)m->config->num_layers;
+	Dataflow_Block_Args a = {.batch = batch, .level = ws->level, .dacts = ws->dacts, .workspace = ws->scratch};
+	if (block == 0) {
+		a.y = llama_resid(m, 0);
+	} else if (block <= L) {
+		a.x = llama_resid(m, block - 1);
+		a.y = llama_resid(m, block);
+		a.saved = ws->saved[block - 1];
+		a.recomputed = ws->recomputed;
+	} else {
+		a.x = llama_resid(m, L);
+		a.saved = ws->head_saved;
+		a.tied = m->config->tie_embeddings ? &m->blocks[0] : NULL;
+	}
+	return a;
 }
 
 Dataflow_Status llama_check_batch(const Dataflow_Llama *m, const Dataflow_Llama_Batch *b, int need_labels)

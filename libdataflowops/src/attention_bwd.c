@@ -51,6 +51,6 @@ Dataflow_Status dataflow_submit_attention_bwd(Dataflow_Handle *handle, int strea
 	void *d_args[DATAFLOW_MAX_OP_ARGS], *g_args[DATAFLOW_MAX_OP_ARGS];
 	dataflow_attention_bwd_delta_arg_pointers(&d, d_args);
 	dataflow_attention_bwd_arg_pointers(&g, g_args);
-	return ops_submit_composite(handle, stream_id, "attention_bwd", DATAFLOW_OP_ATTENTION_BWD_DELTA, &dtype, d_args,
+	return ops_submit_composite(handle, stream_id, DATAFLOW_OP_ATTENTION_BWD_DELTA, &dtype, d_args,
 				    DATAFLOW_OP_ATTENTION_BWD, &dtype, g_args);
 }

@@ -23,6 +23,6 @@ Dataflow_Status dataflow_submit_grad_norm_sq(Dataflow_Handle *handle, int stream
 	void *p_args[DATAFLOW_MAX_OP_ARGS], *r_args[DATAFLOW_MAX_OP_ARGS];
 	dataflow_grad_norm_sq_partials_arg_pointers(&p, p_args);
 	dataflow_grad_norm_sq_reduce_arg_pointers(&r, r_args);
-	return ops_submit_composite(handle, stream_id, "grad_norm_sq", DATAFLOW_OP_GRAD_NORM_SQ_PARTIALS, &x_dtype, p_args,
+	return ops_submit_composite(handle, stream_id, DATAFLOW_OP_GRAD_NORM_SQ_PARTIALS, &x_dtype, p_args,
 				    DATAFLOW_OP_GRAD_NORM_SQ_REDUCE, &out_dtype, r_args);
 }

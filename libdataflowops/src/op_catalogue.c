@@ -1,6 +1,6 @@
-/* The catalogue at run time: each variant's skeleton (with its fingerprint) and compiled
- * signature, built once on first use, so a submit costs a slot lookup, a copy and the
- * signature check. */
+/* The catalogue at run time: each variant's skeleton (with its fingerprint), built once on
+ * first use, so a submit costs a variant lookup and a copy before dataflow_submit_op, which
+ * checks the op against the signature it was registered with. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,32 +8,26 @@
 
 #include "op_catalogue_internal.h"
 
-typedef struct {
-	Op_Skeleton skeleton;
-	Dataflow_Op_Signature *signature;
-} Variant;
-
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static Variant *variants[DATAFLOW_NUM_DEFAULT_OPS];
+static Op_Skeleton *variants[DATAFLOW_NUM_DEFAULT_OPS];
 static Dataflow_Status init_status;
 static char init_message[1024];
 
-static Dataflow_Status build_variant(const Dataflow_Op_Info *op, int v, Variant *out)
+static Dataflow_Status build_variant(const Dataflow_Op_Info *op, int v, Op_Skeleton *out)
 {
 	DataflowDatatype dtypes[DATAFLOW_MAX_OP_ARGS];
 	for (int i = 0; i < op->num_args; i++) {
 		const Dataflow_Op_Arg_Info *a = &op->args[i];
 		dtypes[i] = a->slot >= 0 ? op->variants[v * op->num_slots + a->slot] : a->dtype;
 	}
-	Dataflow_Status st = dataflow_op_skeleton_init(&out->skeleton, op->name, op->num_args, dtypes);
-	return st == DATAFLOW_OK ? dataflow_op_signature_compile(op->signature, &out->skeleton, &out->signature) : st;
+	return dataflow_op_skeleton_init(out, op->name, op->num_args, dtypes);
 }
 
 static void build_all(void)
 {
 	for (int i = 0; i < ops_catalogue_size && init_status == DATAFLOW_OK; i++) {
 		const Dataflow_Op_Info *op = &ops_catalogue[i];
-		variants[i] = calloc((size_t)op->num_variants, sizeof(Variant));
+		variants[i] = calloc((size_t)op->num_variants, sizeof(Op_Skeleton));
 		if (!variants[i]) {
 			init_status = DATAFLOW_ERR_OUT_OF_MEMORY;
 			snprintf(init_message, sizeof(init_message), "no memory for the op catalogue");
@@ -65,7 +59,7 @@ static int ready(const Dataflow_Op_Info *op)
 const Op_Skeleton *ops_variant_skeleton(const Dataflow_Op_Info *op, int v)
 {
 	int i = ready(op);
-	return i < 0 ? NULL : &variants[i][v].skeleton;
+	return i < 0 ? NULL : &variants[i][v];
 }
 
 /* "x/w/y": the arguments a slot types */
@@ -111,7 +105,7 @@ static Dataflow_Status no_variant(const Dataflow_Op_Info *op, const DataflowData
 	return dataflow_set_error(DATAFLOW_ERR_INTERNAL, "%s: no variant, yet every slot allowed", op->name);
 }
 
-static const Variant *find_variant(const Dataflow_Op_Info *op, const DataflowDatatype *slots)
+static const Op_Skeleton *find_variant(const Dataflow_Op_Info *op, const DataflowDatatype *slots)
 {
 	int i = ready(op);
 	if (i < 0)
@@ -129,56 +123,48 @@ Dataflow_Status dataflow_op_catalogue_skeleton(const Dataflow_Op_Info *op, const
 	if (!slot_dtypes || !skeleton)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "op_catalogue_skeleton: %s is NULL",
 					  skeleton ? "slot_dtypes" : "skeleton");
-	const Variant *v = find_variant(op, slot_dtypes);
+	const Op_Skeleton *v = find_variant(op, slot_dtypes);
 	if (!v)
 		return dataflow_last_status();
-	*skeleton = v->skeleton;
+	*skeleton = *v;
 	return DATAFLOW_OK;
 }
 
-static Dataflow_Status check_range(void *handle, const void *ptr, uint64_t size_bytes, const char *what)
+/* The variant of op whose slots have slot_dtypes, with the argument pointers args. */
+static Dataflow_Status ops_prepare(const Dataflow_Op_Info *op, const DataflowDatatype *slot_dtypes,
+				   void *const *args, Op *out)
 {
-	return dataflow_check_mem_range(handle, ptr, size_bytes, what);
-}
-
-Dataflow_Status ops_prepare(Dataflow_Handle *handle, const Dataflow_Op_Info *op, const DataflowDatatype *slot_dtypes,
-			    void *const *args, Op *out)
-{
-	if (!handle)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: handle is NULL", op->name);
-	const Variant *v = find_variant(op, slot_dtypes);
+	const Op_Skeleton *v = find_variant(op, slot_dtypes);
 	if (!v)
 		return dataflow_last_status();
-	out->skeleton = v->skeleton;
+	out->skeleton = *v;
 	memcpy(out->op_args, args, (size_t)op->num_args * sizeof(void *));
-	return dataflow_op_signature_check(v->signature, out, check_range, handle);
+	return DATAFLOW_OK;
 }
 
 Dataflow_Status ops_submit(Dataflow_Handle *handle, int stream_id, const Dataflow_Op_Info *op,
 			   const DataflowDatatype *slot_dtypes, void *const *args)
 {
 	Op o;
-	Dataflow_Status st = ops_prepare(handle, op, slot_dtypes, args, &o);
+	Dataflow_Status st = ops_prepare(op, slot_dtypes, args, &o);
 	return st == DATAFLOW_OK ? dataflow_submit_op(handle, &o, stream_id) : st;
 }
 
-Dataflow_Status ops_submit_composite(Dataflow_Handle *handle, int stream_id, const char *composite, int first,
+Dataflow_Status ops_submit_composite(Dataflow_Handle *handle, int stream_id, int first,
 				     const DataflowDatatype *first_slots, void *const *first_args, int second,
 				     const DataflowDatatype *second_slots, void *const *second_args)
 {
 	Op a, b;
-	Dataflow_Status st = ops_prepare(handle, &ops_catalogue[first], first_slots, first_args, &a);
+	Dataflow_Status st = ops_prepare(&ops_catalogue[first], first_slots, first_args, &a);
 	if (st == DATAFLOW_OK)
-		st = ops_prepare(handle, &ops_catalogue[second], second_slots, second_args, &b);
-	if (st != DATAFLOW_OK)
-		return st;
-	if (!dataflow_op_is_registered(handle, &b.skeleton)) {
-		char what[256];
-		dataflow_op_skeleton_describe(&b.skeleton, what, sizeof(what));
-		return dataflow_set_error(DATAFLOW_ERR_UNKNOWN_OP, "%s: its second op %s is not registered on this handle",
-					  composite, what);
-	}
-	st = dataflow_submit_op(handle, &a, stream_id);
+		st = ops_prepare(&ops_catalogue[second], second_slots, second_args, &b);
+	/* both checked before either is queued */
+	if (st == DATAFLOW_OK)
+		st = dataflow_op_check(handle, &a);
+	if (st == DATAFLOW_OK)
+		st = dataflow_op_check(handle, &b);
+	if (st == DATAFLOW_OK)
+		st = dataflow_submit_op(handle, &a, stream_id);
 	return st == DATAFLOW_OK ? dataflow_submit_op(handle, &b, stream_id) : st;
 }
 

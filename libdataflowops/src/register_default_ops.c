@@ -1,5 +1,6 @@
 /* Registers every variant of the catalogue's ops with the symbol names the backend's default
- * ops library provides (dataflow/op_catalogue.h), natives and externals in one call each. A
+ * ops library provides (dataflow/op_catalogue.h) and the op's signature, which the dispatch
+ * layer compiles once and checks at every submission; natives and externals in one call each. A
  * backend may provide a subset of the default ops: an op whose launch (native) or init
  * (external) symbol its library lacks is left out; a provided op must then provide every
  * variant, or registration fails. */
@@ -16,6 +17,7 @@ typedef struct {
 	Op_Skeleton *skeletons;
 	char (*names)[2][SYMBOL_LEN]; /* kernel or function, launch or init */
 	const char **first, **second;
+	const char **signatures;
 } Variant_List;
 
 static int list_alloc(Variant_List *l, int n)
@@ -24,7 +26,8 @@ static int list_alloc(Variant_List *l, int n)
 	l->names = malloc((size_t)n * sizeof(*l->names));
 	l->first = malloc((size_t)n * sizeof(*l->first));
 	l->second = malloc((size_t)n * sizeof(*l->second));
-	return l->skeletons && l->names && l->first && l->second;
+	l->signatures = malloc((size_t)n * sizeof(*l->signatures));
+	return l->skeletons && l->names && l->first && l->second && l->signatures;
 }
 
 static void list_free(Variant_List *l)
@@ -33,12 +36,15 @@ static void list_free(Variant_List *l)
 	free(l->names);
 	free(l->first);
 	free(l->second);
+	free(l->signatures);
 }
 
-static void list_add(Variant_List *l, const Op_Skeleton *s, const char *first, const char *second)
+static void list_add(Variant_List *l, const Op_Skeleton *s, const char *first, const char *second,
+		     const char *signature)
 {
 	int i = l->count++;
 	l->skeletons[i] = *s;
+	l->signatures[i] = signature;
 	snprintf(l->names[i][0], SYMBOL_LEN, "%s", first);
 	snprintf(l->names[i][1], SYMBOL_LEN, "%s", second);
 	l->first[i] = l->names[i][0];
@@ -62,7 +68,7 @@ static Dataflow_Status add_op(Variant_List *nat, Variant_List *ext, const Datafl
 			snprintf(first, sizeof(first), "dataflow_%s_%s", backend, op->name);
 		else
 			snprintf(first, sizeof(first), "dataflow_%s_%s_%s", backend, op->name, op->variant_symbols[v]);
-		list_add(external ? ext : nat, s, first, second);
+		list_add(external ? ext : nat, s, first, second, op->signature);
 	}
 	return DATAFLOW_OK;
 }
@@ -92,9 +98,10 @@ Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle)
 	dlclose(lib);
 	if (st == DATAFLOW_OK && nat.count)
 		st = dataflow_register_native_code(handle, library, NULL, nat.count, nat.skeletons, nat.first, nat.second,
-						  NULL, 0);
+						  NULL, nat.signatures, 0);
 	if (st == DATAFLOW_OK && ext.count)
-		st = dataflow_register_external_code(handle, library, ext.count, ext.skeletons, ext.first, ext.second, 0);
+		st = dataflow_register_external_code(handle, library, ext.count, ext.skeletons, ext.first, ext.second,
+						    ext.signatures, 0);
 	list_free(&nat);
 	list_free(&ext);
 	return st;

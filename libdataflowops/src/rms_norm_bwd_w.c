@@ -28,6 +28,6 @@ Dataflow_Status dataflow_submit_rms_norm_bwd_w(Dataflow_Handle *handle, int stre
 					  "rms_norm_bwd_w: dw dtype must be one of {%s, fp32}, got %s (%d)",
 					  want ? want : "dy's", got ? got : "invalid", (int)dw_dtype);
 	}
-	return ops_submit_composite(handle, stream_id, "rms_norm_bwd_w", DATAFLOW_OP_RMS_NORM_BWD_W_PARTIALS, &dtype,
+	return ops_submit_composite(handle, stream_id, DATAFLOW_OP_RMS_NORM_BWD_W_PARTIALS, &dtype,
 				    p_args, DATAFLOW_OP_RMS_NORM_BWD_W_REDUCE, &dw_dtype, r_args);
 }

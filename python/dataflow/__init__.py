@@ -13,9 +13,15 @@ from .errors import (AlreadyRegisteredError, BadArgumentError, CallbackError, Da
                      LoadError, OutOfMemoryError, UnknownOpError, UnsupportedError)
 from .handle import Event, Handle
 from .models import Trainer
+from . import ring
 
 __version__ = "0.1.0"
 
-__all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CallbackError", "CompileError", "CustomOp",
-           "DataflowError", "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer",
-           "UnknownOpError", "UnsupportedError", "dtypes", "models", "ops"]
+from .build_info import load_pip_onednn, warn_if_slow  # noqa: E402
+
+load_pip_onednn()
+warn_if_slow()
+
+__all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CallbackError", "CompileError", "CustomOp", "DataflowError",
+           "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer", "UnknownOpError",
+           "UnsupportedError", "dtypes", "models", "ops", "ring"]

@@ -1,4 +1,4 @@
-"""Loads libdataflow, libdataflowops and libdataflowmodels with cffi (ABI mode).
+"""Loads libdataflow, libdataflowops, libdataflowmodels and libdataflowring with cffi (ABI mode).
 
 The declarations come from _cdef.h, which the build derives from the public C headers.
 Libraries are looked up in DATAFLOW_LIB_DIR (a meson build directory, for development)
@@ -35,10 +35,11 @@ def _load():
     core = ffi.dlopen(os.path.join(LIB_DIR, "libdataflow.so"))
     ops = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowops.so"))
     models = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowmodels.so"))
-    return ffi, core, ops, models
+    ring = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowring.so"))
+    return ffi, core, ops, models, ring
 
 
-ffi, lib, opslib, modelslib = _load()
+ffi, lib, opslib, modelslib, ringlib = _load()
 
 
 def use_nvidia_wheels():

@@ -18,6 +18,7 @@ import numpy as np
 from . import atomic
 from . import safetensors_io as st
 from .errors import FileFormatError
+from .file_checks import member, open_regular, read_json
 
 STATE_NAME = "trainer_state.json"
 MODEL_NAME = st.WEIGHTS_NAME
@@ -29,7 +30,7 @@ VERSION = 1
 
 def _sha256(path):
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, "checkpoint file") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -64,7 +65,7 @@ def unflatten(skeleton, arrays, where=STATE_NAME):
     def walk(node):
         if isinstance(node, dict) and len(node) == 1 and ("__array__" in node or "__scalar__" in node):
             key = node.get("__array__", node.get("__scalar__"))
-            if key not in arrays:
+            if not isinstance(key, str) or key not in arrays:
                 raise FileFormatError(f"{where}: refers to array {key!r}, which {OPTIMIZER_NAME} lacks")
             return np.array(arrays[key]) if "__array__" in node else arrays[key][()]
         if isinstance(node, dict):
@@ -112,20 +113,26 @@ def load(directory):
     After a save killed between its two renames, reads the previous checkpoint it left beside `directory`."""
     path = atomic.readable_directory(os.fspath(directory))
     manifest_path = os.path.join(path, STATE_NAME)
-    try:
-        with open(manifest_path) as f:
-            manifest = json.load(f)
-    except OSError as e:
-        raise FileFormatError(f"{manifest_path}: cannot read: {e.strerror or e}; not a checkpoint directory?") from None
-    except ValueError as e:
-        raise FileFormatError(f"{manifest_path}: not valid JSON ({e}): corrupted or truncated") from None
+    if not os.path.lexists(manifest_path):
+        raise FileFormatError(f"{manifest_path}: cannot read: no such file; not a checkpoint directory?")
+    manifest = read_json(manifest_path, STATE_NAME)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise FileFormatError(f"{manifest_path}: not a {FORMAT} manifest")
     if manifest.get("version") != VERSION:
-        raise FileFormatError(f"{manifest_path}: version {manifest.get('version')!r}; this dataflow reads {VERSION}")
-    for name, expected in manifest["files"].items():
-        file = os.path.join(path, name)
-        if not os.path.exists(file):
+        raise FileFormatError(f"{manifest_path}: version {manifest.get('version')!r:.40}; this dataflow reads {VERSION}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not {CONFIG_NAME, MODEL_NAME, OPTIMIZER_NAME} <= files.keys():
+        raise FileFormatError(f"{manifest_path}: files: expected the size and SHA-256 of {CONFIG_NAME}, {MODEL_NAME} "
+                              f"and {OPTIMIZER_NAME}, got {files!r:.200}")
+    if not isinstance(manifest.get("state"), dict):
+        raise FileFormatError(f"{manifest_path}: state: expected an object, got {manifest.get('state')!r:.100}")
+    for name, expected in files.items():
+        file = member(path, name, manifest_path, "files")
+        if (not isinstance(expected, dict) or type(expected.get("bytes")) is not int
+                or not isinstance(expected.get("sha256"), str)):
+            raise FileFormatError(f"{manifest_path}: files[{name!r}]: expected {{\"bytes\": int, \"sha256\": str}}, "
+                                  f"got {expected!r:.100}")
+        if not os.path.lexists(file):
             raise FileFormatError(f"{file}: missing from the checkpoint")
         size = os.path.getsize(file)
         if size != expected["bytes"]:
@@ -133,11 +140,13 @@ def load(directory):
                                   "or altered")
         if _sha256(file) != expected["sha256"]:
             raise FileFormatError(f"{file}: contents differ from the SHA-256 recorded at save: corrupted")
-    with open(os.path.join(path, CONFIG_NAME)) as f:
-        config = json.load(f)
+    config = read_json(os.path.join(path, CONFIG_NAME), CONFIG_NAME)
     model_state = {k: np.array(t.values()) for k, t in st.SafetensorsFile(os.path.join(path, MODEL_NAME)).tensors().items()}
     arrays = {k: np.array(t.values()) for k, t in st.SafetensorsFile(os.path.join(path, OPTIMIZER_NAME)).tensors().items()}
-    optimizer_state = unflatten(manifest["optimizer"], arrays, manifest_path)
+    try:
+        optimizer_state = unflatten(manifest.get("optimizer"), arrays, manifest_path)
+    except RecursionError:
+        raise FileFormatError(f"{manifest_path}: optimizer: nested too deeply") from None
     return Checkpoint(path, config, model_state, optimizer_state, manifest["state"])
 
 

@@ -1,24 +1,31 @@
 """The `dataflow` command.
 
-dataflow train      a small Llama on the embedded corpus (options: see --help); checkpoint + loss PNG
-dataflow generate   text sampled from a checkpoint of `dataflow train`
+dataflow train      train a small Llama (default: on the embedded corpus); checkpoint + loss plot
+dataflow generate   stream text sampled from a checkpoint or a Hugging Face model directory
+dataflow plan       how training a model would be placed under device/host capacities, and its predicted speed
 dataflow demo       a matmul and a custom native op on the host backend, timed next to numpy
+
+Errors in arguments or files end in one line naming the flag or the file (exit 2); runtime
+failures such as a full disk in one line too (exit 1); Ctrl-C exits 130.
 """
 import argparse
 import json
+import math
 import os
 import sys
 import time
 
 import numpy as np
 
-from . import checkpoint, dtypes, ops
-from .errors import DataflowError
-from .generate import generate
-from .handle import Handle
-from .pretrained import model_from_config
-from .tokenizer import ByteTokenizer
-from .train import PRESETS, RUN_DEFAULTS, open_handle, train
+from . import __version__, checkpoint, dtypes, ops, ring, ring_timeline
+from . import tokenizer as tokenizers
+from . import build_info
+from .errors import BadArgumentError, DataflowError, FileFormatError
+from .generate import stream
+from .handle import Handle, parse_bytes
+from .pretrained import CONFIG_NAME, check_memory, config_argument, from_pretrained, model_from_config, read_config, validate_config
+from .tokenizer import StreamDecoder
+from .train import DEFAULT_STEPS, INTERRUPTED, PRESETS, RUN_DEFAULTS, open_handle, train
 
 SCALE_SOURCE = r"""
 #include "dataflow/host_kernel.h"
@@ -54,7 +61,7 @@ def demo(args):
     n = args.size
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, n), dtype=np.float32)
-    results = {"size": n}
+    results = {"size": n, "host_matmul": build_info.matmul_engine()}
     for dtype in ("fp32", "bf16"):
         a = h.from_numpy(x, dtype=dtype)
         out = h.empty((n, n), "fp32")
@@ -80,79 +87,290 @@ def demo(args):
     results["custom_op_correct"] = ok
     print(json.dumps(results, indent=2))
     print(f"demo: matmul {n}^3 fp32 {results['matmul_fp32_gflops']} GFLOP/s, bf16 {results['matmul_bf16_gflops']} "
-          f"GFLOP/s (numpy fp32 {results['numpy_fp32_gflops']}); custom C op {'ok' if ok else 'WRONG'}")
+          f"GFLOP/s (numpy fp32 {results['numpy_fp32_gflops']}) on {results['host_matmul']}; custom C op "
+          f"{'ok' if ok else 'WRONG'}")
+    if not build_info.info()["onednn"]:
+        print(f"WARNING: {build_info.SLOW}", file=sys.stderr)
     h.close()
     return 0 if ok else 1
 
 
+def _load_for_generation(args, handle):
+    """(model, tokenizer, bos): from a dataflow checkpoint (trained without bos: prompts get none) or a
+    Hugging Face model directory (prompts start with bos, as such models were trained); config, files
+    and memory are checked before the model is allocated."""
+    path = args.checkpoint
+    if os.path.exists(os.path.join(path, "checkpoint", checkpoint.STATE_NAME)):
+        raise BadArgumentError(f"--checkpoint: {path} is the output directory of a run; its checkpoint is "
+                               f"{os.path.join(path, 'checkpoint')}")
+    if os.path.exists(os.path.join(path, checkpoint.STATE_NAME)) or not os.path.exists(os.path.join(path, CONFIG_NAME)):
+        ck = checkpoint.load(path)
+        where = os.path.join(ck.path, CONFIG_NAME)
+        config = validate_config(ck.config, where)
+        tokenizer = (tokenizers.load(args.tokenizer) if args.tokenizer else
+                     tokenizers.from_dict(ck.state.get("tokenizer"), os.path.join(ck.path, checkpoint.STATE_NAME)))
+        dtype = args.dtype or ck.state.get("run", {}).get("dtype", "fp32")
+        check_memory(handle, config, dtype, where, hint="; pass a larger --device-memory")
+        model = model_from_config(config, handle, dtype, where=where)
+        model.load_state_dict(ck.model_state)
+        return model, tokenizer, False
+    config = read_config(path)
+    ids = {k: config.get(k) if isinstance(config.get(k), int) else None for k in ("bos_token_id", "eos_token_id")}
+    tokenizer = tokenizers.load(args.tokenizer or path, bos_id=ids["bos_token_id"], eos_id=ids["eos_token_id"])
+    return from_pretrained(path, handle, args.dtype or "fp32"), tokenizer, args.bos
+
+
 def generate_text(args):
-    ck = checkpoint.load(args.checkpoint)
-    tokenizer = ByteTokenizer.from_dict(ck.state["tokenizer"])
     handle = open_handle(args)
-    model = model_from_config(ck.config, handle, args.dtype or ck.state["run"]["dtype"],
-                              where=os.path.join(ck.path, checkpoint.CONFIG_NAME))
-    model.load_state_dict(ck.model_state)
-    prompt = tokenizer.encode(args.prompt)
-    if hasattr(model, "generate"):  # Llama: KV-cached decoding
-        new = model.generate(np.asarray(prompt, np.int64), args.max_new_tokens, args.temperature, args.top_p,
-                             args.seed, eos_token_id=tokenizer.eos_id)
-    else:  # any model with forward() only: recompute the context at every step
-        new = generate(model, prompt, args.max_new_tokens, args.temperature, args.top_p, args.seed,
-                       stop_id=tokenizer.eos_id)
-    sys.stdout.write(args.prompt + tokenizer.decode(new) + "\n")
-    handle.close()
+    try:
+        model, tokenizer, bos = _load_for_generation(args, handle)
+        if model.config.vocab_size < tokenizer.vocab_size:
+            raise BadArgumentError(f"--tokenizer: {tokenizer.vocab_size} tokens, more than the model's vocab_size "
+                                   f"{model.config.vocab_size}")
+        prompt = tokenizer.encode(args.prompt, bos=bos and tokenizer.bos_id is not None)
+        if prompt.size == 0:
+            raise BadArgumentError("--prompt: empty; give at least one character (the default is 'The')")
+        context = model.config.max_position_embeddings
+        if prompt.size >= context:
+            raise BadArgumentError(f"--prompt: {prompt.size} tokens, but the model's context is {context} tokens; "
+                                   "shorten it")
+        max_new = args.max_new_tokens
+        if prompt.size + max_new > context:
+            max_new = context - prompt.size
+            print(f"dataflow generate: stopping at the model's context of {context} tokens: {max_new} new tokens "
+                  f"after the {prompt.size}-token prompt (--max-new-tokens {args.max_new_tokens} asks for more)",
+                  file=sys.stderr, flush=True)
+        sys.stdout.write(args.prompt)
+        sys.stdout.flush()
+        decoder = StreamDecoder(tokenizer)
+        for token in stream(model, prompt, max_new, args.temperature, args.top_p, args.seed,
+                            stop_id=tokenizer.eos_id, vocab_size=tokenizer.vocab_size):
+            sys.stdout.write(decoder.push(token))
+            sys.stdout.flush()
+        sys.stdout.write(decoder.flush() + "\n")
+        sys.stdout.flush()
+        model.close()
+        return 0
+    finally:
+        handle.close()
+
+
+# ---- argument types: each error names its flag (argparse prefixes "argument --flag:") ----
+
+def _integer(minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
+def _number(low, high=math.inf, low_open=False):
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (low < value if low_open else low <= value) or not value <= high:
+            raise argparse.ArgumentTypeError(f"must be in {'(' if low_open else '['}{low:g}, {high:g}], got {text}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def _bytes(text):
+    try:
+        parse_bytes(text, "size")
+    except BadArgumentError:
+        raise argparse.ArgumentTypeError(f"expected a size like 512MiB or 2GiB, got {text!r}") from None
+    return text
+
+
+def _add_device(p):
+    p.add_argument("--threads", type=_integer(1), help="host worker threads (default: all cores)")
+    p.add_argument("--device-memory", dest="device_memory", type=_bytes, metavar="SIZE",
+                   help="device memory capacity, e.g. 512MiB (default: all the backend offers)")
+
+
+def _positive(value, flag):
+    if value is not None and value <= 0:
+        raise BadArgumentError(f"{flag}: must be a positive integer, got {value}")
+    return value
+
+
+def _plan_config(spec):
+    config = config_argument(spec, ring.PRESETS)
+    return config if isinstance(config, str) else validate_config(config, where=f"--config {spec}")
+
+
+def plan(args):
+    """Validates every flag first, then plans and prints."""
+    config = _plan_config(args.config)
+    seq_len = _positive(args.seq_len, "--seq-len")
+    tokens = _positive(args.tokens_per_step, "--tokens-per-step")
+    if tokens is not None and tokens % seq_len:
+        raise BadArgumentError(f"--tokens-per-step: must be a multiple of --seq-len ({seq_len}), got {tokens}")
+    sizes = {flag: parse_bytes(value, flag) for flag, value in
+             (("--device-memory", args.device_memory), ("--host-memory", args.host_memory))}
+    rates = {flag: parse_bytes(value, flag) if value is not None else None for flag, value in
+             (("--h2d-bandwidth", args.h2d_bandwidth), ("--d2h-bandwidth", args.d2h_bandwidth))}
+    if args.timeline is not None and os.path.exists(args.timeline):
+        raise BadArgumentError(f"--timeline: {args.timeline} exists; remove it or choose another path")
+    if args.profile == "host":
+        handle = Handle("host", streams=2, threads=args.threads)
+        try:
+            profile = ring.calibrate(handle)
+        finally:
+            handle.close()
+    elif args.profile in ring.profile_names():
+        profile = args.profile
+    else:
+        raise BadArgumentError(f"--profile: unknown {args.profile!r}; known: host (measured here), "
+                               f"{', '.join(ring.profile_names())}")
+    p = ring.plan(config, seq_len, sizes["--device-memory"], sizes["--host-memory"], tokens_per_step=tokens,
+                  profile=profile, dtype=args.dtype, master_weights=args.master_weights,
+                  h2d_bandwidth=rates["--h2d-bandwidth"], d2h_bandwidth=rates["--d2h-bandwidth"])
+    if args.timeline is not None:
+        ring_timeline.save(args.timeline, p)
+    if args.json:
+        print(json.dumps({"step_seconds": p.predicted_step_seconds, "tokens_per_second": p.tokens_per_second,
+                          "mfu": p.mfu, "chunk_tokens": p.chunk_tokens, "chunks_per_round": p.chunks_per_round,
+                          "rounds_per_step": p.rounds_per_step, "weight_slots": p.weight_slots,
+                          "grad_slots": p.grad_slots, "optimizer": p.optimizer, "save_levels": p.save_levels,
+                          "activations_on_device": p.activations_on_device, "device_memory": p.device_memory,
+                          "host_memory": p.host_memory, "phases": p.phases}, indent=2))
+    else:
+        print(p.describe(), end="")
     return 0
 
 
+def _add_plan(sub):
+    p = sub.add_parser("plan", help="place a model's training under device/host capacities; predict its speed")
+    p.add_argument("--config", required=True, help=f"model preset ({', '.join(ring.PRESETS)}) or an HF config.json")
+    p.add_argument("--seq-len", dest="seq_len", type=int, required=True, help="tokens per sequence")
+    p.add_argument("--tokens-per-step", dest="tokens_per_step", type=int,
+                   help="tokens per optimizer step, a multiple of --seq-len (default: one sequence)")
+    p.add_argument("--device-memory", dest="device_memory", required=True, help="device capacity, e.g. 24GiB")
+    p.add_argument("--host-memory", dest="host_memory", required=True, help="host memory to use, e.g. 60GiB")
+    p.add_argument("--profile", default="h100-sxm",
+                   help=f"device speeds: {', '.join(ring.profile_names())} or host (measured now; default h100-sxm)")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="model dtype (default bf16)")
+    p.add_argument("--master-weights", dest="master_weights", action="store_true",
+                   help="bf16: fp32 master weights for AdamW")
+    p.add_argument("--h2d-bandwidth", dest="h2d_bandwidth", help="host->device bytes/s (default: the profile's)")
+    p.add_argument("--d2h-bandwidth", dest="d2h_bandwidth", help="device->host bytes/s (default: the profile's)")
+    p.add_argument("--threads", type=int, help="host threads for --profile host (default: all cores)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--timeline", help="also draw the predicted timeline into this PNG (a new file)")
+    p.set_defaults(run=plan)
+
+
 def _add_train(sub):
-    p = sub.add_parser("train", help="train a small Llama (default: on the embedded corpus)")
-    p.add_argument("--config", help=f"model preset ({', '.join(PRESETS)}; default tiny) or an HF config.json")
-    p.add_argument("--data", help="UTF-8 text file to train on (default: the embedded corpus)")
-    p.add_argument("--steps", type=int, default=200, help="optimizer steps to run now (default 200)")
-    p.add_argument("--batch", type=int, help=f"sequences per step (default {RUN_DEFAULTS['batch']})")
-    p.add_argument("--seq-len", dest="seq_len", type=int,
+    p = sub.add_parser("train", help="train a small Llama (default: on the embedded corpus)",
+                       description="Train a Llama: the embedded corpus (Python docstrings) or --data, a BPE "
+                                   "tokenizer, AdamW; a checkpoint in OUT/checkpoint and the loss curve in "
+                                   "OUT/loss.png. An existing run is never replaced without --overwrite.")
+    p.add_argument("--config", help=f"model preset ({', '.join(PRESETS)}; default tiny), an HF config.json, or an "
+                                    "HF model directory (its config.json and tokenizer.json; weights start fresh)")
+    p.add_argument("--init", metavar="DIR", help="start from the weights of an HF model directory (config.json, "
+                                                 "tokenizer.json, *.safetensors) instead of a random init")
+    p.add_argument("--tokenizer", help="'bytes', or a tokenizer.json (or a directory holding one); default: the "
+                                       "BPE trained on the embedded corpus, or the --config/--init directory's")
+    p.add_argument("--data", metavar="FILE", help="UTF-8 text file to train on (default: the embedded corpus)")
+    p.add_argument("--steps", type=_integer(1), default=DEFAULT_STEPS,
+                   help=f"optimizer steps to run now (default {DEFAULT_STEPS})")
+    p.add_argument("--batch", type=_integer(1), help=f"sequences per step (default {RUN_DEFAULTS['batch']})")
+    p.add_argument("--seq-len", dest="seq_len", type=_integer(2), metavar="N",
                    help=f"tokens per sequence (default {RUN_DEFAULTS['seq_len']})")
     p.add_argument("--dtype", choices=("fp32", "bf16"), help="model dtype (default fp32)")
-    p.add_argument("--lr", type=float, help=f"AdamW learning rate (default {RUN_DEFAULTS['lr']})")
-    p.add_argument("--seed", type=int, help="weight initialisation seed (default 0)")
-    p.add_argument("--threads", type=int, help="host worker threads (default: all cores)")
-    p.add_argument("--device-memory", dest="device_memory", help="device memory capacity, e.g. 512MiB")
+    p.add_argument("--lr", type=_number(0, 1, low_open=True),
+                   help=f"AdamW learning rate, in (0, 1] (default {RUN_DEFAULTS['lr']:g})")
+    p.add_argument("--master-weights", dest="master_weights", action="store_const", const=True,
+                   help="bf16: keep fp32 master weights for AdamW (saved in checkpoints; kept on resume)")
+    p.add_argument("--seed", type=_integer(0), help="weight initialisation seed of a new run (default 0)")
+    _add_device(p)
     p.add_argument("--out", default="dataflow-train", help="output directory (default ./dataflow-train)")
-    p.add_argument("--resume", help="checkpoint directory to continue from (model, optimizer, data position)")
-    p.add_argument("--save-every", dest="save_every", type=int, default=0, help="also checkpoint every N steps")
+    p.add_argument("--resume", nargs="?", const="", metavar="CHECKPOINT",
+                   help="continue a run: model, optimizer, data position, losses (default CHECKPOINT: "
+                        "OUT/checkpoint); --lr, --batch, --seq-len and --dtype may change")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in OUT")
+    p.add_argument("--save-every", dest="save_every", type=_integer(0), default=0, metavar="N",
+                   help="also checkpoint every N steps (default 0: at the end and on Ctrl-C only)")
+    p.add_argument("--eval-every", dest="eval_every", type=_integer(0), default=0, metavar="N",
+                   help="validation loss on held-out text every N steps (default 0: ten times per run)")
     p.set_defaults(run=train)
 
 
 def _add_generate(sub):
-    p = sub.add_parser("generate", help="sample text from a checkpoint of `dataflow train`")
-    p.add_argument("--checkpoint", required=True, help="checkpoint directory (e.g. dataflow-train/checkpoint)")
-    p.add_argument("--prompt", default="The ", help="text to continue (default 'The ')")
-    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.8, help="0 for greedy (default 0.8)")
-    p.add_argument("--top-p", dest="top_p", type=float, default=0.95)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--dtype", choices=("fp32", "bf16"), help="default: the dtype it was trained in")
-    p.add_argument("--threads", type=int)
-    p.add_argument("--device-memory", dest="device_memory")
+    p = sub.add_parser("generate", help="stream text sampled from a checkpoint or an HF model directory",
+                       description="Sample a continuation of --prompt, printing tokens as they come.")
+    p.add_argument("--checkpoint", required=True, metavar="DIR",
+                   help="a checkpoint of `dataflow train` (e.g. dataflow-train/checkpoint) or an HF model directory "
+                        "(config.json, *.safetensors, tokenizer.json)")
+    p.add_argument("--prompt", default="The", help="text to continue (default 'The'; end it without a space: "
+                                                   "BPE tokens carry their leading space)")
+    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=_integer(1), default=200, metavar="N",
+                   help="tokens to sample at most, within the model's context (default 200)")
+    p.add_argument("--temperature", type=_number(0), default=0.8, help="0 for greedy (default 0.8)")
+    p.add_argument("--top-p", dest="top_p", type=_number(0, 1, low_open=True), default=0.95,
+                   help="nucleus sampling mass, in (0, 1] (default 0.95)")
+    p.add_argument("--seed", type=_integer(0), default=None, help="sampling seed (default: a fresh one)")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), help="default: the dtype it was trained in (fp32 for HF)")
+    p.add_argument("--tokenizer", help="a tokenizer.json (or a directory holding one) instead of the model's")
+    p.add_argument("--no-bos", dest="bos", action="store_false",
+                   help="an HF model directory's prompt starts with its bos token unless this is given")
+    _add_device(p)
     p.set_defaults(run=generate_text)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="dataflow")
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="dataflow", description="Train and run Llama models on the dataflow C core.",
+        epilog="Start with `dataflow train`, then `dataflow generate --checkpoint dataflow-train/checkpoint`. "
+               "`dataflow COMMAND --help` lists a command's flags.")
+    parser.add_argument("--version", action="version",
+                        version=f"dataflow {__version__} (host matmul: {build_info.matmul_engine()})",
+                        help="print the version and the host matmul engine, then exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="what to do (no command: this help)")
     _add_train(sub)
     _add_generate(sub)
-    p = sub.add_parser("demo", help="matmul + a custom native op on the host backend, with timings")
-    p.add_argument("--size", type=int, default=1024)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=5)
+    _add_plan(sub)
+    p = sub.add_parser("demo", help="a matmul and a custom native op on the host backend, timed",
+                       description="Times a square matmul (fp32, bf16) next to numpy and runs a custom C op.")
+    p.add_argument("--size", type=_integer(1), default=1024, help="matrix size (default 1024)")
+    p.add_argument("--threads", type=_integer(1), default=None, help="host worker threads (default: all cores)")
+    p.add_argument("--repeats", type=_integer(1), default=5, help="timed repetitions, best kept (default 5)")
     p.set_defaults(run=demo)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    name = f"dataflow {args.command}"
     try:
         return args.run(args)
-    except DataflowError as e:  # bad files and arguments: the message says what to fix; no traceback
-        print(f"dataflow {args.command}: {e}", file=sys.stderr)
+    except (BadArgumentError, FileFormatError) as e:  # what to fix, in one line: no traceback
+        print(f"{name}: {e}", file=sys.stderr)
         return 2
+    except DataflowError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # disk full, permissions: the atomic writes left the previous files in place
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"{name}: {where}{e.strerror or e}; earlier checkpoints are intact", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\n{name}: interrupted; earlier checkpoints are intact", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -117,7 +117,16 @@ def compile_c(source, flags=()):
     return out
 
 
-def register_native(handle, name, arg_dtypes, source, library, symbol, launch, init, replace, flags):
+def _signature(signature):
+    """The signature as a C string (a cdata owning its bytes), or NULL for none."""
+    if signature is None:
+        return ffi.NULL
+    if not isinstance(signature, str):
+        raise BadArgumentError(f"signature must be a string or None, got {type(signature).__name__}")
+    return ffi.new("char[]", signature.encode())
+
+
+def register_native(handle, name, arg_dtypes, source, library, symbol, launch, init, replace, flags, signature):
     if (source is None) == (library is None):
         raise BadArgumentError("register_native_op: give exactly one of source= (C code) or library= (a .so path)")
     if not symbol:
@@ -127,8 +136,9 @@ def register_native(handle, name, arg_dtypes, source, library, symbol, launch, i
     kernels, k1 = _cstr_array([symbol])
     launches, k2 = _cstr_array([launch])
     inits, k3 = _cstr_array([init])
+    sig = _signature(signature)
     handle._call("register_native_code", path.encode(), ffi.NULL, 1, skel, kernels, launches, inits,
-                 _flags(replace))
+                 ffi.new("const char *[]", [sig]), _flags(replace))
     return CustomOp(handle, skel)
 
 
@@ -168,9 +178,10 @@ def _release_python_op(state):
     ffi.from_handle(state).registry.pop(int(ffi.cast("uintptr_t", state)), None)
 
 
-def register_external(handle, name, arg_dtypes, fn, library, symbol, init, replace):
+def register_external(handle, name, arg_dtypes, fn, library, symbol, init, replace, signature):
     arg_dtypes = list(arg_dtypes)
     skel = skeleton(name, arg_dtypes)
+    sig = _signature(signature)
     if fn is not None:
         if library is not None or not callable(fn):
             raise BadArgumentError("register_external_op: give a callable fn= or library= + symbol=, not both")
@@ -179,7 +190,7 @@ def register_external(handle, name, arg_dtypes, fn, library, symbol, init, repla
         handle._python_ops[key] = data
         state = ffi.new("Dataflow_Op_State *", {"data": data, "destroy": _release_python_op})
         try:
-            handle._call("register_external_func", skel, _run_python_op, state, _flags(replace))
+            handle._call("register_external_func", skel, _run_python_op, state, sig, _flags(replace))
         except BaseException:
             handle._python_ops.pop(key, None)  # C never took it, or destroyed it already
             raise
@@ -189,5 +200,5 @@ def register_external(handle, name, arg_dtypes, fn, library, symbol, init, repla
         funcs, k1 = _cstr_array([symbol])
         inits, k2 = _cstr_array([init])
         handle._call("register_external_code", os.fspath(library).encode(), 1, skel, funcs, inits,
-                     _flags(replace))
+                     ffi.new("const char *[]", [sig]), _flags(replace))
     return CustomOp(handle, skel)

@@ -1,8 +1,8 @@
 """Sampling text from a causal LM: temperature and nucleus (top-p) sampling, seeded.
 
-sample_next is the one sampler (Llama.generate, which decodes with a KV cache, uses it too).
-generate() below is the cache-free reference for any model with forward(): each new token
-recomputes the whole context (cut to the model's max_position_embeddings).
+sample_next is the one sampler (Llama.generate uses it too). stream() yields tokens as they are
+sampled (what `dataflow generate` prints as they come), over a KV cache where the model has one;
+generate() collects them.
 """
 import numpy as np
 
@@ -28,20 +28,44 @@ def check_sampling(temperature, top_p):
         raise BadArgumentError(f"generate: need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
 
 
-def generate(model, prompt_ids, max_new_tokens=100, temperature=1.0, top_p=1.0, seed=None, stop_id=None):
-    """The new token ids (stopping early at stop_id, which is included) after prompt_ids."""
+def stream(model, prompt_ids, max_new_tokens=100, temperature=1.0, top_p=1.0, seed=None, stop_id=None,
+           vocab_size=None):
+    """Yields the new token ids one at a time (stopping after stop_id). A model with kv_cache() (Llama)
+    decodes over a KV cache, the same tokens as model.generate() for the same seed; any other model
+    recomputes its context (cut to max_position_embeddings) with forward() at every step. vocab_size:
+    sample only ids below it (a tokenizer smaller than the model's padded vocabulary)."""
     check_sampling(temperature, top_p)
     ids = [int(i) for i in prompt_ids]
     if not ids:
         raise BadArgumentError("generate: the prompt must have at least one token")
-    window = model.config.max_position_embeddings
+    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
+        raise BadArgumentError(f"generate: max_new_tokens must be an integer >= 0, got {max_new_tokens}")
+    if max_new_tokens == 0:
+        return
     rng = np.random.default_rng(seed)
-    new = []
+    if hasattr(model, "kv_cache"):
+        cache = model.kv_cache(len(ids) + max_new_tokens - 1)  # the last token is sampled, never fed back
+        try:
+            logits = cache.forward(np.asarray(ids, np.int32))
+            for n in range(1, max_new_tokens + 1):
+                token = sample_next(logits[:vocab_size], temperature, top_p, rng)
+                yield token
+                if token == stop_id or n == max_new_tokens:
+                    return
+                logits = cache.forward(np.asarray([token], np.int32))
+        finally:
+            cache.close()
+    window = model.config.max_position_embeddings
     for _ in range(max_new_tokens):
         logits = model.forward(np.asarray([ids[-window:]], dtype=np.int64))
-        token = sample_next(logits[0, -1], temperature, top_p, rng)
+        token = sample_next(logits[0, -1, :vocab_size], temperature, top_p, rng)
         ids.append(token)
-        new.append(token)
+        yield token
         if token == stop_id:
-            break
-    return np.asarray(new, dtype=np.int64)
+            return
+
+
+def generate(model, prompt_ids, max_new_tokens=100, temperature=1.0, top_p=1.0, seed=None, stop_id=None):
+    """The new token ids (stopping early at stop_id, which is included) after prompt_ids: stream()'s."""
+    return np.asarray(list(stream(model, prompt_ids, max_new_tokens, temperature, top_p, seed, stop_id)),
+                      dtype=np.int64)

@@ -296,16 +296,21 @@ class Handle:
 
     # ---- user ops ----
     def register_native_op(self, name, arg_dtypes, source=None, library=None, symbol=None, launch=None,
-                           init=None, replace=False, compile_flags=()):
+                           init=None, replace=False, compile_flags=(), signature=None):
         """Registers a native kernel from C source (compiled with the system compiler into a
-        cached shared object) or from a prebuilt shared object; returns a callable CustomOp."""
+        cached shared object) or from a prebuilt shared object; returns a callable CustomOp.
+        signature: the op's signature (dataflow/op_signature.h), e.g.
+        "n; x: in[n]; y: out[n] alias x; require n > 0"; every submission is checked against
+        it before the kernel runs, and a signature that does not compile fails the
+        registration."""
         return register_native(self, name, arg_dtypes, source, library, symbol, launch, init, replace,
-                               compile_flags)
+                               compile_flags, signature)
 
     def register_external_op(self, name, arg_dtypes, fn=None, library=None, symbol=None, init=None,
-                             replace=False):
+                             replace=False, signature=None):
         """Registers an external op: a Python callable fn(*args) (tensor args arrive as int device
         pointers, scalars as numbers), or a function in a shared object; returns a CustomOp.
         fn runs on the stream's worker; an exception it raises is raised by the next sync
-        covering that stream. A replaced fn is released once no queued work can call it."""
-        return register_external(self, name, arg_dtypes, fn, library, symbol, init, replace)
+        covering that stream. A replaced fn is released once no queued work can call it.
+        signature: as for register_native_op."""
+        return register_external(self, name, arg_dtypes, fn, library, symbol, init, replace, signature)

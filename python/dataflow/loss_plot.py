@@ -1,49 +1,49 @@
-"""A loss curve as a PNG: light grid, axes, the curve; the value range goes in the PNG's text."""
+"""The loss curve of a training run as a PNG, drawn with matplotlib (no display needed): the raw
+training loss faintly, its moving average on top, held-out validation points, labelled axes."""
 import numpy as np
 
-from . import atomic, png
-
-BACKGROUND, GRID, AXES, CURVE = (255, 255, 255), (225, 225, 225), (60, 60, 60), (31, 119, 180)
-MARGIN = 24
+from . import atomic
 
 
-def render(values, width=640, height=400):
-    """(height, width, 3) uint8 image of values against their index; y spans [min, max]."""
-    image = np.empty((height, width, 3), np.uint8)
-    image[:] = BACKGROUND
-    left, right, top, bottom = MARGIN, width - MARGIN, MARGIN, height - MARGIN
-    for i in range(5):
-        y = top + (bottom - top) * i // 4
-        image[y, left:right] = GRID
-    image[top:bottom + 1, left] = AXES
-    image[bottom, left:right + 1] = AXES
-    values = np.asarray(values, dtype=np.float64)
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return image
-    lo, hi = values.min(), values.max()
-    xs = left + (right - left) * (np.arange(values.size) / max(values.size - 1, 1))
-    ys = bottom - (bottom - top) * ((values - lo) / (hi - lo) if hi > lo else np.full(values.size, 0.5))
-    # sample each segment densely enough to touch every pixel it crosses, then thicken by one pixel
-    if values.size == 1:
-        px, py = xs, ys
-    else:
-        steps = int(np.ceil(np.max(np.abs(np.diff(xs)) + np.abs(np.diff(ys))))) + 2
-        t = np.linspace(0, 1, steps)[None, :]
-        px = (xs[:-1, None] + np.diff(xs)[:, None] * t).ravel()
-        py = (ys[:-1, None] + np.diff(ys)[:, None] * t).ravel()
-    px, py = np.rint(px).astype(int), np.rint(py).astype(int)
-    for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
-        image[np.clip(py + dy, 0, height - 1), np.clip(px + dx, 0, width - 1)] = CURVE
-    return image
+def smooth(values, window):
+    """Trailing moving average (the first points average what exists so far); NaNs are skipped."""
+    values = np.asarray(values, np.float64)
+    finite = np.isfinite(values)
+    sums = np.cumsum(np.where(finite, values, 0.0))
+    counts = np.cumsum(finite)
+    lo = np.maximum(np.arange(values.size) - window, -1)
+    total = sums - np.where(lo >= 0, sums[np.maximum(lo, 0)], 0.0)
+    n = counts - np.where(lo >= 0, counts[np.maximum(lo, 0)], 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, total / np.maximum(n, 1), np.nan)
 
 
-def save(path, values, width=640, height=400):
-    """Writes the curve to `path` (atomically); the PNG's text says what the axes span."""
-    finite = [v for v in values if np.isfinite(v)]
-    text = {"Title": "training loss",
-            "Description": (f"x: step 1..{len(values)}; y: loss {min(finite):.4f}..{max(finite):.4f}; "
-                            f"first {finite[0]:.4f}, last {finite[-1]:.4f}") if finite else "no finite values"}
+def figure(losses, validation=(), title="training loss", first_step=1):
+    """A matplotlib Figure: losses[i] is the training loss of step first_step + i; validation is
+    [(step, loss)]. Built without pyplot, so nothing global changes and no display is touched."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(8, 5), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    steps = np.arange(first_step, first_step + len(losses))
+    if len(losses):
+        window = max(1, len(losses) // 50)
+        ax.plot(steps, losses, color="tab:blue", alpha=0.3, linewidth=0.8, label="train (per step)")
+        ax.plot(steps, smooth(losses, window), color="tab:blue", linewidth=2,
+                label=f"train (mean of {window} steps)" if window > 1 else "train")
+    if len(validation):
+        v = np.asarray(validation, np.float64).reshape(-1, 2)
+        ax.plot(v[:, 0], v[:, 1], "o-", color="tab:orange", markersize=5, label="validation (held out)")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy loss (nats per token)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if len(losses) or len(validation):
+        ax.legend(loc="upper right")
+    return fig
+
+
+def save(path, losses, validation=(), title="training loss", first_step=1):
+    """Writes figure(...) to `path` as a PNG, atomically (the previous plot survives a failed write)."""
+    fig = figure(losses, validation, title, first_step)
     with atomic.replaced_file(path) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(png.encode(render(values, width, height), text))
+        fig.savefig(tmp, format="png")

@@ -355,18 +355,21 @@ def _cu_seqlens(h, cu_seqlens, total, stream, name="cu_seqlens", total_name="tot
     return h.from_numpy(cu.astype(np.int32), stream=stream)
 
 
-def _attention_shapes(q, k, v):
+def _attention_shapes(q, k, v, op="attention"):
+    """(q tokens, k tokens, q heads, kv heads, head_dim) of checked q, k, v; attention (op ==
+    "attention") also needs as many k tokens as q tokens, attention_kv does not."""
     if len(q.shape) != 3 or len(k.shape) != 3 or k.shape != v.shape:
-        raise BadArgumentError(f"attention: q must be (tokens, q_heads, head_dim) and k, v (tokens, kv_heads, "
+        raise BadArgumentError(f"{op}: q must be (tokens, q_heads, head_dim) and k, v (tokens, kv_heads, "
                                f"head_dim) alike, got {q.shape}, {k.shape}, {v.shape}")
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise BadArgumentError(f"attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    (total, hq, d), (tk, hkv, dk) = q.shape, k.shape
-    if tk != total or dk != d:
-        raise BadArgumentError(f"attention: k/v {k.shape} must have q's {total} tokens and head_dim {d}")
+    (total_q, hq, d), (total_k, hkv, dk) = q.shape, k.shape
+    if dk != d or (op == "attention" and total_k != total_q):
+        tokens = f"{total_q} tokens and " if op == "attention" else ""
+        raise BadArgumentError(f"{op}: k/v {k.shape} must have q's {tokens}head_dim {d}")
     if hq % hkv:
         raise BadArgumentError(f"attention: num_q_heads ({hq}) must be a multiple of num_kv_heads ({hkv})")
-    return total, hq, hkv, d
+    return total_q, total_k, hq, hkv, d
 
 
 def _check_like(x, what, shape, dtype):
@@ -381,7 +384,7 @@ def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, out=None, lse=Non
     sequence offsets (numpy or device int32). scale defaults to 1/sqrt(head_dim).
     Returns (out like q, lse fp32 (q_heads, tokens))."""
     q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
-    total, hq, hkv, d = _attention_shapes(q, k, v)
+    total, _, hq, hkv, d = _attention_shapes(q, k, v)
     cu = _cu_seqlens(h, cu_seqlens, total, stream)
     out = _check_like(out, "out", q.shape, q.dtype) if out is not None else h.empty(q.shape, q.dtype)
     lse = _check_like(lse, "lse", (hq, total), "fp32") if lse is not None else h.empty((hq, total), "fp32")
@@ -400,16 +403,7 @@ def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True
     query i of q_len sees key j of k_len when j <= i + k_len - q_len. Returns (out like q, lse fp32
     (q_heads, total_q))."""
     q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
-    if len(q.shape) != 3 or len(k.shape) != 3 or k.shape != v.shape:
-        raise BadArgumentError(f"attention_kv: q must be (total_q, q_heads, head_dim) and k, v (total_k, kv_heads, "
-                               f"head_dim) alike, got {q.shape}, {k.shape}, {v.shape}")
-    if q.dtype != k.dtype or q.dtype != v.dtype:
-        raise BadArgumentError(f"attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    (total_q, hq, d), (total_k, hkv, dk) = q.shape, k.shape
-    if dk != d:
-        raise BadArgumentError(f"attention_kv: k/v {k.shape} must have q's head_dim {d}")
-    if hq % hkv:
-        raise BadArgumentError(f"attention: num_q_heads ({hq}) must be a multiple of num_kv_heads ({hkv})")
+    total_q, total_k, hq, hkv, d = _attention_shapes(q, k, v, "attention_kv")
     cu_q = _cu_seqlens(h, cu_seqlens_q, total_q, stream, "cu_seqlens_q", "total_q")
     cu_k = _cu_seqlens(h, cu_seqlens_k, total_k, stream, "cu_seqlens_k", "total_k")
     if cu_q.size != cu_k.size:
@@ -431,7 +425,7 @@ def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=Tru
     workspace: a device array of at least dataflow_attention_bwd_workspace_bytes; by default one
     is allocated, and freeing it on return waits for the handle's queued work."""
     q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
-    total, hq, hkv, d = _attention_shapes(q, k, v)
+    total, _, hq, hkv, d = _attention_shapes(q, k, v)
     _check_like(dout, "dout", q.shape, q.dtype)
     _check_like(out, "out", q.shape, q.dtype)
     _check_like(lse, "lse", (hq, total), "fp32")

@@ -4,6 +4,7 @@ from_pretrained(path, handle, dtype) / save_pretrained(model, path) back Llama.f
 model.save_pretrained. Directories written here load with transformers' LlamaForCausalLM and back.
 """
 import json
+import math
 import numbers
 import os
 
@@ -11,7 +12,8 @@ import numpy as np
 
 from . import atomic, dtypes
 from . import safetensors_io as st
-from .errors import BadArgumentError, FileFormatError
+from .errors import BadArgumentError, FileFormatError, OutOfMemoryError
+from .file_checks import member, read_json
 
 CONFIG_NAME = "config.json"
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -25,21 +27,71 @@ HF_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 BUFFER_SUFFIXES = (".rotary_emb.inv_freq",)
 
 
+MAX_DIM = 2**31                 # what libdataflowmodels accepts for each size
+MAX_HEAD_DIM = 256              # DATAFLOW_ATTENTION_MAX_HEAD_DIM
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # eps, theta and rope factors are C floats
+ROPE_TYPES = ("default", "llama3")
+
+
 def _positive_int(config, field, where):
     value = config[field]
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
-        raise FileFormatError(f"{where}: {field} must be a positive integer, got {value!r}")
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or not 0 < value <= MAX_DIM:
+        raise FileFormatError(f"{where}: {field} must be a positive integer (at most 2^31), got {value!r:.60}")
     return int(value)
+
+
+def _positive_number(value, field, where):
+    """A positive number that a C float holds."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value <= FLOAT32_MAX
+    if not ok:  # NaN fails the comparison too
+        raise FileFormatError(f"{where}: {field} must be a positive finite number, got {value!r:.60}")
+    return float(value)
+
+
+def _rope_scaling(scaling, where):
+    """None, or a checked llama3 rope_scaling dict (the only scaling the model implements)."""
+    if scaling is None:
+        return None
+    if not isinstance(scaling, dict):
+        raise FileFormatError(f"{where}: rope_scaling must be an object or null, got {scaling!r:.60}")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise FileFormatError(f"{where}: rope_scaling.rope_type {kind!r:.60} is not supported; expected one of "
+                              f"{list(ROPE_TYPES)}")
+    if kind == "default":
+        return None
+    out = dict(scaling)
+    out["factor"] = _positive_number(scaling.get("factor"), "rope_scaling.factor", where)
+    low = _positive_number(scaling.get("low_freq_factor", 1.0), "rope_scaling.low_freq_factor", where)
+    high = _positive_number(scaling.get("high_freq_factor", 4.0), "rope_scaling.high_freq_factor", where)
+    if not high > low:
+        raise FileFormatError(f"{where}: rope_scaling: high_freq_factor ({high}) must exceed low_freq_factor ({low})")
+    if "original_max_position_embeddings" in scaling:
+        _positive_int(scaling, "original_max_position_embeddings", where)
+    return out
+
+
+def config_argument(spec, presets, flag="--config"):
+    """A command-line model: a preset name (returned as given) or the dict of a config.json."""
+    if spec in presets:
+        return spec
+    try:
+        with open(spec) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise BadArgumentError(f"{flag}: {spec!r} is neither a preset ({', '.join(presets)}) nor a readable "
+                               f"JSON file: {e}") from None
 
 
 def validate_config(config, where=CONFIG_NAME):
     """A checked copy of an HF Llama config dict with implied fields filled in (num_key_value_heads,
     head_dim, rope_theta/rope_scaling also from transformers 5's rope_parameters); errors name
-    `where` and the field."""
+    `where` and the field. Every value the model reads is type- and range-checked here, so a
+    config that passes builds a model (memory permitting)."""
     if not isinstance(config, dict):
         raise FileFormatError(f"{where}: expected a JSON object, got {type(config).__name__}")
     if config.get("model_type") != "llama":
-        raise FileFormatError(f"{where}: model_type must be 'llama', got {config.get('model_type')!r}")
+        raise FileFormatError(f"{where}: model_type must be 'llama', got {config.get('model_type')!r:.60}")
     out = dict(config)
     for field in REQUIRED:
         if out.get(field) is None:
@@ -47,7 +99,7 @@ def validate_config(config, where=CONFIG_NAME):
         out[field] = _positive_int(out, field, where)
     for field, accepted in UNSUPPORTED.items():
         if out.get(field, accepted) != accepted:
-            raise FileFormatError(f"{where}: {field}={out[field]!r} is not supported; expected {accepted!r}")
+            raise FileFormatError(f"{where}: {field}={out[field]!r:.60} is not supported; expected {accepted!r}")
     heads = out["num_attention_heads"]
     if out.get("num_key_value_heads") is None:
         out["num_key_value_heads"] = heads
@@ -60,8 +112,12 @@ def validate_config(config, where=CONFIG_NAME):
             raise FileFormatError(f"{where}: hidden_size ({out['hidden_size']}) is not divisible by "
                                   f"num_attention_heads ({heads}) and no head_dim is given")
         out["head_dim"] = out["hidden_size"] // heads
-    _positive_int(out, "head_dim", where)
+    head_dim = _positive_int(out, "head_dim", where)
+    if head_dim % 2 or head_dim > MAX_HEAD_DIM:
+        raise FileFormatError(f"{where}: head_dim must be even and at most {MAX_HEAD_DIM}, got {head_dim}")
     rope = out.get("rope_parameters") or {}
+    if not isinstance(rope, dict):
+        raise FileFormatError(f"{where}: rope_parameters must be an object, got {rope!r:.60}")
     if out.get("rope_theta") is None and "rope_theta" in rope:
         out["rope_theta"] = rope["rope_theta"]
     if out.get("rope_scaling") is None and rope.get("rope_type", "default") != "default":
@@ -71,57 +127,115 @@ def validate_config(config, where=CONFIG_NAME):
             out[field] = default
     _positive_int(out, "max_position_embeddings", where)
     for field in ("rms_norm_eps", "rope_theta"):
-        if not isinstance(out[field], numbers.Real) or isinstance(out[field], bool) or not out[field] > 0:
-            raise FileFormatError(f"{where}: {field} must be a positive number, got {out[field]!r}")
+        _positive_number(out[field], field, where)
+    out["rope_scaling"] = _rope_scaling(out["rope_scaling"], where)
     if not isinstance(out["tie_word_embeddings"], bool):
         raise FileFormatError(f"{where}: tie_word_embeddings must be true or false, "
-                              f"got {out['tie_word_embeddings']!r}")
+                              f"got {out['tie_word_embeddings']!r:.60}")
     return out
 
 
 def read_config(directory):
     """The validated config.json dict of a model directory."""
     path = os.path.join(directory, CONFIG_NAME)
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except OSError as e:
-        raise FileFormatError(f"{path}: cannot read: {e.strerror or e}") from None
-    except ValueError as e:
-        raise FileFormatError(f"{path}: not valid JSON: {e}") from None
-    return validate_config(config, path)
+    return validate_config(read_json(path, CONFIG_NAME), path)
+
+
+def parameter_shapes(config):
+    """{Hugging Face name: shape} of a validated config's parameters, as Llama.shapes() will have
+    them; known before any allocation, so files and memory are checked first."""
+    H, F, V, hd = config["hidden_size"], config["intermediate_size"], config["vocab_size"], config["head_dim"]
+    q, kv = config["num_attention_heads"] * hd, config["num_key_value_heads"] * hd
+    shapes = {"model.embed_tokens.weight": (V, H)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (H,), p + "self_attn.q_proj.weight": (q, H),
+                       p + "self_attn.k_proj.weight": (kv, H), p + "self_attn.v_proj.weight": (kv, H),
+                       p + "self_attn.o_proj.weight": (H, q), p + "post_attention_layernorm.weight": (H,),
+                       p + "mlp.gate_proj.weight": (F, H), p + "mlp.up_proj.weight": (F, H),
+                       p + "mlp.down_proj.weight": (H, F)})
+    shapes["model.norm.weight"] = (H,)
+    if not config["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (V, H)
+    return shapes
+
+
+def model_memory(config, dtype, training=False, master_weights=False):
+    """Device bytes a Llama of a validated config takes, by part: weights (model dtype) and fp32
+    gradients are allocated when it is created; training adds the AdamW moments (2 x fp32) and
+    the optional fp32 master weights.
+    Activations and the logits come on top, sized by the batch."""
+    params = sum(math.prod(shape) for shape in parameter_shapes(config).values())
+    parts = {"weights": params * dtypes.itemsize(dtype), "gradients": params * 4}
+    if training:
+        parts["optimizer"] = params * 8
+        if master_weights:
+            parts["master weights"] = params * 4
+    return params, parts
+
+
+def check_memory(handle, config, dtype, where, training=False, master_weights=False, hint=""):
+    """Raises OutOfMemoryError naming `where` when the model cannot fit in the handle's free memory;
+    returns (parameter count, bytes by part)."""
+    params, parts = model_memory(config, dtype, training, master_weights)
+    free = handle.memory_capacity() - handle.memory_in_use()
+    need = sum(parts.values())
+    if need > free:
+        detail = ", ".join(f"{k} {_mib(v)}" for k, v in parts.items())
+        raise OutOfMemoryError(f"{where}: the model ({params:,} parameters, {dtype}) needs {_mib(need)} of device "
+                               f"memory ({detail}) before activations, but the handle has {_mib(free)} free of "
+                               f"{_mib(handle.memory_capacity())}{hint}")
+    return params, parts
+
+
+def _mib(nbytes):
+    return f"{nbytes / 2**20:,.1f} MiB"
 
 
 def _is_buffer(name):
     return name.endswith(BUFFER_SUFFIXES)
 
 
-def load_weights(model, directory):
-    """Loads every parameter of `model` from the directory's safetensors, converting dtypes;
-    strict: missing, unexpected and wrong-shape tensors are all reported, each with its file."""
-    found = {name: v for name, v in st.read_directory(directory).items() if not _is_buffer(name)}
-    expected = {name: tuple(p.shape) for name, p in model.named_parameters().items()}
-    tied = model.config.tie_word_embeddings
+def check_weights(found, expected, tied, directory):
+    """{name: (Tensor, path)} holding exactly the `expected` {name: shape} tensors, from read_directory's
+    `found`; strict: missing, unexpected, wrong-shape and non-floating tensors are all reported, each
+    with its file. A tied model takes lm_head.weight from the embedding or drops a stored copy."""
+    found = {name: v for name, v in found.items() if not _is_buffer(name)}
     if tied and "lm_head.weight" in found and "lm_head.weight" not in expected:
         del found["lm_head.weight"]  # a copy of embed_tokens; transformers writes it for some tied models
     if tied and "lm_head.weight" in expected and "lm_head.weight" not in found:
         found["lm_head.weight"] = found.get("model.embed_tokens.weight")
-    files = sorted({os.path.basename(path) for _, path in found.values()})
+    files = sorted({os.path.basename(path) for _, path in filter(None, found.values())})
     problems = [f"{name}: missing (not in {', '.join(files) or 'any file'})"
                 for name in expected if found.get(name) is None]
     problems += [f"{name}: unexpected (in {os.path.basename(found[name][1])})"
                  for name in found if name not in expected]
     problems += [f"{name}: shape {found[name][0].bits.shape} in {os.path.basename(found[name][1])}, "
-                 f"the model needs {shape}"
-                 for name, shape in expected.items() if found.get(name) and found[name][0].bits.shape != shape]
+                 f"the model needs {tuple(shape)}"
+                 for name, shape in expected.items() if found.get(name) and found[name][0].bits.shape != tuple(shape)]
     if problems:
         raise FileFormatError(f"{directory}: the weights do not match the model ({len(problems)} problems):\n  "
                               + "\n  ".join(problems))
-    for name, (tensor, path) in found.items():
+    for name in expected:
+        tensor, path = found[name]
         if tensor.dtype not in dtypes.CONVERTIBLE + ("fp64",):
             raise FileFormatError(f"{path}: tensor {name!r} has datatype {tensor.dtype}; weights must be floating")
-    model.load_state_dict({name: found[name][0].values().astype(np.float32, copy=False) for name in expected})
+    return {name: found[name] for name in expected}
+
+
+def copy_weights(model, weights):
+    """Copies checked {name: (Tensor, path)} into the model's parameters one tensor at a time, so the
+    host holds at most one decoded tensor beside the memory-mapped files."""
+    for name, param in model.named_parameters().items():
+        param.copy_from_numpy(np.ascontiguousarray(weights[name][0].values(), dtype=np.float32))
     return model
+
+
+def load_weights(model, directory):
+    """Loads every parameter of `model` from the directory's safetensors, converting dtypes (check_weights)."""
+    expected = {name: p.shape for name, p in model.named_parameters().items()}
+    weights = check_weights(st.read_directory(directory), expected, model.config.tie_word_embeddings, directory)
+    return copy_weights(model, weights)
 
 
 def model_from_config(config, handle, dtype="fp32", seed=None, where=CONFIG_NAME):
@@ -131,9 +245,14 @@ def model_from_config(config, handle, dtype="fp32", seed=None, where=CONFIG_NAME
 
 
 def from_pretrained(path, handle, dtype="fp32"):
-    """A Llama on `handle` from an HF model directory (config.json + single or sharded safetensors)."""
+    """A Llama on `handle` from an HF model directory (config.json + single or sharded safetensors).
+    The config, the files' headers against it, and the model's memory against the handle are all
+    checked before anything is allocated."""
+    path = os.fspath(path)
     config = read_config(path)
-    return load_weights(model_from_config(config, handle, dtype, where=os.path.join(path, CONFIG_NAME)), path)
+    weights = check_weights(st.read_directory(path), parameter_shapes(config), config["tie_word_embeddings"], path)
+    check_memory(handle, config, dtype, os.path.join(path, CONFIG_NAME))
+    return copy_weights(model_from_config(config, handle, dtype, where=os.path.join(path, CONFIG_NAME)), weights)
 
 
 def save_pretrained(model, path, dtype=None):
@@ -153,11 +272,13 @@ def save_pretrained(model, path, dtype=None):
               "dtype": HF_DTYPE.get(stored, "float32")}
     write_model_files(path, config, tensors)
     stale_index = os.path.join(path, st.INDEX_NAME)
-    if os.path.exists(stale_index):  # shards of an earlier save would shadow model.safetensors
-        with open(stale_index) as f:
-            for shard in set(json.load(f).get("weight_map", {}).values()):
-                if os.path.exists(os.path.join(path, shard)):
-                    os.remove(os.path.join(path, shard))
+    if os.path.lexists(stale_index):  # shards of an earlier save would shadow model.safetensors
+        index = read_json(stale_index, "safetensors index")
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        for shard in set((weight_map or {}).values()) if isinstance(weight_map, dict) else ():
+            shard_path = member(path, shard, stale_index, "weight_map")  # never delete outside the directory
+            if os.path.isfile(shard_path):
+                os.remove(shard_path)
         os.remove(stale_index)
 
 

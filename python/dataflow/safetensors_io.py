@@ -19,6 +19,7 @@ import numpy as np
 
 from . import dtypes
 from .errors import FileFormatError
+from .file_checks import member, open_regular, parse_json, read_json
 
 # safetensors dtype code <-> dataflow datatype name (numpy storage from dtypes.STORAGE, little-endian).
 DTYPES = {
@@ -31,6 +32,8 @@ INDEX_NAME = "model.safetensors.index.json"
 WEIGHTS_NAME = "model.safetensors"
 # The reference implementation refuses larger headers; so do we, before reading one into memory.
 MAX_HEADER_BYTES = 100 * 1000 * 1000
+# numpy's limits on an array's dimensions (an empty tensor's other sizes are unbounded by its bytes).
+MAX_DIMS, MAX_DIM = 64, 2**63 - 1
 
 
 class Tensor(NamedTuple):
@@ -51,44 +54,60 @@ def _header(path, f, file_size):
     if len(prefix) < 8:
         raise FileFormatError(f"{path}: truncated: {file_size} bytes, too short for the 8-byte header length")
     (n,) = struct.unpack("<Q", prefix)
+    if n > MAX_HEADER_BYTES:
+        raise FileFormatError(f"{path}: header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
     if n > file_size - 8:
         raise FileFormatError(f"{path}: header length {n} runs past the end of the file ({file_size} bytes): "
                               "truncated or not a safetensors file")
-    if n > MAX_HEADER_BYTES:
-        raise FileFormatError(f"{path}: header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
-    try:
-        header = json.loads(f.read(n).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FileFormatError(f"{path}: header is not valid JSON: {e}") from None
+    header = parse_json(f.read(n), path, "header")
     if not isinstance(header, dict):
         raise FileFormatError(f"{path}: header must be a JSON object, got {type(header).__name__}")
     return n, header
 
 
-def _entry(path, name, info, data_size):
-    """(dtype, shape, begin, end) of one header entry, checked against the data section."""
+def _entry(path, name, info):
+    """(dtype, shape, begin, end) of one header entry, each field checked on its own."""
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
         raise FileFormatError(f"{path}: tensor {name!r}: header entry must have dtype, shape and data_offsets, "
-                              f"got {info!r}")
+                              f"got {info!r:.200}")
     code, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-    if code not in DTYPES:
-        raise FileFormatError(f"{path}: tensor {name!r}: unknown dtype {code!r}; expected one of {sorted(DTYPES)}")
-    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-        raise FileFormatError(f"{path}: tensor {name!r}: shape must be a list of non-negative ints, got {shape!r}")
+    if not isinstance(code, str) or code not in DTYPES:
+        raise FileFormatError(f"{path}: tensor {name!r}: unknown dtype {code!r:.40}; expected one of "
+                              f"{sorted(DTYPES)}")
+    if (not isinstance(shape, list) or len(shape) > MAX_DIMS
+            or not all(type(d) is int and 0 <= d <= MAX_DIM for d in shape)):
+        raise FileFormatError(f"{path}: tensor {name!r}: shape must be a list of at most {MAX_DIMS} ints in "
+                              f"[0, 2^63), got {shape!r:.200}")
     if (not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets)
             or not 0 <= offsets[0] <= offsets[1]):
         raise FileFormatError(f"{path}: tensor {name!r}: data_offsets must be [begin, end] with "
-                              f"0 <= begin <= end, got {offsets!r}")
+                              f"0 <= begin <= end, got {offsets!r:.200}")
     begin, end = offsets
     dtype = DTYPES[code]
     expected = math.prod(shape) * _storage(dtype).itemsize
     if end - begin != expected:
         raise FileFormatError(f"{path}: tensor {name!r}: shape {shape} of {code} needs {expected} bytes but "
                               f"data_offsets [{begin}, {end}] hold {end - begin}")
-    if end > data_size:
-        raise FileFormatError(f"{path}: tensor {name!r}: data_offsets [{begin}, {end}] run past the end of the "
-                              f"data section ({data_size} bytes): the file is truncated")
     return dtype, tuple(shape), begin, end
+
+
+def _check_layout(path, entries, data_size):
+    """As the reference implementation: sorted by offsets, the tensors tile the data section exactly,
+    from 0 to its end (no gap, no overlap, no trailing bytes; empty tensors only where the previous
+    one ends). A header length cut into its padding shifts the data and fails here."""
+    position = 0
+    for begin, end, name in sorted((b, e, n) for n, (_, _, b, e) in entries.items()):
+        if begin != position:
+            what = "overlaps the tensor before it" if begin < position else f"leaves a gap after byte {position}"
+            raise FileFormatError(f"{path}: tensor {name!r}: data_offsets [{begin}, {end}] {what} in the data "
+                                  "section")
+        position = end
+    if position != data_size:
+        if position > data_size:
+            raise FileFormatError(f"{path}: the tensors' data_offsets end at byte {position}, past the end of the "
+                                  f"data section ({data_size} bytes): the file is truncated")
+        raise FileFormatError(f"{path}: {data_size - position} bytes after the last tensor's data (the tensors "
+                              f"cover {position} of {data_size} bytes): trailing data or a wrong header length")
 
 
 class SafetensorsFile:
@@ -99,24 +118,22 @@ class SafetensorsFile:
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                header_len, header = _header(self.path, f, size)
-                data_size = size - 8 - header_len
+        with open_regular(self.path, "safetensors file") as f:
+            size = os.fstat(f.fileno()).st_size
+            header_len, header = _header(self.path, f, size)
+            data_size = size - 8 - header_len
+            metadata = header.pop("__metadata__", None)
+            metadata = {} if metadata is None else metadata
+            if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+                raise FileFormatError(f"{self.path}: __metadata__ must map strings to strings, got {metadata!r:.200}")
+            self.metadata = metadata
+            self._start = 8 + header_len
+            self._entries = {name: _entry(self.path, name, info) for name, info in header.items()}
+            _check_layout(self.path, self._entries, data_size)
+            try:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if data_size else b""
-        except OSError as e:
-            raise FileFormatError(f"{self.path}: cannot read: {e.strerror or e}") from None
-        metadata = header.pop("__metadata__", None) or {}
-        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-            raise FileFormatError(f"{self.path}: __metadata__ must map strings to strings, got {metadata!r}")
-        self.metadata = metadata
-        self._start = 8 + header_len
-        self._entries = {name: _entry(self.path, name, info, data_size) for name, info in header.items()}
-        spans = sorted((b, e, n) for n, (_, _, b, e) in self._entries.items() if e > b)
-        for (_, end_a, a), (begin_b, _, b) in zip(spans, spans[1:]):
-            if begin_b < end_a:
-                raise FileFormatError(f"{self.path}: tensors {a!r} and {b!r} overlap in the data section")
+            except OSError as e:
+                raise FileFormatError(f"{self.path}: cannot map: {e.strerror or e}") from None
 
     @property
     def names(self):
@@ -212,26 +229,32 @@ def write_sharded(directory, tensors, max_shard_bytes, metadata=None):
 
 def read_directory(directory):
     """{name: (Tensor, file path)} for a model directory: the shards its index names, else
-    model.safetensors, else every *.safetensors file in it (a name in two of them is an error)."""
+    model.safetensors, else every *.safetensors file in it (a name in two of them is an error).
+    Shard names must stay inside the directory."""
+    directory = os.fspath(directory)
     index_path = os.path.join(directory, INDEX_NAME)
     found = {}
-    if os.path.exists(index_path):
-        try:
-            with open(index_path) as f:
-                weight_map = json.load(f)["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise FileFormatError(f"{index_path}: not a safetensors index with a weight_map: {e!r}") from None
+    if os.path.lexists(index_path):
+        index = read_json(index_path, "safetensors index")
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict):
+            raise FileFormatError(f"{index_path}: weight_map: expected an object mapping tensor names to shard "
+                                  f"files, got {weight_map!r:.100}")
         files = {}
         for name, shard in sorted(weight_map.items()):
+            shard_path = member(directory, shard, index_path, f"weight_map[{name!r}]")
             if shard not in files:
-                files[shard] = SafetensorsFile(os.path.join(directory, shard))
+                files[shard] = SafetensorsFile(shard_path)
             if name not in files[shard]:
                 raise FileFormatError(f"{index_path}: tensor {name!r} is mapped to {shard}, which does not hold it")
             found[name] = (files[shard][name], files[shard].path)
         return found
     single = os.path.join(directory, WEIGHTS_NAME)
-    paths = [single] if os.path.exists(single) else sorted(
-        os.path.join(directory, p) for p in os.listdir(directory) if p.endswith(".safetensors"))
+    try:
+        paths = [single] if os.path.lexists(single) else sorted(
+            os.path.join(directory, p) for p in os.listdir(directory) if p.endswith(".safetensors"))
+    except OSError as e:
+        raise FileFormatError(f"{directory}: cannot list the model directory: {e.strerror or e}") from None
     if not paths:
         raise FileFormatError(f"{directory}: no *.safetensors files and no {INDEX_NAME}")
     for path in paths:

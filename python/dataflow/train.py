@@ -1,51 +1,283 @@
-"""`dataflow train`: a Llama trained on the embedded corpus (or a text file) with the byte tokenizer;
-checkpoints in <out>/checkpoint, the loss curve in <out>/loss.png."""
-import json
+"""`dataflow train`: a Llama trained on the embedded corpus (or a text file) with a BPE tokenizer;
+checkpoints in <out>/checkpoint, the loss curve in <out>/loss.png.
+
+Safety, in order: every argument and input is checked before anything is written (prepare());
+an existing run is replaced only with --overwrite or continued with --resume; the model's memory
+is checked against the handle before it is allocated; Ctrl-C finishes the step, saves a resumable
+checkpoint and prints the command that resumes it (a second Ctrl-C quits without saving); a failed
+or diverged step saves nothing, so the last checkpoint stays the last good state.
+"""
+import math
 import os
+import shlex
+import signal
+import sys
+import tempfile
 import time
 
-from . import checkpoint, loss_plot
-from .corpus import Batches, load_tokens
-from .errors import BadArgumentError, UnsupportedError
+from . import atomic, checkpoint, loss_plot
+from . import tokenizer as tokenizers
+from .corpus import Batches, read_text, split
+from .errors import BadArgumentError, DataflowError, FileFormatError, UnsupportedError
+from .file_checks import read_json
 from .handle import Handle
-from .pretrained import model_from_config
-from .progress import Progress
-from .tokenizer import ByteTokenizer
+from .pretrained import (CONFIG_NAME, check_memory, check_weights, copy_weights, model_from_config, parameter_shapes,
+                         validate_config)
+from .progress import Progress, duration, mib
+from .safetensors_io import read_directory
 
-# Model shapes by name; vocab_size comes from the tokenizer. "tiny" is the default: about 0.9M
-# parameters, small enough for a default run of a few minutes at most on 2 CPU cores.
+# Model shapes by name; vocab_size comes from the tokenizer. "tiny" is the default: small enough
+# that the default run (a couple of minutes on 2 CPU cores) ends writing recognisable words.
 PRESETS = {
-    "tiny": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "tiny": {"hidden_size": 192, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 6,
              "num_key_value_heads": 2, "max_position_embeddings": 256},
-    "small": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6, "num_attention_heads": 8,
-              "num_key_value_heads": 4, "max_position_embeddings": 512},
+    "small": {"hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 6,
+              "num_key_value_heads": 2, "max_position_embeddings": 512},
 }
+DEFAULT_STEPS = 800
 # Run settings: the command line wins, then a resumed checkpoint's, then these.
-RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 1e-3, "dtype": "fp32", "seed": 0, "data": None}
+RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 2e-3, "dtype": "fp32", "seed": 0, "master_weights": False}
 EMBEDDED = "embedded"
-
-
-def _model_config(spec, tokenizer):
-    if spec in PRESETS:
-        return {"model_type": "llama", "vocab_size": tokenizer.vocab_size, "rms_norm_eps": 1e-5,
-                "rope_theta": 10000.0, "tie_word_embeddings": False, **PRESETS[spec]}
-    try:
-        with open(spec) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise BadArgumentError(f"--config: {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a readable "
-                               f"JSON file: {e}") from None
-    config.setdefault("model_type", "llama")
-    config.setdefault("vocab_size", tokenizer.vocab_size)
-    if not isinstance(config["vocab_size"], int) or config["vocab_size"] < tokenizer.vocab_size:
-        raise BadArgumentError(f"{spec}: vocab_size {config['vocab_size']!r} is smaller than the tokenizer's "
-                               f"{tokenizer.vocab_size}")
-    return config
+INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
 
 def open_handle(args):
     """The host handle a command's --threads and --device-memory ask for."""
     return Handle("host", device_memory=args.device_memory, threads=args.threads)
+
+
+def _preset_config(name, tokenizer):
+    return {"model_type": "llama", "vocab_size": tokenizer.vocab_size, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "tie_word_embeddings": False, **PRESETS[name]}
+
+
+def _config_source(spec):
+    """(config.json path, model directory or None) of --config/--init SPEC naming a file or directory."""
+    if os.path.isdir(spec):
+        return os.path.join(spec, CONFIG_NAME), spec
+    return spec, None
+
+
+class Plan:
+    """Everything a run needs, checked: nothing here has written a file or allocated device memory."""
+
+
+def _refuse_changes(args, resumed):
+    for flag, value in (("--config", args.config), ("--init", args.init), ("--seed", args.seed),
+                        ("--tokenizer", args.tokenizer)):
+        if value is not None:
+            raise BadArgumentError(f"{flag}: a resumed run keeps its checkpoint's model, weights and tokenizer; "
+                                   f"drop {flag} to continue {resumed.path}, or start a new run without --resume")
+
+
+RUN_CHECKS = {"batch": lambda v: type(v) is int and v >= 1, "seq_len": lambda v: type(v) is int and v >= 2,
+              "lr": lambda v: type(v) in (int, float) and 0 < v <= 1, "dtype": lambda v: v in ("fp32", "bf16"),
+              "seed": lambda v: type(v) is int and v >= 0, "master_weights": lambda v: type(v) is bool}
+
+
+def _checked_state(state, where):
+    """The caller state of a resumed checkpoint, type-checked field by field (the checkpoint's hashes
+    prove it is what was saved, not that what was saved is sane)."""
+    def fail(field, value):
+        raise FileFormatError(f"{where}: state.{field}: unexpected value {value!r:.80}")
+    run = state.get("run", {})
+    if not isinstance(run, dict):
+        fail("run", run)
+    for key, ok in RUN_CHECKS.items():
+        if key in run and not ok(run[key]):
+            fail(f"run.{key}", run[key])
+    if type(state.get("step", 0)) is not int or state.get("step", 0) < 0:
+        fail("step", state.get("step"))
+    losses = state.get("losses", [])
+    if not isinstance(losses, list) or not all(type(v) in (int, float) for v in losses):
+        fail("losses", losses)
+    val = state.get("val_losses", [])
+    if not isinstance(val, list) or not all(isinstance(v, list) and len(v) == 2 and type(v[0]) is int
+                                            and type(v[1]) in (int, float) for v in val):
+        fail("val_losses", val)
+    data = state.get("data", {})
+    if not isinstance(data, dict) or type(data.get("position", 0)) is not int or not isinstance(
+            data.get("source", EMBEDDED), str):
+        fail("data", data)
+    return state
+
+
+def _tokenizer_and_config(args, plan):
+    """The tokenizer and (unvalidated) config of a new run, and where the config came from."""
+    spec = args.init or args.config or "tiny"
+    if spec in PRESETS and not args.init:
+        tokenizer = tokenizers.load(args.tokenizer) if args.tokenizer else tokenizers.default()
+        return tokenizer, _preset_config(spec, tokenizer), f"preset {spec}"
+    flag = "--init" if args.init else "--config"
+    path, directory = _config_source(spec)
+    if args.init and directory is None:
+        raise BadArgumentError(f"--init: {spec} is not a directory; expected a Hugging Face model directory "
+                               "(config.json, tokenizer.json, *.safetensors)")
+    if not os.path.exists(path):
+        raise BadArgumentError(f"{flag}: {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json "
+                               "or a model directory")
+    config = read_json(path, CONFIG_NAME)
+    if isinstance(config, dict):
+        config = {"model_type": "llama", **config}
+    own = directory and os.path.exists(os.path.join(directory, tokenizers.TOKENIZER_NAME))
+    if args.tokenizer:
+        tokenizer = tokenizers.load(args.tokenizer)
+    elif own:
+        ids = {k: config.get(k) if isinstance(config, dict) and isinstance(config.get(k), int) else None
+               for k in ("bos_token_id", "eos_token_id")}
+        tokenizer = tokenizers.load(directory, bos_id=ids["bos_token_id"], eos_id=ids["eos_token_id"])
+    else:
+        tokenizer = tokenizers.default()
+    if isinstance(config, dict):
+        config.setdefault("vocab_size", tokenizer.vocab_size)
+    plan.init_dir = directory if args.init else None
+    return tokenizer, config, path
+
+
+def prepare(args):
+    """Checks every argument and input of `dataflow train` and returns the Plan; raises
+    BadArgumentError / FileFormatError naming the flag or file. Reads files; writes nothing."""
+    plan = Plan()
+    plan.init_dir = None
+    plan.out = args.out
+    plan.ckpt_dir = os.path.join(args.out, "checkpoint")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise BadArgumentError(f"--out: {args.out} exists and is not a directory")
+    resume_path = plan.ckpt_dir if args.resume == "" else args.resume
+    existing = os.path.exists(atomic.readable_directory(os.path.abspath(plan.ckpt_dir)))
+    if args.init and args.config:
+        raise BadArgumentError("--init: a model directory brings its own config; drop --config")
+    if resume_path is None and existing and not args.overwrite:
+        raise BadArgumentError(f"--out: {plan.ckpt_dir} already holds a trained run; continue it with --resume, "
+                               f"replace it with --overwrite, or choose another --out")
+    if resume_path is not None and existing and not args.overwrite and \
+            os.path.realpath(resume_path) != os.path.realpath(plan.ckpt_dir):
+        raise BadArgumentError(f"--out: {plan.ckpt_dir} already holds another run than --resume {resume_path}; "
+                               "choose another --out or pass --overwrite")
+
+    plan.resumed = None
+    prior = {}
+    if resume_path is not None:
+        if not os.path.exists(atomic.readable_directory(os.path.abspath(resume_path))):
+            raise BadArgumentError(f"--resume: no checkpoint at {resume_path}")
+        plan.resumed = checkpoint.load(resume_path)
+        where = os.path.join(plan.resumed.path, checkpoint.STATE_NAME)
+        prior = _checked_state(plan.resumed.state, where)
+        _refuse_changes(args, plan.resumed)
+        plan.tokenizer = tokenizers.from_dict(prior.get("tokenizer"), where)
+        plan.config, plan.config_source = plan.resumed.config, os.path.join(plan.resumed.path, CONFIG_NAME)
+    else:
+        plan.tokenizer, plan.config, plan.config_source = _tokenizer_and_config(args, plan)
+    plan.config = validate_config(plan.config, plan.config_source)
+    if plan.config["vocab_size"] < plan.tokenizer.vocab_size:
+        raise BadArgumentError(f"{plan.config_source}: vocab_size {plan.config['vocab_size']} is smaller than the "
+                               f"tokenizer's {plan.tokenizer.vocab_size}")
+
+    before = prior.get("run", {})
+    plan.run = {k: getattr(args, k) if getattr(args, k) is not None else before.get(k, default)
+                for k, default in RUN_DEFAULTS.items()}
+    plan.changed = {k: (before[k], plan.run[k]) for k in RUN_DEFAULTS if k in before and before[k] != plan.run[k]}
+    if plan.run["master_weights"] and plan.run["dtype"] != "bf16":
+        raise BadArgumentError(f"--master-weights: fp32 master weights are for bf16 training; this run's dtype is "
+                               f"{plan.run['dtype']} (add --dtype bf16)")
+    if "master_weights" in plan.changed:
+        raise BadArgumentError(f"--master-weights: {plan.resumed.path} trained without fp32 master weights; a "
+                               "resumed run keeps its checkpoint's choice")
+    if plan.run["seq_len"] > plan.config["max_position_embeddings"]:
+        raise BadArgumentError(f"--seq-len: {plan.run['seq_len']} exceeds the model's max_position_embeddings "
+                               f"{plan.config['max_position_embeddings']}")
+
+    data = args.data
+    if plan.resumed:
+        trained_on = prior.get("data", {})
+        if trained_on.get("source", EMBEDDED) != EMBEDDED and data is None:
+            raise BadArgumentError(f"--data: this run trained on {trained_on['source']}; pass --data with that file "
+                                   "to continue (a checkpoint never chooses which files to read)")
+    text, digest = read_text(data)
+    tokens = plan.tokenizer.encode(text, eos=plan.tokenizer.eos_id is not None)
+    plan.source = os.path.abspath(data) if data else EMBEDDED
+    if plan.resumed:
+        trained_on = prior.get("data", {})
+        recorded = trained_on.get("sha256")
+        if (recorded and recorded != digest) or (not recorded and trained_on.get("tokens") != len(tokens)):
+            raise BadArgumentError(f"--data: {data or 'the embedded corpus'} differs from the text this run trained "
+                                   f"on ({trained_on.get('source')}); --resume continues the same data")
+    plan.data = {"source": plan.source, "sha256": digest, "tokens": len(tokens)}
+    plan.train_tokens, plan.validation = split(tokens, plan.run["seq_len"])
+    plan.position = prior.get("data", {}).get("position", 0) if plan.resumed else 0
+    plan.batches = Batches(plan.train_tokens, plan.run["batch"], plan.run["seq_len"], plan.position,
+                           f"--data: {args.data}" if args.data else "the embedded corpus")
+    plan.losses = list(prior.get("losses", []))
+    plan.val_losses = [list(v) for v in prior.get("val_losses", [])]
+    plan.first_step = int(prior.get("step", 0))
+    plan.steps = args.steps
+    plan.eval_every = args.eval_every or max(1, args.steps // 10)
+    plan.save_every = args.save_every
+    return plan
+
+
+def _check_writable(directory):
+    """Creates the output directory and proves a file can be written there, before any training."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as e:
+        raise BadArgumentError(f"--out: cannot write to {directory}: {e.strerror or e}") from None
+
+
+def resume_command(plan, remaining):
+    parts = ["dataflow", "train", "--resume", plan.ckpt_dir, "--out", plan.out]
+    if plan.source != EMBEDDED:
+        parts += ["--data", plan.source]
+    if remaining > 0:
+        parts += ["--steps", str(remaining)]
+    return shlex.join(parts)
+
+
+class Interrupts:
+    """While active, the first SIGINT asks the loop to stop after the current step (it then saves);
+    a second one raises KeyboardInterrupt at once."""
+
+    def __init__(self, progress):
+        self.requested, self.progress = False, progress
+
+    def __enter__(self):
+        self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, *_):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.progress.note("dataflow train: interrupted: finishing this step and saving a checkpoint "
+                           "(Ctrl-C again to quit without saving)")
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self.previous)
+
+
+def _banner(plan, params, parts, handle, engine):
+    cfg, run = plan.config, plan.run
+    tokens_per_step = run["batch"] * run["seq_len"]
+    epochs = plan.steps * tokens_per_step / max(len(plan.train_tokens), 1)
+    lines = [
+        f"dataflow train: Llama {params / 1e6:.2f}M parameters ({cfg['num_hidden_layers']} layers, hidden "
+        f"{cfg['hidden_size']}, {cfg['num_attention_heads']} heads, vocab {cfg['vocab_size']}) from "
+        f"{plan.config_source}, {run['dtype']}",
+        f"  data: {plan.source}: {plan.data['tokens']:,} tokens ({plan.tokenizer.kind} tokenizer, vocab "
+        f"{plan.tokenizer.vocab_size}); {len(plan.train_tokens):,} train, {plan.validation.size:,} held out for "
+        "validation",
+        f"  steps: {plan.steps} x {run['batch']} x {run['seq_len']} = {plan.steps * tokens_per_step:,} tokens "
+        f"({epochs:.1f} epochs), lr {run['lr']:g}, validation every {plan.eval_every} steps",
+        f"  memory: model {mib(sum(parts.values()))} ({', '.join(f'{k} {mib(v)}' for k, v in parts.items())}) of "
+        f"{mib(handle.memory_capacity())} device memory; host matmul: {engine}",
+        f"  output: {plan.ckpt_dir} (checkpoint), {os.path.join(plan.out, 'loss.png')} (loss curve)",
+    ]
+    if plan.resumed:
+        changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in plan.changed.items()) or "no settings changed"
+        lines.insert(1, f"  resuming {plan.resumed.path} at step {plan.first_step} ({changes})")
+    print("\n".join(lines), flush=True)
 
 
 def train(args):
@@ -54,54 +286,85 @@ def train(args):
     except ImportError:
         raise UnsupportedError("train needs dataflow.Trainer and dataflow.models (the Llama model), which this "
                                "build lacks") from None
-    tokenizer = ByteTokenizer()
-    resumed = checkpoint.load(args.resume) if args.resume else None
-    if resumed and args.config:
-        raise BadArgumentError("--config: a resumed run keeps its checkpoint's model; drop --config or --resume")
-    prior = resumed.state if resumed else {}
-    run = {k: getattr(args, k) if getattr(args, k) is not None else prior.get("run", {}).get(k, default)
-           for k, default in RUN_DEFAULTS.items()}
-    config = resumed.config if resumed else _model_config(args.config or "tiny", tokenizer)
-    where = (os.path.join(resumed.path, checkpoint.CONFIG_NAME) if resumed
-             else f"preset {args.config or 'tiny'}" if (args.config or "tiny") in PRESETS else args.config)
-    if run["seq_len"] > config.get("max_position_embeddings", run["seq_len"]):
-        raise BadArgumentError(f"--seq-len {run['seq_len']} exceeds the model's max_position_embeddings "
-                               f"{config['max_position_embeddings']}")
-    tokens = load_tokens(tokenizer, run["data"])
-    source = run["data"] or EMBEDDED
-    if resumed and prior["data"]["tokens"] != len(tokens):
-        raise BadArgumentError(f"--resume: the checkpoint was trained on {prior['data']['tokens']} tokens of "
-                               f"{prior['data']['source']}, but {source} has {len(tokens)}")
-    batches = Batches(tokens, run["batch"], run["seq_len"], prior.get("data", {}).get("position", 0), source)
-
+    from .build_info import matmul_engine
+    plan = prepare(args)
     handle = open_handle(args)
-    model = model_from_config(config, handle, run["dtype"], seed=run["seed"], where=where)
-    trainer = Trainer(model, lr=run["lr"])
-    if resumed:
-        checkpoint.restore_training(resumed, model, trainer)
-    losses = list(prior.get("losses", []))
-    ckpt_dir = os.path.join(args.out, "checkpoint")
+    try:
+        params, parts = check_memory(handle, plan.config, plan.run["dtype"], plan.config_source, training=True,
+                                     master_weights=plan.run["master_weights"],
+                                     hint="; pass a larger --device-memory or a smaller --config")
+        weights = None
+        if plan.init_dir:
+            weights = check_weights(read_directory(plan.init_dir), parameter_shapes(plan.config),
+                                    plan.config["tie_word_embeddings"], plan.init_dir)
+        _check_writable(plan.out)
+        _banner(plan, params, parts, handle, matmul_engine())
+        return _run(plan, handle, Trainer, weights)
+    finally:
+        handle.close()
+
+
+def _run(plan, handle, Trainer, weights):
+    run = plan.run
+    model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
+    if weights:
+        copy_weights(model, weights)
+    trainer = Trainer(model, lr=run["lr"], **({"master_weights": True} if run["master_weights"] else {}))
+    if plan.resumed:
+        checkpoint.restore_training(plan.resumed, model, trainer)
+        trainer.lr = run["lr"]  # the command line's (or the checkpoint's) lr, not the one stored with the optimizer
+    batches, losses, val_losses = plan.batches, plan.losses, plan.val_losses
+
+    saved = [plan.first_step]
 
     def save():
-        checkpoint.save_training(ckpt_dir, model, trainer, {
-            "run": run, "tokenizer": tokenizer.to_dict(), "losses": losses,
-            "data": {"source": source, "tokens": len(tokens), "position": batches.position}})
+        try:
+            checkpoint.save_training(plan.ckpt_dir, model, trainer, {
+                "run": run, "tokenizer": plan.tokenizer.to_dict(), "losses": losses, "val_losses": val_losses,
+                "data": {**plan.data, "position": batches.position}})
+        except OSError as e:  # disk full, quota, permissions: the atomic save left the previous checkpoint
+            raise DataflowError(f"cannot save the checkpoint {plan.ckpt_dir}: {e.strerror or e}; it keeps the last "
+                                f"saved state (step {saved[0]})") from None
+        saved[0] = trainer.step_count
+        title = f"{os.path.basename(os.path.abspath(plan.out))}: {plan.config_source}, {run['dtype']}"
+        loss_plot.save(os.path.join(plan.out, "loss.png"), losses, val_losses, title=title)
 
-    progress = Progress(args.steps)
-    started, tokens_done = time.perf_counter(), 0
-    for i in range(1, args.steps + 1):
-        inputs, labels = batches.next()
-        losses.append(float(trainer.step(inputs, labels)))
-        tokens_done += inputs.size
-        progress.update(i, losses[-1], tokens_done / (time.perf_counter() - started), handle.memory_in_use())
-        if args.save_every and i % args.save_every == 0 and i != args.steps:
-            save()
+    def validate():
+        return float(model.loss(plan.validation)) if len(plan.validation) else None
+
+    progress = Progress(plan.steps, plan.first_step)
+    started, tokens_done, done = time.perf_counter(), 0, 0
+    with Interrupts(progress) as interrupts:
+        for done in range(1, plan.steps + 1):
+            step = plan.first_step + done
+            inputs = batches.next()
+            try:
+                loss = float(trainer.step(inputs))
+            except DataflowError as e:
+                raise DataflowError(f"step {step} failed: {e}; nothing saved, {plan.ckpt_dir} keeps the last "
+                                    "saved state") from None
+            if not math.isfinite(loss):
+                raise DataflowError(f"step {step}: the loss is {loss} (diverged; try a lower --lr); nothing saved, "
+                                    f"{plan.ckpt_dir} keeps the last saved state")
+            losses.append(loss)
+            tokens_done += inputs.size
+            val = validate() if done % plan.eval_every == 0 or done == plan.steps else None
+            if val is not None:
+                val_losses.append([step, val])
+            progress.update(done, loss, tokens_done / (time.perf_counter() - started), handle.memory_in_use(), val)
+            if interrupts.requested:
+                break
+            if plan.save_every and done % plan.save_every == 0 and done != plan.steps:
+                save()
+        save()
     elapsed = time.perf_counter() - started
-    save()
-    loss_plot.save(os.path.join(args.out, "loss.png"), losses)
-    first = losses[len(losses) - args.steps] if args.steps else float("nan")
-    print(f"train: {args.steps} steps (step {trainer.step_count} in all), loss {first:.4f} -> {losses[-1]:.4f}, "
-          f"{tokens_done / elapsed:,.0f} tok/s; checkpoint {ckpt_dir}, loss curve "
-          f"{os.path.join(args.out, 'loss.png')}")
-    handle.close()
+    if interrupts.requested and done < plan.steps:
+        print(f"train: interrupted after step {plan.first_step + done}; checkpoint saved in {plan.ckpt_dir}.\n"
+              f"resume with: {resume_command(plan, plan.steps - done)}", file=sys.stderr, flush=True)
+        return INTERRUPTED
+    val = f", validation {val_losses[-1][1]:.4f}" if val_losses else ""
+    print(f"train: {done} steps (step {trainer.step_count} in all) in {duration(elapsed)}, loss "
+          f"{losses[len(losses) - done]:.4f} -> {losses[-1]:.4f}{val}, {tokens_done / elapsed:,.0f} tok/s; "
+          f"checkpoint {plan.ckpt_dir}, loss curve {os.path.join(plan.out, 'loss.png')}\n"
+          f"sample from it: dataflow generate --checkpoint {plan.ckpt_dir}", flush=True)
     return 0

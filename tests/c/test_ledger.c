@@ -5,14 +5,6 @@
 
 #include "c_test.h"
 
-static Dataflow_Handle *open_host(uint64_t memory, const char *options)
-{
-	Dataflow_Handle_Config config = {.num_streams = 2, .device_memory_bytes = memory, .options = options};
-	Dataflow_Handle *h;
-	CHECK(dataflow_handle_create("host", &config, &h));
-	return h;
-}
-
 static uint64_t in_use(Dataflow_Handle *h)
 {
 	Dataflow_Memory_Info info;
@@ -24,7 +16,7 @@ static uint64_t in_use(Dataflow_Handle *h)
  * it: only this thread opens the gate); the block counts until that work is done. */
 static void test_free_is_stream_ordered(void)
 {
-	Dataflow_Handle *h = open_host(1 << 20, NULL);
+	Dataflow_Handle *h = open_host(2, 1 << 20, NULL);
 	Gate gate = GATE_INIT;
 	void *p;
 	CHECK(dataflow_alloc_mem(h, 1000, &p));
@@ -43,7 +35,7 @@ static void test_free_is_stream_ordered(void)
 /* An allocation past the capacity waits for memory freed but still used by queued work. */
 static void test_alloc_waits_for_pending_frees(void)
 {
-	Dataflow_Handle *h = open_host(1 << 20, NULL);
+	Dataflow_Handle *h = open_host(2, 1 << 20, NULL);
 	Gate gate = GATE_INIT;
 	void *a, *b, *c;
 	CHECK(dataflow_alloc_mem(h, 768 << 10, &a));
@@ -63,7 +55,7 @@ static void test_alloc_waits_for_pending_frees(void)
 
 static void test_peak(void)
 {
-	Dataflow_Handle *h = open_host(1 << 20, NULL);
+	Dataflow_Handle *h = open_host(2, 1 << 20, NULL);
 	Dataflow_Memory_Info info;
 	void *a, *b;
 	CHECK(dataflow_alloc_mem(h, 1000, &a));
@@ -91,7 +83,7 @@ static void test_capacity_never_wraps(void)
 
 static void test_host_ranges(void)
 {
-	Dataflow_Handle *h = open_host(1 << 20, NULL);
+	Dataflow_Handle *h = open_host(2, 1 << 20, NULL);
 	static uint8_t host[4096];
 	EXPECT_ERROR(dataflow_set_mem(h, 0, host, 1, sizeof(host)), DATAFLOW_ERR_INVALID_ARGUMENT,
 		     "not device memory of this handle");

@@ -44,7 +44,7 @@ int main(void)
 		return 1;
 	}
 	Dataflow_Llama_Tensor t;
-	CHECK(dataflow_llama_tensor(m, 1 + 9 + 6, DATAFLOW_LLAMA_PARAM, &t));
+	CHECK(dataflow_llama_tensor(m, 1 + 9 + 6, DATAFLOW_BLOCK_PARAM, &t));
 	if (strcmp(t.name, "model.layers.1.mlp.down_proj.weight") || t.shape[0] != 24 || t.shape[1] != 40 || t.block != 2) {
 		fprintf(stderr, "tensor table: got %s [%lld, %lld] block %d\n", t.name, (long long)t.shape[0],
 			(long long)t.shape[1], t.block);
@@ -57,17 +57,26 @@ int main(void)
 	Dataflow_Llama_Batch b = {.num_tokens = 8, .num_docs = 2, .tokens = upload(h, tokens, 8),
 				  .labels = upload(h, labels, 8), .cu_seqlens = upload(h, cu, 3),
 				  .positions = upload(h, positions, 8)};
-	float loss;
-	CHECK(dataflow_llama_loss_backward(m, 0, &b, &loss, 0, 1.0f / 6));
-	if (fabs(loss - log(37.0)) > 1e-5) {
-		fprintf(stderr, "zero-weight loss %.7f, expected log(37) = %.7f\n", loss, log(37.0));
+	CHECK(dataflow_llama_loss_backward(m, 0, &b, 0, 1.0f / 6));
+	Dataflow_AdamW_Params adamw = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0};
+	CHECK(dataflow_llama_adamw_step(m, 0, &adamw, 1.0, 1));
+	/* the results stay on the device until read: one transfer each, one sync */
+	Dataflow_Llama_Outputs out;
+	CHECK(dataflow_llama_outputs(m, &out));
+	float token_losses[8], norm;
+	CHECK(dataflow_submit_outbound_transfer(h, 0, token_losses, out.token_losses, sizeof(token_losses)));
+	CHECK(dataflow_submit_outbound_transfer(h, 0, &norm, out.grad_norm, 4));
+	CHECK(dataflow_sync_stream(h, 0));
+	float loss = dataflow_batch_loss(token_losses, out.num_tokens, 1.0f / 6);
+	if (out.num_tokens != 8 || fabs(loss - log(37.0)) > 1e-5) {
+		fprintf(stderr, "zero-weight loss %.7f over %lld tokens, expected log(37) = %.7f\n", loss,
+			(long long)out.num_tokens, log(37.0));
 		return 1;
 	}
-	float norm;
-	CHECK(dataflow_llama_adamw_step(m, 0, 1e-3, 0.9, 0.95, 1e-8, 0.0, 1.0, 1, &norm));
-	CHECK(dataflow_llama_block(m, 1, DATAFLOW_LLAMA_ADAM_M, (void **)&t.ptr, NULL, NULL));
-	if (!t.ptr || !(norm >= 0)) {
-		fprintf(stderr, "adamw: m not allocated or norm %g\n", norm);
+	Dataflow_Block_Memory block;
+	CHECK(dataflow_llama_block(m, 1, &block));
+	if (!block.m || !block.v || block.master || !(norm >= 0)) {
+		fprintf(stderr, "adamw: m, v not allocated (or master without asking) or norm %g\n", norm);
 		return 1;
 	}
 	dataflow_llama_destroy(m);

@@ -7,19 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "c_test.h"
 #include "dataflow/dataflow.h"
 
-static int failures;
-
-#define EXPECT(cond, ...)                                                                                    \
-	do {                                                                                                 \
-		if (!(cond)) {                                                                               \
-			fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond);                  \
-			fprintf(stderr, __VA_ARGS__);                                                        \
-			fprintf(stderr, "\n");                                                               \
-			failures++;                                                                          \
-		}                                                                                            \
-	} while (0)
 
 /* ---- a fake memory: two allocations, as a ledger would see them ---- */
 
@@ -57,7 +47,7 @@ static Dataflow_Op_Signature *compile_ok(const char *text, const Op_Skeleton *s)
 {
 	Dataflow_Op_Signature *sig = NULL;
 	Dataflow_Status st = dataflow_op_signature_compile(text, s, &sig);
-	EXPECT(st == DATAFLOW_OK && sig, "compiled, got %s", dataflow_last_error());
+	EXPECT_THAT(st == DATAFLOW_OK && sig, "compiled, got %s", dataflow_last_error());
 	if (!sig)
 		exit(1);
 	return sig;
@@ -67,8 +57,8 @@ static void expect_compile_error(const char *text, const Op_Skeleton *s, const c
 {
 	Dataflow_Op_Signature *sig = (Dataflow_Op_Signature *)1;
 	Dataflow_Status st = dataflow_op_signature_compile(text, s, &sig);
-	EXPECT(st == DATAFLOW_ERR_INVALID_ARGUMENT && !sig, "a compile error for '%.60s'", text);
-	EXPECT(strstr(dataflow_last_error(), want), "'%s' in '%s' (text '%.60s')", want, dataflow_last_error(), text);
+	EXPECT_THAT(st == DATAFLOW_ERR_INVALID_ARGUMENT && !sig, "a compile error for '%.60s'", text);
+	EXPECT_THAT(strstr(dataflow_last_error(), want), "'%s' in '%s' (text '%.60s')", want, dataflow_last_error(), text);
 }
 
 /* checks and compares the message: want NULL means OK expected */
@@ -78,11 +68,11 @@ static void expect_check(const Dataflow_Op_Signature *sig, const Op *op, const c
 	dataflow_clear_error();
 	Dataflow_Status st = dataflow_op_signature_check(sig, op, fake_range, &calls);
 	if (!want) {
-		EXPECT(st == DATAFLOW_OK, "OK, got '%s'", dataflow_last_error());
+		EXPECT_THAT(st == DATAFLOW_OK, "OK, got '%s'", dataflow_last_error());
 		return;
 	}
-	EXPECT(st == DATAFLOW_ERR_INVALID_ARGUMENT, "an error containing '%s'", want);
-	EXPECT(strstr(dataflow_last_error(), want), "'%s' in '%s'", want, dataflow_last_error());
+	EXPECT_THAT(st == DATAFLOW_ERR_INVALID_ARGUMENT, "an error containing '%s'", want);
+	EXPECT_THAT(strstr(dataflow_last_error(), want), "'%s' in '%s'", want, dataflow_last_error());
 }
 
 /* ---- rms_norm: scalars, extents, aliases, messages ---- */
@@ -175,12 +165,12 @@ static void test_rms_norm(void)
 	rms_init(&r, &s);
 	r.op.op_args[2] = NULL;
 	expect_check(sig, &r.op, "rms_norm: op_args[2] (eps) is NULL");
-	EXPECT(dataflow_op_signature_check(NULL, &r.op, fake_range, NULL) == DATAFLOW_ERR_INVALID_ARGUMENT, "NULL");
+	EXPECT_THAT(dataflow_op_signature_check(NULL, &r.op, fake_range, NULL) == DATAFLOW_ERR_INVALID_ARGUMENT, "NULL");
 
 	/* the range check runs once per non-empty tensor on success (no second call) */
 	rms_init(&r, &s);
 	int calls = 0;
-	EXPECT(dataflow_op_signature_check(sig, &r.op, fake_range, &calls) == DATAFLOW_OK && calls == 4, "%d calls",
+	EXPECT_THAT(dataflow_op_signature_check(sig, &r.op, fake_range, &calls) == DATAFLOW_OK && calls == 4, "%d calls",
 	       calls);
 	dataflow_op_signature_destroy(sig);
 }
@@ -256,10 +246,10 @@ static void test_expressions(void)
 		int calls = 0;
 		Dataflow_Status st = dataflow_op_signature_check(sig, &op, fake_range, &calls);
 		if (k == 21) /* the division runs into a zero */
-			EXPECT(strstr(dataflow_last_error(), "expr: requirement a == 0 || 100 / (a - 10) > 0 divides by zero, with a = 10"),
+			EXPECT_THAT(strstr(dataflow_last_error(), "expr: requirement a == 0 || 100 / (a - 10) > 0 divides by zero, with a = 10"),
 			       "'%s'", dataflow_last_error());
 		else
-			EXPECT((st == DATAFLOW_OK) == cases[k].holds, "'%s' %s, got '%s'", cases[k].req,
+			EXPECT_THAT((st == DATAFLOW_OK) == cases[k].holds, "'%s' %s, got '%s'", cases[k].req,
 			       cases[k].holds ? "holds" : "fails", st == DATAFLOW_OK ? "OK" : dataflow_last_error());
 		dataflow_op_signature_destroy(sig);
 	}
@@ -364,9 +354,9 @@ static void test_compile_errors(void)
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
 		expect_compile_error(cases[k].text, &s, cases[k].want);
 	Dataflow_Op_Signature *sig = (Dataflow_Op_Signature *)1;
-	EXPECT(dataflow_op_signature_compile(NULL, &s, &sig) == DATAFLOW_ERR_INVALID_ARGUMENT && !sig, "NULL text");
-	EXPECT(dataflow_op_signature_compile("n", NULL, &sig) == DATAFLOW_ERR_INVALID_ARGUMENT, "NULL skeleton");
-	EXPECT(dataflow_op_signature_compile("n", &s, NULL) == DATAFLOW_ERR_INVALID_ARGUMENT, "NULL out");
+	EXPECT_THAT(dataflow_op_signature_compile(NULL, &s, &sig) == DATAFLOW_ERR_INVALID_ARGUMENT && !sig, "NULL text");
+	EXPECT_THAT(dataflow_op_signature_compile("n", NULL, &sig) == DATAFLOW_ERR_INVALID_ARGUMENT, "NULL skeleton");
+	EXPECT_THAT(dataflow_op_signature_compile("n", &s, NULL) == DATAFLOW_ERR_INVALID_ARGUMENT, "NULL out");
 	/* the message names the op and shows where */
 	expect_compile_error("n; eps; a: in[n]; b: out[q]", &s, "op: signature error at offset 25 (near 'q]')");
 
@@ -516,7 +506,7 @@ static void test_fuzz(void)
 		Dataflow_Op_Signature *sig = NULL;
 		Dataflow_Status st = dataflow_op_signature_compile(text, &s, &sig);
 		if (st != DATAFLOW_OK) {
-			EXPECT(!sig && dataflow_last_error()[0], "a message for '%s'", text);
+			EXPECT_THAT(!sig && dataflow_last_error()[0], "a message for '%s'", text);
 			continue;
 		}
 		compiled++;
@@ -532,7 +522,7 @@ static void test_fuzz(void)
 		}
 		dataflow_op_signature_destroy(sig);
 	}
-	EXPECT(compiled > 100, "some mutations still compile (%d)", compiled);
+	EXPECT_THAT(compiled > 100, "some mutations still compile (%d)", compiled);
 }
 
 int main(void)
@@ -543,8 +533,8 @@ int main(void)
 	test_compile_errors();
 	test_limits();
 	test_fuzz();
-	if (failures) {
-		fprintf(stderr, "%d failures\n", failures);
+	if (*c_test_failures()) {
+		fprintf(stderr, "%d failures\n", *c_test_failures());
 		return 1;
 	}
 	printf("ok\n");

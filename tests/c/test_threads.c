@@ -52,11 +52,11 @@ static void *registrar(void *arg)
 	(void)arg;
 	Op_Skeleton s;
 	CHECK(dataflow_op_skeleton_init(&s, "noop", 0, NULL));
-	CHECK(dataflow_register_external_func(h, &s, noop, NULL, 0));
+	CHECK(dataflow_register_external_func(h, &s, noop, NULL, NULL, 0));
 	Op op = {.skeleton = s};
 	for (int i = 0; i < 50; i++) {
 		CHECK(dataflow_submit_op(h, &op, i % THREADS));
-		CHECK(dataflow_register_external_func(h, &s, noop, NULL, DATAFLOW_REGISTER_REPLACE));
+		CHECK(dataflow_register_external_func(h, &s, noop, NULL, NULL, DATAFLOW_REGISTER_REPLACE));
 	}
 	return NULL;
 }

@@ -205,8 +205,6 @@ static Dataflow_Status find_shape(Matmul_State *s, int64_t M, int64_t N, int64_t
 
 Dataflow_Status dataflow_cuda_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
-	if (dataflow_op_require_tensors(op, 1u << 2) != DATAFLOW_OK) /* C may be NULL */
-		return dataflow_last_status();
 	Matmul_State *s = op_state;
 	Dataflow_Matmul_Args m = dataflow_matmul_args(op->op_args);
 	const void *A = m.A, *B = m.B, *C = m.C;
@@ -214,10 +212,6 @@ Dataflow_Status dataflow_cuda_matmul(Dataflow_Handle *handle, int stream_id, con
 	int64_t M = m.M, N = m.N, K = m.K;
 	int ta = m.trans_a != 0, tb = m.trans_b != 0;
 	float alpha = m.alpha, beta = m.beta;
-	if (M <= 0 || N <= 0 || K <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "cuda matmul: M, N, K must be > 0, got %lld, %lld, %lld", (long long)M,
-					  (long long)N, (long long)K);
 	if (!C || beta == 0.0f)
 		C = D; /* cuBLASLt reads C only when beta != 0 */
 	pthread_once(&load_once, load);

@@ -144,6 +144,5 @@ ADAMW_VARIANT(adamw_step_fp32_bf16, 0, 1)
 ADAMW_VARIANT(adamw_step_bf16_fp32, 1, 0)
 ADAMW_VARIANT(adamw_step_bf16_bf16, 1, 1)
 
-/* Validated by libdataflowops. */
-DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_launch, dataflow_adamw_step_args, PART_MIN,
-				 1u << DATAFLOW_ADAMW_STEP_ARG_MASTER | 1u << DATAFLOW_ADAMW_STEP_ARG_SCALE)
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_launch, Dataflow_Adamw_Step_Args, dataflow_adamw_step_args,
+				 PART_MIN)

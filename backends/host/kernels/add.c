@@ -84,6 +84,5 @@ ADD_KERNEL(fp32, DATAFLOW_FP32, float)
 ADD_KERNEL(bf16, DATAFLOW_BF16, uint16_t)
 ADD_KERNEL(fp16, DATAFLOW_FP16, uint16_t)
 
-/* Shapes were validated by libdataflowops. */
-DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_add_launch, dataflow_add_args,
-				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_ADD_ARG_OUT]), 0)
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_add_launch, Add_Args, dataflow_add_args,
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_ADD_ARG_OUT]))

@@ -128,30 +128,12 @@ static void fwd(const Fwd_Args *x, int part, int num_parts, DataflowDatatype dt)
 ATTENTION_KERNELS(attention, fwd_args)
 ATTENTION_KERNELS(attention_kv, dataflow_attention_kv_args)
 
-/* Validated by libdataflowops. cu_seqlens is not read here: it may be written by earlier
+/* cu_seqlens is not read here: it may be written by earlier
  * work on the stream, so parts cover an upper bound of the blocks. */
-static Dataflow_Status fwd_launch(Fwd_Args x, Dataflow_Launch_Config *config)
+static int fwd_parts(Fwd_Args x)
 {
-	config->num_parts = attn_num_parts(attn_max_blocks(x.total_q, x.num_seqs) * x.num_q_heads);
-	return DATAFLOW_OK;
+	return attn_num_parts(attn_max_blocks(x.total_q, x.num_seqs) * x.num_q_heads);
 }
 
-Dataflow_Status dataflow_host_attention_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					       Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	return fwd_launch(fwd_args(op->op_args), config);
-}
-
-Dataflow_Status dataflow_host_attention_kv_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						  Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	return fwd_launch(dataflow_attention_kv_args(op->op_args), config);
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_launch, Fwd_Args, fwd_args, fwd_parts(a))
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_kv_launch, Fwd_Args, dataflow_attention_kv_args, fwd_parts(a))

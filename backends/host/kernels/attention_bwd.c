@@ -232,19 +232,9 @@ static void bwd(void **args, int part, int num_parts, DataflowDatatype dt)
 
 DATAFLOW_HOST_FLOAT_KERNELS(attention_bwd, bwd, DATAFLOW_FP32, DATAFLOW_BF16, DATAFLOW_FP16)
 
-/* Validated by libdataflowops. */
-Dataflow_Status dataflow_host_attention_bwd_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						   Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	Bwd_Args x = bwd_args(op->op_args);
-	config->num_parts = attn_num_parts(bwd_fused(x.num_seqs, x.hkv) ? x.num_seqs * x.hkv
-								      : attn_max_blocks(x.total, x.num_seqs) * (x.hq + x.hkv));
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_bwd_launch, Bwd_Args, bwd_args,
+		     attn_num_parts(bwd_fused(a.num_seqs, a.hkv) ? a.num_seqs * a.hkv
+							 : attn_max_blocks(a.total, a.num_seqs) * (a.hq + a.hkv)))
 
 /* ---- attention_bwd_delta: D[h][t] = sum_k dout[t][h][k] * out[t][h][k] ----
  * A plain in-order sum (the same bits on every path); parts are ranges of (token, head) rows. */
@@ -272,15 +262,5 @@ static void delta(void **args, int part, int num_parts, DataflowDatatype dt)
 
 DATAFLOW_HOST_FLOAT_KERNELS(attention_bwd_delta, delta, DATAFLOW_FP32, DATAFLOW_BF16, DATAFLOW_FP16)
 
-Dataflow_Status dataflow_host_attention_bwd_delta_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-							 Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	Dataflow_Attention_Bwd_Delta_Args x = dataflow_attention_bwd_delta_args(op->op_args);
-	int64_t rows = x.total_tokens * x.num_q_heads;
-	config->num_parts = dataflow_elementwise_parts(rows, 1024);
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_bwd_delta_launch, Dataflow_Attention_Bwd_Delta_Args,
+		     dataflow_attention_bwd_delta_args, dataflow_elementwise_parts(a.total_tokens * a.num_q_heads, 1024))

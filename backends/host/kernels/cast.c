@@ -63,6 +63,5 @@ CAST(fp8e5m2, DATAFLOW_FP8E5M2, fp16, DATAFLOW_FP16)
 CAST(fp8e5m2, DATAFLOW_FP8E5M2, bf16, DATAFLOW_BF16)
 CAST(fp8e5m2, DATAFLOW_FP8E5M2, fp8e4m3, DATAFLOW_FP8E4M3)
 
-/* Shapes were validated by libdataflowops. */
-DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_cast_launch, dataflow_cast_args,
-				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_CAST_ARG_DST]), 0)
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_cast_launch, Dataflow_Cast_Args, dataflow_cast_args,
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_CAST_ARG_DST]))

@@ -32,4 +32,4 @@ void dataflow_host_clip_by_global_norm_fp64(void **args, int part, int num_parts
 	clip(&a, ((const double *)a.sumsq)[0]);
 }
 
-DATAFLOW_HOST_ONE_PART_LAUNCH(dataflow_host_clip_by_global_norm_launch, 1u << DATAFLOW_CLIP_BY_GLOBAL_NORM_ARG_NORM)
+DATAFLOW_HOST_ONE_PART_LAUNCH(dataflow_host_clip_by_global_norm_launch)

@@ -244,33 +244,11 @@ static void ce_run(void **args, int part, int num_parts, Ce_Type t)
 	Ce_Args a = dataflow_cross_entropy_args(args);
 	int64_t r0, r1;
 	dataflow_part_range(a.tokens, part, num_parts, 1, &r0, &r1);
-	int level = simd_level();
-	if (level == SIMD_AVX512)
-		ce_rows_avx512(a, r0, r1, t);
-	else if (level == SIMD_AVX2)
-		ce_rows_avx2(a, r0, r1, t);
-	else
-		ce_rows_scalar(a, r0, r1, t);
+	SIMD_DISPATCH(ce_rows, a, r0, r1, t);
 }
 
 DATAFLOW_HOST_FLOAT_KERNELS(cross_entropy, ce_run, CE_FP32, CE_BF16, CE_FP16)
 
-/* Validated by libdataflowops. Parts are row ranges of at least CE_MIN_PART_ELEMENTS logits. */
-Dataflow_Status dataflow_host_cross_entropy_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						   Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	Ce_Args a = dataflow_cross_entropy_args(op->op_args);
-	int64_t tokens = a.tokens, vocab = a.vocab;
-	if (tokens <= 0 || vocab <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "cross_entropy: tokens and vocab: expected > 0, got %lld and %lld",
-					  (long long)tokens, (long long)vocab);
-	int64_t rows_per_part = (CE_MIN_PART_ELEMENTS + vocab - 1) / vocab;
-	int parts = dataflow_elementwise_parts(tokens, rows_per_part);
-	config->num_parts = parts;
-	return DATAFLOW_OK;
-}
+/* Parts are row ranges of at least CE_MIN_PART_ELEMENTS logits. */
+DATAFLOW_HOST_LAUNCH(dataflow_host_cross_entropy_launch, Ce_Args, dataflow_cross_entropy_args,
+		     dataflow_elementwise_parts(a.tokens, (CE_MIN_PART_ELEMENTS + a.vocab - 1) / a.vocab))

@@ -55,21 +55,14 @@ EMBEDDING_FWD(bf16, int64, DATAFLOW_INT64, 2)
 EMBEDDING_FWD(fp16, int32, DATAFLOW_INT32, 2)
 EMBEDDING_FWD(fp16, int64, DATAFLOW_INT64, 2)
 
-/* Sizes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_embedding_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					       Dataflow_Launch_Config *config)
+/* parts of at least FWD_MIN_BYTES of output, whole tokens */
+static int fwd_parts(const Op *op, Dataflow_Embedding_Args a)
 {
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	Dataflow_Embedding_Args x = dataflow_embedding_args(op->op_args);
-	int64_t num_tokens = x.num_tokens;
-	int64_t bytes = num_tokens * x.hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_EMBEDDING_ARG_OUT]);
-	int parts = dataflow_elementwise_parts(bytes, FWD_MIN_BYTES);
-	config->num_parts = parts < num_tokens ? parts : (int)num_tokens;
-	return DATAFLOW_OK;
+	int64_t row_bytes = a.hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_EMBEDDING_ARG_OUT]);
+	return dataflow_parts_at_most(dataflow_elementwise_parts(a.num_tokens * row_bytes, FWD_MIN_BYTES), a.num_tokens);
 }
+
+DATAFLOW_HOST_LAUNCH(dataflow_host_embedding_launch, Dataflow_Embedding_Args, dataflow_embedding_args, fwd_parts(op, a))
 
 /* ---- backward ---- */
 
@@ -90,45 +83,31 @@ SIMD_TARGET_AVX2 SIMD_INLINE int64_t accumulate_avx2(float *acc, const void *src
 	return c;
 }
 
-SIMD_TARGET_AVX512 static void embedding_bwd_avx512(Bwd_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt,
-						  DataflowDatatype dt)
+SIMD_INLINE int64_t accumulate_scalar(float *acc, const void *src, int64_t src_off, int64_t c, int64_t end,
+				      DataflowDatatype dt)
 {
-	for (int64_t t = 0; t < x.num_tokens; t++) {
-		int64_t id = embedding_id(x.ids, t, id_dt);
-		if (id < 0 || id >= x.vocab)
-			continue;
-		float *acc = (float *)x.d_table + id * x.hidden;
-		int64_t c = accumulate_avx512(acc, x.d_out, t * x.hidden, c0, c1, dt);
-		for (; c < c1; c++)
-			acc[c] += simd_load1(x.d_out, t * x.hidden + c, dt);
-	}
+	(void)acc, (void)src, (void)src_off, (void)end, (void)dt;
+	return c; /* the callers' tail loop does it all */
 }
 
-SIMD_TARGET_AVX2 static void embedding_bwd_avx2(Bwd_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt,
-					      DataflowDatatype dt)
-{
-	for (int64_t t = 0; t < x.num_tokens; t++) {
-		int64_t id = embedding_id(x.ids, t, id_dt);
-		if (id < 0 || id >= x.vocab)
-			continue;
-		float *acc = (float *)x.d_table + id * x.hidden;
-		int64_t c = accumulate_avx2(acc, x.d_out, t * x.hidden, c0, c1, dt);
-		for (; c < c1; c++)
-			acc[c] += simd_load1(x.d_out, t * x.hidden + c, dt);
+/* embedding_bwd_<isa>: columns [c0, c1) of d_table += d_out rows, token by token */
+#define EMBEDDING_BWD_PATH(isa, TARGET)                                                                     \
+	TARGET static void embedding_bwd_##isa(Bwd_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt,   \
+					       DataflowDatatype dt)                                          \
+	{                                                                                                   \
+		for (int64_t t = 0; t < x.num_tokens; t++) {                                                \
+			int64_t id = embedding_id(x.ids, t, id_dt);                                         \
+			if (id < 0 || id >= x.vocab)                                                        \
+				continue;                                                                   \
+			float *acc = (float *)x.d_table + id * x.hidden;                                    \
+			int64_t c = accumulate_##isa(acc, x.d_out, t * x.hidden, c0, c1, dt);               \
+			for (; c < c1; c++)                                                                 \
+				acc[c] += simd_load1(x.d_out, t * x.hidden + c, dt);                        \
+		}                                                                                           \
 	}
-}
-
-static void embedding_bwd_scalar(Bwd_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt, DataflowDatatype dt)
-{
-	for (int64_t t = 0; t < x.num_tokens; t++) {
-		int64_t id = embedding_id(x.ids, t, id_dt);
-		if (id < 0 || id >= x.vocab)
-			continue;
-		float *acc = (float *)x.d_table + id * x.hidden;
-		for (int64_t c = c0; c < c1; c++)
-			acc[c] += simd_load1(x.d_out, t * x.hidden + c, dt);
-	}
-}
+EMBEDDING_BWD_PATH(avx512, SIMD_TARGET_AVX512)
+EMBEDDING_BWD_PATH(avx2, SIMD_TARGET_AVX2)
+EMBEDDING_BWD_PATH(scalar, )
 
 SIMD_INLINE void embedding_bwd(void **args, int part, int num_parts, DataflowDatatype id_dt, DataflowDatatype dt)
 {
@@ -137,13 +116,7 @@ SIMD_INLINE void embedding_bwd(void **args, int part, int num_parts, DataflowDat
 	dataflow_part_range(x.hidden, part, num_parts, BWD_COLS_ALIGN, &c0, &c1);
 	if (c0 == c1)
 		return;
-	int level = simd_level();
-	if (level == SIMD_AVX512)
-		embedding_bwd_avx512(x, c0, c1, id_dt, dt);
-	else if (level == SIMD_AVX2)
-		embedding_bwd_avx2(x, c0, c1, id_dt, dt);
-	else
-		embedding_bwd_scalar(x, c0, c1, id_dt, dt);
+	SIMD_DISPATCH(embedding_bwd, x, c0, c1, id_dt, dt);
 }
 
 #define EMBEDDING_BWD(dt, id, dt_enum, id_dt)                                                     \
@@ -158,17 +131,7 @@ EMBEDDING_BWD(bf16, int64, DATAFLOW_BF16, DATAFLOW_INT64)
 EMBEDDING_BWD(fp16, int32, DATAFLOW_FP16, DATAFLOW_INT32)
 EMBEDDING_BWD(fp16, int64, DATAFLOW_FP16, DATAFLOW_INT64)
 
-Dataflow_Status dataflow_host_embedding_bwd_w_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						     Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	Bwd_Args x = dataflow_embedding_bwd_w_args(op->op_args);
-	int64_t hidden = x.hidden;
-	int parts = dataflow_elementwise_parts(x.num_tokens * hidden, BWD_MIN_ELEMENTS);
-	int64_t ranges = (hidden + BWD_MIN_COLS - 1) / BWD_MIN_COLS;
-	config->num_parts = parts < ranges ? parts : (int)ranges;
-	return DATAFLOW_OK;
-}
+/* parts are column ranges of at least BWD_MIN_COLS */
+DATAFLOW_HOST_LAUNCH(dataflow_host_embedding_bwd_w_launch, Bwd_Args, dataflow_embedding_bwd_w_args,
+		     dataflow_parts_at_most(dataflow_elementwise_parts(a.num_tokens * a.hidden, BWD_MIN_ELEMENTS),
+					    (a.hidden + BWD_MIN_COLS - 1) / BWD_MIN_COLS))

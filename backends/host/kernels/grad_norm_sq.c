@@ -89,21 +89,9 @@ void dataflow_host_grad_norm_sq_partials_bf16(void **args, int part, int num_par
 	partials(args, part, num_parts, 1);
 }
 
-Dataflow_Status dataflow_host_grad_norm_sq_partials_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-							   Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	int64_t n = dataflow_grad_norm_sq_partials_args(op->op_args).n;
-	if (n < 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "grad_norm_sq: n: expected >= 0, got %lld",
-					  (long long)n);
-	/* at least 4 blocks (128 KiB of fp32) per part */
-	config->num_parts = dataflow_elementwise_parts((n + BLOCK - 1) / BLOCK, 4);
-	return DATAFLOW_OK;
-}
+/* at least 4 blocks (128 KiB of fp32) per part */
+DATAFLOW_HOST_LAUNCH(dataflow_host_grad_norm_sq_partials_launch, Dataflow_Grad_Norm_Sq_Partials_Args,
+		     dataflow_grad_norm_sq_partials_args, dataflow_elementwise_parts((a.n + BLOCK - 1) / BLOCK, 4))
 
 /* (accumulate ? out : 0) + the partials in block order, in double */
 static double reduce(const Dataflow_Grad_Norm_Sq_Reduce_Args *a, double out)
@@ -127,4 +115,4 @@ REDUCE(fp32, float)
 REDUCE(fp64, double)
 
 /* One part: the order is the block order. */
-DATAFLOW_HOST_ONE_PART_LAUNCH(dataflow_host_grad_norm_sq_reduce_launch, 0)
+DATAFLOW_HOST_ONE_PART_LAUNCH(dataflow_host_grad_norm_sq_reduce_launch)

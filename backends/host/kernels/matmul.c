@@ -73,8 +73,6 @@ Dataflow_Status dataflow_host_matmul_init(Dataflow_Handle *handle, const Op_Skel
 
 Dataflow_Status dataflow_host_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
-	if (dataflow_op_require_tensors(op, 1u << 2) != DATAFLOW_OK) /* C may be NULL */
-		return dataflow_last_status();
 	Matmul_State *s = op_state;
 	Dataflow_Matmul_Args m = dataflow_matmul_args(op->op_args);
 	Matmul_Args args = {

@@ -1,8 +1,10 @@
-/* Host matmul on oneDNN (2.x C API):
+/* Host matmul on oneDNN (the 2.x C API of Debian's libdnnl-dev, or the 3.x API of pip's
+ * onednn-cpu-gomp wheel; the few calls that differ are marked ONEDNN_V3):
  *
  *   D = alpha * op(A) @ op(B) + beta * D_in,  D_in = C (copied into D first when C != D)
  *
- * alpha is the primitive's output scale, beta a sum post-op (which reads D before writing
+ * alpha is the primitive's output scale (2.x; in 3.x, which dropped output scales, an eltwise
+ * linear post-op: the same fp32 product), beta a sum post-op (which reads D before writing
  * it), transposes are strides on plain 2-D memory descriptors, and fpmath mode is strict so
  * fp32 stays fp32; oneDNN accumulates bf16 products in fp32. Primitives are cached per
  * (M, N, K, transposes, dtypes, alpha, beta), including "unimplemented" (fp16 without
@@ -25,8 +27,19 @@
 
 #include <dnnl.h>
 #include <dnnl_debug.h>
+#include <dnnl_version.h>
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 #include <omp.h>
+#endif
+
+/* 3.x memory descriptors are handles created and destroyed by the library; 2.x ones are structs. */
+#define ONEDNN_V3 (DNNL_VERSION_MAJOR >= 3)
+#if ONEDNN_V3
+typedef const_dnnl_memory_desc_t Md_Ref;
+#define MD(md) (md)
+#else
+typedef const dnnl_memory_desc_t *Md_Ref;
+#define MD(md) (&(md))
 #endif
 
 #include "dataflow/handle.h"
@@ -43,7 +56,7 @@ typedef struct Entry {
 	struct Entry *next;
 	Key key;
 	dnnl_primitive_t primitive; /* NULL: oneDNN has no implementation, use the fallback */
-	dnnl_memory_desc_t src_md, weights_md, dst_md, scratchpad_md;
+	dnnl_memory_desc_t src_md, weights_md, dst_md, scratchpad_md; /* 3.x: scratchpad_md NULL when none */
 } Entry;
 
 typedef struct {
@@ -75,14 +88,17 @@ static dnnl_status_t matrix_md(dnnl_memory_desc_t *md, int64_t rows, int64_t col
 {
 	dnnl_dims_t dims = {rows, cols};
 	dnnl_dims_t strides = {trans ? 1 : cols, trans ? rows : 1};
+#if ONEDNN_V3
+	return dnnl_memory_desc_create_with_strides(md, 2, dims, onednn_dtype(dtype), strides);
+#else
 	return dnnl_memory_desc_init_by_strides(md, 2, dims, onednn_dtype(dtype), strides);
+#endif
 }
 
 /* Builds e->primitive for e->key; leaves it NULL when oneDNN has no implementation. */
 static Dataflow_Status entry_build(Matmul_Onednn *o, Entry *e)
 {
 	const Key *k = &e->key;
-	dnnl_matmul_desc_t desc;
 	dnnl_primitive_attr_t attr = NULL;
 	dnnl_post_ops_t post_ops = NULL;
 	dnnl_primitive_desc_t pd = NULL;
@@ -93,30 +109,49 @@ static Dataflow_Status entry_build(Matmul_Onednn *o, Entry *e)
 	    (s = matrix_md(&e->dst_md, k->M, k->N, 0, k->out_dtype)) != dnnl_success)
 		goto done;
 	what = "matmul setup";
-	if ((s = dnnl_matmul_desc_init(&desc, &e->src_md, &e->weights_md, NULL, &e->dst_md)) != dnnl_success ||
-	    (s = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
+	if ((s = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
 	    (s = dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict)) != dnnl_success ||
-	    (s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) != dnnl_success)
+	    (s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) != dnnl_success ||
+	    (s = dnnl_post_ops_create(&post_ops)) != dnnl_success)
 		goto done;
+#if ONEDNN_V3
+	if (k->alpha != 1.0f &&
+	    (s = dnnl_post_ops_append_eltwise(post_ops, dnnl_eltwise_linear, k->alpha, 0.0f)) != dnnl_success)
+		goto done;
+	if (k->beta != 0.0f && (s = dnnl_post_ops_append_sum(post_ops, k->beta, 0, dnnl_data_type_undef)) != dnnl_success)
+		goto done;
+#else
 	if (k->alpha != 1.0f && (s = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha)) != dnnl_success)
 		goto done;
-	if (k->beta != 0.0f) {
-		if ((s = dnnl_post_ops_create(&post_ops)) != dnnl_success ||
-		    (s = dnnl_post_ops_append_sum(post_ops, k->beta)) != dnnl_success ||
-		    (s = dnnl_primitive_attr_set_post_ops(attr, post_ops)) != dnnl_success)
-			goto done;
-	}
+	if (k->beta != 0.0f && (s = dnnl_post_ops_append_sum(post_ops, k->beta)) != dnnl_success)
+		goto done;
+#endif
+	if ((s = dnnl_primitive_attr_set_post_ops(attr, post_ops)) != dnnl_success)
+		goto done;
 	what = "primitive descriptor creation";
-	s = dnnl_primitive_desc_create(&pd, &desc, attr, o->engine, NULL);
+#if ONEDNN_V3
+	s = dnnl_matmul_primitive_desc_create(&pd, o->engine, e->src_md, e->weights_md, NULL, e->dst_md, attr);
+#else
+	dnnl_matmul_desc_t desc;
+	if ((s = dnnl_matmul_desc_init(&desc, &e->src_md, &e->weights_md, NULL, &e->dst_md)) == dnnl_success)
+		s = dnnl_primitive_desc_create(&pd, &desc, attr, o->engine, NULL);
+#endif
 	if (s == dnnl_unimplemented) {
 		s = dnnl_success;
 		goto done;
 	}
 	if (s != dnnl_success)
 		goto done;
-	const dnnl_memory_desc_t *scratchpad_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	what = "scratchpad query";
+	Md_Ref scratchpad_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+#if ONEDNN_V3
+	if (scratchpad_md && dnnl_memory_desc_get_size(scratchpad_md) > 0 &&
+	    (s = dnnl_memory_desc_clone(&e->scratchpad_md, scratchpad_md)) != dnnl_success)
+		goto done;
+#else
 	if (scratchpad_md) /* else none is needed: the zeroed descriptor has size 0 */
 		e->scratchpad_md = *scratchpad_md;
+#endif
 	what = "primitive creation";
 	s = dnnl_primitive_create(&e->primitive, pd);
 done:
@@ -137,6 +172,12 @@ static Entry *entry_find(Matmul_Onednn *o, const Key *key)
 static void entry_free(Entry *e)
 {
 	dnnl_primitive_destroy(e->primitive);
+#if ONEDNN_V3
+	dnnl_memory_desc_t mds[4] = {e->src_md, e->weights_md, e->dst_md, e->scratchpad_md};
+	for (int i = 0; i < 4; i++)
+		if (mds[i])
+			dnnl_memory_desc_destroy(mds[i]);
+#endif
 	free(e);
 }
 
@@ -202,22 +243,28 @@ Dataflow_Status matmul_onednn_run(Matmul_Onednn *o, int stream_id, const Matmul_
 	if (!e->primitive)
 		return DATAFLOW_ERR_UNSUPPORTED;
 	Stream_Slot *slot = &o->slots[stream_id];
-	if ((st = slot_prepare(o, slot, dnnl_memory_desc_get_size(&e->scratchpad_md))) != DATAFLOW_OK)
+#if ONEDNN_V3
+	size_t scratchpad_bytes = e->scratchpad_md ? dnnl_memory_desc_get_size(e->scratchpad_md) : 0;
+#else
+	size_t scratchpad_bytes = dnnl_memory_desc_get_size(&e->scratchpad_md);
+#endif
+	if ((st = slot_prepare(o, slot, scratchpad_bytes)) != DATAFLOW_OK)
 		return st;
 
 	/* The sum post-op accumulates into D, so D must hold C first. */
 	if (x->beta != 0.0f && x->C != x->D)
 		memcpy(x->D, x->C, (size_t)(x->M * x->N) * dataflow_datatype_size(x->out_dtype));
 
-	/* oneDNN takes non-const handles but only reads A and B. */
-	const dnnl_memory_desc_t *mds[4] = {&e->src_md, &e->weights_md, &e->dst_md, &e->scratchpad_md};
+	/* oneDNN takes non-const handles but only reads A and B; no scratchpad argument when none is needed. */
+	Md_Ref mds[4] = {MD(e->src_md), MD(e->weights_md), MD(e->dst_md), MD(e->scratchpad_md)};
 	void *ptrs[4] = {(void *)x->A, (void *)x->B, x->D, slot->scratchpad};
 	const int arg_ids[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
+	const int num_args = scratchpad_bytes ? 4 : 3;
 	dnnl_exec_arg_t args[4];
 	int made = 0;
 	dnnl_status_t s = dnnl_success;
 	const char *what = "memory creation";
-	for (; made < 4 && s == dnnl_success; made++) {
+	for (; made < num_args && s == dnnl_success; made++) {
 		s = dnnl_memory_create(&args[made].memory, mds[made], o->engine, ptrs[made]);
 		args[made].arg = arg_ids[made];
 	}
@@ -226,7 +273,7 @@ Dataflow_Status matmul_onednn_run(Matmul_Onednn *o, int stream_id, const Matmul_
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 		omp_set_num_threads(x->num_threads); /* this worker's OpenMP team: the handle's thread count */
 #endif
-		s = dnnl_primitive_execute(e->primitive, slot->stream, 4, args);
+		s = dnnl_primitive_execute(e->primitive, slot->stream, num_args, args);
 		if (s == dnnl_success)
 			s = dnnl_stream_wait(slot->stream);
 	}

@@ -255,36 +255,14 @@ RMS_NORM_KERNELS(fp32, DATAFLOW_FP32)
 RMS_NORM_KERNELS(fp16, DATAFLOW_FP16)
 RMS_NORM_KERNELS(bf16, DATAFLOW_BF16)
 
-/* Whole rows per part, at least PART_MIN_BYTES of x each. Shapes were validated by
- * libdataflowops. */
-static Dataflow_Status rms_norm_row_launch(const Op *op, int64_t rows, int64_t hidden, int x_arg,
-					   Dataflow_Launch_Config *config)
+/* Whole rows per part, at least PART_MIN_BYTES of x each. */
+static int row_parts(const Op *op, int64_t rows, int64_t hidden, int x_arg)
 {
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	if (rows <= 0 || hidden <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "%s: rows and hidden must be > 0, got %lld and %lld", op->skeleton.nickname,
-					  (long long)rows, (long long)hidden);
 	int64_t row_bytes = hidden * (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[x_arg]);
-	config->num_parts = dataflow_elementwise_parts(rows, (PART_MIN_BYTES + row_bytes - 1) / row_bytes);
-	return DATAFLOW_OK;
+	return dataflow_elementwise_parts(rows, (PART_MIN_BYTES + row_bytes - 1) / row_bytes);
 }
 
-Dataflow_Status dataflow_host_rms_norm_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					      Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	Rms_Norm_Args a = dataflow_rms_norm_args(op->op_args);
-	return rms_norm_row_launch(op, a.rows, a.hidden, DATAFLOW_RMS_NORM_ARG_X, config);
-}
-
-Dataflow_Status dataflow_host_rms_norm_bwd_x_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						    Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	Rms_Norm_Bwd_X_Args a = dataflow_rms_norm_bwd_x_args(op->op_args);
-	return rms_norm_row_launch(op, a.rows, a.hidden, DATAFLOW_RMS_NORM_BWD_X_ARG_X, config);
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_rms_norm_launch, Rms_Norm_Args, dataflow_rms_norm_args,
+		     row_parts(op, a.rows, a.hidden, DATAFLOW_RMS_NORM_ARG_X))
+DATAFLOW_HOST_LAUNCH(dataflow_host_rms_norm_bwd_x_launch, Rms_Norm_Bwd_X_Args, dataflow_rms_norm_bwd_x_args,
+		     row_parts(op, a.rows, a.hidden, DATAFLOW_RMS_NORM_BWD_X_ARG_X))

@@ -227,44 +227,9 @@ BWD_W_KERNELS(fp32, DATAFLOW_FP32)
 BWD_W_KERNELS(fp16, DATAFLOW_FP16)
 BWD_W_KERNELS(bf16, DATAFLOW_BF16)
 
-static Dataflow_Status check_shape(const Op *op, int64_t rows, int64_t hidden)
-{
-	if (rows <= 0 || hidden <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "%s: rows and hidden must be > 0, got %lld and %lld", op->skeleton.nickname,
-					  (long long)rows, (long long)hidden);
-	return DATAFLOW_OK;
-}
-
-/* Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_rms_norm_bwd_w_partials_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-							     Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	Partials_Args a = dataflow_rms_norm_bwd_w_partials_args(op->op_args);
-	Dataflow_Status st = check_shape(op, a.rows, a.hidden);
-	if (st == DATAFLOW_OK)
-		config->num_parts = dataflow_elementwise_parts(num_blocks(a.rows) * num_chunks(a.hidden), 1);
-	return st;
-}
-
-/* Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_rms_norm_bwd_w_reduce_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-							   Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	Reduce_Args a = dataflow_rms_norm_bwd_w_reduce_args(op->op_args);
-	Dataflow_Status st = check_shape(op, a.rows, a.hidden);
-	if (st != DATAFLOW_OK)
-		return st;
-	int64_t column_groups = (a.hidden + REDUCE_ALIGN - 1) / REDUCE_ALIGN;
-	int parts = dataflow_elementwise_parts(num_blocks(a.rows) * a.hidden, REDUCE_MIN_ELEMENTS);
-	config->num_parts = parts < column_groups ? parts : (int)column_groups;
-	return DATAFLOW_OK;
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_rms_norm_bwd_w_partials_launch, Partials_Args, dataflow_rms_norm_bwd_w_partials_args,
+		     dataflow_elementwise_parts(num_blocks(a.rows) * num_chunks(a.hidden), 1))
+/* parts are groups of REDUCE_ALIGN columns */
+DATAFLOW_HOST_LAUNCH(dataflow_host_rms_norm_bwd_w_reduce_launch, Reduce_Args, dataflow_rms_norm_bwd_w_reduce_args,
+		     dataflow_parts_at_most(dataflow_elementwise_parts(num_blocks(a.rows) * a.hidden, REDUCE_MIN_ELEMENTS),
+					    (a.hidden + REDUCE_ALIGN - 1) / REDUCE_ALIGN))

@@ -97,13 +97,7 @@ SIMD_INLINE void rope(Rope_Args a, int part, int num_parts, float sign, Dataflow
 {
 	int64_t t, end;
 	dataflow_part_range(a.num_tokens, part, num_parts, 1, &t, &end);
-	int level = simd_level();
-	if (level == SIMD_AVX512)
-		rope_rows_avx512(a, t, end, sign, dt);
-	else if (level == SIMD_AVX2)
-		rope_rows_avx2(a, t, end, sign, dt);
-	else
-		rope_rows_scalar(a, t, end, sign, dt);
+	SIMD_DISPATCH(rope_rows, a, t, end, sign, dt);
 }
 
 #define ROPE_VARIANT(dt, dt_enum)                                         \
@@ -119,33 +113,15 @@ ROPE_VARIANT(fp32, DATAFLOW_FP32)
 ROPE_VARIANT(bf16, DATAFLOW_BF16)
 ROPE_VARIANT(fp16, DATAFLOW_FP16)
 
-/* Both ops (rope_bwd's arguments are laid out as rope's). Sizes were validated by
- * libdataflowops (head_dim even and at most DATAFLOW_ROPE_MAX_HEAD_DIM: the stack tables). */
-static Dataflow_Status rope_launch(const Op *op, Dataflow_Launch_Config *config)
+/* Both ops (rope_bwd's arguments are laid out as rope's). The signature keeps head_dim even
+ * and at most DATAFLOW_ROPE_MAX_HEAD_DIM (the kernels' stack tables). */
+static int rope_parts(const Op *op, Rope_Args a)
 {
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	Rope_Args a = dataflow_rope_args(op->op_args);
-	int64_t num_tokens = a.num_tokens;
-	int64_t numel = num_tokens * a.num_heads * a.head_dim;
 	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_ROPE_ARG_X]);
-	int parts = dataflow_elementwise_parts(numel, PART_MIN_BYTES / size);
-	config->num_parts = parts < num_tokens ? parts : (int)num_tokens;
-	return DATAFLOW_OK;
+	return dataflow_parts_at_most(dataflow_elementwise_parts(a.num_tokens * a.num_heads * a.head_dim,
+								 PART_MIN_BYTES / size),
+				      a.num_tokens);
 }
 
-Dataflow_Status dataflow_host_rope_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					  Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return rope_launch(op, config);
-}
-
-Dataflow_Status dataflow_host_rope_bwd_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					      Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	return rope_launch(op, config);
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_rope_launch, Rope_Args, dataflow_rope_args, rope_parts(op, a))
+DATAFLOW_HOST_LAUNCH(dataflow_host_rope_bwd_launch, Rope_Args, dataflow_rope_args, rope_parts(op, a))

@@ -41,5 +41,5 @@ SCALE_KERNEL(fp32, DATAFLOW_FP32)
 SCALE_KERNEL(fp16, DATAFLOW_FP16)
 SCALE_KERNEL(bf16, DATAFLOW_BF16)
 
-DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_scale_launch, dataflow_scale_args,
-				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SCALE_ARG_OUT]), 0)
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_scale_launch, Scale_Args, dataflow_scale_args,
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SCALE_ARG_OUT]))

@@ -48,6 +48,5 @@ void dataflow_host_set_mem_bf16(void **args, int part, int num_parts)
 	set_mem_part(&value, sizeof(value), &a, part, num_parts);
 }
 
-/* Shapes were validated by libdataflowops. */
-DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_set_mem_launch, dataflow_set_mem_args,
-				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SET_MEM_ARG_X]), 0)
+DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_set_mem_launch, Dataflow_Set_Mem_Args, dataflow_set_mem_args,
+				 PART_MIN_BYTES / (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[DATAFLOW_SET_MEM_ARG_X]))

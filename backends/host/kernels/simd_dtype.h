@@ -123,13 +123,7 @@ SIMD_TARGET_AVX2 SIMD_INLINE __m256 simd_round8_avx2(__m256 x, DataflowDatatype 
 	}                                                                                              \
 	static void name(const Args *a, int64_t begin, int64_t end)                                    \
 	{                                                                                              \
-		int level = simd_level();                                                              \
-		if (level == SIMD_AVX512)                                                              \
-			name##_avx512(a, begin, end);                                                  \
-		else if (level == SIMD_AVX2)                                                           \
-			name##_avx2(a, begin, end);                                                    \
-		else                                                                                   \
-			name##_scalar(a, begin, end);                                                  \
+		SIMD_DISPATCH(name, a, begin, end);                                                    \
 	}
 
 /* Defines the host kernel `kernel`: unpacks its arguments into `Args a` with unpack, takes

@@ -138,35 +138,13 @@ SWIGLU_KERNELS(bf16, DATAFLOW_BF16)
 
 /* ---- launch (both ops: rows * ffn elements of the dtype) ---- */
 
-static Dataflow_Status swiglu_launch_parts(const Op *op, int64_t rows, int64_t ffn, int tensor_arg,
-					   Dataflow_Launch_Config *config)
+static int swiglu_parts(const Op *op, int64_t rows, int64_t ffn, int tensor_arg)
 {
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
-	if (rows <= 0 || ffn <= 0)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "%s: rows and ffn must be > 0, got %lld and %lld", op->skeleton.nickname,
-					  (long long)rows, (long long)ffn);
 	int64_t size = (int64_t)dataflow_datatype_size(op->skeleton.arg_dtypes[tensor_arg]);
-	config->num_parts = dataflow_elementwise_parts(rows * ffn, PART_MIN_BYTES / size);
-	return DATAFLOW_OK;
+	return dataflow_elementwise_parts(rows * ffn, PART_MIN_BYTES / size);
 }
 
-/* Shapes were validated by libdataflowops. */
-Dataflow_Status dataflow_host_swiglu_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-					    Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	Swiglu_Args a = dataflow_swiglu_args(op->op_args);
-	return swiglu_launch_parts(op, a.rows, a.ffn, DATAFLOW_SWIGLU_ARG_OUT, config);
-}
-
-Dataflow_Status dataflow_host_swiglu_bwd_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-						Dataflow_Launch_Config *config)
-{
-	(void)handle;
-	(void)op_state;
-	Swiglu_Bwd_Args a = dataflow_swiglu_bwd_args(op->op_args);
-	return swiglu_launch_parts(op, a.rows, a.ffn, DATAFLOW_SWIGLU_BWD_ARG_D_GATE, config);
-}
+DATAFLOW_HOST_LAUNCH(dataflow_host_swiglu_launch, Swiglu_Args, dataflow_swiglu_args,
+		     swiglu_parts(op, a.rows, a.ffn, DATAFLOW_SWIGLU_ARG_OUT))
+DATAFLOW_HOST_LAUNCH(dataflow_host_swiglu_bwd_launch, Swiglu_Bwd_Args, dataflow_swiglu_bwd_args,
+		     swiglu_parts(op, a.rows, a.ffn, DATAFLOW_SWIGLU_BWD_ARG_D_GATE))

@@ -22,8 +22,6 @@ _Static_assert(DATAFLOW_ADD_ARG_N == 0 && DATAFLOW_SCALE_ARG_N == 0 && DATAFLOW_
 
 static Dataflow_Status elementwise(const Op *op, Dataflow_Launch_Config *c)
 {
-	if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
-		return dataflow_last_status();
 	int64_t n = *(const int64_t *)op->op_args[0];
 	if (n > (int64_t)UINT32_MAX)
 		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED, "%s (vulkan): n: at most %u elements, got %lld",
@@ -84,8 +82,6 @@ Dataflow_Status dataflow_vulkan_matmul_init(Dataflow_Handle *handle, const Op_Sk
 
 Dataflow_Status dataflow_vulkan_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
-	if (dataflow_op_require_tensors(op, 1u << DATAFLOW_MATMUL_ARG_C) != DATAFLOW_OK)
-		return dataflow_last_status();
 	Dataflow_Matmul_Args a = dataflow_matmul_args(op->op_args);
 	if (a.M * a.K > (int64_t)UINT32_MAX || a.K * a.N > (int64_t)UINT32_MAX || a.M * a.N > (int64_t)UINT32_MAX)
 		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,

@@ -7,17 +7,18 @@
  *
  * libdataflow_<name>.so exports dataflow_<name>_backend_init (Dataflow_Backend_Init_Fn), which
  * fills the handle's iface and ctx. Every public dataflow_* call validates its arguments once
- * (the handle is open, stream ids, registered ops and their arguments, pointers against the
- * memory ledger, sizes) and then calls the interface, so an entry receives only arguments that
- * passed those checks and repeats none of them. The memory ledger (capacity, accounting,
- * stream-ordered frees, host ranges, peer links) is libdataflow's: a backend provides raw
- * allocation and release, and events the ledger orders frees with. */
+ * (the handle is open, stream ids, registered ops and their arguments against their signatures,
+ * pointers against the memory ledger, sizes) and then calls the interface, so an entry receives
+ * only arguments that passed those checks and repeats none of them. The memory ledger
+ * (capacity, accounting, stream-ordered frees, host ranges, peer links) is libdataflow's: a
+ * backend provides raw allocation and release, and events the ledger orders frees with. */
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "dataflow/handle.h"
 #include "dataflow/op_impl.h"
+#include "dataflow/op_signature.h"
 
 /* Bumped whenever the handle struct or the interface changes; a backend states the version it
  * was built against in iface->version and libdataflow refuses another. */
@@ -39,8 +40,8 @@ typedef struct {
 	void *record;                  /* native ops: the backend's, from load_native_code */
 	Dataflow_External_Fn external; /* external ops; NULL for native ones */
 	Dataflow_Op_State state;       /* made by the op's init, or given to register_external_func */
-	/* An op registered with a signature (dataflow/op_signature.h) will keep it compiled here,
-	 * for dataflow_submit_op to check each submission against. */
+	/* compiled at registration (NULL: registered without one); every submission passed it */
+	Dataflow_Op_Signature *signature;
 } Dataflow_Op_Entry;
 
 struct Dataflow_Handle {

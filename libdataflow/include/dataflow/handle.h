@@ -85,20 +85,34 @@ int dataflow_handle_num_streams(const Dataflow_Handle *handle);
  * wrappers, from which an op library (libdataflowops) registers its ops; NULL if none. */
 const char *dataflow_handle_default_ops_library(const Dataflow_Handle *handle);
 
-/* compute */
+/* compute
+ *
+ * Registration: each op may come with a signature (dataflow/op_signature.h: roles, extents,
+ * nullability and aliasing of its tensors, requirements on its scalars), compiled here once;
+ * signatures has one entry per op (an entry, or the whole array, NULL: that op has none). A
+ * signature that does not compile fails the whole call, naming the op, and registers nothing.
+ * flags: DATAFLOW_REGISTER_REPLACE to replace ops already registered. */
 Dataflow_Status dataflow_register_native_code(Dataflow_Handle *handle, const char *code_path,
 					      const char *launch_library_path, int num_ops,
 					      const Op_Skeleton *skeletons, const char *const *kernel_symbols,
 					      const char *const *launch_symbols, const char *const *init_symbols,
-					      int flags);
+					      const char *const *signatures, int flags);
 Dataflow_Status dataflow_register_external_code(Dataflow_Handle *handle, const char *library_path, int num_ops,
 						const Op_Skeleton *skeletons, const char *const *func_symbols,
-						const char *const *init_symbols, int flags);
+						const char *const *init_symbols, const char *const *signatures,
+						int flags);
 /* Registers an in-process function; the handle takes ownership of state (may be NULL). */
 Dataflow_Status dataflow_register_external_func(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
-						Dataflow_External_Fn func, const Dataflow_Op_State *state, int flags);
+						Dataflow_External_Fn func, const Dataflow_Op_State *state,
+						const char *signature, int flags);
 /* 1 if an op with this skeleton's fingerprint is registered on the handle, else 0. */
 int dataflow_op_is_registered(Dataflow_Handle *handle, const Op_Skeleton *skeleton);
+/* The checks dataflow_submit_op makes, without submitting: the op is registered, its skeleton
+ * is the registered one, every op_args entry is non-NULL, and its arguments satisfy the op's
+ * signature (with the handle's memory as the range check), or, for an op registered without
+ * one, every non-NULL tensor lies in memory of the handle. Lets a caller submit several ops
+ * all or none. */
+Dataflow_Status dataflow_op_check(Dataflow_Handle *handle, const Op *op);
 Dataflow_Status dataflow_submit_op(Dataflow_Handle *handle, const Op *op, int stream_id);
 Dataflow_Status dataflow_submit_host_op(Dataflow_Handle *handle, Dataflow_Host_Fn func, void *arg, int stream_id);
 

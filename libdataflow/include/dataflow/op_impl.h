@@ -3,7 +3,12 @@
 
 /* For op authors: the functions a native op provides next to its kernel (an init that makes
  * per-op state at registration, a launch function run at every submission) and the launch
- * configuration it fills. Users of ops do not need this header. */
+ * configuration it fills. Users of ops do not need this header.
+ *
+ * Launch functions, kernels and external functions see only submissions that passed
+ * dataflow_submit_op's checks: for an op registered with a signature (dataflow/op_signature.h)
+ * its requirements, extents, NULLs and overlaps. They trust their arguments and check nothing
+ * the signature says; what it cannot say is theirs to check. */
 
 #include <stdint.h>
 
@@ -25,13 +30,5 @@ typedef Dataflow_Status (*Dataflow_Launch_Fn)(Dataflow_Handle *handle, const Op 
 					      Dataflow_Launch_Config *config);
 /* A host-backend native kernel: one call per part, args as in Op.op_args. */
 typedef void (*Dataflow_Host_Kernel)(void **args, int part, int num_parts);
-
-/* OK unless a tensor argument of op whose bit is clear in `nullable` (bit i: argument i may be
- * NULL) is NULL; then DATAFLOW_ERR_INVALID_ARGUMENT naming the op and the argument. A launch
- * function calls it so that a NULL reaching submit_op fails there instead of in the kernel,
- * until the op is registered with a signature (dataflow/op_signature.h) that says the same:
- *     if (dataflow_op_require_tensors(op, 0) != DATAFLOW_OK)
- *         return dataflow_last_status(); */
-Dataflow_Status dataflow_op_require_tensors(const Op *op, uint32_t nullable);
 
 #endif

@@ -4,9 +4,12 @@
 /* What an op's arguments must satisfy, beyond their datatypes: which tensors are read and
  * written, how many elements each must hold (in terms of the scalar arguments), which may be
  * NULL or alias each other, and requirements on the scalars. An op may be registered with a
- * signature (a string, compiled once at registration); the dispatch layer then checks every
- * submission of the op against it before the backend sees it, so kernels can trust their
- * arguments. Nothing here knows any particular op.
+ * signature (the signatures argument of dataflow_register_native_code / _external_code /
+ * _external_func, dataflow/handle.h), compiled once there; dataflow_submit_op checks every
+ * submission of the op against it, with the handle's memory (its allocations, registered host
+ * ranges, enabled peers) as the range check, before the backend sees it, so kernels can trust
+ * their arguments. Nothing here knows any particular op; compile and check are also public for
+ * tools and tests.
  *
  * Grammar (whitespace, newlines included, may separate any two tokens):
  *

@@ -56,35 +56,39 @@ static inline int dataflow_elementwise_parts(int64_t n, int64_t min_per_part)
 		run(args, part, num_parts, fp16);                                                     \
 	}
 
-/* Defines the launch function `name` of an elementwise op whose arguments (unpacked with
- * unpack, as dataflow/op_args.h's dataflow_<op>_args) hold its element count n: parts of at
- * least min_per_part elements (an expression that may use op). nullable: the tensors that may
- * be NULL (dataflow_op_require_tensors). */
-#define DATAFLOW_HOST_ELEMENTWISE_LAUNCH(name, unpack, min_per_part, nullable)                        \
+/* parts, or most if that is fewer (most >= 1) */
+static inline int dataflow_parts_at_most(int parts, int64_t most)
+{
+	return parts < most ? parts : (int)most;
+}
+
+/* Defines the launch function `name` of an op that chooses only its number of parts: with
+ * `Args a = unpack(op->op_args)` (unpack as dataflow/op_args.h's dataflow_<op>_args), parts is
+ * an int expression that may use a and op. It checks nothing: sizes and tensors are the op's
+ * signature's to require (dataflow/op_signature.h), and dataflow_submit_op checked them. */
+#define DATAFLOW_HOST_LAUNCH(name, Args, unpack, parts)                                               \
 	Dataflow_Status name(Dataflow_Handle *handle, const Op *op, void *op_state, Dataflow_Launch_Config *config) \
 	{                                                                                             \
 		(void)handle;                                                                         \
 		(void)op_state;                                                                       \
-		if (dataflow_op_require_tensors(op, nullable) != DATAFLOW_OK)                         \
-			return dataflow_last_status();                                                \
-		int64_t n = unpack(op->op_args).n;                                                    \
-		if (n < 0)                                                                            \
-			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: n: expected >= 0, got %lld", \
-						  op->skeleton.nickname, (long long)n);               \
-		config->num_parts = dataflow_elementwise_parts(n, min_per_part);                      \
+		Args a = unpack(op->op_args);                                                         \
+		config->num_parts = (parts);                                                          \
 		return DATAFLOW_OK;                                                                   \
 	}
 
+/* The launch function of an elementwise op whose arguments hold its element count n: parts of
+ * at least min_per_part elements (an expression that may use op). */
+#define DATAFLOW_HOST_ELEMENTWISE_LAUNCH(name, Args, unpack, min_per_part)                            \
+	DATAFLOW_HOST_LAUNCH(name, Args, unpack, dataflow_elementwise_parts(a.n, min_per_part))
+
 /* Defines the launch function `name` of an op whose kernel runs as one part (a reduction
- * whose order must not depend on the thread count, or too little work to split). nullable: as
- * for DATAFLOW_HOST_ELEMENTWISE_LAUNCH. */
-#define DATAFLOW_HOST_ONE_PART_LAUNCH(name, nullable)                                                 \
+ * whose order must not depend on the thread count, or too little work to split). */
+#define DATAFLOW_HOST_ONE_PART_LAUNCH(name)                                                           \
 	Dataflow_Status name(Dataflow_Handle *handle, const Op *op, void *op_state, Dataflow_Launch_Config *config) \
 	{                                                                                             \
 		(void)handle;                                                                         \
+		(void)op;                                                                             \
 		(void)op_state;                                                                       \
-		if (dataflow_op_require_tensors(op, nullable) != DATAFLOW_OK)                         \
-			return dataflow_last_status();                                                \
 		config->num_parts = 1;                                                                \
 		return DATAFLOW_OK;                                                                   \
 	}

@@ -1,0 +1,263 @@
+#ifndef DATAFLOW_BLOCKED_MODEL_H
+#define DATAFLOW_BLOCKED_MODEL_H
+
+#include <stdint.h>
+
+#include "dataflow/handle.h"
+#include "dataflow/llama_config.h"
+
+/* The blocked-model interface: a model as a chain of blocks whose memory the CALLER places.
+ *
+ * A Dataflow_Blocked_Model knows the architecture (and holds a few hundred bytes of constant
+ * tables, e.g. RoPE frequencies, on its handle) but owns no weights, gradients, optimizer state
+ * or activations. Every per-block function takes explicit device pointers for the block's
+ * memory (Dataflow_Block_Memory) and for the activations it reads and writes
+ * (Dataflow_Block_Args), submits ops on the given stream and returns: no host sync, no
+ * allocation, no host-side state changes, so the same blocks can be driven by the
+ * all-resident model (dataflow_llama_*, models.h), by a ring of device slots, or by a test
+ * from memory it allocated itself.
+ *
+ * Blocks of a Llama (num_layers + 2), each ONE contiguous array per kind:
+ *   block 0              EMBEDDING  model.embed_tokens.weight
+ *   block 1 + l          LAYER      model.layers.{l}.* (q, k, v, o, gate, up, down,
+ *                                   input_layernorm, post_attention_layernorm, in that order)
+ *   block num_layers + 1 HEAD       model.norm.weight, lm_head.weight (untied only)
+ * Tensors start at multiples of DATAFLOW_LLAMA_ALIGN elements inside their block
+ * (dataflow_blocked_model_tensor gives names, shapes and offsets); the padding must be zero in
+ * every kind and stays zero through training. A tied model's head reads the embedding block's
+ * weights and adds into its gradient (args.tied).
+ *
+ * Activations, for a chunk of T tokens (T = batch->num_tokens; H = hidden_size):
+ *   x, y    the block's input and output hidden states [T, H] (model dtype): y of block b is
+ *           x of block b + 1. The caller keeps the inputs it needs for the backward (the
+ *           residual stream entering each layer).
+ *   saved   what a layer keeps from its forward to its backward beyond x, at a save level:
+ *             DATAFLOW_SAVE_INPUT      nothing: the backward reruns the whole layer forward
+ *             DATAFLOW_SAVE_ATTENTION  attention output + logsumexp: reruns all but attention
+ *             DATAFLOW_SAVE_ALL        everything: no recompute
+ *           The head saves everything at every level (its forward, loss and backward run back
+ *           to back); the embedding saves nothing.
+ *   recomputed  the activations the level does not save: written by forward and recompute,
+ *           read by the backward; scratch between chunks.
+ *   dacts   activation gradients that backward_x hands to backward_w of the same chunk.
+ *   workspace  scratch of one call, free once the call's ops have run (stream order).
+ * Sizes are exact functions of T (each array 64-byte aligned): dataflow_block_acts_bytes,
+ * dataflow_blocked_model_workspace_bytes. The per-token figures in Dataflow_Block_Sizes are
+ * their slopes, for planning. Layouts depend on (level, T) only: a saved buffer written by a
+ * forward at (level, T) is read back by a recompute/backward at the same (level, T), wherever
+ * it was moved in between.
+ *
+ * Gradients are fp32 and ACCUMULATE (backward_w adds; zero them with set_mem). AdamW state
+ * (m, v) is fp32; optional fp32 master weights (bf16 models) are the copy AdamW updates, the
+ * bf16 weights being its rounding.
+ *
+ * Losses stay on the device: the head writes the cross-entropy of every token (fp32, 0 where
+ * the label is ignored) into args.token_losses, wherever the caller points it (e.g. the
+ * chunk's slice of a step-long array). The loss of a batch is loss_scale * the fp64 sum of its
+ * token losses in token order (dataflow_batch_loss, on a host copy read once per step).
+ *
+ * How a ring drives it (issue 9: chunks of a step, layer-major, offload and prefetch):
+ *   per step:   set_mem(grads of every block, 0); inbound each chunk's packed batch (one
+ *               buffer per chunk, dataflow_batch_from_buffer)
+ *   forward:    for each chunk c: forward(block 0) -> X[0][c]
+ *               for each layer l (ring slot holds W[l]; W[l + 1] prefetched meanwhile):
+ *                 for each chunk c: forward(l, x = X[l][c], y = X[l + 1][c], saved = S[l][c],
+ *                                           recomputed = scratch)
+ *                   offload X[l][c] and S[l][c] (outbound stream, after an event), or keep them
+ *   turn:       for each chunk c (head resident): forward(head, x = X[L][c], token_losses =
+ *               losses + offset(c), loss_scale) ; backward_x(head) -> dX[c] ; backward_w(head)
+ *   backward:   for each layer l from the last (slots reversed: no refetch of the last ones),
+ *                 for each chunk c in reverse (X[l][c], S[l][c] prefetched in reverse order):
+ *                   recompute(l, level) ; backward_x(l, dy = dX[c], dx = dX'[c]) ;
+ *                   backward_w(l, grads of slot l) -- gradients accumulate over chunks
+ *                 then grad_norm_sq(l, accumulate) and send grad[l] to the host (or keep it)
+ *                 (the resident model sums blocks 0..N-1; another order gives the same norm
+ *                 up to fp64 rounding)
+ *               for each chunk c: backward_w(block 0, dy = dX[c])
+ *   optimizer:  clip_by_global_norm(sumsq -> scale) once every block's norm is in, then
+ *               adamw(b, scale) per block, on the device with param/grad/m/v/master streamed
+ *               through slots, or on a host handle; read token losses + norm: one sync.
+ * Long sequences: a document longer than a chunk runs as consecutive chunks whose layer
+ * forward attends over a K/V context (args.kv) of the earlier chunks, with positions that
+ * continue and the label of a chunk's last token being the next chunk's first; backward
+ * through a context (dK/dV accumulated across chunks) is not provided yet (the backward
+ * calls refuse args.kv). The head's saved activations hold the chunk's logits [T, vocab]:
+ * the chunk size bounds them. */
+
+/* ---- batches ---- */
+
+/* A packed chunk: num_tokens tokens holding num_docs documents back to back (cu_seqlens,
+ * FlashAttention's varlen convention), positions restarting at 0 in each document, attention
+ * causal within a document. Labels are ALIGNED to positions: labels[t] is the token the
+ * logits at t must predict (next-token targets, already shifted; DATAFLOW_LLAMA_IGNORE_INDEX
+ * where none, e.g. at each document's last token). Every array is int32 device memory. */
+typedef struct {
+	int64_t num_tokens;
+	int64_t num_docs;
+	const int32_t *tokens;     /* [num_tokens], ids in [0, vocab) (not checked here) */
+	const int32_t *labels;     /* [num_tokens], aligned targets or -100; NULL: no loss */
+	const int32_t *cu_seqlens; /* [num_docs + 1], 0 = cu[0] <= ... <= cu[num_docs] = num_tokens */
+	const int32_t *positions;  /* [num_tokens], restarting at 0 per document */
+} Dataflow_Llama_Batch;
+
+/* One int32 buffer holds a whole batch, so it goes up in ONE inbound transfer:
+ *   tokens [T], positions [T], labels [T] (with_labels only), cu_seqlens [D + 1]
+ * numel: the buffer's length in int32 elements (-1: invalid sizes). */
+int64_t dataflow_batch_buffer_numel(int64_t num_tokens, int64_t num_docs, int with_labels);
+/* Points batch's arrays into buffer (device or host; nothing is read). */
+Dataflow_Status dataflow_batch_from_buffer(const int32_t *buffer, int64_t num_tokens, int64_t num_docs,
+					   int with_labels, Dataflow_Llama_Batch *batch);
+/* loss_scale * (sum of token_losses[0..n) in fp64, in order), rounded to fp32: the loss of a
+ * batch from a host copy of its token losses. */
+float dataflow_batch_loss(const float *token_losses, int64_t n, float loss_scale);
+
+/* ---- the model and its blocks ---- */
+
+typedef struct Dataflow_Blocked_Model Dataflow_Blocked_Model;
+
+typedef enum { DATAFLOW_BLOCK_EMBEDDING = 0, DATAFLOW_BLOCK_LAYER = 1, DATAFLOW_BLOCK_HEAD = 2 } Dataflow_Block_Role;
+
+/* Which copy of a block (or tensor). */
+typedef enum {
+	DATAFLOW_BLOCK_PARAM = 0,  /* config.dtype */
+	DATAFLOW_BLOCK_GRAD = 1,   /* fp32 */
+	DATAFLOW_BLOCK_ADAM_M = 2, /* fp32 */
+	DATAFLOW_BLOCK_ADAM_V = 3, /* fp32 */
+	DATAFLOW_BLOCK_MASTER = 4, /* fp32 master weights (bf16 models only) */
+	DATAFLOW_BLOCK_NUM_KINDS = 5
+} Dataflow_Block_Kind;
+
+typedef enum {
+	DATAFLOW_SAVE_INPUT = 0,
+	DATAFLOW_SAVE_ATTENTION = 1,
+	DATAFLOW_SAVE_ALL = 2,
+	DATAFLOW_NUM_SAVE_LEVELS = 3
+} Dataflow_Save_Level;
+
+typedef struct {
+	Dataflow_Block_Role role;
+	int64_t numel;                            /* elements of every kind, padding included */
+	int64_t bytes[DATAFLOW_BLOCK_NUM_KINDS];  /* per kind; MASTER: 0 for an fp32 model */
+	/* activations per token (slopes of dataflow_block_acts_bytes) */
+	int64_t saved_bytes_per_token[DATAFLOW_NUM_SAVE_LEVELS];
+	int64_t recomputed_bytes_per_token[DATAFLOW_NUM_SAVE_LEVELS];
+	int64_t dacts_bytes_per_token;
+} Dataflow_Block_Sizes;
+
+/* A named tensor: where it lives inside its block. */
+typedef struct {
+	char name[DATAFLOW_LLAMA_NAME_MAX]; /* Hugging Face name, e.g. "model.layers.0.mlp.up_proj.weight" */
+	int ndim;                           /* 1 or 2 */
+	int64_t shape[2];                   /* Hugging Face shape ([out, in] for linear weights) */
+	int64_t numel;
+	DataflowDatatype dtype;
+	void *ptr;                          /* device pointer when given by a model that owns memory, else NULL */
+	int block;                          /* which block holds it */
+	int64_t offset;                     /* element offset inside the block */
+} Dataflow_Llama_Tensor;
+
+/* Checks the config and uploads the RoPE table (synchronizes stream 0 of the handle once). */
+Dataflow_Status dataflow_llama_blocked_model_create(Dataflow_Handle *handle, const Dataflow_Llama_Config *config,
+						    Dataflow_Blocked_Model **model);
+/* Waits for the handle's queued work, then frees the tables (NULL: no-op). */
+void dataflow_blocked_model_destroy(Dataflow_Blocked_Model *model);
+/* The config with defaults filled in (head_dim). */
+const Dataflow_Llama_Config *dataflow_blocked_model_config(const Dataflow_Blocked_Model *model);
+int dataflow_blocked_model_num_blocks(const Dataflow_Blocked_Model *model);
+Dataflow_Status dataflow_blocked_model_block_sizes(const Dataflow_Blocked_Model *model, int block,
+						   Dataflow_Block_Sizes *sizes);
+/* Named tensors (9 per layer + 2, + 1 when untied), in Hugging Face's named_parameters()
+ * order; ptr NULL, dtype the PARAM dtype. */
+int dataflow_blocked_model_num_tensors(const Dataflow_Blocked_Model *model);
+Dataflow_Status dataflow_blocked_model_tensor(const Dataflow_Blocked_Model *model, int index,
+					      Dataflow_Llama_Tensor *tensor);
+
+/* Exact bytes, for chunks of num_tokens tokens, of a block's saved and recomputed activations
+ * at a level and of its dacts (any pointer may be NULL). -1 and an error for bad arguments. */
+Dataflow_Status dataflow_block_acts_bytes(const Dataflow_Blocked_Model *model, int block, Dataflow_Save_Level level,
+					  int64_t num_tokens, int64_t *saved, int64_t *recomputed, int64_t *dacts);
+/* Bytes of the workspace of any per-block call on chunks of up to num_tokens tokens (0: of the
+ * optimizer calls only, which need less than any chunk). -1 for bad arguments. */
+int64_t dataflow_blocked_model_workspace_bytes(const Dataflow_Blocked_Model *model, int64_t num_tokens);
+
+/* ---- per-block calls ---- */
+
+/* A block's memory; each kind [numel] (sizes.bytes). Pointers a call does not use may be NULL:
+ * forward / recompute / backward_x read param; backward_w adds into grad; adamw updates param,
+ * m, v and master from grad (master NULL: a bf16 param is updated through fp32 and rounded
+ * back, losing updates under half a bf16 step). */
+typedef struct {
+	void *param;
+	float *grad;
+	float *m, *v;
+	float *master;
+} Dataflow_Block_Memory;
+
+/* Keys and values of earlier tokens for a layer forward (KV cache, chunked long sequences):
+ * the chunk is ONE document (num_docs 1) continuing those tokens; its keys (after RoPE) and
+ * values are written at rows past.. of k and v ([capacity, num_kv_heads, head_dim], model
+ * dtype) and it attends causally (bottom-right) over rows [0, past + T). */
+typedef struct {
+	void *k, *v;
+	int64_t past;
+	const int32_t *cu_k;  /* device {0, past + T} */
+} Dataflow_Block_KV;
+
+/* The activations and data of one call (see the top of this header); which fields a call
+ * reads or writes:
+ *                forward                 recompute        backward_x            backward_w
+ *   EMBEDDING    batch -> y              -                -                     batch, dy
+ *   LAYER        x -> y, saved,          x, saved ->      x, saved, recomputed, x, saved, recomputed,
+ *                recomputed (kv)         recomputed       dy -> dx, dacts       dy, dacts
+ *   HEAD         x -> saved; y = logits  -                x, saved ->           x, saved, dacts
+ *                or labels -> token_losses                 dx, dacts
+ * Every call may use workspace. */
+typedef struct {
+	const Dataflow_Llama_Batch *batch;  /* the chunk (always required) */
+	Dataflow_Save_Level level;          /* layers: the save level the saved buffer was laid out for */
+	const void *x;                      /* [T, H] block input */
+	void *y;                            /* [T, H] block output; head: logits [T, vocab] or NULL */
+	void *saved;
+	void *recomputed;
+	const void *dy;                     /* [T, H] gradient at y; backward_w reads it too */
+	void *dx;                           /* [T, H] gradient at x (written, not added; not dy) */
+	void *dacts;
+	void *workspace;
+	/* head forward for training (batch->labels required): y NULL, logits stay in saved and
+	 * become dlogits = loss_scale * (softmax - onehot); token_losses fp32 [T] */
+	float *token_losses;
+	float loss_scale;
+	const Dataflow_Block_Memory *tied;  /* tied head: the embedding block's memory */
+	const Dataflow_Block_KV *kv;        /* layer forward: context (NULL: the chunk alone) */
+} Dataflow_Block_Args;
+
+Dataflow_Status dataflow_block_forward(const Dataflow_Blocked_Model *model, int block, int stream,
+				       const Dataflow_Block_Memory *memory, const Dataflow_Block_Args *args);
+/* Rebuilds a layer's recomputed activations from x and saved (no-op at DATAFLOW_SAVE_ALL and
+ * for the embedding and head); bit for bit what the forward wrote. */
+Dataflow_Status dataflow_block_recompute(const Dataflow_Blocked_Model *model, int block, int stream,
+					 const Dataflow_Block_Memory *memory, const Dataflow_Block_Args *args);
+/* Gradient at the block's input (dx) and the dacts backward_w needs; no-op for the embedding. */
+Dataflow_Status dataflow_block_backward_x(const Dataflow_Blocked_Model *model, int block, int stream,
+					  const Dataflow_Block_Memory *memory, const Dataflow_Block_Args *args);
+/* Adds the block's weight gradients (fp32) into memory->grad (tied head: also tied->grad). */
+Dataflow_Status dataflow_block_backward_w(const Dataflow_Blocked_Model *model, int block, int stream,
+					  const Dataflow_Block_Memory *memory, const Dataflow_Block_Args *args);
+
+/* sumsq (device fp64 [1]) = (accumulate ? sumsq : 0) + sum of grad^2 over the block,
+ * deterministically (grad_norm_sq). */
+Dataflow_Status dataflow_block_grad_norm_sq(const Dataflow_Blocked_Model *model, int block, int stream,
+					    const float *grad, void *workspace, double *sumsq, int accumulate);
+
+typedef struct {
+	double lr, beta1, beta2, eps, weight_decay;
+} Dataflow_AdamW_Params;
+
+/* One torch.optim.AdamW step (step counts from 1) over the block: memory param, grad, m, v
+ * (and master when non-NULL); grad scaled by clip_scale[0] (device fp32, e.g. written by
+ * clip_by_global_norm; NULL: no clipping). */
+Dataflow_Status dataflow_block_adamw(const Dataflow_Blocked_Model *model, int block, int stream,
+				     const Dataflow_Block_Memory *memory, const Dataflow_AdamW_Params *params,
+				     const float *clip_scale, int64_t step);
+
+#endif

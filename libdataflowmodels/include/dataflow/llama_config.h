@@ -1,0 +1,34 @@
+#ifndef DATAFLOW_LLAMA_CONFIG_H
+#define DATAFLOW_LLAMA_CONFIG_H
+
+#include <stdint.h>
+
+#include "dataflow/datatype.h"
+
+/* The architecture of a Llama-3-family decoder (GQA, RoPE with optional Llama-3 scaling,
+ * RMSNorm, SwiGLU, tied or untied embeddings), in Hugging Face LlamaConfig's terms. */
+
+#define DATAFLOW_LLAMA_ALIGN 32 /* tensors start at multiples of this many elements in a block */
+#define DATAFLOW_LLAMA_IGNORE_INDEX (-100)
+#define DATAFLOW_LLAMA_NAME_MAX 96
+
+typedef struct {
+	int64_t vocab_size;
+	int64_t hidden_size;
+	int64_t intermediate_size;
+	int64_t num_layers;
+	int64_t num_heads;
+	int64_t num_kv_heads;    /* divides num_heads */
+	int64_t head_dim;        /* 0: hidden_size / num_heads */
+	float rms_eps;
+	float rope_theta;
+	/* Llama-3 rope scaling (HF rope_scaling rope_type "llama3"); factor 0: none. */
+	float rope_factor;
+	float rope_low_freq_factor;
+	float rope_high_freq_factor;
+	float rope_original_max_position;
+	int tie_embeddings;      /* lm_head shares embed_tokens.weight */
+	DataflowDatatype dtype;  /* weights and activations: DATAFLOW_FP32 or DATAFLOW_BF16 */
+} Dataflow_Llama_Config;
+
+#endif

@@ -1,0 +1,106 @@
+#ifndef DATAFLOWMODELS_BLOCKED_INTERNAL_H
+#define DATAFLOWMODELS_BLOCKED_INTERNAL_H
+
+/* Private to libdataflowmodels: the blocked Llama's definition and the layouts of the
+ * activation, dacts and workspace buffers the per-block calls carve. */
+
+#include "dataflow/blocked_model.h"
+#include "dataflow/ops.h"
+
+#define TRY(expr)                                          \
+	do {                                               \
+		Dataflow_Status st_ = (expr);              \
+		if (st_ != DATAFLOW_OK)                    \
+			return st_;                        \
+	} while (0)
+
+/* a layer block's tensors, in block order */
+enum { LLAMA_Q, LLAMA_K, LLAMA_V, LLAMA_O, LLAMA_GATE, LLAMA_UP, LLAMA_DOWN, LLAMA_LN1, LLAMA_LN2,
+       LLAMA_PER_LAYER };
+
+/* a layer's activations; the first two are saved from DATAFLOW_SAVE_ATTENTION up, the rest only
+ * at DATAFLOW_SAVE_ALL */
+enum { ACT_ATT, ACT_LSE, ACT_XN1, ACT_Q, ACT_K, ACT_V, ACT_HMID, ACT_XN2, ACT_GATE, ACT_UP, ACT_RSTD1, ACT_RSTD2,
+       LAYER_ACTS };
+/* the head's activations (saved at every level) */
+enum { HEAD_XNF, HEAD_RSTD, HEAD_LOGITS, HEAD_ACTS };
+/* a layer's dacts (the head's: HEAD_DXN only) */
+enum { DA_DXN2, DA_DGATE, DA_DUP, DA_DMID, DA_DQ, DA_DK, DA_DV, DA_DXN1, LAYER_DACTS };
+enum { HEAD_DXN };
+/* one call's workspace */
+enum { WS_GRAD_NORM, WS_ACT, WS_DTMP, WS_DATT, WS_DW, WS_RMS, WS_ATTN, WS_COUNT };
+
+#define LLAMA_MAX_ACTS LAYER_ACTS
+
+struct Dataflow_Blocked_Model {
+	Dataflow_Handle *handle;
+	Dataflow_Llama_Config config;
+	int num_blocks;
+	int64_t layer_offset[LLAMA_PER_LAYER];
+	int64_t embed_numel, layer_numel, head_numel;
+	int64_t norm_offset, lm_head_offset; /* in the head block; lm_head_offset -1 when tied */
+	int num_tensors;
+	Dataflow_Llama_Tensor *tensors;
+	float *inv_freq; /* device [head_dim / 2] */
+};
+
+static inline int64_t llama_dtype_size(DataflowDatatype dtype)
+{
+	return dtype == DATAFLOW_BF16 ? 2 : 4;
+}
+
+static inline void *llama_at(const void *base, int64_t elements, DataflowDatatype dtype)
+{
+	return (char *)base + elements * llama_dtype_size(dtype);
+}
+
+/* Checks the config and fills in the definition: defaults, block layouts (no allocation, no
+ * handle needed: enough for sizing). */
+Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Config *config);
+Dataflow_Block_Role llama_block_role(const Dataflow_Blocked_Model *m, int block);
+int64_t llama_block_numel(const Dataflow_Blocked_Model *m, int block);
+
+/* Pointers into a block's activation buffers for T tokens at a level (NULL buffers: only the
+ * sizes); returns the number of arrays. saved_bytes / recomputed_bytes / dacts_bytes may be NULL. */
+void llama_acts_layout(const Dataflow_Blocked_Model *m, Dataflow_Block_Role role, Dataflow_Save_Level level,
+		       int64_t T, void *saved, void *recomputed, void **acts, int64_t *saved_bytes,
+		       int64_t *recomputed_bytes);
+int64_t llama_dacts_layout(const Dataflow_Blocked_Model *m, Dataflow_Block_Role role, int64_t T, void *base,
+			   void **dacts);
+/* The per-token slopes of the activation and dacts sizes, into sizes. */
+void llama_acts_per_token(const Dataflow_Blocked_Model *m, Dataflow_Block_Role role, Dataflow_Block_Sizes *sizes);
+/* The workspace for T tokens (0: the optimizer's part only); returns its bytes. */
+int64_t llama_workspace_layout(const Dataflow_Blocked_Model *m, int64_t T, void *base, void **ws);
+
+/* per-role implementations of the per-block calls (args checked by the caller) */
+Dataflow_Status llama_embedding_forward(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+					const Dataflow_Block_Args *a);
+Dataflow_Status llama_embedding_backward_w(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+					   const Dataflow_Block_Args *a);
+Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+				    const Dataflow_Block_Args *a, int recompute);
+Dataflow_Status llama_layer_backward_x(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+				       const Dataflow_Block_Args *a);
+Dataflow_Status llama_layer_backward_w(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+				       const Dataflow_Block_Args *a);
+Dataflow_Status llama_head_forward(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+				   const Dataflow_Block_Args *a);
+Dataflow_Status llama_head_backward_x(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+				      const Dataflow_Block_Args *a);
+Dataflow_Status llama_head_backward_w(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+				      const Dataflow_Block_Args *a);
+
+/* out[T, n_out] = x[T, n_in] W[n_out, n_in]^T (+ residual[T, n_out] when given) */
+Dataflow_Status llama_linear(const Dataflow_Blocked_Model *m, int s, const void *x, const void *W,
+			     const void *residual, void *out, int64_t T, int64_t n_out, int64_t n_in);
+/* g[n_out, n_in] += dy[T, n_out]^T x[T, n_in], fp32 accumulation into the fp32 gradient */
+Dataflow_Status llama_weight_grad(const Dataflow_Blocked_Model *m, int s, const void *dy, const void *x, float *g,
+				  int64_t T, int64_t n_out, int64_t n_in);
+/* dx[T, n_in] (+)= dy[T, n_out] W[n_out, n_in] */
+Dataflow_Status llama_input_grad(const Dataflow_Blocked_Model *m, int s, const void *dy, const void *W, void *dx,
+				 int64_t T, int64_t n_out, int64_t n_in, int accumulate);
+/* gw[H] += rms_norm_bwd_w(dxn, x, rstd), through workspace's dw and partials */
+Dataflow_Status llama_norm_weight_grad(const Dataflow_Blocked_Model *m, int s, int64_t T, const void *dxn,
+				       const void *x, const float *rstd, float *gw, void *const ws[WS_COUNT]);
+
+#endif

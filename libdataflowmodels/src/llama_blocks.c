@@ -1,0 +1,233 @@
+/* The blocked Llama's definition: config checks, the blocks' layouts (tensor offsets), the
+ * named-tensor table, block sizes, and the RoPE table every layer reads. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blocked_internal.h"
+
+static int64_t align_up(int64_t n)
+{
+	return (n + DATAFLOW_LLAMA_ALIGN - 1) / DATAFLOW_LLAMA_ALIGN * DATAFLOW_LLAMA_ALIGN;
+}
+
+static Dataflow_Status check_config(const Dataflow_Llama_Config *c)
+{
+	const struct {
+		const char *name;
+		int64_t value;
+	} positive[] = {{"vocab_size", c->vocab_size},       {"hidden_size", c->hidden_size},
+			{"intermediate_size", c->intermediate_size}, {"num_layers", c->num_layers},
+			{"num_heads", c->num_heads},          {"num_kv_heads", c->num_kv_heads}};
+	for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++)
+		if (positive[i].value <= 0 || positive[i].value > ((int64_t)1 << 31))
+			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+						  "llama config: %s must be in [1, 2^31], got %lld", positive[i].name,
+						  (long long)positive[i].value);
+	if (c->num_heads % c->num_kv_heads != 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: num_heads (%lld) must be a multiple of num_kv_heads (%lld)",
+					  (long long)c->num_heads, (long long)c->num_kv_heads);
+	int64_t hd = c->head_dim ? c->head_dim : c->hidden_size / c->num_heads;
+	if (hd <= 0 || hd % 2 || hd > DATAFLOW_ATTENTION_MAX_HEAD_DIM)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: head_dim must be even and in [2, %d], got %lld",
+					  DATAFLOW_ATTENTION_MAX_HEAD_DIM, (long long)hd);
+	if (!(c->rms_eps > 0) || !(c->rope_theta > 0) || !(c->rope_factor >= 0) || !isfinite(c->rope_factor))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: need rms_eps > 0, rope_theta > 0, rope_factor >= 0; got %g, %g, %g",
+					  c->rms_eps, c->rope_theta, c->rope_factor);
+	if (c->rope_factor > 0 && !(c->rope_high_freq_factor > c->rope_low_freq_factor &&
+				    c->rope_low_freq_factor > 0 && c->rope_original_max_position > 0))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: llama3 rope scaling needs high_freq_factor > low_freq_factor > 0 "
+					  "and original_max_position > 0, got %g, %g, %g",
+					  c->rope_high_freq_factor, c->rope_low_freq_factor, c->rope_original_max_position);
+	if (c->dtype != DATAFLOW_FP32 && c->dtype != DATAFLOW_BF16)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama config: dtype must be fp32 or bf16, got %s",
+					  dataflow_datatype_name(c->dtype));
+	return DATAFLOW_OK;
+}
+
+static void add_tensor(Dataflow_Blocked_Model *m, const char *name, int ndim, int64_t d0, int64_t d1, int block,
+		       int64_t offset)
+{
+	Dataflow_Llama_Tensor *t = &m->tensors[m->num_tensors++];
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->ndim = ndim;
+	t->shape[0] = d0;
+	t->shape[1] = ndim == 2 ? d1 : 1;
+	t->numel = d0 * t->shape[1];
+	t->dtype = m->config.dtype;
+	t->block = block;
+	t->offset = offset;
+	t->ptr = NULL;
+}
+
+Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Config *config)
+{
+	TRY(check_config(config));
+	m->config = *config;
+	if (!m->config.head_dim)
+		m->config.head_dim = config->hidden_size / config->num_heads;
+	const Dataflow_Llama_Config *c = &m->config;
+	int64_t H = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
+	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd;
+	const int64_t sizes[LLAMA_PER_LAYER] = {qd * H, kvd * H, kvd * H, H * qd, F * H, F * H, H * F, H, H};
+	m->layer_numel = 0;
+	for (int i = 0; i < LLAMA_PER_LAYER; i++) {
+		m->layer_offset[i] = m->layer_numel;
+		m->layer_numel += align_up(sizes[i]);
+	}
+	m->embed_numel = align_up(V * H);
+	m->norm_offset = 0;
+	m->lm_head_offset = c->tie_embeddings ? -1 : align_up(H);
+	m->head_numel = align_up(H) + (c->tie_embeddings ? 0 : align_up(V * H));
+	m->num_blocks = (int)c->num_layers + 2;
+	return DATAFLOW_OK;
+}
+
+/* The named-tensor table, in HF named_parameters order. */
+static Dataflow_Status name_tensors(Dataflow_Blocked_Model *m)
+{
+	const Dataflow_Llama_Config *c = &m->config;
+	int64_t H = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
+	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd, L = c->num_layers;
+	m->tensors = calloc((size_t)(9 * L + 3), sizeof(Dataflow_Llama_Tensor));
+	if (!m->tensors)
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "llama blocked model: host allocation failed");
+	add_tensor(m, "model.embed_tokens.weight", 2, V, H, 0, 0);
+	static const char *names[LLAMA_PER_LAYER] = {
+		"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+		"mlp.up_proj",      "mlp.down_proj",    "input_layernorm",  "post_attention_layernorm"};
+	const int64_t shapes[LLAMA_PER_LAYER][2] = {{qd, H}, {kvd, H}, {kvd, H}, {H, qd}, {F, H},
+						    {F, H},  {H, F},   {H, 1},   {H, 1}};
+	for (int64_t l = 0; l < L; l++)
+		for (int i = 0; i < LLAMA_PER_LAYER; i++) {
+			char name[DATAFLOW_LLAMA_NAME_MAX];
+			snprintf(name, sizeof(name), "model.layers.%lld.%s.weight", (long long)l, names[i]);
+			add_tensor(m, name, i >= LLAMA_LN1 ? 1 : 2, shapes[i][0], shapes[i][1], (int)(1 + l),
+				   m->layer_offset[i]);
+		}
+	add_tensor(m, "model.norm.weight", 1, H, 1, (int)L + 1, m->norm_offset);
+	if (!c->tie_embeddings)
+		add_tensor(m, "lm_head.weight", 2, V, H, (int)L + 1, m->lm_head_offset);
+	return DATAFLOW_OK;
+}
+
+static Dataflow_Status upload_rope_table(Dataflow_Blocked_Model *m)
+{
+	const Dataflow_Llama_Config *c = &m->config;
+	Dataflow_Handle *h = m->handle;
+	int64_t hd = c->head_dim;
+	float inv_freq[DATAFLOW_ATTENTION_MAX_HEAD_DIM / 2];
+	TRY(dataflow_rope_inv_freq(hd, c->rope_theta, c->rope_factor, c->rope_low_freq_factor,
+				   c->rope_high_freq_factor, c->rope_original_max_position, inv_freq));
+	TRY(dataflow_alloc_mem(h, (uint64_t)(hd / 2 * 4), (void **)&m->inv_freq));
+	TRY(dataflow_submit_inbound_transfer(h, 0, m->inv_freq, inv_freq, (uint64_t)(hd / 2 * 4)));
+	return dataflow_sync_stream(h, 0); /* inv_freq is a stack buffer */
+}
+
+/* Frees what a definition holds (the tensor table, the RoPE table once queued work is done). */
+static void release(Dataflow_Blocked_Model *m)
+{
+	if (m->inv_freq) {
+		dataflow_sync_handle(m->handle);
+		dataflow_free_mem(m->handle, m->inv_freq);
+	}
+	free(m->tensors);
+}
+
+Dataflow_Status dataflow_llama_blocked_model_create(Dataflow_Handle *handle, const Dataflow_Llama_Config *config,
+						    Dataflow_Blocked_Model **model)
+{
+	if (!handle || !config || !model)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama blocked model: handle, config and model are required");
+	*model = NULL;
+	Dataflow_Blocked_Model def = {.handle = handle};
+	Dataflow_Status st = llama_define(&def, config);
+	if (st == DATAFLOW_OK)
+		st = name_tensors(&def);
+	if (st == DATAFLOW_OK)
+		st = upload_rope_table(&def);
+	Dataflow_Blocked_Model *m = st == DATAFLOW_OK ? malloc(sizeof(*m)) : NULL;
+	if (st == DATAFLOW_OK && !m)
+		st = dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "llama blocked model: host allocation failed");
+	if (m) {
+		*m = def;
+		*model = m;
+	} else {
+		release(&def);
+	}
+	return st;
+}
+
+void dataflow_blocked_model_destroy(Dataflow_Blocked_Model *m)
+{
+	if (m) {
+		release(m);
+		free(m);
+	}
+}
+
+const Dataflow_Llama_Config *dataflow_blocked_model_config(const Dataflow_Blocked_Model *m)
+{
+	return m ? &m->config : NULL;
+}
+
+int dataflow_blocked_model_num_blocks(const Dataflow_Blocked_Model *m)
+{
+	return m ? m->num_blocks : 0;
+}
+
+int dataflow_blocked_model_num_tensors(const Dataflow_Blocked_Model *m)
+{
+	return m ? m->num_tensors : 0;
+}
+
+Dataflow_Status dataflow_blocked_model_tensor(const Dataflow_Blocked_Model *m, int index, Dataflow_Llama_Tensor *tensor)
+{
+	if (!m || !tensor)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "blocked model tensor: model and tensor are required");
+	if (index < 0 || index >= m->num_tensors)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "blocked model tensor: index must be in [0, %d), got %d", m->num_tensors, index);
+	*tensor = m->tensors[index];
+	return DATAFLOW_OK;
+}
+
+Dataflow_Block_Role llama_block_role(const Dataflow_Blocked_Model *m, int block)
+{
+	return block == 0 ? DATAFLOW_BLOCK_EMBEDDING : block == m->num_blocks - 1 ? DATAFLOW_BLOCK_HEAD : DATAFLOW_BLOCK_LAYER;
+}
+
+int64_t llama_block_numel(const Dataflow_Blocked_Model *m, int block)
+{
+	switch (llama_block_role(m, block)) {
+	case DATAFLOW_BLOCK_EMBEDDING: return m->embed_numel;
+	case DATAFLOW_BLOCK_LAYER: return m->layer_numel;
+	case DATAFLOW_BLOCK_HEAD: return m->head_numel;
+	}
+	return 0;
+}
+
+Dataflow_Status dataflow_blocked_model_block_sizes(const Dataflow_Blocked_Model *m, int block,
+						   Dataflow_Block_Sizes *sizes)
+{
+	if (!m || !sizes)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "block sizes: model and sizes are required");
+	if (block < 0 || block >= m->num_blocks)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "block sizes: block must be in [0, %d), got %d",
+					  m->num_blocks, block);
+	memset(sizes, 0, sizeof(*sizes));
+	sizes->role = llama_block_role(m, block);
+	sizes->numel = llama_block_numel(m, block);
+	for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
+		sizes->bytes[k] = sizes->numel * (k == DATAFLOW_BLOCK_PARAM ? llama_dtype_size(m->config.dtype) : 4);
+	if (m->config.dtype == DATAFLOW_FP32)
+		sizes->bytes[DATAFLOW_BLOCK_MASTER] = 0;
+	llama_acts_per_token(m, sizes->role, sizes);
+	return DATAFLOW_OK;
+}

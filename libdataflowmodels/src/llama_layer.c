@@ -1,0 +1,137 @@
+/* A Llama decoder layer block, as Hugging Face LlamaDecoderLayer computes it:
+ *   xn1 = rms_norm(x) ; q, k, v = xn1 Wq^T, xn1 Wk^T, xn1 Wv^T ; q, k = rope(q), rope(k)
+ *   att = causal varlen GQA attention(q, k, v), scale 1 / sqrt(head_dim)
+ *   hmid = x + att Wo^T ; xn2 = rms_norm(hmid) ; y = hmid + (silu(xn2 Wg^T) * xn2 Wu^T) Wd^T
+ * The backward is split: backward_x (dy -> dx, keeping in dacts what the weight gradients
+ * need) and backward_w (weight gradients, fp32, accumulated with matmul beta = 1):
+ *   backward_x: dgate = dy Wd ; dgate, dup = swiglu_bwd(dgate) ; dxn2 = dgate Wg + dup Wu
+ *               dmid = dy + rms_norm_bwd_x(dxn2, hmid) ; datt = dmid Wo
+ *               dq, dk, dv = attention_bwd(datt) ; dq, dk = rope_bwd(dq, dk)
+ *               dxn1 = dq Wq + dk Wk + dv Wv ; dx = dmid + rms_norm_bwd_x(dxn1, x)
+ *   backward_w: gWd += dy^T swiglu(gate, up) ; gWg += dgate^T xn2 ; gWu += dup^T xn2
+ *               gln2 += rms_norm_bwd_w(dxn2, hmid) ; gWo += dmid^T att
+ *               gWq, gWk, gWv += dq^T xn1, dk^T xn1, dv^T xn1 ; gln1 += rms_norm_bwd_w(dxn1, x)
+ * Activation gradients are in the model dtype. */
+#include <math.h>
+
+#include "blocked_internal.h"
+
+typedef struct {
+	const Dataflow_Blocked_Model *m;
+	Dataflow_Handle *h;
+	DataflowDatatype d;
+	int64_t T, H, F, hd, nq, nkv;
+	void *w[LLAMA_PER_LAYER]; /* weights */
+	float *g[LLAMA_PER_LAYER]; /* gradients (backward_w) */
+	void *act[LAYER_ACTS];
+	void *da[LAYER_DACTS];
+	void *ws[WS_COUNT];
+} Layer;
+
+static Layer layer_view(const Dataflow_Blocked_Model *m, const Dataflow_Block_Memory *mem, const Dataflow_Block_Args *a)
+{
+	const Dataflow_Llama_Config *c = &m->config;
+	Layer L = {.m = m, .h = m->handle, .d = c->dtype, .T = a->batch->num_tokens, .H = c->hidden_size,
+		   .F = c->intermediate_size, .hd = c->head_dim, .nq = c->num_heads, .nkv = c->num_kv_heads};
+	for (int i = 0; i < LLAMA_PER_LAYER; i++) {
+		L.w[i] = mem->param ? llama_at(mem->param, m->layer_offset[i], L.d) : NULL;
+		L.g[i] = mem->grad ? mem->grad + m->layer_offset[i] : NULL;
+	}
+	llama_acts_layout(m, DATAFLOW_BLOCK_LAYER, a->level, L.T, a->saved, a->recomputed, L.act, NULL, NULL);
+	llama_dacts_layout(m, DATAFLOW_BLOCK_LAYER, L.T, a->dacts, L.da);
+	llama_workspace_layout(m, L.T, a->workspace, L.ws);
+	return L;
+}
+
+Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+				    const Dataflow_Block_Args *a, int recompute)
+{
+	Layer L = layer_view(m, mem, a);
+	const Dataflow_Llama_Batch *b = a->batch;
+	const Dataflow_Block_KV *kv = a->kv;
+	float eps = m->config.rms_eps, scale = 1.0f / sqrtf((float)L.hd);
+	void **act = L.act;
+	/* with a context, the chunk's K and V rows go straight into it at row kv->past */
+	void *k = kv ? llama_at(kv->k, kv->past * L.nkv * L.hd, L.d) : act[ACT_K];
+	void *v = kv ? llama_at(kv->v, kv->past * L.nkv * L.hd, L.d) : act[ACT_V];
+
+	TRY(dataflow_submit_rms_norm(L.h, s, L.d, L.T, L.H, eps, a->x, L.w[LLAMA_LN1], act[ACT_XN1], act[ACT_RSTD1]));
+	TRY(llama_linear(m, s, act[ACT_XN1], L.w[LLAMA_Q], NULL, act[ACT_Q], L.T, L.nq * L.hd, L.H));
+	TRY(llama_linear(m, s, act[ACT_XN1], L.w[LLAMA_K], NULL, k, L.T, L.nkv * L.hd, L.H));
+	TRY(llama_linear(m, s, act[ACT_XN1], L.w[LLAMA_V], NULL, v, L.T, L.nkv * L.hd, L.H));
+	TRY(dataflow_submit_rope(L.h, s, L.d, L.T, L.nq, L.hd, b->positions, m->inv_freq, act[ACT_Q], act[ACT_Q]));
+	TRY(dataflow_submit_rope(L.h, s, L.d, L.T, L.nkv, L.hd, b->positions, m->inv_freq, k, k));
+	if (kv)
+		TRY(dataflow_submit_attention_kv(L.h, s, L.d, act[ACT_Q], kv->k, kv->v, b->cu_seqlens, kv->cu_k,
+						 act[ACT_ATT], act[ACT_LSE], L.T, kv->past + L.T, 1, L.nq, L.nkv, L.hd,
+						 scale, 1));
+	else if (!recompute || a->level < DATAFLOW_SAVE_ATTENTION)
+		TRY(dataflow_submit_attention(L.h, s, L.d, act[ACT_Q], k, v, b->cu_seqlens, act[ACT_ATT], act[ACT_LSE],
+					      L.T, b->num_docs, L.nq, L.nkv, L.hd, scale, 1));
+	TRY(llama_linear(m, s, act[ACT_ATT], L.w[LLAMA_O], a->x, act[ACT_HMID], L.T, L.H, L.nq * L.hd));
+	TRY(dataflow_submit_rms_norm(L.h, s, L.d, L.T, L.H, eps, act[ACT_HMID], L.w[LLAMA_LN2], act[ACT_XN2],
+				     act[ACT_RSTD2]));
+	TRY(llama_linear(m, s, act[ACT_XN2], L.w[LLAMA_GATE], NULL, act[ACT_GATE], L.T, L.F, L.H));
+	TRY(llama_linear(m, s, act[ACT_XN2], L.w[LLAMA_UP], NULL, act[ACT_UP], L.T, L.F, L.H));
+	if (recompute) /* the backward needs neither swiglu's output (rebuilt by backward_w) nor y */
+		return DATAFLOW_OK;
+	TRY(dataflow_submit_swiglu(L.h, s, L.d, L.T, L.F, act[ACT_GATE], act[ACT_UP], L.ws[WS_ACT]));
+	return llama_linear(m, s, L.ws[WS_ACT], L.w[LLAMA_DOWN], act[ACT_HMID], a->y, L.T, L.H, L.F);
+}
+
+/* out = add + rms_norm_bwd_x(dxn, x) */
+static Dataflow_Status norm_input_grad(const Layer *L, int s, const void *dxn, const void *x, const void *w,
+				       const void *rstd, const void *add, void *out)
+{
+	TRY(dataflow_submit_rms_norm_bwd_x(L->h, s, L->d, L->T, L->H, dxn, x, w, rstd, L->ws[WS_DTMP]));
+	return dataflow_submit_add(L->h, s, L->d, L->T * L->H, 1.0f, add, 1.0f, L->ws[WS_DTMP], out);
+}
+
+Dataflow_Status llama_layer_backward_x(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+				       const Dataflow_Block_Args *a)
+{
+	Layer L = layer_view(m, mem, a);
+	const Dataflow_Llama_Batch *b = a->batch;
+	void **act = L.act, **da = L.da;
+	int64_t qd = L.nq * L.hd, kvd = L.nkv * L.hd;
+
+	/* MLP */
+	TRY(llama_input_grad(m, s, a->dy, L.w[LLAMA_DOWN], da[DA_DGATE], L.T, L.H, L.F, 0));
+	TRY(dataflow_submit_swiglu_bwd(L.h, s, L.d, L.T, L.F, da[DA_DGATE], act[ACT_GATE], act[ACT_UP], da[DA_DGATE],
+				       da[DA_DUP]));
+	TRY(llama_input_grad(m, s, da[DA_DGATE], L.w[LLAMA_GATE], da[DA_DXN2], L.T, L.F, L.H, 0));
+	TRY(llama_input_grad(m, s, da[DA_DUP], L.w[LLAMA_UP], da[DA_DXN2], L.T, L.F, L.H, 1));
+	TRY(norm_input_grad(&L, s, da[DA_DXN2], act[ACT_HMID], L.w[LLAMA_LN2], act[ACT_RSTD2], a->dy, da[DA_DMID]));
+
+	/* attention */
+	TRY(llama_input_grad(m, s, da[DA_DMID], L.w[LLAMA_O], L.ws[WS_DATT], L.T, L.H, qd, 0));
+	TRY(dataflow_submit_attention_bwd(L.h, s, L.d, L.ws[WS_DATT], act[ACT_Q], act[ACT_K], act[ACT_V], act[ACT_ATT],
+					  act[ACT_LSE], b->cu_seqlens, da[DA_DQ], da[DA_DK], da[DA_DV], L.ws[WS_ATTN],
+					  dataflow_attention_bwd_workspace_bytes(L.T, L.T, L.nq, L.nkv, L.hd), L.T,
+					  b->num_docs, L.nq, L.nkv, L.hd, 1.0f / sqrtf((float)L.hd), 1));
+	TRY(dataflow_submit_rope_bwd(L.h, s, L.d, L.T, L.nq, L.hd, b->positions, m->inv_freq, da[DA_DQ], da[DA_DQ]));
+	TRY(dataflow_submit_rope_bwd(L.h, s, L.d, L.T, L.nkv, L.hd, b->positions, m->inv_freq, da[DA_DK], da[DA_DK]));
+	TRY(llama_input_grad(m, s, da[DA_DQ], L.w[LLAMA_Q], da[DA_DXN1], L.T, qd, L.H, 0));
+	TRY(llama_input_grad(m, s, da[DA_DK], L.w[LLAMA_K], da[DA_DXN1], L.T, kvd, L.H, 1));
+	TRY(llama_input_grad(m, s, da[DA_DV], L.w[LLAMA_V], da[DA_DXN1], L.T, kvd, L.H, 1));
+	return norm_input_grad(&L, s, da[DA_DXN1], a->x, L.w[LLAMA_LN1], act[ACT_RSTD1], da[DA_DMID], a->dx);
+}
+
+Dataflow_Status llama_layer_backward_w(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
+				       const Dataflow_Block_Args *a)
+{
+	Layer L = layer_view(m, mem, a);
+	void **act = L.act, **da = L.da;
+	int64_t qd = L.nq * L.hd, kvd = L.nkv * L.hd;
+
+	TRY(dataflow_submit_swiglu(L.h, s, L.d, L.T, L.F, act[ACT_GATE], act[ACT_UP], L.ws[WS_ACT]));
+	TRY(llama_weight_grad(m, s, a->dy, L.ws[WS_ACT], L.g[LLAMA_DOWN], L.T, L.H, L.F));
+	TRY(llama_weight_grad(m, s, da[DA_DGATE], act[ACT_XN2], L.g[LLAMA_GATE], L.T, L.F, L.H));
+	TRY(llama_weight_grad(m, s, da[DA_DUP], act[ACT_XN2], L.g[LLAMA_UP], L.T, L.F, L.H));
+	TRY(llama_norm_weight_grad(m, s, L.T, da[DA_DXN2], act[ACT_HMID], act[ACT_RSTD2], L.g[LLAMA_LN2], L.ws));
+	TRY(llama_weight_grad(m, s, da[DA_DMID], act[ACT_ATT], L.g[LLAMA_O], L.T, L.H, qd));
+	TRY(llama_weight_grad(m, s, da[DA_DQ], act[ACT_XN1], L.g[LLAMA_Q], L.T, qd, L.H));
+	TRY(llama_weight_grad(m, s, da[DA_DK], act[ACT_XN1], L.g[LLAMA_K], L.T, kvd, L.H));
+	TRY(llama_weight_grad(m, s, da[DA_DV], act[ACT_XN1], L.g[LLAMA_V], L.T, kvd, L.H));
+	return llama_norm_weight_grad(m, s, L.T, da[DA_DXN1], a->x, act[ACT_RSTD1], L.g[LLAMA_LN1], L.ws);
+}

@@ -1,0 +1,164 @@
+#ifndef DATAFLOW_RING_PLAN_H
+#define DATAFLOW_RING_PLAN_H
+
+#include <stdint.h>
+
+#include "dataflow/device_profile.h"
+#include "dataflow/ring_model.h"
+
+/* The ring planner: a pure function from a model (ring_model.h), a step's shape, memory
+ * capacities, link speeds and a device profile to a plan, or to an error stating the least
+ * device and host memory any plan needs. No handle, no allocation: plan a GPU run anywhere.
+ *
+ * What a plan means (the executor, issue 9 item 2, runs it):
+ *   A step is rounds_per_step rounds; a round is chunks_per_round chunks of chunk_tokens
+ *   tokens, run layer-major: every chunk of the round passes through a layer before the next
+ *   layer. A chunk holds whole sequences (chunk_tokens a multiple of seq_len) or, when
+ *   kv_context, a piece of one sequence attending over the K/V of its earlier pieces.
+ *   Layer weights live in weight_slots device slots: the forward prefetches layer l + 1 into
+ *   the slot layer l + 1 - weight_slots left; the last weight_slots layers stay across the
+ *   turn so the backward starts without refetching them. Gradients accumulate in grad_slots
+ *   device slots and go to the host when a layer's backward ends (from the second round on,
+ *   a layer's partial gradient comes back in first). weight_slots == num_layers (grad_slots
+ *   likewise) means resident: no transfer at all.
+ *   A layer's activations (its input x and what its save level keeps) stay on the device when
+ *   activations_on_device[l], else go to the host after its forward and come back, in
+ *   reverse, before its backward; the backward recomputes what the level does not keep.
+ *   Layers keeping theirs on the device are the LAST ones (the backward needs them first).
+ *   The optimizer (after the global gradient norm is known) runs on the device with every
+ *   block's state resident; on the device streaming param, grad, m, v (and master) through
+ *   optimizer slots, either after the backward in the ring's memory or under the next
+ *   step's forward (block by block, the forward waiting for a block's update) in slots of
+ *   its own; or on the host, also under the next step's forward.
+ *
+ * How the executor (next) consumes a plan, on any backend through the public dataflow_* calls:
+ *   - refuse a plan made for another model: num_layers and model_param_bytes must match the
+ *     blocked model it is given;
+ *   - allocate device memory once, by purpose, exactly as device_bytes says: the resident
+ *     embedding/head blocks (or one staging buffer), weight_slots layer buffers of the largest
+ *     layer's PARAM bytes, grad_slots fp32 ones, for each layer with activations_on_device its
+ *     chunks_per_round inputs and saved buffers (dataflow_block_acts_bytes at save_level[l] and
+ *     chunk_tokens), three offload staging buffers, the chunk working set (recomputed, dacts,
+ *     dataflow_blocked_model_workspace_bytes, dx/dy and last hidden state per chunk, packed
+ *     batches, token losses, K/V context when kv_context), two optimizer slots; the host side
+ *     as host_bytes says, registered for transfers (enable_access_to_host_mem);
+ *   - enqueue a whole step ahead on three streams (inbound, compute, outbound) in the order of
+ *     blocked_model.h's "How a ring drives it", each slot reuse ordered by an event of the
+ *     compute that last read it and each use by the event of the transfer that filled it;
+ *   - report per phase the measured step next to phases[] (the executor's tests hold it
+ *     within 20% on a throttled host link).
+ *
+ * Model of time (documented in ring_time.c): per layer and round, compute, inbound and
+ * outbound run concurrently and a layer takes the longest of the three; compute =
+ * matmul flops / (peak * matmul_fraction) + attention flops / (peak * attention_fraction) +
+ * memory-bound bytes / memory_bytes_per_sec; backward = 2x forward matmul and memory,
+ * 2.5x forward attention, plus the recompute its save level asks for.
+ * MFU = (6 * N * tokens + 3 * attention forward flops) / (step seconds * peak), N = the
+ * weights tokens meet in matmuls (layers and LM head, not the embedding gather), attention
+ * flops counted over the causal window: the model's flops, recompute excluded. */
+
+#define DATAFLOW_RING_MAX_LAYERS 1024
+#define DATAFLOW_RING_NAME_MAX 48
+
+typedef enum {
+	DATAFLOW_RING_OPT_DEVICE_RESIDENT = 0,
+	DATAFLOW_RING_OPT_DEVICE_STREAMED = 1,    /* after the backward, in the ring's memory */
+	DATAFLOW_RING_OPT_DEVICE_OVERLAPPED = 2,  /* under the next step's forward, in its own slots */
+	DATAFLOW_RING_OPT_HOST = 3,
+	DATAFLOW_RING_NUM_OPT = 4
+} Dataflow_Ring_Optimizer;
+
+typedef struct {
+	const Dataflow_Ring_Model *model;
+	int64_t seq_len;          /* tokens per sequence */
+	int64_t tokens_per_step;  /* a multiple of seq_len */
+	int master_weights;       /* bf16 models: fp32 master weights (the MASTER kind) */
+	uint64_t device_bytes;    /* device capacity the plan must stay within */
+	uint64_t host_bytes;      /* host memory the plan may use */
+	double h2d_bytes_per_sec; /* 0: the profile's */
+	double d2h_bytes_per_sec; /* 0: the profile's */
+	double host_adamw_bytes_per_sec; /* host optimizer's memory speed; 0: 20e9 (DDR5 server, threaded) */
+	const Dataflow_Device_Profile *profile;
+} Dataflow_Ring_Request;
+
+/* What memory is for. Device entries of phase TRAINING are live during forward/backward,
+ * OPTIMIZER during a streamed optimizer (reusing the ring's memory), BOTH throughout. */
+typedef enum { DATAFLOW_RING_BOTH = 0, DATAFLOW_RING_TRAINING = 1, DATAFLOW_RING_OPTIMIZER = 2 } Dataflow_Ring_Phase_Kind;
+
+typedef enum {
+	DATAFLOW_RING_DEV_EDGE_BLOCKS,      /* embedding + head: params and grads (or their staging) */
+	DATAFLOW_RING_DEV_OPTIMIZER_STATE,  /* m, v, master of every block (resident optimizer) */
+	DATAFLOW_RING_DEV_WEIGHT_SLOTS,
+	DATAFLOW_RING_DEV_GRAD_SLOTS,
+	DATAFLOW_RING_DEV_ACTIVATIONS,      /* inputs + saved activations kept on the device */
+	DATAFLOW_RING_DEV_OFFLOAD_STAGING,  /* buffers offloaded activations pass through */
+	DATAFLOW_RING_DEV_CHUNK_WORKING,    /* recomputed, dacts, workspace, dx/dy, head, batch, K/V */
+	DATAFLOW_RING_DEV_OPTIMIZER_SLOTS,  /* streamed optimizer: 2 blocks' param, grad, m, v, master
+					     * (optimizer phase; with the training's for the overlapped one) */
+	DATAFLOW_RING_DEV_NUM
+} Dataflow_Ring_Device_Purpose;
+
+typedef enum {
+	DATAFLOW_RING_HOST_PARAMS,
+	DATAFLOW_RING_HOST_GRADS,
+	DATAFLOW_RING_HOST_OPTIMIZER_STATE, /* m, v (and master) */
+	DATAFLOW_RING_HOST_ACTIVATIONS,     /* offloaded activations of one round */
+	DATAFLOW_RING_HOST_NUM
+} Dataflow_Ring_Host_Purpose;
+
+/* One phase of the predicted step: its duration and how long each stream is busy in it. */
+typedef struct {
+	char name[DATAFLOW_RING_NAME_MAX];
+	double start_seconds, seconds;
+	double inbound_seconds, compute_seconds, outbound_seconds;
+} Dataflow_Ring_Phase;
+
+enum { DATAFLOW_RING_MAX_PHASES = 8 };
+
+typedef struct {
+	/* the shape of a step */
+	int64_t seq_len, tokens_per_step, chunk_tokens, chunks_per_round, rounds_per_step;
+	int kv_context;
+	int num_layers;
+	uint64_t model_param_bytes;  /* PARAM bytes of every block: which model the plan is for */
+	/* placement */
+	int embedding_resident, head_resident;
+	int weight_slots, grad_slots;
+	Dataflow_Save_Level save_level[DATAFLOW_RING_MAX_LAYERS];
+	uint8_t activations_on_device[DATAFLOW_RING_MAX_LAYERS];
+	Dataflow_Ring_Optimizer optimizer;
+	int master_weights;
+	/* memory maps, bytes by purpose */
+	uint64_t device_bytes[DATAFLOW_RING_DEV_NUM];
+	Dataflow_Ring_Phase_Kind device_phase[DATAFLOW_RING_DEV_NUM];
+	uint64_t host_bytes[DATAFLOW_RING_HOST_NUM];
+	uint64_t device_capacity, host_capacity;
+	uint64_t device_peak_bytes;  /* the larger of the two phases' sums */
+	uint64_t host_total_bytes;
+	/* per step */
+	uint64_t inbound_bytes, outbound_bytes;
+	double model_flops;          /* the MFU numerator */
+	double peak_flops;
+	/* predicted timeline */
+	int num_phases;
+	Dataflow_Ring_Phase phases[DATAFLOW_RING_MAX_PHASES];
+	double step_seconds, tokens_per_second, mfu;
+	/* when nothing fits (status OUT_OF_MEMORY): least device bytes of any plan with unlimited
+	 * host memory, least host bytes of any plan with unlimited device memory */
+	uint64_t min_device_bytes, min_host_bytes;
+} Dataflow_Ring_Plan;
+
+/* The fastest plan (least predicted step time) within both capacities. Bad requests:
+ * DATAFLOW_ERR_INVALID_ARGUMENT naming the field. Nothing fits: DATAFLOW_ERR_OUT_OF_MEMORY
+ * with the minimum device and host memory in the message and in plan->min_*_bytes. */
+Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflow_Ring_Plan *plan);
+
+/* Human-readable plan: placement table, memory maps, timeline, step time, tokens/s, MFU.
+ * Writes at most size bytes (NUL-terminated); returns the length the whole text needs. */
+int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *plan, char *out, int64_t size);
+
+const char *dataflow_ring_device_purpose_name(Dataflow_Ring_Device_Purpose purpose);
+const char *dataflow_ring_host_purpose_name(Dataflow_Ring_Host_Purpose purpose);
+const char *dataflow_ring_optimizer_name(Dataflow_Ring_Optimizer optimizer);
+
+#endif

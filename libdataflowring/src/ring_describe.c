@@ -1,0 +1,119 @@
+/* A plan as text: the step's shape, the placement table, both memory maps, the timeline. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "dataflow/ring_plan.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+typedef struct {
+	char *out;
+	int64_t size, length;
+} Text;
+
+#ifdef __GNUC__
+__attribute__((format(printf, 2, 3)))
+#endif
+static void put(Text *t, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int64_t room = t->length < t->size ? t->size - t->length : 0;
+	int n = vsnprintf(room ? t->out + t->length : NULL, (size_t)room, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		t->length += n;
+}
+
+const char *dataflow_ring_device_purpose_name(Dataflow_Ring_Device_Purpose p)
+{
+	static const char *names[DATAFLOW_RING_DEV_NUM] = {
+		"embedding + head", "optimizer state",  "weight slots",  "gradient slots",
+		"activations",      "offload staging",  "chunk working", "optimizer slots"};
+	return (int)p >= 0 && p < DATAFLOW_RING_DEV_NUM ? names[p] : "?";
+}
+
+const char *dataflow_ring_host_purpose_name(Dataflow_Ring_Host_Purpose p)
+{
+	static const char *names[DATAFLOW_RING_HOST_NUM] = {"weights", "gradients", "optimizer state",
+							    "offloaded activations"};
+	return (int)p >= 0 && p < DATAFLOW_RING_HOST_NUM ? names[p] : "?";
+}
+
+const char *dataflow_ring_optimizer_name(Dataflow_Ring_Optimizer o)
+{
+	static const char *names[DATAFLOW_RING_NUM_OPT] = {"device (resident state)",
+							   "device (state streamed through slots after the backward)",
+							   "device (state streamed under the next step's forward)",
+							   "host (under the next step's forward)"};
+	return (int)o >= 0 && o < DATAFLOW_RING_NUM_OPT ? names[o] : "?";
+}
+
+static const char *level_name(Dataflow_Save_Level level)
+{
+	return level == DATAFLOW_SAVE_INPUT ? "input" : level == DATAFLOW_SAVE_ATTENTION ? "attention" : "all";
+}
+
+/* Layers as runs of equal placement: "layers 0-23: host, save input (recompute all)". */
+static void placement(Text *t, const Dataflow_Ring_Plan *p)
+{
+	int start = 0;
+	for (int l = 1; l <= p->num_layers; l++) {
+		if (l < p->num_layers && p->save_level[l] == p->save_level[start] &&
+		    p->activations_on_device[l] == p->activations_on_device[start])
+			continue;
+		Dataflow_Save_Level s = p->save_level[start];
+		put(t, "  layers %d-%d: activations on %s, save %s%s\n", start, l - 1,
+		    p->activations_on_device[start] ? "device" : "host (offloaded)", level_name(s),
+		    s == DATAFLOW_SAVE_INPUT ? " (backward recomputes the layer)"
+		    : s == DATAFLOW_SAVE_ATTENTION ? " (backward recomputes all but attention)" : "");
+		start = l;
+	}
+}
+
+int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *p, char *out, int64_t size)
+{
+	Text t = {out, out ? size : 0, 0};
+	if (t.size > 0)
+		out[0] = '\0';
+	if (!p)
+		return 0;
+	put(&t, "step: %lld tokens = %lld round(s) x %lld chunk(s) x %lld tokens (sequences of %lld%s)\n",
+	    (long long)p->tokens_per_step, (long long)p->rounds_per_step, (long long)p->chunks_per_round,
+	    (long long)p->chunk_tokens, (long long)p->seq_len,
+	    p->kv_context ? "; a chunk attends over its sequence's earlier chunks" : "");
+	put(&t, "model: %d layers, %.3f GiB of weights\n", p->num_layers, (double)p->model_param_bytes / GIB);
+	put(&t, "embedding %s, head %s; %d layers: %d weight slot(s)%s, %d gradient slot(s)%s\n",
+	    p->embedding_resident ? "resident" : "streamed", p->head_resident ? "resident" : "streamed",
+	    p->num_layers, p->weight_slots, p->weight_slots >= p->num_layers ? " (all resident)" : "",
+	    p->grad_slots, p->grad_slots >= p->num_layers ? " (all resident)" : "");
+	placement(&t, p);
+	put(&t, "optimizer: AdamW on the %s%s\n", dataflow_ring_optimizer_name(p->optimizer),
+	    p->master_weights ? ", fp32 master weights" : "");
+	put(&t, "device memory (capacity %.2f GiB, peak %.2f GiB):\n", (double)p->device_capacity / GIB,
+	    (double)p->device_peak_bytes / GIB);
+	for (int i = 0; i < DATAFLOW_RING_DEV_NUM; i++)
+		if (p->device_bytes[i])
+			put(&t, "  %-18s %9.3f GiB%s\n", dataflow_ring_device_purpose_name((Dataflow_Ring_Device_Purpose)i),
+			    (double)p->device_bytes[i] / GIB,
+			    p->device_phase[i] == DATAFLOW_RING_OPTIMIZER ? "  (optimizer phase, reuses the ring's memory)"
+			    : p->device_phase[i] == DATAFLOW_RING_TRAINING ? "  (forward/backward)" : "");
+	put(&t, "host memory (capacity %.2f GiB, used %.2f GiB):\n", (double)p->host_capacity / GIB,
+	    (double)p->host_total_bytes / GIB);
+	for (int i = 0; i < DATAFLOW_RING_HOST_NUM; i++)
+		if (p->host_bytes[i])
+			put(&t, "  %-22s %9.3f GiB\n", dataflow_ring_host_purpose_name((Dataflow_Ring_Host_Purpose)i),
+			    (double)p->host_bytes[i] / GIB);
+	put(&t, "per step: %.2f GiB inbound, %.2f GiB outbound\n", (double)p->inbound_bytes / GIB,
+	    (double)p->outbound_bytes / GIB);
+	put(&t, "predicted timeline (s; phases summed over rounds; busy time per stream):\n");
+	put(&t, "  %-26s %9s %9s %9s %9s %9s\n", "phase", "start", "length", "inbound", "compute", "outbound");
+	for (int i = 0; i < p->num_phases; i++) {
+		const Dataflow_Ring_Phase *f = &p->phases[i];
+		put(&t, "  %-26s %9.4f %9.4f %9.4f %9.4f %9.4f\n", f->name, f->start_seconds, f->seconds,
+		    f->inbound_seconds, f->compute_seconds, f->outbound_seconds);
+	}
+	put(&t, "step %.4f s, %.1f tokens/s, MFU %.3f (%.3g model flops per step at %.4g flop/s peak)\n",
+	    p->step_seconds, p->tokens_per_second, p->mfu, p->model_flops, p->peak_flops);
+	return t.length;
+}

@@ -1,0 +1,48 @@
+#ifndef DATAFLOWRING_RING_INTERNAL_H
+#define DATAFLOWRING_RING_INTERNAL_H
+
+/* Private to libdataflowring: one candidate plan, and the memory and time models the search
+ * evaluates it with. Sizes are doubles: exact below 2^53 bytes, and a hostile config
+ * overflows to a large number, never wraps. */
+
+#include "dataflow/ring_plan.h"
+
+enum { EDGE_EMBEDDING = 1, EDGE_HEAD = 2 };
+
+typedef struct {
+	int64_t chunk, chunks_per_round, rounds;
+	Dataflow_Save_Level level;
+	Dataflow_Ring_Optimizer opt;
+	int edge_resident;   /* EDGE_* bits */
+	int weight_slots, grad_slots;
+	int device_layers;   /* the last device_layers layers keep activations on the device */
+} Ring_Candidate;
+
+/* Validated request and the figures derived from it once. */
+typedef struct {
+	const Dataflow_Ring_Request *req;
+	const Dataflow_Ring_Model *model;
+	int num_layers;
+	double h2d, d2h, host_adamw;
+	double matmul_rate, attention_rate, memory_rate, peak;
+	double max_param, max_grad;  /* of a layer: a slot's bytes */
+	int master;                  /* the MASTER kind counts */
+} Ring_Context;
+
+static inline const Dataflow_Ring_Block *ring_layer(const Ring_Context *x, int l)
+{
+	return &x->model->blocks[1 + l];
+}
+
+static inline uint64_t ring_clamp_bytes(double b)
+{
+	return b >= 18446744073709551615.0 ? UINT64_MAX : b > 0 ? (uint64_t)b : 0;
+}
+
+/* Fills plan's memory maps for c; returns 1 when it fits both capacities. */
+int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *device_peak,
+		double *host_total);
+/* Fills plan's timeline, transfer totals, step time, tokens/s and MFU for c; returns the step time. */
+double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan);
+
+#endif

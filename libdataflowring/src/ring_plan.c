@@ -1,0 +1,346 @@
+/* The planner's search: every candidate shape of a step (chunk size, chunks per round, save
+ * level, optimizer placement, which of embedding/head stay resident, weight slots), each with
+ * as many layers' activations on the device as fit; the fastest that fits wins. Candidates do
+ * not depend on the capacities, so more memory never gives a slower plan. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ring_internal.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define MAX_TOKENS ((int64_t)1 << 40)
+
+static Dataflow_Status bad(const char *field, const char *expected, double got)
+{
+	return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring plan: %s must be %s, got %g", field, expected, got);
+}
+
+static Dataflow_Status check_block(const Dataflow_Ring_Block *b, int index, Dataflow_Block_Role role)
+{
+	if (b->sizes.role != role)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring plan: model block %d must have role %d (embedding 0, layer 1, head 2), got %d",
+					  index, (int)role, (int)b->sizes.role);
+	int64_t v[DATAFLOW_BLOCK_NUM_KINDS + 2 * DATAFLOW_NUM_SAVE_LEVELS + 2];
+	int n = 0;
+	for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
+		v[n++] = b->sizes.bytes[k];
+	for (int s = 0; s < DATAFLOW_NUM_SAVE_LEVELS; s++) {
+		v[n++] = b->sizes.saved_bytes_per_token[s];
+		v[n++] = b->sizes.recomputed_bytes_per_token[s];
+	}
+	v[n++] = b->sizes.dacts_bytes_per_token;
+	v[n++] = b->kv_bytes_per_token;
+	for (int i = 0; i < n; i++)
+		if (v[i] < 0)
+			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+						  "ring plan: model block %d: sizes must be >= 0, got %lld", index,
+						  (long long)v[i]);
+	if (b->sizes.bytes[DATAFLOW_BLOCK_PARAM] <= 0 || b->sizes.bytes[DATAFLOW_BLOCK_GRAD] <= 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring plan: model block %d: param and grad bytes must be > 0, got %lld and %lld",
+					  index, (long long)b->sizes.bytes[DATAFLOW_BLOCK_PARAM],
+					  (long long)b->sizes.bytes[DATAFLOW_BLOCK_GRAD]);
+	double f[3] = {b->matmul_flops_per_token, b->attention_flops_per_pair, b->memory_bytes_per_token};
+	for (int i = 0; i < 3; i++)
+		if (!(f[i] >= 0) || !isfinite(f[i]))
+			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+						  "ring plan: model block %d: flops and bytes per token must be finite and "
+						  ">= 0, got %g",
+						  index, f[i]);
+	return DATAFLOW_OK;
+}
+
+static Dataflow_Status check_rate(const char *field, double v)
+{
+	return v >= 0 && isfinite(v) ? DATAFLOW_OK : bad(field, "finite and >= 0 (0: the default)", v);
+}
+
+static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
+{
+	if (!r)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring plan: request and plan are required");
+	const Dataflow_Ring_Model *m = r->model;
+	if (!m || !m->blocks)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring plan: model (with blocks) is required");
+	if (m->num_blocks < 3 || m->num_blocks > DATAFLOW_RING_MAX_LAYERS + 2)
+		return bad("model num_blocks (embedding, layers, head)", "in [3, DATAFLOW_RING_MAX_LAYERS + 2]",
+			   m->num_blocks);
+	for (int b = 0; b < m->num_blocks; b++) {
+		Dataflow_Block_Role role = b == 0 ? DATAFLOW_BLOCK_EMBEDDING
+					   : b == m->num_blocks - 1 ? DATAFLOW_BLOCK_HEAD : DATAFLOW_BLOCK_LAYER;
+		Dataflow_Status st = check_block(&m->blocks[b], b, role);
+		if (st != DATAFLOW_OK)
+			return st;
+	}
+	if (m->hidden_bytes_per_token <= 0)
+		return bad("model hidden_bytes_per_token", "> 0", (double)m->hidden_bytes_per_token);
+	if (m->workspace_fixed_bytes < 0 || m->workspace_bytes_per_token < 0)
+		return bad("model workspace bytes", ">= 0",
+			   (double)(m->workspace_fixed_bytes < 0 ? m->workspace_fixed_bytes : m->workspace_bytes_per_token));
+	if (r->seq_len <= 0 || r->seq_len > ((int64_t)1 << 31))
+		return bad("seq_len", "in [1, 2^31]", (double)r->seq_len);
+	if (r->tokens_per_step < r->seq_len || r->tokens_per_step > MAX_TOKENS || r->tokens_per_step % r->seq_len)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring plan: tokens_per_step must be a multiple of seq_len (%lld) in [seq_len, 2^40], "
+					  "got %lld",
+					  (long long)r->seq_len, (long long)r->tokens_per_step);
+	if (r->master_weights != 0 && r->master_weights != 1)
+		return bad("master_weights", "0 or 1", r->master_weights);
+	if (r->master_weights && m->blocks[1].sizes.bytes[DATAFLOW_BLOCK_MASTER] == 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring plan: master_weights needs a bf16 model (this one has no MASTER kind)");
+	if (r->device_bytes == 0)
+		return bad("device_bytes", "> 0", 0);
+	Dataflow_Status st = check_rate("h2d_bytes_per_sec", r->h2d_bytes_per_sec);
+	if (st == DATAFLOW_OK)
+		st = check_rate("d2h_bytes_per_sec", r->d2h_bytes_per_sec);
+	if (st == DATAFLOW_OK)
+		st = check_rate("host_adamw_bytes_per_sec", r->host_adamw_bytes_per_sec);
+	if (st == DATAFLOW_OK)
+		st = dataflow_device_profile_check(r->profile);
+	if (st != DATAFLOW_OK)
+		return st;
+
+	const Dataflow_Device_Profile *p = r->profile;
+	const Dataflow_Ring_Block *first = &m->blocks[1];
+	int bf16 = first->sizes.bytes[DATAFLOW_BLOCK_PARAM] * 2 == first->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+	memset(x, 0, sizeof(*x));
+	x->req = r;
+	x->model = m;
+	x->num_layers = m->num_blocks - 2;
+	x->h2d = r->h2d_bytes_per_sec > 0 ? r->h2d_bytes_per_sec : p->h2d_bytes_per_sec;
+	x->d2h = r->d2h_bytes_per_sec > 0 ? r->d2h_bytes_per_sec : p->d2h_bytes_per_sec;
+	x->host_adamw = r->host_adamw_bytes_per_sec > 0 ? r->host_adamw_bytes_per_sec : 20e9;
+	x->peak = dataflow_device_profile_peak(p, bf16 ? DATAFLOW_BF16 : DATAFLOW_FP32);
+	x->matmul_rate = x->peak * p->matmul_fraction;
+	x->attention_rate = x->peak * p->attention_fraction;
+	x->memory_rate = p->memory_bytes_per_sec;
+	x->master = r->master_weights;
+	for (int l = 0; l < x->num_layers; l++) {
+		const Dataflow_Ring_Block *b = ring_layer(x, l);
+		if ((double)b->sizes.bytes[DATAFLOW_BLOCK_PARAM] > x->max_param)
+			x->max_param = (double)b->sizes.bytes[DATAFLOW_BLOCK_PARAM];
+		if ((double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD] > x->max_grad)
+			x->max_grad = (double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+	}
+	return DATAFLOW_OK;
+}
+
+enum { MAX_CHOICES = 48 };
+
+static void keep_divisor(int64_t d, int64_t n, int64_t *out, int cap, int *count)
+{
+	if (*count && d <= out[*count - 1])
+		return;
+	if (d == n || *count == 0 || (double)d >= 1.5 * (double)out[*count - 1]) {
+		if (*count == cap) /* full: the last entry makes way (n is always kept) */
+			(*count)--;
+		out[(*count)++] = d;
+	}
+}
+
+/* The divisors of n in ascending order, thinned to a geometric progression (each kept one
+ * >= 1.5x the previous, n itself always kept) so the search stays small for any n. */
+static int divisors(int64_t n, int64_t *out, int cap)
+{
+	int count = 0;
+	int64_t root = 1;
+	while ((root + 1) <= n / (root + 1))
+		root++;
+	for (int64_t d = 1; d <= root; d++) /* the small ones ascending */
+		if (n % d == 0)
+			keep_divisor(d, n, out, cap, &count);
+	for (int64_t d = root; d >= 1; d--) /* their co-divisors ascending */
+		if (n % d == 0)
+			keep_divisor(n / d, n, out, cap, &count);
+	return count;
+}
+
+/* Chunk sizes: whole sequences (1, 2, 4, ... per chunk, dividing the step), and for long
+ * sequences pieces of one (seq_len / 2^k, >= 256 tokens) attending over a K/V context. */
+static int chunk_choices(const Dataflow_Ring_Request *r, int64_t *out)
+{
+	int64_t per_seq[MAX_CHOICES];
+	int n = divisors(r->tokens_per_step / r->seq_len, per_seq, MAX_CHOICES / 2), count = 0;
+	for (int i = 0; i < n; i++)
+		out[count++] = per_seq[i] * r->seq_len;
+	for (int64_t c = r->seq_len / 2; c >= 256 && r->seq_len % c == 0 && count < MAX_CHOICES; c /= 2)
+		out[count++] = c;
+	return count;
+}
+
+/* Slot counts tried: 2, 3, 4, 6, 9, 13, ... (x1.5) below L, then L (resident). */
+static int slot_choices(int L, int *out)
+{
+	int n = 0;
+	for (int s = 2; s < L; s = s < 4 ? s + 1 : s + s / 2)
+		out[n++] = s;
+	out[n++] = L;
+	return n;
+}
+
+typedef struct {
+	int found;
+	double seconds;
+	Ring_Candidate best;
+	double min_device, min_device_host, min_host_fitting_device;
+} Search;
+
+/* With c's slots, as many layers' activations on the device as fit (more is never slower).
+ * Returns 0 when even none fit the device: more slots will not either. */
+static int try_candidate(const Ring_Context *x, Ring_Candidate c, Search *s)
+{
+	int L = x->num_layers;
+	double dev, host;
+	c.device_layers = 0;
+	ring_memory(x, &c, NULL, &dev, &host);
+	if (dev < s->min_device || (dev == s->min_device && host < s->min_device_host)) {
+		s->min_device = dev;
+		s->min_device_host = host;
+	}
+	if (dev > (double)x->req->device_bytes)
+		return 0;
+	int lo = 0, hi = L; /* device need grows with device_layers: the largest that fits */
+	c.device_layers = L;
+	ring_memory(x, &c, NULL, &dev, &host);
+	if (dev <= (double)x->req->device_bytes)
+		lo = L;
+	while (lo < hi) {
+		c.device_layers = (lo + hi + 1) / 2;
+		ring_memory(x, &c, NULL, &dev, &host);
+		if (dev <= (double)x->req->device_bytes)
+			lo = c.device_layers;
+		else
+			hi = c.device_layers - 1;
+	}
+	c.device_layers = lo;
+	int fits = ring_memory(x, &c, NULL, &dev, &host);
+	if (host < s->min_host_fitting_device)
+		s->min_host_fitting_device = host;
+	if (!fits)
+		return 1;
+	/* equal times (e.g. nothing to transfer): fewer rounds, then larger chunks */
+	double t = ring_time(x, &c, NULL);
+	int tie = s->found && fabs(t - s->seconds) <= 1e-12 * s->seconds &&
+		  (c.rounds < s->best.rounds || (c.rounds == s->best.rounds && c.chunk > s->best.chunk));
+	if (!s->found || t < s->seconds || tie) {
+		s->found = 1;
+		s->seconds = t;
+		s->best = c;
+	}
+	return 1;
+}
+
+/* Every placement of one step shape (chunk, chunks per round): save level, optimizer,
+ * resident embedding/head, weight slots (ascending, so the first that does not fit ends them). */
+static void search_shape(const Ring_Context *x, Search *s, int64_t C, int64_t K, const int *slots, int num_slots)
+{
+	int L = x->num_layers, both = EDGE_EMBEDDING | EDGE_HEAD;
+	for (int level = 0; level < DATAFLOW_NUM_SAVE_LEVELS; level++)
+		for (int opt = 0; opt < DATAFLOW_RING_NUM_OPT; opt++)
+			for (int edge = 0; edge < 4; edge++) {
+				if ((x->model->tied && edge != 0 && edge != both) || /* a tied head reads the embedding */
+				    (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && edge != both))
+					continue;
+				for (int si = 0; si < num_slots; si++) {
+					int w = slots[si];
+					if (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && w < L)
+						continue;
+					Ring_Candidate c = {C, K, x->req->tokens_per_step / C / K, (Dataflow_Save_Level)level,
+							    (Dataflow_Ring_Optimizer)opt, edge, w, w >= L ? L : 2, 0};
+					int fits = try_candidate(x, c, s);
+					/* resident weights, streamed grads (resident optimizer state needs both) */
+					if (w >= L && L > 2 && opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
+						c.grad_slots = 2;
+						fits |= try_candidate(x, c, s);
+					}
+					if (!fits)
+						break;
+				}
+			}
+}
+
+static void search(const Ring_Context *x, Search *s)
+{
+	const Dataflow_Ring_Request *r = x->req;
+	int slots[64];
+	int num_slots = slot_choices(x->num_layers, slots);
+	int64_t chunks[MAX_CHOICES], per_round[MAX_CHOICES];
+	int num_chunks = chunk_choices(r, chunks);
+	for (int ci = 0; ci < num_chunks; ci++) {
+		int num_k = divisors(r->tokens_per_step / chunks[ci], per_round, MAX_CHOICES);
+		for (int ki = 0; ki < num_k; ki++)
+			if ((per_round[ki] * chunks[ci]) % r->seq_len == 0) /* a round holds whole sequences */
+				search_shape(x, s, chunks[ci], per_round[ki], slots, num_slots);
+	}
+}
+
+Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflow_Ring_Plan *plan)
+{
+	if (!plan)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring plan: request and plan are required");
+	memset(plan, 0, sizeof(*plan));
+	Ring_Context x;
+	Dataflow_Status st = setup(request, &x);
+	if (st != DATAFLOW_OK)
+		return st;
+	Search s = {0, 0, {0}, INFINITY, INFINITY, INFINITY};
+	search(&x, &s);
+	plan->device_capacity = request->device_bytes;
+	plan->host_capacity = request->host_bytes;
+	plan->min_device_bytes = ring_clamp_bytes(s.min_device);
+	plan->min_host_bytes = ring_clamp_bytes(isfinite(s.min_host_fitting_device) ? s.min_host_fitting_device
+										    : s.min_device_host);
+	if (!s.found) {
+		if (isfinite(s.min_host_fitting_device))
+			return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
+						  "ring plan: nothing fits in %.2f GiB host memory: plans that fit the %.2f "
+						  "GiB device need at least %.2f GiB host",
+						  (double)request->host_bytes / GIB, (double)request->device_bytes / GIB,
+						  s.min_host_fitting_device / GIB);
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
+					  "ring plan: nothing fits in %.2f GiB device memory: the smallest plan needs "
+					  "%.2f GiB device (and %.2f GiB host)",
+					  (double)request->device_bytes / GIB, s.min_device / GIB, s.min_device_host / GIB);
+	}
+	const Ring_Candidate *c = &s.best;
+	double dev, host;
+	ring_memory(&x, c, plan, &dev, &host);
+	plan->seq_len = request->seq_len;
+	plan->tokens_per_step = request->tokens_per_step;
+	plan->chunk_tokens = c->chunk;
+	plan->chunks_per_round = c->chunks_per_round;
+	plan->rounds_per_step = c->rounds;
+	plan->kv_context = c->chunk < request->seq_len;
+	plan->num_layers = x.num_layers;
+	double params = 0;
+	for (int b = 0; b < x.model->num_blocks; b++)
+		params += (double)x.model->blocks[b].sizes.bytes[DATAFLOW_BLOCK_PARAM];
+	plan->model_param_bytes = ring_clamp_bytes(params);
+	plan->embedding_resident = (c->edge_resident & EDGE_EMBEDDING) != 0;
+	plan->head_resident = (c->edge_resident & EDGE_HEAD) != 0;
+	plan->weight_slots = c->weight_slots;
+	plan->grad_slots = c->grad_slots;
+	for (int l = 0; l < x.num_layers; l++) {
+		plan->save_level[l] = c->level;
+		plan->activations_on_device[l] = l >= x.num_layers - c->device_layers;
+	}
+	plan->optimizer = c->opt;
+	plan->master_weights = request->master_weights;
+	plan->step_seconds = ring_time(&x, c, plan);
+	plan->tokens_per_second = (double)request->tokens_per_step / plan->step_seconds;
+	/* MFU: 6 N per token (N: weights met in matmuls, = matmul_flops_per_token / 2) plus 3x the
+	 * causal attention forward, over the step time at the dtype's peak */
+	double S = (double)request->seq_len, seqs = (double)request->tokens_per_step / S, flops = 0;
+	for (int b = 0; b < x.model->num_blocks; b++) {
+		const Dataflow_Ring_Block *blk = &x.model->blocks[b];
+		flops += 3 * blk->matmul_flops_per_token * (double)request->tokens_per_step +
+			 3 * blk->attention_flops_per_pair * seqs * S * (S + 1) / 2;
+	}
+	plan->model_flops = flops;
+	plan->peak_flops = x.peak;
+	plan->mfu = flops / (plan->step_seconds * x.peak);
+	return DATAFLOW_OK;
+}

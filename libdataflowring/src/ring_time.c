@@ -1,0 +1,169 @@
+/* The model of time. Within a round, each layer's forward (and backward) occupies the three
+ * streams at once: compute on its chunks, inbound prefetching the next layer's weights (and,
+ * in the backward, its offloaded activations and partial gradient), outbound offloading this
+ * layer's activations (forward) or gradient (backward); the layer takes the longest of the
+ * three (slots let a transfer run one layer ahead, not more, in this model: conservative).
+ * The first layer's fetch is not hidden. Phases are summed over rounds; an optimizer that
+ * overlaps the next step's forward is drawn under this step's forward (steady state). */
+#include <string.h>
+
+#include "ring_internal.h"
+
+typedef struct {
+	double in, compute, out, seconds;
+} Span;
+
+/* one forward of a block over a round: matmul, attention, memory-bound parts (seconds) */
+static void forward_parts(const Ring_Context *x, const Dataflow_Ring_Block *b, const Ring_Candidate *c,
+			  double parts[3])
+{
+	double tokens = (double)(c->chunk * c->chunks_per_round), S = (double)x->req->seq_len;
+	double pairs = tokens / S * S * (S + 1) / 2; /* a round holds whole sequences */
+	double T = (double)c->chunk, half = x->req->profile->matmul_half_tokens;
+	parts[0] = tokens * b->matmul_flops_per_token / (x->matmul_rate * T / (T + half));
+	parts[1] = pairs * b->attention_flops_per_pair / x->attention_rate;
+	parts[2] = tokens * b->memory_bytes_per_token / x->memory_rate;
+}
+
+static double max3(double a, double b, double c)
+{
+	double m = a > b ? a : b;
+	return m > c ? m : c;
+}
+
+static void add(Span *s, double in, double compute, double out)
+{
+	s->in += in;
+	s->compute += compute;
+	s->out += out;
+	s->seconds += max3(in, compute, out);
+}
+
+static void phase(Dataflow_Ring_Plan *plan, const char *name, const Span *s, double *clock)
+{
+	Dataflow_Ring_Phase *p = &plan->phases[plan->num_phases++];
+	memset(p, 0, sizeof(*p));
+	strncpy(p->name, name, sizeof(p->name) - 1);
+	p->start_seconds = *clock;
+	p->seconds = s->seconds;
+	p->inbound_seconds = s->in;
+	p->compute_seconds = s->compute;
+	p->outbound_seconds = s->out;
+	*clock += s->seconds;
+}
+
+double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan)
+{
+	const Dataflow_Ring_Model *m = x->model;
+	const Dataflow_Ring_Block *emb = &m->blocks[0], *head = &m->blocks[m->num_blocks - 1];
+	int L = x->num_layers;
+	double R = (double)c->rounds, tokens = (double)(c->chunk * c->chunks_per_round);
+	int weights_resident = c->weight_slots >= L, grads_resident = c->grad_slots >= L;
+	int emb_res = (c->edge_resident & EDGE_EMBEDDING) != 0, head_res = (c->edge_resident & EDGE_HEAD) != 0;
+	double in_bytes = 0, out_bytes = 0;
+#define IN(bytes) (in_bytes += R * (bytes), (bytes) / x->h2d)
+#define OUT(bytes) (out_bytes += R * (bytes), (bytes) / x->d2h)
+	/* from the second round on, a streamed gradient comes back in to keep accumulating */
+	double partial = (R - 1) / R;
+
+	Span fwd = {0}, turn = {0}, bwd = {0}, opt = {0};
+	double parts[3];
+	forward_parts(x, emb, c, parts);
+	add(&fwd, emb_res ? 0 : IN((double)emb->sizes.bytes[DATAFLOW_BLOCK_PARAM]), parts[2], 0);
+	if (!weights_resident) /* the first layer's weights: nothing to hide behind */
+		add(&fwd, IN((double)ring_layer(x, 0)->sizes.bytes[DATAFLOW_BLOCK_PARAM]), 0, 0);
+	for (int l = 0; l < L; l++) {
+		const Dataflow_Ring_Block *b = ring_layer(x, l);
+		int on_device = l >= L - c->device_layers;
+		double acts = tokens * (double)(b->sizes.saved_bytes_per_token[c->level] + m->hidden_bytes_per_token);
+		forward_parts(x, b, c, parts);
+		double next = !weights_resident && l + 1 < L ? (double)ring_layer(x, l + 1)->sizes.bytes[DATAFLOW_BLOCK_PARAM] : 0;
+		add(&fwd, IN(next), parts[0] + parts[1] + parts[2], on_device ? 0 : OUT(acts));
+	}
+	/* the head: forward, loss and backward back to back on each chunk */
+	forward_parts(x, head, c, parts);
+	double head_in = head_res ? 0 : (double)head->sizes.bytes[DATAFLOW_BLOCK_PARAM] +
+						partial * (double)head->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+	/* meanwhile the last layer's offloaded activations and partial gradient come in */
+	const Dataflow_Ring_Block *last = ring_layer(x, L - 1);
+	if (c->device_layers == 0)
+		head_in += tokens * (double)(last->sizes.saved_bytes_per_token[c->level] + m->hidden_bytes_per_token);
+	if (!grads_resident)
+		head_in += partial * (double)last->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+	add(&turn, IN(head_in), 3 * parts[0] + 3 * parts[2],
+	    head_res ? 0 : OUT((double)head->sizes.bytes[DATAFLOW_BLOCK_GRAD]));
+	for (int l = L - 1; l >= 0; l--) {
+		const Dataflow_Ring_Block *b = ring_layer(x, l);
+		forward_parts(x, b, c, parts);
+		double recompute = c->level == DATAFLOW_SAVE_INPUT ? parts[0] + parts[1] + parts[2]
+				   : c->level == DATAFLOW_SAVE_ATTENTION ? parts[0] + parts[2] : 0;
+		double compute = 2 * parts[0] + 2.5 * parts[1] + 2 * parts[2] + recompute;
+		double in = 0;
+		if (l > 0) { /* prefetch for the layer below: weights not kept over the turn, activations */
+			const Dataflow_Ring_Block *p = ring_layer(x, l - 1);
+			if (!weights_resident && l - 1 < L - c->weight_slots)
+				in += (double)p->sizes.bytes[DATAFLOW_BLOCK_PARAM];
+			if (l - 1 < L - c->device_layers)
+				in += tokens * (double)(p->sizes.saved_bytes_per_token[c->level] + m->hidden_bytes_per_token);
+			if (!grads_resident)
+				in += partial * (double)p->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+		}
+		add(&bwd, IN(in), compute, grads_resident ? 0 : OUT((double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD]));
+	}
+	forward_parts(x, emb, c, parts);
+	add(&bwd, emb_res ? 0 : IN(partial * (double)emb->sizes.bytes[DATAFLOW_BLOCK_GRAD]), 2 * parts[2],
+	    emb_res ? 0 : OUT((double)emb->sizes.bytes[DATAFLOW_BLOCK_GRAD]));
+	fwd.in *= R, fwd.compute *= R, fwd.out *= R, fwd.seconds *= R;
+	turn.in *= R, turn.compute *= R, turn.out *= R, turn.seconds *= R;
+	bwd.in *= R, bwd.compute *= R, bwd.out *= R, bwd.seconds *= R;
+#undef IN
+#undef OUT
+
+	/* AdamW reads param, grad, m, v (master) and writes param, m, v (master). Overlapped (host,
+	 * or device streaming under the next step's forward, which waits for a block's update
+	 * before it uses the block), only the first block and what outlasts the forward's free
+	 * inbound time add to the step. */
+	double first = 0, total = 0;
+	for (int b = 0; b < m->num_blocks; b++) {
+		const Dataflow_Ring_Block *blk = &m->blocks[b];
+		int layer = b > 0 && b < m->num_blocks - 1;
+		int res = layer ? weights_resident : (c->edge_resident & (b == 0 ? EDGE_EMBEDDING : EDGE_HEAD)) != 0;
+		int gres = layer ? grads_resident : res;
+		double state = (double)(blk->sizes.bytes[DATAFLOW_BLOCK_ADAM_M] + blk->sizes.bytes[DATAFLOW_BLOCK_ADAM_V] +
+					(x->master ? blk->sizes.bytes[DATAFLOW_BLOCK_MASTER] : 0));
+		double p = (double)blk->sizes.bytes[DATAFLOW_BLOCK_PARAM], g = (double)blk->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+		double touched = 2 * p + g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate, host = 0;
+		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out */
+			in = res ? p : 0, out = gres ? g : 0, compute = 0, host = touched / x->host_adamw;
+		} else if (c->opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
+			in = state + (res ? 0 : p) + (gres ? 0 : g), out = state + (res ? 0 : p);
+		}
+		in_bytes += in, out_bytes += out;
+		add(&opt, in / x->h2d, compute, out / x->d2h);
+		double block = max3(in / x->h2d, compute > host ? compute : host, out / x->d2h);
+		first = b == 0 ? block : first;
+		total += block;
+	}
+	/* Overlapped, the timeline is a steady-state step: the previous step's optimizer runs from
+	 * its start, under a forward it holds back by what does not hide. */
+	int overlapped = c->opt == DATAFLOW_RING_OPT_HOST || c->opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED;
+	if (overlapped) {
+		double extra = total - (fwd.seconds - fwd.in);
+		fwd.seconds += extra > first ? extra : first;
+		opt.seconds = total;
+	}
+	if (plan) {
+		double clock = 0, start = 0;
+		plan->num_phases = 0;
+		if (overlapped)
+			phase(plan, "optimizer (previous step)", &opt, &start);
+		phase(plan, "forward", &fwd, &clock);
+		phase(plan, "head (turn)", &turn, &clock);
+		phase(plan, "backward", &bwd, &clock);
+		if (!overlapped)
+			phase(plan, "optimizer", &opt, &clock);
+		plan->inbound_bytes = ring_clamp_bytes(in_bytes);
+		plan->outbound_bytes = ring_clamp_bytes(out_bytes);
+	}
+	return fwd.seconds + turn.seconds + bwd.seconds + (overlapped ? 0 : opt.seconds);
+}

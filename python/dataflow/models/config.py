@@ -1,0 +1,89 @@
+"""LlamaConfig: a Llama architecture in Hugging Face's config.json terms, and its C form."""
+import dataclasses
+
+from .. import dtypes
+from .._ffi import ffi
+from ..errors import BadArgumentError
+
+_CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
+                "max_position_embeddings", "tie_word_embeddings")
+
+
+@dataclasses.dataclass
+class LlamaConfig:
+    """The architecture, in Hugging Face LlamaConfig's field names and defaults."""
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int = None      # None: num_attention_heads
+    head_dim: int = None                 # None: hidden_size // num_attention_heads
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict = None            # {"rope_type": "llama3", "factor", "low_freq_factor", ...} or None
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    extra: dict = dataclasses.field(default_factory=dict)  # other config.json keys, kept for to_dict
+
+    def __post_init__(self):
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_dict(cls, d):
+        """From a Hugging Face config dict (config.json). Accepts rope_theta + rope_scaling
+        (transformers 4) and rope_parameters (transformers 5)."""
+        d = dict(d)
+        if d.get("model_type", "llama") != "llama":
+            raise BadArgumentError(f"LlamaConfig: model_type must be 'llama', got {d.get('model_type')!r}")
+        rope = d.pop("rope_parameters", None) or {}
+        scaling = d.get("rope_scaling") or None
+        if rope:
+            d.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
+            if rope.get("rope_type", "default") != "default" and scaling is None:
+                scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+        if scaling is not None:
+            kind = scaling.get("rope_type", scaling.get("type"))
+            if kind == "default":
+                scaling = None
+            elif kind != "llama3":
+                raise BadArgumentError(f"LlamaConfig: rope scaling {kind!r} is not supported (only 'llama3')")
+        d["rope_scaling"] = scaling
+        for flag in ("attention_bias", "mlp_bias"):
+            if d.get(flag):
+                raise BadArgumentError(f"LlamaConfig: {flag} = true is not supported")
+        if d.get("hidden_act", "silu") != "silu":
+            raise BadArgumentError(f"LlamaConfig: hidden_act must be 'silu', got {d['hidden_act']!r}")
+        known = {k: d.pop(k) for k in _CONFIG_KEYS if k in d}
+        return cls(**known, extra=d)
+
+    def to_dict(self):
+        """A config.json dict that transformers' LlamaConfig / LlamaForCausalLM loads."""
+        out = dict(self.extra)
+        out.update({"architectures": out.get("architectures", ["LlamaForCausalLM"]), "model_type": "llama",
+                    "hidden_act": "silu", "attention_bias": False, "mlp_bias": False})
+        out.update({k: getattr(self, k) for k in _CONFIG_KEYS})
+        out["rope_scaling"] = dict(self.rope_scaling) if self.rope_scaling else None
+        return out
+
+    def _c_config(self, dtype):
+        c = ffi.new("Dataflow_Llama_Config *")
+        c.vocab_size, c.hidden_size = self.vocab_size, self.hidden_size
+        c.intermediate_size, c.num_layers = self.intermediate_size, self.num_hidden_layers
+        c.num_heads, c.num_kv_heads, c.head_dim = self.num_attention_heads, self.num_key_value_heads, self.head_dim
+        c.rms_eps, c.rope_theta = self.rms_norm_eps, self.rope_theta
+        if self.rope_scaling:
+            s = self.rope_scaling
+            c.rope_factor = s["factor"]
+            c.rope_low_freq_factor = s.get("low_freq_factor", 1.0)
+            c.rope_high_freq_factor = s.get("high_freq_factor", 4.0)
+            c.rope_original_max_position = s.get("original_max_position_embeddings", 8192)
+        c.tie_embeddings = int(bool(self.tie_word_embeddings))
+        if dtype not in ("fp32", "bf16"):
+            raise BadArgumentError(f"Llama: dtype must be 'fp32' or 'bf16', got {dtype!r}")
+        c.dtype = dtypes.enum(dtype)
+        return c

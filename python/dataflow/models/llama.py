@@ -1,0 +1,326 @@
+"""Llama: the all-resident Llama-3-family model over libdataflowmodels (dataflow_llama_*)."""
+import weakref
+
+import numpy as np
+
+from .. import dtypes
+from .._ffi import ffi, modelslib
+from ..array import Array
+from ..errors import BadArgumentError, check
+from .batch import BatchBuffer, PackedBatch, check_tokens
+from .config import LlamaConfig
+from .device_io import fetch
+from .kv_cache import KVCache
+
+# which copy of a tensor (Dataflow_Block_Kind)
+PARAM, GRAD, ADAM_M, ADAM_V, MASTER = 0, 1, 2, 3, 4
+SAVE_LEVELS = {"input": 0, "attention": 1, "all": 2}
+
+
+def _as_numpy(value, name):
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().float().cpu().numpy()
+    value = np.asarray(value)
+    if value.dtype.kind != "f" and value.dtype.name != "bfloat16":
+        raise BadArgumentError(f"load_state_dict: {name}: expected floating-point values, got dtype {value.dtype}")
+    return value
+
+
+class Llama:
+    """A Llama-3-family causal LM on a dataflow handle: Llama(handle, config, dtype="fp32",
+    seed=0, recompute=False, save_level=None, master_weights=False). config: LlamaConfig or a
+    Hugging Face config dict. Weights start as Hugging Face initializes them (normal(0, 0.02)
+    for linears and embeddings, ones for norms), from numpy's default_rng(seed).
+    save_level: what each layer keeps from the forward for the backward: "all" (default),
+    "attention" (attention output and logsumexp; the rest is recomputed) or "input" (nothing:
+    each layer's forward reruns in the backward); recompute=True is save_level="input". Every
+    level gives the same gradients, bit for bit. master_weights (bf16 models): keep fp32 master
+    weights that AdamW updates (the bf16 weights are their rounding), so updates smaller than
+    a bf16 step accumulate instead of being rounded away."""
+
+    def __init__(self, handle, config, dtype="fp32", seed=0, recompute=False, save_level=None,
+                 master_weights=False):
+        if isinstance(config, dict):
+            config = LlamaConfig.from_dict(config)
+        self.handle, self.config, self.dtype = handle, config, dtype
+        out = ffi.new("Dataflow_Llama **")
+        check(modelslib.dataflow_llama_create(handle._ptr(), config._c_config(dtype), out))
+        self._m = out[0]
+        self.names = [self._info(i, PARAM)[0] for i in range(modelslib.dataflow_llama_num_tensors(self._m))]
+        self._index = {n: i for i, n in enumerate(self.names)}
+        self._batches = BatchBuffer(handle)
+        self._logits = None
+        self._caches = weakref.WeakSet()
+        self._gen_cache = None
+        self._stream = None  # the stream of the model's last work (see _on)
+        self.save_level = save_level or ("input" if recompute else "all")
+        if master_weights:
+            self.enable_master_weights()
+        rng = np.random.default_rng(seed)
+        init = {}
+        for name, shape in self.shapes().items():
+            init[name] = (np.ones(shape, np.float32) if len(shape) == 1
+                          else rng.normal(0.0, 0.02, size=shape).astype(np.float32))
+        self.load_state_dict(init)
+
+    @classmethod
+    def from_pretrained(cls, path, handle=None, dtype="fp32"):
+        """A Llama from a Hugging Face model directory (config.json + safetensors), see
+        dataflow.pretrained; handle None: a new host handle."""
+        from .. import pretrained
+        if handle is None:
+            from ..handle import Handle
+            handle = Handle("host")
+        return pretrained.from_pretrained(path, handle, dtype)
+
+    def save_pretrained(self, path, dtype=None):
+        """Writes config.json + model.safetensors that transformers loads (dataflow.pretrained)."""
+        from .. import pretrained
+        pretrained.save_pretrained(self, path, dtype)
+
+    def close(self):
+        """Frees the model's device memory (also done when it is garbage-collected)."""
+        for cache in list(getattr(self, "_caches", ())):
+            cache.close()
+        m, self._m = getattr(self, "_m", None), None
+        if m is not None and self.handle._alive():
+            modelslib.dataflow_llama_destroy(m)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def save_level(self):
+        return self._save_level
+
+    @save_level.setter
+    def save_level(self, value):
+        if value not in SAVE_LEVELS:
+            raise BadArgumentError(f"save_level must be one of {', '.join(SAVE_LEVELS)}, got {value!r}")
+        check(modelslib.dataflow_llama_set_save_level(self._m, SAVE_LEVELS[value]))
+        self._save_level = value
+
+    @property
+    def recompute(self):
+        """True when no layer activations are kept (save_level "input")."""
+        return self._save_level == "input"
+
+    @recompute.setter
+    def recompute(self, value):
+        self.save_level = "input" if value else "all"
+
+    @property
+    def master_weights(self):
+        """Whether fp32 master weights are kept (see the class docstring)."""
+        return self._info(0, MASTER)[2] != 0
+
+    def enable_master_weights(self, stream=0):
+        """Allocates fp32 master weights (bf16 models), exact copies of the current weights."""
+        self._on(stream)
+        check(modelslib.dataflow_llama_enable_master_weights(self._m, stream))
+        self.handle.sync(stream)
+
+    def _on(self, stream):
+        """Orders work about to be submitted on `stream` after the model's earlier work on
+        another stream (an event, no host wait): calls that return without waiting (Trainer.apply)
+        may still be running there, on the same weights and buffers."""
+        last, self._stream = self._stream, stream
+        if last is not None and last != stream:
+            self.handle.wait(stream, self.handle.record(last))
+
+    # ---- tensors ----
+    def _info(self, index, kind):
+        t = ffi.new("Dataflow_Llama_Tensor *")
+        check(modelslib.dataflow_llama_tensor(self._m, index, kind, t))
+        shape = tuple(t.shape[d] for d in range(t.ndim))
+        return ffi.string(t.name).decode(), shape, int(ffi.cast("uintptr_t", t.ptr)), dtypes.name_of(t.dtype)
+
+    def _arrays(self, kind):
+        out = {}
+        for i in range(len(self.names)):
+            name, shape, ptr, dtype = self._info(i, kind)
+            if not ptr:
+                return None
+            out[name] = Array(self.handle, ptr, shape, dtype, owner=self)
+        return out
+
+    def shapes(self):
+        """name -> Hugging Face shape."""
+        return {n: self._info(i, PARAM)[1] for i, n in enumerate(self.names)}
+
+    def named_parameters(self):
+        """name -> device Array (Hugging Face names and shapes, the model dtype); views of the
+        model's blocks, valid while the model lives."""
+        return self._arrays(PARAM)
+
+    def named_gradients(self):
+        """name -> device Array of the fp32 gradient."""
+        return self._arrays(GRAD)
+
+    def named_master_weights(self):
+        """name -> device Array of the fp32 master weights, or None without them."""
+        return self._arrays(MASTER)
+
+    def gradients(self):
+        """name -> numpy float32 gradient."""
+        return {n: a.numpy() for n, a in self._arrays(GRAD).items()}
+
+    def state_dict(self):
+        """name -> numpy float32 values (bf16 weights decoded exactly). Tied models have no
+        lm_head.weight, as Hugging Face's safetensors files."""
+        return {n: a.numpy() for n, a in self.named_parameters().items()}
+
+    def load_state_dict(self, state):
+        """Copies name -> array (numpy, anything np.asarray takes, or torch tensors) into the
+        weights, rounding to the model dtype (and, with master weights, unrounded into them).
+        Strict: every tensor must be present with its Hugging Face shape and a floating dtype;
+        unknown names raise. A tied model accepts a redundant lm_head.weight equal to
+        model.embed_tokens.weight."""
+        state = dict(state)
+        params = self.named_parameters()
+        if self.config.tie_word_embeddings and "lm_head.weight" in state and "model.embed_tokens.weight" in state:
+            lm, emb = _as_numpy(state.pop("lm_head.weight"), "lm_head.weight"), state["model.embed_tokens.weight"]
+            if lm.shape != np.shape(emb) or not np.array_equal(lm, _as_numpy(emb, "model.embed_tokens.weight")):
+                raise BadArgumentError("load_state_dict: lm_head.weight differs from model.embed_tokens.weight, "
+                                       "but the config ties them (tie_word_embeddings)")
+        missing = [n for n in params if n not in state]
+        unexpected = [n for n in state if n not in params]
+        if missing or unexpected:
+            raise BadArgumentError(f"load_state_dict: missing tensors {missing[:5]}"
+                                   f"{' ...' if len(missing) > 5 else ''}, unexpected tensors {unexpected[:5]}")
+        values = {}
+        for name, arr in params.items():
+            v = _as_numpy(state[name], name)
+            if v.shape != arr.shape:
+                raise BadArgumentError(f"load_state_dict: {name}: expected shape {arr.shape}, got {v.shape}")
+            values[name] = v
+        masters = self._arrays(MASTER) or {}
+        self._on(0)  # copy_from_numpy writes on stream 0
+        for name, arr in params.items():
+            v = np.ascontiguousarray(values[name], dtype=np.float32)
+            arr.copy_from_numpy(v)
+            if name in masters:
+                masters[name].copy_from_numpy(v)
+
+    # ---- batches ----
+    def _pack(self, tokens, labels=None, documents=None, need_labels=True):
+        return PackedBatch(tokens, labels, documents, self.config.vocab_size, need_labels)
+
+    def _upload(self, packed, stream):
+        """The packed batch on the device (one inbound transfer), as a Dataflow_Llama_Batch;
+        ordered after the model's earlier work."""
+        self._on(stream)
+        return self._batches.upload(packed, stream)
+
+    def _read_output(self, name, stream):
+        """Submits the read-back of one of the model's device results, "token_losses" (of the
+        last loss) or "grad_norm" (of the last AdamW step), into a fresh host float32 array,
+        valid once `stream` has synced (the handle keeps it referenced until then)."""
+        out = ffi.new("Dataflow_Llama_Outputs *")
+        check(modelslib.dataflow_llama_outputs(self._m, out))
+        host = np.empty(out.num_tokens if name == "token_losses" else 1, np.float32)
+        device = Array(self.handle, int(ffi.cast("uintptr_t", getattr(out, name))), host.shape, "fp32", owner=self)
+        self.handle.outbound_transfer(host, device, stream=stream)
+        return host
+
+    @staticmethod
+    def _batch_loss(token_losses, loss_scale):
+        return float(modelslib.dataflow_batch_loss(ffi.cast("float *", ffi.from_buffer(token_losses)),
+                                                   token_losses.size, loss_scale))
+
+    # ---- compute ----
+    def forward(self, tokens, documents=None, stream=0):
+        """Logits as numpy float32 [B, T, V] for tokens [B, T] (B documents) or [T] (B = 1)."""
+        packed = self._pack(tokens, documents=documents, need_labels=False)
+        n, vocab = packed.num_tokens, self.config.vocab_size
+        if self._logits is None or self._logits.size < n * vocab:
+            self._logits = self.handle.empty((n, vocab), self.dtype)
+        out = self._logits.view((n, vocab))
+        check(modelslib.dataflow_llama_forward(self._m, stream, self._upload(packed, stream), out.cdata))
+        logits = fetch(out, stream)
+        return logits.reshape(packed.shape + (vocab,)) if packed.shape else logits
+
+    def _loss_pass(self, packed, accumulate, loss_scale, stream):
+        """Submits loss_backward (loss_scale set) or loss (None) and the token losses' read-back."""
+        batch = self._upload(packed, stream)
+        if loss_scale is None:
+            check(modelslib.dataflow_llama_loss(self._m, stream, batch))
+        else:
+            check(modelslib.dataflow_llama_loss_backward(self._m, stream, batch, int(bool(accumulate)), loss_scale))
+        return self._read_output("token_losses", stream)
+
+    def loss(self, tokens, labels=None, documents=None, stream=0):
+        """Mean cross-entropy over the labelled next-token targets (HF-style labels; default:
+        the tokens), as LlamaForCausalLM(tokens, labels=labels).loss. Gradients untouched."""
+        packed = self._pack(tokens, labels, documents)
+        if packed.num_labels == 0:
+            raise BadArgumentError("loss: no labelled tokens (every target is -100)")
+        losses = self._loss_pass(packed, False, None, stream)
+        self.handle.sync(stream)
+        return self._batch_loss(losses, 1.0 / packed.num_labels)
+
+    def loss_backward(self, tokens, labels=None, documents=None, accumulate=False, loss_scale=None, stream=0):
+        """Forward + loss + backward into the gradients (added to them with accumulate).
+        loss_scale default 1 / labelled tokens (mean loss). Returns (loss_scale * summed loss,
+        number of labelled tokens)."""
+        packed = self._pack(tokens, labels, documents)
+        if loss_scale is None:
+            if packed.num_labels == 0:
+                raise BadArgumentError("loss_backward: no labelled tokens (every target is -100)")
+            loss_scale = 1.0 / packed.num_labels
+        losses = self._loss_pass(packed, accumulate, loss_scale, stream)
+        self.handle.sync(stream)
+        return self._batch_loss(losses, loss_scale), packed.num_labels
+
+    def zero_grads(self, stream=0):
+        self._on(stream)
+        check(modelslib.dataflow_llama_zero_grads(self._m, stream))
+
+    # ---- inference with a KV cache ----
+    def kv_cache(self, max_tokens):
+        """A KVCache for one sequence of up to max_tokens tokens."""
+        return KVCache(self, max_tokens)
+
+    def generate(self, prompt_tokens, max_new_tokens, temperature=1.0, top_p=1.0, seed=None, use_cache=True,
+                 eos_token_id=None, stream=0):
+        """New token ids (int64 numpy, stopping after eos_token_id when given) continuing the
+        1-D prompt_tokens: greedy when temperature == 0, else temperature + top-p sampling
+        (dataflow.generate.sample_next) from numpy's default_rng(seed). use_cache: prefill the
+        prompt in one cached forward, then one token per step over the KV cache; False:
+        recompute the whole context with forward() at every step (same tokens)."""
+        from ..generate import check_sampling, sample_next
+        check_sampling(temperature, top_p)
+        prompt = check_tokens(prompt_tokens, self.config.vocab_size, "generate: prompt_tokens")
+        if int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
+            raise BadArgumentError(f"generate: max_new_tokens must be an integer >= 0, got {max_new_tokens}")
+        max_new_tokens = int(max_new_tokens)
+        rng = np.random.default_rng(seed)
+        new = []
+        if max_new_tokens == 0:
+            return np.zeros(0, np.int64)
+        if use_cache:
+            need = prompt.size + max_new_tokens - 1  # the last token is sampled, never fed back
+            cache = self._gen_cache
+            if cache is None or cache.closed or cache.capacity < need:
+                if cache is not None:
+                    cache.close()
+                cache = self._gen_cache = self.kv_cache(need)
+            cache.reset()
+            logits = cache.forward(prompt, stream=stream)
+        else:
+            ids = list(prompt)
+            logits = self.forward(np.asarray(ids, np.int32), stream=stream)[0, -1]
+        while True:
+            token = sample_next(logits, temperature, top_p, rng)
+            new.append(token)
+            if token == eos_token_id or len(new) == max_new_tokens:
+                break
+            if use_cache:
+                logits = cache.forward(np.asarray([token], np.int32), stream=stream)
+            else:
+                ids.append(token)
+                logits = self.forward(np.asarray(ids, np.int32), stream=stream)[0, -1]
+        return np.asarray(new, dtype=np.int64)

@@ -1,0 +1,146 @@
+"""Trainer: AdamW training of an all-resident Llama with at most one host sync per step."""
+import numpy as np
+
+from .._ffi import ffi, modelslib
+from ..errors import BadArgumentError, check
+from .llama import ADAM_M, ADAM_V, MASTER
+
+
+class Trainer:
+    """AdamW training of a Llama, as torch.optim.AdamW + clip_grad_norm_(grad_clip) on the
+    mean next-token loss. Hyperparameters are attributes, read at every step (set trainer.lr
+    for a schedule). grad_clip 0 or None: no clipping. master_weights=True turns on the
+    model's fp32 master weights (bf16 models; see Llama), None keeps the model's setting.
+
+    Host syncs: step() submits the batch (one inbound transfer), the forward/backward and the
+    AdamW step, then waits ONCE to read the loss and the gradient norm together. accumulate()
+    waits once for its chunk's loss; apply() does not wait: last_grad_norm waits when read."""
+
+    def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
+                 master_weights=None):
+        self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, tuple(betas), eps
+        self.grad_clip = grad_clip or 0.0
+        if master_weights:
+            model.enable_master_weights()
+        elif master_weights is not None and model.master_weights:
+            raise BadArgumentError("Trainer: master_weights=False, but the model already keeps master weights")
+        self.step_count = 0
+        self._norm, self._norm_pending = None, None  # last grad norm, or (host array, stream) not yet synced
+        self._acc_loss, self._acc_labels = 0.0, 0
+
+    @property
+    def last_grad_norm(self):
+        """The pre-clip global gradient norm of the last optimizer step (None before one)."""
+        self._wait_norm()
+        return self._norm
+
+    def _wait_norm(self):
+        """Syncs the stream of the last optimizer step once, if not yet, and reads its norm."""
+        if self._norm_pending is not None:
+            host, stream = self._norm_pending
+            self.model.handle.sync(stream)
+            self._norm, self._norm_pending = float(host[0]), None
+
+    def _adamw(self, stream):
+        """Submits the AdamW step and the read-back of its gradient norm."""
+        self.step_count += 1
+        self.model._on(stream)
+        params = ffi.new("Dataflow_AdamW_Params *", {"lr": float(self.lr), "beta1": float(self.betas[0]),
+                                                     "beta2": float(self.betas[1]), "eps": float(self.eps),
+                                                     "weight_decay": float(self.weight_decay)})
+        check(modelslib.dataflow_llama_adamw_step(self.model._m, stream, params, float(self.grad_clip),
+                                                  self.step_count))
+        self._norm_pending = (self.model._read_output("grad_norm", stream), stream)
+
+    def _loss_backward(self, tokens, labels, documents, accumulate, loss_scale, stream):
+        """Submits a chunk's loss_backward; returns (packed batch, token losses host array)."""
+        packed = self.model._pack(tokens, labels, documents)
+        if loss_scale is None:
+            if packed.num_labels == 0:
+                raise BadArgumentError("step: no labelled tokens (every target is -100)")
+            loss_scale = 1.0 / packed.num_labels
+        return packed, self.model._loss_pass(packed, accumulate, loss_scale, stream)
+
+    def step(self, tokens, labels=None, documents=None, stream=0):
+        """One optimizer step on one batch: tokens [B, T] or [T], or a list of 1-D documents;
+        documents: lengths packing a 1-D tokens array, or a list of 1-D arrays (tokens=None).
+        labels: HF-style (default: the tokens; next-token within each document). Returns the
+        mean loss before the step."""
+        if self._acc_labels:
+            raise BadArgumentError("step: gradients from accumulate() are pending; call apply() first")
+        packed, losses = self._loss_backward(tokens, labels, documents, False, None, stream)
+        self._adamw(stream)
+        self._wait_norm()  # the one sync: the losses were read back before it too
+        return self.model._batch_loss(losses, 1.0 / packed.num_labels)
+
+    def accumulate(self, tokens, labels=None, documents=None, stream=0):
+        """Adds one chunk's gradients (of its summed loss; apply() divides by the labelled
+        tokens of all chunks, so k chunks then apply() equal one step on all of them).
+        Returns this chunk's mean loss."""
+        first = self._acc_labels == 0
+        packed, losses = self._loss_backward(tokens, labels, documents, not first, 1.0, stream)
+        self.model.handle.sync(stream)
+        batch_sum, n = self.model._batch_loss(losses, 1.0), packed.num_labels
+        self._acc_loss += batch_sum
+        self._acc_labels += n
+        return batch_sum / n if n else float("nan")
+
+    def apply(self, stream=0):
+        """The optimizer step for the accumulated chunks; returns their mean loss."""
+        if self._acc_labels == 0:
+            raise BadArgumentError("apply: nothing accumulated (or no labelled tokens)")
+        self.model._on(stream)
+        check(modelslib.dataflow_llama_scale_grads(self.model._m, stream, 1.0 / self._acc_labels))
+        loss = self._acc_loss / self._acc_labels
+        self._acc_loss, self._acc_labels = 0.0, 0
+        self._adamw(stream)
+        return loss
+
+    def state_dict(self):
+        """{"step": int, "exp_avg": {name: float32 numpy}, "exp_avg_sq": {...}, "hyperparameters": {...}}
+        (m and v as torch.optim.AdamW names them; empty dicts before the first step), and
+        "master": {name: float32 numpy} when the model keeps fp32 master weights."""
+        m, v = self.model._arrays(ADAM_M), self.model._arrays(ADAM_V)
+        state = {"step": self.step_count,
+                 "exp_avg": {n: a.numpy() for n, a in (m or {}).items()},
+                 "exp_avg_sq": {n: a.numpy() for n, a in (v or {}).items()},
+                 "hyperparameters": {"lr": self.lr, "weight_decay": self.weight_decay, "betas": list(self.betas),
+                                     "eps": self.eps, "grad_clip": self.grad_clip}}
+        masters = self.model.named_master_weights()
+        if masters is not None:
+            state["master"] = {n: a.numpy() for n, a in masters.items()}
+        return state
+
+    def _load_arrays(self, key, kind, values):
+        arrays, shapes = self.model._arrays(kind), self.model.shapes()
+        missing = [n for n in arrays if n not in values]
+        unexpected = [n for n in values if n not in arrays]
+        if missing or unexpected:
+            raise BadArgumentError(f"Trainer.load_state_dict: {key}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        for n, arr in arrays.items():
+            x = np.asarray(values[n], dtype=np.float32)
+            if x.shape != shapes[n]:
+                raise BadArgumentError(f"Trainer.load_state_dict: {key} {n}: expected shape {shapes[n]}, got {x.shape}")
+            arr.copy_from_numpy(np.ascontiguousarray(x))
+
+    def load_state_dict(self, state):
+        """Restores step, m and v, master weights (and hyperparameters when present) from
+        state_dict(). Master weights in the state need a model that keeps them; a model that
+        keeps them without any in the state keeps the copies of its current weights."""
+        step = int(state["step"])
+        self.model._on(0)  # the copies below run on stream 0
+        if "master" in state:
+            if not self.model.master_weights:
+                raise BadArgumentError("Trainer.load_state_dict: the state has fp32 master weights, but the model "
+                                       "keeps none (Trainer(..., master_weights=True) or Llama(..., "
+                                       "master_weights=True))")
+            self._load_arrays("master", MASTER, state["master"])
+        if step > 0:
+            check(modelslib.dataflow_llama_alloc_optimizer_state(self.model._m, 0))
+            self._load_arrays("exp_avg", ADAM_M, state.get("exp_avg", {}))
+            self._load_arrays("exp_avg_sq", ADAM_V, state.get("exp_avg_sq", {}))
+        hp = state.get("hyperparameters")
+        if hp:
+            self.lr, self.weight_decay, self.betas = hp["lr"], hp["weight_decay"], tuple(hp["betas"])
+            self.eps, self.grad_clip = hp["eps"], hp["grad_clip"]
+        self.step_count = step

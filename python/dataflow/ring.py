@@ -1,0 +1,272 @@
+"""The ring planner (libdataflowring/include/dataflow/ring_plan.h) from Python.
+
+    plan = df.ring.plan("llama3-8b", seq_len=8192, tokens_per_step=65536, device_memory="24GiB",
+                        host_memory="128GiB", profile="h100-sxm", dtype="bf16")
+    print(plan.describe()); plan.predicted_step_seconds
+
+Profiles: the built-in named ones (`profile_names()`), or `calibrate(handle)`: the handle's own
+speeds, measured on its ops (a matmul, an attention, a memory-bound add, transfers both ways).
+"""
+import time
+
+import numpy as np
+
+from . import ops
+from ._ffi import ffi, modelslib, ringlib
+from .errors import BadArgumentError, check, error_for
+from .handle import Handle, parse_bytes
+from .models.config import LlamaConfig
+
+_LLAMA3 = {"vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_key_value_heads": 8,
+           "max_position_embeddings": 8192}
+# Hugging Face configs of the Llama-3 family (meta-llama/*/config.json; rope scaling left out:
+# it does not change sizes or flops).
+PRESETS = {
+    "llama3.2-1b": {**_LLAMA3, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                    "num_attention_heads": 32, "head_dim": 64, "tie_word_embeddings": True},
+    "llama3.2-3b": {**_LLAMA3, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28,
+                    "num_attention_heads": 24, "head_dim": 128, "tie_word_embeddings": True},
+    "llama3-8b": {**_LLAMA3, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                  "num_attention_heads": 32},
+    "llama3-70b": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+                   "num_attention_heads": 64},
+}
+
+
+def profile_names():
+    """The built-in device profiles' names."""
+    names, i = [], 0
+    while (name := ringlib.dataflow_device_profile_name(i)) != ffi.NULL:
+        names.append(ffi.string(name).decode())
+        i += 1
+    return names
+
+
+class Profile:
+    """A device profile: the speeds the planner's model of time uses (device_profile.h)."""
+
+    def __init__(self, cdata, keep=None):
+        self._c, self._keep = cdata, keep  # keep: the source string's owner for measured ones
+
+    @classmethod
+    def named(cls, name):
+        if not isinstance(name, str):
+            raise BadArgumentError(f"profile: expected a name ({', '.join(profile_names())}), got {name!r}")
+        c = ffi.new("Dataflow_Device_Profile *")
+        check(ringlib.dataflow_device_profile_named(name.encode(), c))
+        return cls(c)
+
+    def __getattr__(self, field):
+        if field.startswith("_"):
+            raise AttributeError(field)
+        value = getattr(self._c, field)
+        if field in ("name", "source"):
+            return ffi.string(value).decode() if value != ffi.NULL else ""
+        return value
+
+    def __repr__(self):
+        return (f"Profile({self.name!r}: bf16 peak {self.peak_flops_bf16:.3g} flop/s, matmul x{self.matmul_fraction:.2f}, "
+                f"attention x{self.attention_fraction:.2f}, memory {self.memory_bytes_per_sec:.3g} B/s, "
+                f"h2d {self.h2d_bytes_per_sec:.3g} B/s, d2h {self.d2h_bytes_per_sec:.3g} B/s)")
+
+
+def _best_seconds(fn, h, repeats):
+    fn()
+    h.sync()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        h.sync()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_bytes=64 << 20, repeats=3):
+    """The `host` profile of a handle, measured: a bf16 and an fp32 matmul (size^3) and a bf16 one
+    of size / 16 rows give the peaks (matmul_fraction 1: the planner predicts what these ops
+    reach) and matmul_half_tokens (the row count at half rate), a causal attention over
+    `tokens` tokens its fraction of the bf16 matmul rate, an fp32 add (3 arrays of size^2 x 4
+    elements) the memory-bound speed, transfers of transfer_bytes each way the link. About a second."""
+    if not isinstance(handle, Handle):
+        raise BadArgumentError(f"calibrate: handle must be a dataflow.Handle, got {type(handle).__name__}")
+    h, rng = handle, np.random.default_rng(0)
+    x = rng.standard_normal((size, size), dtype=np.float32)
+    rates = {}
+    for dtype in ("bf16", "fp32"):
+        a, out = h.from_numpy(x, dtype=dtype), h.empty((size, size), "fp32")
+        t = _best_seconds(lambda: ops.matmul(h, a, a, out=out, transpose_b=True), h, repeats)
+        rates[dtype] = 2.0 * size**3 / t
+    # the falloff with rows: rate(T) = R T / (T + half) through (size / 16, size) rows, bf16
+    rows = max(1, size // 16)
+    a, w, out = h.from_numpy(x[:rows], dtype="bf16"), h.from_numpy(x, dtype="bf16"), h.empty((rows, size), "fp32")
+    t = _best_seconds(lambda: ops.matmul(h, a, w, out=out, transpose_b=True), h, repeats)
+    r = (2.0 * rows * size * size / t) / rates["bf16"]
+    half = rows * size * (1 - r) / (r * size - rows) if r * size > rows and r < 1 else 0.0
+    rates = {k: v * (size + half) / size for k, v in rates.items()}  # R: the large-shape rate
+    q = h.from_numpy(rng.standard_normal((tokens, heads, head_dim), dtype=np.float32), dtype="bf16")
+    cu = h.from_numpy(np.array([0, tokens], np.int32))
+    att_out, lse = h.empty(q.shape, "bf16"), h.empty((heads, tokens), "fp32")
+    t = _best_seconds(lambda: ops.attention(h, q, q, q, cu, out=att_out, lse=lse), h, repeats)
+    attention_rate = 4.0 * heads * head_dim * tokens * (tokens + 1) / 2 / t
+    big = rng.standard_normal(4 * size * size, dtype=np.float32)
+    u, w = h.from_numpy(big), h.from_numpy(big)
+    s = h.empty(big.shape, "fp32")
+    t = _best_seconds(lambda: ops.add(h, u, w, out=s), h, repeats)
+    memory_rate = 3.0 * big.nbytes / t
+    host = np.zeros(max(1, int(transfer_bytes) // 4), np.float32)
+    dev = h.empty(host.shape, "fp32")
+    h2d = host.nbytes / _best_seconds(lambda: h.inbound_transfer(dev, host), h, repeats)
+    d2h = host.nbytes / _best_seconds(lambda: dev.numpy(), h, repeats)
+    c = ffi.new("Dataflow_Device_Profile *")
+    c.name = b"host"
+    c.peak_flops_bf16, c.peak_flops_fp32 = rates["bf16"], rates["fp32"]
+    c.matmul_fraction, c.matmul_half_tokens = 1.0, half
+    c.attention_fraction = min(1.0, attention_rate / rates["bf16"])
+    c.memory_bytes_per_sec, c.h2d_bytes_per_sec, c.d2h_bytes_per_sec = memory_rate, h2d, d2h
+    source = ffi.new("char[]", f"measured by dataflow.ring.calibrate on a {h.backend} handle: matmul {size}^3, "
+                               f"causal attention {tokens} tokens x {heads} heads x {head_dim}, add of "
+                               f"{big.nbytes >> 20} MiB, {host.nbytes} byte transfers".encode())
+    c.source = source
+    return Profile(c, keep=source)
+
+
+def _llama_config(config):
+    if isinstance(config, str):
+        if config not in PRESETS:
+            raise BadArgumentError(f"plan: config {config!r} is not a preset ({', '.join(PRESETS)})")
+        return LlamaConfig.from_dict(PRESETS[config])
+    if isinstance(config, dict):
+        return LlamaConfig.from_dict(config)
+    if isinstance(config, LlamaConfig):
+        return config
+    raise BadArgumentError(f"plan: config must be a preset name, an HF config dict or a LlamaConfig, got "
+                           f"{type(config).__name__}")
+
+
+def _ring_model(config, dtype):
+    """The planner's view of the model, from the blocked-model interface on a small host handle
+    (the blocked model allocates only its RoPE table)."""
+    c_config = config._c_config(dtype)
+    h = Handle("host", streams=1, threads=1, device_memory="1MiB", register_default_ops=False)
+    try:
+        model = ffi.new("Dataflow_Blocked_Model **")
+        check(modelslib.dataflow_llama_blocked_model_create(h._ptr(), c_config, model))
+        try:
+            n = modelslib.dataflow_blocked_model_num_blocks(model[0])
+            blocks = ffi.new("Dataflow_Ring_Block[]", n)
+            ring_model = ffi.new("Dataflow_Ring_Model *")
+            check(ringlib.dataflow_ring_model_from_blocked(model[0], blocks, n, ring_model))
+        finally:
+            modelslib.dataflow_blocked_model_destroy(model[0])
+    finally:
+        h.close()
+    return ring_model, blocks
+
+
+def _rate(value, what):
+    if value is None:
+        return 0.0
+    rate = parse_bytes(value, what) if isinstance(value, str) else value
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        raise BadArgumentError(f"plan: {what} must be a positive number of bytes per second, got {value!r}")
+    return float(rate)
+
+
+class Plan:
+    """A plan (ring_plan.h): placement, memory maps and the predicted timeline."""
+
+    def __init__(self, cdata):
+        self._c = cdata
+
+    @property
+    def predicted_step_seconds(self):
+        return self._c.step_seconds
+
+    @property
+    def tokens_per_second(self):
+        return self._c.tokens_per_second
+
+    @property
+    def mfu(self):
+        return self._c.mfu
+
+    def __getattr__(self, field):  # the plain fields of Dataflow_Ring_Plan
+        if field.startswith("_"):
+            raise AttributeError(field)
+        return getattr(self._c, field)
+
+    @property
+    def optimizer(self):
+        return ffi.string(ringlib.dataflow_ring_optimizer_name(self._c.optimizer)).decode()
+
+    @property
+    def save_levels(self):
+        return [int(self._c.save_level[i]) for i in range(self._c.num_layers)]
+
+    @property
+    def activations_on_device(self):
+        return [bool(self._c.activations_on_device[i]) for i in range(self._c.num_layers)]
+
+    @property
+    def device_memory(self):
+        """{purpose: bytes} on the device (see ring_plan.h for which phase each is live in)."""
+        return {ffi.string(ringlib.dataflow_ring_device_purpose_name(i)).decode(): self._c.device_bytes[i]
+                for i in range(ringlib.DATAFLOW_RING_DEV_NUM)}
+
+    @property
+    def host_memory(self):
+        return {ffi.string(ringlib.dataflow_ring_host_purpose_name(i)).decode(): self._c.host_bytes[i]
+                for i in range(ringlib.DATAFLOW_RING_HOST_NUM)}
+
+    @property
+    def phases(self):
+        """[{name, start, seconds, inbound, compute, outbound}] in seconds."""
+        return [{"name": ffi.string(p.name).decode(), "start": p.start_seconds, "seconds": p.seconds,
+                 "inbound": p.inbound_seconds, "compute": p.compute_seconds, "outbound": p.outbound_seconds}
+                for p in self._c.phases[0:self._c.num_phases]]
+
+    def describe(self):
+        n = ringlib.dataflow_ring_plan_describe(self._c, ffi.NULL, 0)
+        buf = ffi.new("char[]", n + 1)
+        ringlib.dataflow_ring_plan_describe(self._c, buf, n + 1)
+        return ffi.string(buf).decode()
+
+
+def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, profile="h100-sxm", dtype="bf16",
+         master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None):
+    """The fastest plan for training `config` (a preset name, an HF config dict or a LlamaConfig)
+    on sequences of seq_len tokens, tokens_per_step per optimizer step (default one sequence),
+    within device_memory and host_memory ("24GiB" or bytes). profile: a name or a Profile;
+    bandwidths (bytes/s or "50GB") override the profile's link. Raises OutOfMemoryError naming
+    the least device and host memory a plan needs (also as .min_device_bytes, .min_host_bytes)."""
+    cfg = _llama_config(config)
+    for name, value in (("seq_len", seq_len), ("tokens_per_step", tokens_per_step)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0):
+            raise BadArgumentError(f"plan: {name} must be a positive integer, got {value!r}")
+    if not isinstance(master_weights, bool):
+        raise BadArgumentError(f"plan: master_weights must be True or False, got {master_weights!r}")
+    prof = profile if isinstance(profile, Profile) else Profile.named(profile)
+    ring_model, blocks = _ring_model(cfg, dtype)
+    req = ffi.new("Dataflow_Ring_Request *")
+    req.model = ring_model
+    req.seq_len = int(seq_len)
+    req.tokens_per_step = int(seq_len if tokens_per_step is None else tokens_per_step)
+    req.master_weights = int(master_weights)
+    for name, value in (("device_memory", device_memory), ("host_memory", host_memory)):
+        n = parse_bytes(value, name)
+        if n >= 1 << 64:
+            raise BadArgumentError(f"plan: {name} must be below 2^64 bytes, got {value!r}")
+        setattr(req, name.replace("memory", "bytes"), n)
+    req.h2d_bytes_per_sec = _rate(h2d_bandwidth, "h2d_bandwidth")
+    req.d2h_bytes_per_sec = _rate(d2h_bandwidth, "d2h_bandwidth")
+    req.host_adamw_bytes_per_sec = _rate(host_adamw_bandwidth, "host_adamw_bandwidth")
+    req.profile = prof._c
+    out = ffi.new("Dataflow_Ring_Plan *")
+    status = ringlib.dataflow_ring_plan(req, out)
+    del blocks  # read by the call above only
+    if status != 0:
+        err = error_for(status)
+        err.min_device_bytes, err.min_host_bytes = out.min_device_bytes, out.min_host_bytes
+        raise err
+    return Plan(out)

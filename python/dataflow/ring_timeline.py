@@ -1,0 +1,55 @@
+"""A plan's predicted timeline drawn with matplotlib: one row per stream (inbound, compute,
+outbound, top to bottom), one colour per phase, each bar as long as the stream is busy in that
+phase, on a labelled time axis with a legend of the phases."""
+from . import atomic
+
+STREAMS = ("inbound", "compute", "outbound")
+
+
+def bars(phases):
+    """{stream: [(phase index, start, seconds, y, height)]}: the busy part of each phase on each
+    stream's row (row r spans y in [r - 0.4, r + 0.4], inbound at the top). Phases that start
+    together and are both busy on a stream (an optimizer under the forward) split its row: the
+    first takes the lower half."""
+    out = {}
+    for row, stream in enumerate(STREAMS):
+        y = len(STREAMS) - 1 - row
+        out[stream] = []
+        for i, phase in enumerate(phases):
+            if phase[stream] <= 0:
+                continue
+            together = [j for j, q in enumerate(phases) if q["start"] == phase["start"] and q[stream] > 0]
+            y0, height = (y - 0.4, 0.8) if len(together) == 1 else (y - 0.4 if i == together[0] else y, 0.4)
+            out[stream].append((i, phase["start"], phase[stream], y0, height))
+    return out
+
+
+def figure(phases, step_seconds, title="predicted step timeline"):
+    """A matplotlib Figure of the phases ([{name, start, inbound, compute, outbound}]), built
+    without pyplot (nothing global changes, no display)."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+    fig = Figure(figsize=(10, 3.5), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    colours = [f"C{i % 10}" for i in range(len(phases))]
+    for stream_bars in bars(phases).values():
+        for i, start, seconds, y0, height in stream_bars:
+            ax.broken_barh([(start, seconds)], (y0, height), color=colours[i])
+    ax.set_yticks(range(len(STREAMS)), labels=list(reversed(STREAMS)))
+    ax.set_xlim(0, step_seconds if step_seconds > 0 else 1.0)
+    ax.set_ylim(-0.6, len(STREAMS) - 0.4)
+    ax.set_xlabel("time within the step (s)")
+    ax.set_ylabel("stream")
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(handles=[Patch(color=colours[i], label=p["name"]) for i, p in enumerate(phases)],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), title="phase")
+    return fig
+
+
+def save(path, plan):
+    """Writes plan's timeline to `path` as a PNG, atomically."""
+    fig = figure(plan.phases, plan.predicted_step_seconds,
+                 f"predicted step timeline: {plan.predicted_step_seconds:.3g} s, {plan.tokens_per_second:,.0f} tok/s")
+    with atomic.replaced_file(path) as tmp:
+        fig.savefig(tmp, format="png")

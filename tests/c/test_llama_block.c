@@ -1,0 +1,305 @@
+/* The Llama's blocks (blocked_model.h) driven from memory this program owns: each block's
+ * weights copied out of an all-resident model into fresh allocations, with gradients,
+ * activations (one input buffer per layer, saved activations per layer at a save level),
+ * dacts and workspace of its own, as a ring would place them. At every save level the
+ * forward and the split backward must reproduce the resident model's token losses and every
+ * block's gradients bit for bit, and the per-block calls must not wait for the device.
+ * Untied fp32, and tied bf16 (the head reads the embedding block and adds into its gradient). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "c_test.h"
+#include "dataflow/dataflow.h"
+#include "dataflow/models.h"
+#include "dataflow/ops.h"
+
+enum { T = 13, DOCS = 2, FIRST_DOC = 8 };
+
+static Dataflow_Handle *h;
+
+static void *device_zeros(int64_t bytes)
+{
+	void *p;
+	CHECK(dataflow_alloc_mem(h, (uint64_t)bytes, &p));
+	CHECK(dataflow_set_mem(h, 0, p, 0, (uint64_t)bytes));
+	return p;
+}
+
+static void *to_host(const void *dev, int64_t bytes)
+{
+	void *p = malloc((size_t)bytes);
+	CHECK(dataflow_submit_outbound_transfer(h, 0, p, dev, (uint64_t)bytes));
+	CHECK(dataflow_sync_stream(h, 0));
+	return p;
+}
+
+static void to_device(void *dev, const void *host, int64_t bytes)
+{
+	CHECK(dataflow_submit_inbound_transfer(h, 0, dev, host, (uint64_t)bytes));
+	CHECK(dataflow_sync_stream(h, 0));
+}
+
+static float uniform(unsigned *state)
+{
+	*state = *state * 1664525u + 1013904223u;
+	return (float)(*state >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
+}
+
+/* Random weights in every tensor of the resident model (padding stays zero). */
+static void init_weights(Dataflow_Llama *m, unsigned seed)
+{
+	for (int i = 0; i < dataflow_llama_num_tensors(m); i++) {
+		Dataflow_Llama_Tensor t;
+		CHECK(dataflow_llama_tensor(m, i, DATAFLOW_BLOCK_PARAM, &t));
+		float *v = malloc((size_t)t.numel * 4);
+		void *converted = malloc((size_t)t.numel * 4);
+		for (int64_t j = 0; j < t.numel; j++)
+			v[j] = t.ndim == 1 ? 1.0f + 0.2f * uniform(&seed) : 0.08f * uniform(&seed);
+		CHECK(dataflow_convert(t.dtype, converted, DATAFLOW_FP32, v, t.numel));
+		to_device(t.ptr, converted, t.numel * (int64_t)dataflow_datatype_size(t.dtype));
+		free(v);
+		free(converted);
+	}
+}
+
+/* Two documents of FIRST_DOC and T - FIRST_DOC tokens, in one packed buffer, one transfer. */
+static Dataflow_Llama_Batch upload_batch(int64_t vocab, void **buffer)
+{
+	int64_t n = dataflow_batch_buffer_numel(T, DOCS, 1);
+	int32_t *host = malloc((size_t)n * 4);
+	Dataflow_Llama_Batch hb, b;
+	CHECK(dataflow_batch_from_buffer(host, T, DOCS, 1, &hb));
+	int32_t *tokens = (int32_t *)hb.tokens, *labels = (int32_t *)hb.labels, *positions = (int32_t *)hb.positions;
+	int32_t *cu = (int32_t *)hb.cu_seqlens;
+	cu[0] = 0, cu[1] = FIRST_DOC, cu[2] = T;
+	for (int t = 0; t < T; t++) {
+		tokens[t] = (int32_t)((t * 37 + 11) % vocab);
+		positions[t] = t < FIRST_DOC ? t : t - FIRST_DOC;
+	}
+	for (int t = 0; t < T; t++) /* next token in the same document; -100 at each document's end */
+		labels[t] = t == FIRST_DOC - 1 || t == T - 1 ? DATAFLOW_LLAMA_IGNORE_INDEX : tokens[t + 1];
+	labels[3] = DATAFLOW_LLAMA_IGNORE_INDEX;
+	CHECK(dataflow_alloc_mem(h, (uint64_t)n * 4, buffer));
+	to_device(*buffer, host, n * 4);
+	CHECK(dataflow_batch_from_buffer(*buffer, T, DOCS, 1, &b));
+	free(host);
+	return b;
+}
+
+/* Caller-owned activations for one chunk of T tokens at a level. */
+typedef struct {
+	void **x;          /* [L + 1]: the embedding's output, then each layer's */
+	void **saved;      /* [L] */
+	void *recomputed, *head_saved, *dacts, *dres[2], *workspace;
+	float *token_losses;
+} Acts;
+
+static Acts alloc_acts(const Dataflow_Blocked_Model *bm, Dataflow_Save_Level level)
+{
+	const Dataflow_Llama_Config *c = dataflow_blocked_model_config(bm);
+	int L = (int)c->num_layers;
+	int64_t hidden = T * c->hidden_size * (c->dtype == DATAFLOW_BF16 ? 2 : 4);
+	int64_t saved, recomputed, dacts, head_saved, head_dacts;
+	CHECK(dataflow_block_acts_bytes(bm, 1, level, T, &saved, &recomputed, &dacts));
+	CHECK(dataflow_block_acts_bytes(bm, L + 1, level, T, &head_saved, NULL, &head_dacts));
+	Acts a = {.x = calloc((size_t)L + 1, sizeof(void *)), .saved = calloc((size_t)L, sizeof(void *))};
+	for (int l = 0; l <= L; l++)
+		a.x[l] = device_zeros(hidden);
+	for (int l = 0; l < L; l++)
+		a.saved[l] = saved ? device_zeros(saved) : NULL;
+	a.recomputed = recomputed ? device_zeros(recomputed) : NULL;
+	a.head_saved = device_zeros(head_saved);
+	a.dacts = device_zeros(dacts > head_dacts ? dacts : head_dacts);
+	a.dres[0] = device_zeros(hidden);
+	a.dres[1] = device_zeros(hidden);
+	a.workspace = device_zeros(dataflow_blocked_model_workspace_bytes(bm, T));
+	a.token_losses = device_zeros(T * 4);
+	return a;
+}
+
+static void free_acts(const Dataflow_Blocked_Model *bm, Acts *a)
+{
+	int L = (int)dataflow_blocked_model_config(bm)->num_layers;
+	for (int l = 0; l <= L; l++)
+		dataflow_free_mem(h, a->x[l]);
+	for (int l = 0; l < L; l++)
+		if (a->saved[l])
+			dataflow_free_mem(h, a->saved[l]);
+	void *rest[] = {a->recomputed, a->head_saved, a->dacts, a->dres[0], a->dres[1], a->workspace, a->token_losses};
+	for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
+		if (rest[i])
+			dataflow_free_mem(h, rest[i]);
+	free(a->x);
+	free(a->saved);
+}
+
+/* The arguments of block b's calls in this program's placement. */
+static Dataflow_Block_Args args_for(const Dataflow_Blocked_Model *bm, const Dataflow_Llama_Batch *batch,
+				    Dataflow_Save_Level level, const Acts *acts, const Dataflow_Block_Memory *mem, int b)
+{
+	const Dataflow_Llama_Config *c = dataflow_blocked_model_config(bm);
+	int L = (int)c->num_layers;
+	Dataflow_Block_Args a = {.batch = batch, .level = level, .dacts = acts->dacts, .workspace = acts->workspace};
+	if (b == 0) {
+		a.y = acts->x[0];
+	} else if (b <= L) {
+		a.x = acts->x[b - 1];
+		a.y = acts->x[b];
+		a.saved = acts->saved[b - 1];
+		a.recomputed = acts->recomputed;
+	} else {
+		a.x = acts->x[L];
+		a.saved = acts->head_saved;
+		a.tied = c->tie_embeddings ? &mem[0] : NULL;
+	}
+	return a;
+}
+
+/* Forward with the loss, then backward_x / backward_w from the head down; only submits. */
+static void drive(const Dataflow_Blocked_Model *bm, const Dataflow_Llama_Batch *batch, Dataflow_Save_Level level,
+		  const Acts *acts, const Dataflow_Block_Memory *mem, float loss_scale)
+{
+	int nb = dataflow_blocked_model_num_blocks(bm);
+	for (int b = 0; b < nb; b++) {
+		Dataflow_Block_Args a = args_for(bm, batch, level, acts, mem, b);
+		if (b == nb - 1) {
+			a.token_losses = acts->token_losses;
+			a.loss_scale = loss_scale;
+		}
+		CHECK(dataflow_block_forward(bm, b, 0, &mem[b], &a));
+	}
+	int which = 0;
+	for (int b = nb - 1; b >= 0; b--) {
+		Dataflow_Block_Args a = args_for(bm, batch, level, acts, mem, b);
+		a.dy = b == nb - 1 ? NULL : acts->dres[which];
+		a.dx = acts->dres[b == nb - 1 ? which : !which];
+		if (b < nb - 1)
+			which = !which;
+		CHECK(dataflow_block_recompute(bm, b, 0, &mem[b], &a));
+		CHECK(dataflow_block_backward_x(bm, b, 0, &mem[b], &a));
+		CHECK(dataflow_block_backward_w(bm, b, 0, &mem[b], &a));
+	}
+}
+
+static int same_bytes(const char *what, const void *got, const void *want, int64_t bytes, Dataflow_Save_Level level)
+{
+	if (memcmp(got, want, (size_t)bytes) == 0)
+		return 1;
+	fprintf(stderr, "save level %d: %s differs from the resident model's\n", (int)level, what);
+	return 0;
+}
+
+static int run(const Dataflow_Llama_Config *config, const char *name)
+{
+	Dataflow_Llama *resident;
+	CHECK(dataflow_llama_create(h, config, &resident));
+	init_weights(resident, 12345u);
+	void *batch_buffer;
+	Dataflow_Llama_Batch batch = upload_batch(config->vocab_size, &batch_buffer);
+	float loss_scale = 1.0f / 10; /* labelled tokens */
+	CHECK(dataflow_llama_loss_backward(resident, 0, &batch, 0, loss_scale));
+	Dataflow_Llama_Outputs out;
+	CHECK(dataflow_llama_outputs(resident, &out));
+	float *want_losses = to_host(out.token_losses, T * 4);
+
+	/* this program's copy of every block: the weights copied, gradients of its own */
+	const Dataflow_Blocked_Model *bm = dataflow_llama_blocked_model(resident);
+	int nb = dataflow_blocked_model_num_blocks(bm);
+	Dataflow_Block_Memory *mine = calloc((size_t)nb, sizeof(Dataflow_Block_Memory));
+	void **want_grads = calloc((size_t)nb, sizeof(void *));
+	Dataflow_Block_Sizes *sizes = calloc((size_t)nb, sizeof(Dataflow_Block_Sizes));
+	for (int b = 0; b < nb; b++) {
+		Dataflow_Block_Memory theirs;
+		CHECK(dataflow_llama_block(resident, b, &theirs));
+		CHECK(dataflow_blocked_model_block_sizes(bm, b, &sizes[b]));
+		void *weights = to_host(theirs.param, sizes[b].bytes[DATAFLOW_BLOCK_PARAM]);
+		mine[b].param = device_zeros(sizes[b].bytes[DATAFLOW_BLOCK_PARAM]);
+		to_device(mine[b].param, weights, sizes[b].bytes[DATAFLOW_BLOCK_PARAM]);
+		free(weights);
+		mine[b].grad = device_zeros(sizes[b].bytes[DATAFLOW_BLOCK_GRAD]);
+		want_grads[b] = to_host(theirs.grad, sizes[b].bytes[DATAFLOW_BLOCK_GRAD]);
+	}
+
+	int ok = 1;
+	for (int level = 0; level < DATAFLOW_NUM_SAVE_LEVELS; level++) {
+		Acts acts = alloc_acts(bm, (Dataflow_Save_Level)level);
+		for (int b = 0; b < nb; b++)
+			CHECK(dataflow_set_mem(h, 0, mine[b].grad, 0, (uint64_t)sizes[b].bytes[DATAFLOW_BLOCK_GRAD]));
+		uint64_t syncs = dataflow_handle_host_syncs(h);
+		drive(bm, &batch, (Dataflow_Save_Level)level, &acts, mine, loss_scale);
+		if (dataflow_handle_host_syncs(h) != syncs) {
+			fprintf(stderr, "the per-block calls waited for the device\n");
+			ok = 0;
+		}
+		float *losses = to_host(acts.token_losses, T * 4);
+		ok &= same_bytes("the token losses", losses, want_losses, T * 4, (Dataflow_Save_Level)level);
+		free(losses);
+		for (int b = 0; b < nb; b++) {
+			char what[64];
+			snprintf(what, sizeof(what), "block %d's gradient", b);
+			void *grads = to_host(mine[b].grad, sizes[b].bytes[DATAFLOW_BLOCK_GRAD]);
+			ok &= same_bytes(what, grads, want_grads[b], sizes[b].bytes[DATAFLOW_BLOCK_GRAD],
+					 (Dataflow_Save_Level)level);
+			free(grads);
+		}
+		free_acts(bm, &acts);
+	}
+	float want_loss = dataflow_batch_loss(want_losses, T, loss_scale);
+	printf("c_llama_block %s: %s (loss %.6f, %d blocks, 3 save levels)\n", name, ok ? "ok" : "MISMATCH", want_loss,
+	       nb);
+	for (int b = 0; b < nb; b++) {
+		dataflow_free_mem(h, mine[b].param);
+		dataflow_free_mem(h, mine[b].grad);
+		free(want_grads[b]);
+	}
+	free(mine);
+	free(want_grads);
+	free(sizes);
+	free(want_losses);
+	dataflow_free_mem(h, batch_buffer);
+	dataflow_llama_destroy(resident);
+	return ok;
+}
+
+/* A call without what it needs fails with a message naming it, and submits nothing. */
+static int bad_arguments(void)
+{
+	Dataflow_Llama_Config c = {.vocab_size = 19, .hidden_size = 16, .intermediate_size = 24, .num_layers = 1,
+				   .num_heads = 2, .num_kv_heads = 1, .rms_eps = 1e-5f, .rope_theta = 10000.0f,
+				   .dtype = DATAFLOW_FP32};
+	Dataflow_Blocked_Model *bm;
+	CHECK(dataflow_llama_blocked_model_create(h, &c, &bm));
+	Dataflow_Llama_Batch batch = {.num_tokens = 4, .num_docs = 1};
+	Dataflow_Block_Memory mem = {0};
+	Dataflow_Block_Args a = {.batch = &batch};
+	int ok = dataflow_block_forward(bm, 1, 0, &mem, &a) == DATAFLOW_ERR_INVALID_ARGUMENT &&
+		 strstr(dataflow_last_error(), "memory->param");
+	ok &= dataflow_block_forward(bm, 3, 0, &mem, &a) == DATAFLOW_ERR_INVALID_ARGUMENT &&
+	      strstr(dataflow_last_error(), "block must be in [0, 3)");
+	int64_t saved = 0;
+	ok &= dataflow_block_acts_bytes(bm, 1, DATAFLOW_NUM_SAVE_LEVELS, 4, &saved, NULL, NULL) ==
+		      DATAFLOW_ERR_INVALID_ARGUMENT &&
+	      saved == -1;
+	dataflow_blocked_model_destroy(bm);
+	if (!ok)
+		fprintf(stderr, "bad arguments: accepted or unclear: %s\n", dataflow_last_error());
+	return ok;
+}
+
+int main(void)
+{
+	Dataflow_Handle_Config hc = {.num_streams = 1, .device_memory_bytes = 256u << 20};
+	CHECK(dataflow_handle_create("host", &hc, &h));
+	CHECK(dataflow_register_default_ops(h));
+	Dataflow_Llama_Config untied = {.vocab_size = 41, .hidden_size = 24, .intermediate_size = 40, .num_layers = 3,
+					.num_heads = 4, .num_kv_heads = 2, .head_dim = 8, .rms_eps = 1e-5f,
+					.rope_theta = 10000.0f, .dtype = DATAFLOW_FP32};
+	Dataflow_Llama_Config tied = untied;
+	tied.tie_embeddings = 1;
+	tied.num_kv_heads = 4;
+	tied.dtype = DATAFLOW_BF16;
+	int ok = run(&untied, "untied fp32") & run(&tied, "tied bf16") & bad_arguments();
+	dataflow_handle_destroy(h);
+	return ok ? 0 : 1;
+}

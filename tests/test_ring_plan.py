@@ -1,0 +1,156 @@
+"""dataflow.ring.plan / calibrate and `dataflow plan`: the planner's Python surface (the C unit
+tests in tests/c/test_ring_plan.c cover the planner itself)."""
+import json
+
+import numpy as np
+import pytest
+
+import dataflow as df
+from dataflow import cli, ring, ring_timeline
+
+GIB = 1 << 30
+TINY = {"vocab_size": 500, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2}
+
+
+def _within(plan):
+    both = sum(b for b, ph in zip(plan.device_bytes, plan.device_phase) if ph == 0)
+    for phase in (1, 2):
+        assert both + sum(b for b, ph in zip(plan.device_bytes, plan.device_phase) if ph == phase) <= plan.device_capacity
+    assert sum(plan.host_memory.values()) == plan.host_total_bytes <= plan.host_capacity
+
+
+def test_everything_fits_is_resident():
+    p = ring.plan(TINY, seq_len=64, tokens_per_step=256, device_memory="1GiB", host_memory="1GiB", dtype="fp32")
+    assert (p.weight_slots, p.grad_slots, p.rounds_per_step) == (3, 3, 1)
+    assert p.optimizer == "device (resident state)" and p.inbound_bytes == p.outbound_bytes == 0
+    assert all(p.activations_on_device) and p.save_levels == [2, 2, 2]
+    assert p.predicted_step_seconds == pytest.approx(sum(ph["seconds"] for ph in p.phases))
+    assert p.tokens_per_second == pytest.approx(256 / p.predicted_step_seconds)
+    _within(p)
+    text = p.describe()
+    assert "all resident" in text and "MFU" in text
+
+
+def test_8b_at_24gib_needs_more_host_and_the_minimum_is_enough():
+    with pytest.raises(df.OutOfMemoryError, match="GiB host") as e:
+        ring.plan("llama3-8b", 8192, "24GiB", "60GiB", tokens_per_step=8 * 8192)
+    assert e.value.min_host_bytes > 60 * GIB
+    p = ring.plan("llama3-8b", 8192, "24GiB", e.value.min_host_bytes, tokens_per_step=8 * 8192)
+    _within(p)
+    assert p.weight_slots <= 32 and p.optimizer != "device (resident state)"
+    assert 0 < p.mfu < 1
+
+
+def test_less_device_memory_is_never_faster():
+    times = []
+    for gib in (160, 80, 40, 20, 10):
+        p = ring.plan("llama3.2-1b", 4096, f"{gib}GiB", "256GiB", tokens_per_step=4 * 4096)
+        _within(p)
+        times.append(p.predicted_step_seconds)
+    assert times == sorted(times)
+    with pytest.raises(df.OutOfMemoryError, match="GiB device") as e:
+        ring.plan("llama3.2-1b", 4096, "256MiB", "256GiB", tokens_per_step=4 * 4096)
+    assert e.value.min_device_bytes > 256 << 20
+    ring.plan("llama3.2-1b", 4096, e.value.min_device_bytes, "256GiB", tokens_per_step=4 * 4096)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"seq_len": 0}, "seq_len"), ({"seq_len": True}, "seq_len"), ({"tokens_per_step": 100}, "tokens_per_step"),
+    ({"device_memory": "lots"}, "device_memory"), ({"host_memory": -1}, "host_memory"),
+    ({"device_memory": 2**70}, "device_memory"),
+    ({"profile": "tpu"}, "h100-sxm"), ({"dtype": "fp8"}, "dtype"), ({"master_weights": 1}, "master_weights"),
+    ({"h2d_bandwidth": -5.0}, "h2d_bandwidth"), ({"d2h_bandwidth": float("nan")}, "d2h_bandwidth"),
+    ({"config": 3}, "config"), ({"config": "llama9"}, "preset"),
+])
+def test_bad_arguments_name_the_argument(kwargs, match):
+    args = {"config": TINY, "seq_len": 64, "device_memory": "1GiB", "host_memory": "1GiB", **kwargs}
+    with pytest.raises(df.BadArgumentError, match=match):
+        ring.plan(**args)
+
+
+def test_master_weights_need_bf16():
+    with pytest.raises(df.BadArgumentError, match="master_weights"):
+        ring.plan(TINY, 64, "1GiB", "1GiB", dtype="fp32", master_weights=True)
+    p = ring.plan(TINY, 64, "1GiB", "1GiB", dtype="bf16", master_weights=True)
+    assert p.master_weights == 1
+
+
+def test_calibrate_measures_the_handle():
+    h = df.Handle("host", streams=2, threads=1, transfer_bandwidth="100MB")
+    try:
+        prof = ring.calibrate(h, size=256, tokens=256, transfer_bytes=8 << 20, repeats=2)
+    finally:
+        h.close()
+    assert prof.name == "host" and "measured" in prof.source
+    for field in ("peak_flops_bf16", "peak_flops_fp32", "memory_bytes_per_sec"):
+        assert np.isfinite(getattr(prof, field)) and getattr(prof, field) > 0
+    assert 0 < prof.attention_fraction <= 1 and prof.matmul_fraction == 1
+    # the link is throttled to 100 MB/s: the measurement must see it
+    assert 50e6 < prof.h2d_bytes_per_sec < 110e6 and 50e6 < prof.d2h_bytes_per_sec < 110e6
+    p = ring.plan(TINY, 64, "1GiB", "1GiB", profile=prof, dtype="fp32")
+    assert p.predicted_step_seconds > 0
+
+
+def test_cli_plan_prints_the_plan(capsys):
+    assert cli.main(["plan", "--config", "llama3-8b", "--seq-len", "8192", "--tokens-per-step", "65536",
+                     "--device-memory", "24GiB", "--host-memory", "128GiB", "--profile", "h100-sxm"]) == 0
+    out = capsys.readouterr().out
+    assert "weight slot" in out and "tokens/s" in out and "MFU" in out
+
+
+def test_cli_plan_json_and_config_file(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", **TINY}))
+    assert cli.main(["plan", "--config", str(path), "--seq-len", "64", "--device-memory", "1GiB",
+                     "--host-memory", "1GiB", "--dtype", "fp32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["weight_slots"] == 3 and out["step_seconds"] > 0 and len(out["phases"]) == 4
+
+
+def test_cli_plan_timeline_picture(tmp_path, capsys):
+    path = tmp_path / "timeline.png"
+    argv = ["plan", "--config", "llama3-8b", "--seq-len", "8192", "--tokens-per-step", "131072",
+            "--device-memory", "24GiB", "--host-memory", "128GiB", "--timeline", str(path)]
+    assert cli.main(argv) == 0
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 10_000
+    assert cli.main(argv) == 2  # never overwrites
+    assert "--timeline" in capsys.readouterr().err
+
+
+def test_timeline_bars_follow_the_phases():
+    phases = [{"name": "a", "start": 0.0, "inbound": 0.0, "compute": 1.0, "outbound": 0.5},
+              {"name": "b", "start": 1.0, "inbound": 1.0, "compute": 1.0, "outbound": 0.0},
+              {"name": "c", "start": 1.0, "inbound": 0.0, "compute": 0.5, "outbound": 0.25}]
+    rows = ring_timeline.bars(phases)
+    assert rows["inbound"] == [(1, 1.0, 1.0, 1.6, 0.8)]
+    # b and c start together and both compute: b takes the lower half of the row, c the upper
+    assert rows["compute"] == [(0, 0.0, 1.0, 0.6, 0.8), (1, 1.0, 1.0, 0.6, 0.4), (2, 1.0, 0.5, 1.0, 0.4)]
+    assert rows["outbound"] == [(0, 0.0, 0.5, -0.4, 0.8), (2, 1.0, 0.25, -0.4, 0.8)]
+    ax = ring_timeline.figure(phases, 2.0).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["outbound", "compute", "inbound"]
+    assert ax.get_xlim() == (0.0, 2.0) and ax.get_xlabel() and len(ax.collections) == 6
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("flags, flag", [
+    (["--seq-len", "0"], "--seq-len"), (["--tokens-per-step", "100"], "--tokens-per-step"),
+    (["--device-memory", "24 apples"], "--device-memory"), (["--host-memory", "0"], "--host-memory"),
+    (["--profile", "tpu-v9"], "--profile"), (["--config", "/nonexistent.json"], "--config"),
+    (["--h2d-bandwidth", "fast"], "--h2d-bandwidth"), (["--d2h-bandwidth", "-1"], "--d2h-bandwidth"),
+])
+def test_cli_plan_errors_name_the_flag(flags, flag, capsys):
+    base = {"--config": "llama3-8b", "--seq-len": "8192", "--device-memory": "24GiB", "--host-memory": "128GiB"}
+    argv = ["plan"]
+    given = dict(zip(flags[::2], flags[1::2]))
+    for k, v in {**base, **given}.items():
+        argv += [k, v]
+    assert cli.main(argv) == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_cli_plan_nothing_fits_states_the_minimum(capsys):
+    assert cli.main(["plan", "--config", "llama3-8b", "--seq-len", "8192", "--device-memory", "2GiB",
+                     "--host-memory", "128GiB"]) == 1  # a runtime answer, not a flag error
+    assert "needs" in capsys.readouterr().err
