@@ -1,4 +1,4 @@
-"""Host embedding / embedding_bwd_w / rope / rope_bwd against PyTorch.
+"""embedding / embedding_bwd_w / rope / rope_bwd against PyTorch, on every backend that has them.
 
 embedding is a row copy, so it must equal table[ids] bit for bit; its backward is checked
 against torch autograd and an fp64 scatter-add from the same rounded d_out. rope is checked
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import dataflow as df
+from conftest import BACKENDS, open_op_handle
 from tolerances import EMBEDDING_BWD_TOLERANCES, ROPE_TOLERANCES
 
 DTYPES = ("fp32", "fp16", "bf16")
@@ -22,9 +23,9 @@ REF = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 LLAMA3_SCALING = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
 
 
-@pytest.fixture(scope="module")
-def h():
-    with df.Handle("host", streams=2) as handle:
+@pytest.fixture(scope="module", params=BACKENDS)
+def h(request):
+    with open_op_handle(request.param, ("embedding", "embedding_bwd_w", "rope", "rope_bwd"), streams=2) as handle:
         yield handle
 
 

@@ -1,15 +1,11 @@
 """The Vulkan backend beyond the backend-parametrized tests: its device listing, a clear error
 for a device that is not there, and which default ops it has: each op it lacks skips with a
 reason naming the op, so the coverage shows in every run."""
-import ctypes
-import os
-
 import pytest
 
 import dataflow as df
-from dataflow._ffi import LIB_DIR
 from dataflow.catalogue import OPS
-from conftest import backend_unavailable
+from conftest import backend_unavailable, missing_op
 
 pytestmark = pytest.mark.skipif(bool(backend_unavailable("vulkan")), reason=str(backend_unavailable("vulkan")))
 
@@ -33,9 +29,7 @@ def test_missing_device_index_lists_the_devices():
 
 @pytest.mark.parametrize("op", sorted(name for name, info in OPS.items() if not info.part_of or name.endswith("_partials")))
 def test_default_op_is_on_vulkan(op):
-    lib = ctypes.CDLL(os.path.join(LIB_DIR, "libdataflow_vulkan.so"))
-    symbol = f"dataflow_vulkan_{op}_{'init' if OPS[op].external else 'launch'}"
-    if not hasattr(lib, symbol):
+    if missing_op("vulkan", [op]):
         pytest.skip(f"op {op} is not on vulkan yet")
     with df.Handle("vulkan", streams=1) as h:
         assert h.backend == "vulkan"  # the handle registered every default op vulkan has

@@ -10,7 +10,8 @@ OUTDIR:
   op_args.h       public: per op an argument struct, its unpacking from an Op's argument
                   pointers (what host kernels use) and the reverse, and argument indices
   op_params.cuh   per op a macro with the parameter list of its CUDA kernels
-  op_params.glsl  per op a macro with the push-constant members of its Vulkan kernels
+  op_params.glsl  the constants, and per op a macro with the push-constant members of its
+                  Vulkan kernels
 The generated submit functions pack their arguments and hand them to ops_submit
 (libdataflowops/src/op_catalogue.c), which picks the variant's skeleton and calls
 dataflow_submit_op; that checks them against the signature the op was registered with
@@ -334,12 +335,14 @@ GLSL_RESERVED = {"in", "out", "inout", "input", "output", "buffer", "shared", "f
                  "precise", "common", "partition", "active", "flat", "smooth", "uniform", "varying"}
 
 
-def gen_glsl_params(ops):
+def gen_glsl_params(ops, constants):
     out = [f"// {HEADER}",
-           "// The push-constant members of each default op's Vulkan kernels, in the skeleton's order",
-           "// (backends/vulkan/src/vulkan_submit.c packs Op.op_args the same way):",
-           "// DATAFLOW_<OP>_PARAMS(<pointer type per dtype slot>). Tensors are buffer references",
-           "// (<dtype>_ref, backends/vulkan/shaders/common.glsl); names GLSL reserves get a trailing _.", ""]
+           "// The catalogue's constants, and the push-constant members of each default op's Vulkan",
+           "// kernels in the skeleton's order (backends/vulkan/src/vulkan_submit.c packs Op.op_args the",
+           "// same way): DATAFLOW_<OP>_PARAMS(<pointer type per dtype slot>). Tensors are buffer",
+           "// references (<dtype>_ref, backends/vulkan/shaders/common.glsl); names GLSL reserves get a",
+           "// trailing _.", ""]
+    out += [f"#define DATAFLOW_{name} {value}" for name, value in constants.items()]
     for op in ops:
         members = []
         for a in op.args:
@@ -368,7 +371,7 @@ def main():
     except CatalogueError as e:
         sys.exit(f"{catalogue}: {e}")
     files = {"default_ops.h": gen_header(ops, constants), "default_ops.c": gen_source(ops),
-             "op_args.h": gen_args(ops), "op_params.cuh": gen_cuda_params(ops), "op_params.glsl": gen_glsl_params(ops)}
+             "op_args.h": gen_args(ops), "op_params.cuh": gen_cuda_params(ops), "op_params.glsl": gen_glsl_params(ops, constants)}
     for name, text in files.items():
         with open(os.path.join(outdir, name), "w") as f:
             f.write(text)

@@ -128,3 +128,7 @@ uint f32_to_fp8e5m2(float x)
 // are 32-bit (GLSL indexes arrays with int/uint): launch functions refuse n >= 2^32.
 #define FOR_EACH_INDEX(i, n)                                                                        \
 	for (uint i = gl_GlobalInvocationID.x; i < uint(n); i += gl_NumWorkGroups.x * gl_WorkGroupSize.x)
+
+// A value rounded to dtype d and back (the host kernels' simd_round1).
+#define ROUND(d, x) LOAD(d, STORE(d, x))
+

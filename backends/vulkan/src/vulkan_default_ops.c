@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "dataflow/default_ops.h"
 #include "dataflow/op_args.h"
 #include "vulkan_backend.h"
 
@@ -14,36 +15,66 @@
 #define MAX_GROUPS 65535  /* kernels loop over the rest (grid-stride) */
 #define MATMUL_TILE 64    /* matmul.comp's TILE */
 
-/* The elementwise ops: one invocation per element of n (their first argument), GROUP per
- * workgroup; indices in the kernels are 32-bit. */
-_Static_assert(DATAFLOW_ADD_ARG_N == 0 && DATAFLOW_SCALE_ARG_N == 0 && DATAFLOW_CAST_ARG_N == 0 &&
-		       DATAFLOW_SET_MEM_ARG_N == 0,
-	       "elementwise ops take n first");
-
-static Dataflow_Status elementwise(const Op *op, Dataflow_Launch_Config *c)
+/* Indices in the kernels are 32-bit: an op whose tensors have 2^32 elements or more is refused. */
+static Dataflow_Status fits_32_bits(const Op *op, int64_t elements, const char *what)
 {
-	int64_t n = *(const int64_t *)op->op_args[0];
-	if (n > (int64_t)UINT32_MAX)
-		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED, "%s (vulkan): n: at most %u elements, got %lld",
-					  op->skeleton.nickname, UINT32_MAX, (long long)n);
-	int64_t groups = (n + GROUP - 1) / GROUP;
-	c->grid[0] = (uint32_t)(groups < MAX_GROUPS ? groups : MAX_GROUPS);
-	c->grid[1] = c->grid[2] = 1;
+	if (elements > (int64_t)UINT32_MAX)
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED, "%s (vulkan): %s: at most %u elements, got %lld",
+					  op->skeleton.nickname, what, UINT32_MAX, (long long)elements);
 	return DATAFLOW_OK;
 }
 
-#define ELEMENTWISE_LAUNCH(OP)                                                                         \
+/* A 1-D dispatch of `items` work items, per_group per workgroup; kernels loop over the rest
+ * (grid-stride), so the count is capped at MAX_GROUPS. */
+static void groups_for(int64_t items, int64_t per_group, Dataflow_Launch_Config *c)
+{
+	int64_t groups = (items + per_group - 1) / per_group;
+	c->grid[0] = (uint32_t)(groups < MAX_GROUPS ? groups : MAX_GROUPS);
+	c->grid[1] = c->grid[2] = 1;
+}
+
+/* The launch function of op OP (its arguments as `a`, of type Args): `size` is its largest
+ * tensor in elements, `items` the kernel's work items, `per_group` per workgroup. */
+#define VULKAN_LAUNCH(OP, Args, size, items, per_group)                                                      \
 	Dataflow_Status dataflow_vulkan_##OP##_launch(Dataflow_Handle *handle, const Op *op, void *op_state,   \
 						      Dataflow_Launch_Config *config)                  \
 	{                                                                                          \
 		(void)handle, (void)op_state;                                                      \
-		return elementwise(op, config);                                                    \
+		Args a = dataflow_##OP##_args(op->op_args);                      \
+		if (fits_32_bits(op, (size), #size) != DATAFLOW_OK)                                \
+			return dataflow_last_status();                                             \
+		groups_for((items), (per_group), config);                                          \
+		return DATAFLOW_OK;                                                                \
 	}
 
-ELEMENTWISE_LAUNCH(add)
-ELEMENTWISE_LAUNCH(scale)
-ELEMENTWISE_LAUNCH(cast)
-ELEMENTWISE_LAUNCH(set_mem)
+/* elementwise: one invocation per element of n, GROUP per workgroup */
+VULKAN_LAUNCH(add, Dataflow_Add_Args, a.n, a.n, GROUP)
+VULKAN_LAUNCH(scale, Dataflow_Scale_Args, a.n, a.n, GROUP)
+VULKAN_LAUNCH(cast, Dataflow_Cast_Args, a.n, a.n, GROUP)
+VULKAN_LAUNCH(set_mem, Dataflow_Set_Mem_Args, a.n, a.n, GROUP)
+
+/* rms_norm forward and bwd_x: ROW_GROUP rows of 16 lanes per workgroup (shaders/row_sum.glsl);
+ * bwd_w: one invocation per (block, column), then per column */
+#define ROW_GROUP 4
+#define BWD_W_BLOCKS(a) (((a).rows + DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS - 1) / DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS)
+VULKAN_LAUNCH(rms_norm, Dataflow_Rms_Norm_Args, a.rows * a.hidden, a.rows, ROW_GROUP)
+VULKAN_LAUNCH(rms_norm_bwd_x, Dataflow_Rms_Norm_Bwd_X_Args, a.rows * a.hidden, a.rows, ROW_GROUP)
+VULKAN_LAUNCH(rms_norm_bwd_w_partials, Dataflow_Rms_Norm_Bwd_W_Partials_Args, a.rows * a.hidden, BWD_W_BLOCKS(a) * a.hidden, GROUP)
+VULKAN_LAUNCH(rms_norm_bwd_w_reduce, Dataflow_Rms_Norm_Bwd_W_Reduce_Args, BWD_W_BLOCKS(a) * a.hidden, a.hidden, GROUP)
+
+/* swiglu: one invocation per element; rope: per (i, i + head_dim/2) pair of each token and
+ * head; embedding: per element of out; embedding_bwd_w: per column (each walks the tokens) */
+VULKAN_LAUNCH(swiglu, Dataflow_Swiglu_Args, a.rows * a.ffn, a.rows * a.ffn, GROUP)
+VULKAN_LAUNCH(swiglu_bwd, Dataflow_Swiglu_Bwd_Args, a.rows * a.ffn, a.rows * a.ffn, GROUP)
+VULKAN_LAUNCH(rope, Dataflow_Rope_Args, a.num_tokens * a.num_heads * a.head_dim,
+	      a.num_tokens * a.num_heads * (a.head_dim / 2), GROUP)
+VULKAN_LAUNCH(rope_bwd, Dataflow_Rope_Bwd_Args, a.num_tokens * a.num_heads * a.head_dim,
+	      a.num_tokens * a.num_heads * (a.head_dim / 2), GROUP)
+#define LARGER(x, y) ((x) > (y) ? (x) : (y))
+VULKAN_LAUNCH(embedding, Dataflow_Embedding_Args, LARGER(a.vocab, a.num_tokens) * a.hidden, a.num_tokens * a.hidden,
+	      GROUP)
+VULKAN_LAUNCH(embedding_bwd_w, Dataflow_Embedding_Bwd_W_Args, LARGER(a.vocab, a.num_tokens) * a.hidden, a.hidden,
+	      GROUP)
 
 /* ---- matmul: the variant's kernel, chosen at registration ---- */
 
