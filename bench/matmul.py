@@ -24,7 +24,7 @@ from harness import TORCH_DTYPES, import_dataflow, loaded_libraries, machine_inf
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", default="host", help="host, cuda or cuda:N")
+    p.add_argument("--backend", default="host", help="host, cuda, cuda:N, vulkan or vulkan:N (torch peer: CPU unless cuda)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--sizes", default="256,512,1024,2048,4096")
     p.add_argument("--dtypes", default="bf16,fp32")
@@ -78,7 +78,7 @@ def main():
     df = import_dataflow()
 
     torch.set_num_threads(args.threads)
-    device = "cpu" if args.backend == "host" else args.backend
+    device = args.backend if args.backend.startswith("cuda") else "cpu"
     torch_sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     largest = max(args.sizes) ** 2 * 4 * 3
     h = open_handle(df, args.backend, args.threads, device_memory=f"{largest + (64 << 20)}B")

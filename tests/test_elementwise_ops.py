@@ -24,7 +24,7 @@ UINT = {"fp32": np.uint32, "fp16": np.uint16, "bf16": np.uint16, "fp8e4m3": np.u
 TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-@pytest.fixture(scope="module", params=("host", "cuda"))
+@pytest.fixture(scope="module", params=("host", "cuda", "vulkan"))
 def h(request):
     """add / cast / set_mem run on every backend against the same oracles."""
     from conftest import open_handle

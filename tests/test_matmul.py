@@ -3,9 +3,9 @@
 Inputs are rounded to their dtype first, so the oracle sees exactly what the kernel sees and
 the comparison measures only fp32 accumulation and the final rounding (tolerances.py).
 Both host engines run: "auto" (oneDNN when built in; fp16 still falls back) and "fallback"
-(DATAFLOW_HOST_MATMUL, read when the handle registers its ops), and cuda (cuBLASLt) where a
-GPU is. The fallback's AVX2 and
-scalar microkernels run in subprocesses, because the vector path is chosen once per process.
+(DATAFLOW_HOST_MATMUL, read when the handle registers its ops), then cuda (cuBLASLt) and vulkan
+where such a device is. The fallback's AVX2 and scalar microkernels run in subprocesses, because
+the vector path is chosen once per process.
 """
 import os
 import subprocess
@@ -27,12 +27,12 @@ SHAPES = [(1, 1, 1), (7, 33, 129), (129, 7, 33), (33, 129, 7), (1, 1000, 33), (1
 NUMPY_OF = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 
 
-@pytest.fixture(scope="module", params=["auto", "fallback", "cuda"])
+@pytest.fixture(scope="module", params=["auto", "fallback", "cuda", "vulkan"])
 def mh(request):
-    """A host handle whose matmul runs on the given engine, or a cuda handle (cuBLASLt; skips
-    with the reason where no GPU is usable)."""
-    if request.param == "cuda":
-        with open_handle("cuda", streams=2, device_memory="1GiB") as handle:
+    """A host handle whose matmul runs on the given engine, or a cuda (cuBLASLt) or vulkan handle
+    (skipped with the reason where no such device is usable)."""
+    if request.param in ("cuda", "vulkan"):
+        with open_handle(request.param, streams=2, device_memory="1GiB") as handle:
             yield handle
         return
     old = os.environ.get("DATAFLOW_HOST_MATMUL")

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import dataflow as df
-from tolerances import EMBEDDING_BWD_TOLERANCES, ROPE_TOLERANCES
 from conftest import handle_fixture
+from tolerances import EMBEDDING_BWD_TOLERANCES, ROPE_TOLERANCES
 
 DTYPES = ("fp32", "fp16", "bf16")
 TOKENS = (1, 7, 33, 129)
@@ -23,7 +23,7 @@ REF = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 LLAMA3_SCALING = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
 
 
-h = handle_fixture("h", streams=2)
+h = handle_fixture("h", ("embedding", "embedding_bwd_w", "rope", "rope_bwd"), streams=2)
 
 
 def quantize(x, dtype):

@@ -5,8 +5,9 @@ fp32, rounded to the dtype before the multiply by up. The kernels take the sigmo
 e = exp(-|g|), which cannot overflow. The backward is the fp32 gradient, each output rounded
 once.
 
-- a numpy float32 replay of the kernels' operations (their exp included) must match bit for
-  bit, which also pins the results to be independent of threads and SIMD path;
+- a numpy float32 replay of the host kernels' operations (their exp included) must match bit
+  for bit, which also pins the results to be independent of threads and SIMD path (other
+  backends follow the same operations, within two roundings: tolerances.assert_replay);
 - PyTorch (CPU): the forward against F.silu(gate) * up in the dtype, the backward against
   autograd in fp32 rounded once, with the tolerances of tolerances.py; in bf16/fp16 the
   gradients are no less accurate than torch's autograd in that dtype.
@@ -17,14 +18,14 @@ import torch
 
 import dataflow as df
 from test_elementwise_ops import TORCH, UINT, quantize
-from tolerances import TOLERANCES, TWO_ROUNDING_TOLERANCES
 from conftest import handle_fixture
+from tolerances import TOLERANCES, TWO_ROUNDING_TOLERANCES, assert_replay
 
 DTYPES = ("fp32", "fp16", "bf16")
 SHAPES = [(1, 1), (1, 15), (3, 17), (7, 100), (33, 257), (64, 1024), (5, 11008)]
 
 
-h = handle_fixture("h", streams=2)
+h = handle_fixture("h", ("swiglu", "swiglu_bwd"), streams=2)
 
 
 def data(rows, ffn, dtype, seed, scale=3.0):
@@ -101,9 +102,9 @@ def torch_grads(gate, up, d_out, dtype):
     return tg.grad.float().numpy(), tu.grad.float().numpy()
 
 
-def assert_same(got, want, what):
-    """Equal values, NaN matching NaN."""
-    np.testing.assert_array_equal(got, want, err_msg=what)
+def assert_same(h, got, want, dtype, what):
+    """The replay's values, NaN matching NaN (tolerances.assert_replay: bit for bit on host)."""
+    assert_replay(h, got, want, TWO_ROUNDING_TOLERANCES[dtype], what)
 
 
 def test_replay_exp_is_accurate():
@@ -123,7 +124,7 @@ def test_forward(h, dtype, rows, ffn):
     gate, up, _ = data(rows, ffn, dtype, 1)
     out = df.ops.swiglu(h, *put(h, dtype, gate, up))
     assert out.dtype == dtype and out.shape == (rows, ffn)
-    assert_same(out.numpy(), replay_forward(gate, up, dtype), "replay")
+    assert_same(h, out.numpy(), replay_forward(gate, up, dtype), dtype, "replay")
     tg, tu = torch.from_numpy(gate).to(TORCH[dtype]), torch.from_numpy(up).to(TORCH[dtype])
     want = (torch.nn.functional.silu(tg) * tu).float().numpy()
     np.testing.assert_allclose(out.numpy(), want, **TWO_ROUNDING_TOLERANCES[dtype])
@@ -138,7 +139,7 @@ def test_forward_special_values(h, dtype):
     g = quantize(g, dtype)
     u = quantize(np.linspace(-2.0, 3.0, g.size), dtype)
     out = df.ops.swiglu(h, *put(h, dtype, g, u)).numpy()
-    assert_same(out, replay_forward(g, u, dtype), "replay")
+    assert_same(h, out, replay_forward(g, u, dtype), dtype, "replay")
     tg, tu = torch.from_numpy(g).to(TORCH[dtype]), torch.from_numpy(u).to(TORCH[dtype])
     want = (torch.nn.functional.silu(tg) * tu).float().numpy()
     np.testing.assert_allclose(out, want, equal_nan=True, **TWO_ROUNDING_TOLERANCES[dtype])
@@ -151,7 +152,7 @@ def test_forward_in_place(h, dtype, alias):
     d_gate, d_up = put(h, dtype, gate, up)
     target = d_gate if alias == "gate" else d_up
     assert df.ops.swiglu(h, d_gate, d_up, out=target) is target
-    assert_same(target.numpy(), replay_forward(gate, up, dtype), "in place")
+    assert_same(h, target.numpy(), replay_forward(gate, up, dtype), dtype, "in place")
 
 
 # ---- backward ----
@@ -163,8 +164,8 @@ def test_backward(h, dtype, rows, ffn):
     d_gate, d_up = df.ops.swiglu_bwd(h, *put(h, dtype, d_out, gate, up))
     assert d_gate.dtype == d_up.dtype == dtype and d_gate.shape == d_up.shape == (rows, ffn)
     want_gate, want_up = replay_backward(d_out, gate, up, dtype)
-    assert_same(d_gate.numpy(), want_gate, "replay d_gate")
-    assert_same(d_up.numpy(), want_up, "replay d_up")
+    assert_same(h, d_gate.numpy(), want_gate, dtype, "replay d_gate")
+    assert_same(h, d_up.numpy(), want_up, dtype, "replay d_up")
     t_gate, t_up = torch_grads(gate, up, d_out, "fp32")
     np.testing.assert_allclose(d_gate.numpy(), quantize(t_gate, dtype), **TOLERANCES[dtype])
     np.testing.assert_allclose(d_up.numpy(), quantize(t_up, dtype), **TOLERANCES[dtype])
@@ -188,8 +189,8 @@ def test_backward_in_place(h, dtype):
     want_gate, want_up = replay_backward(d_out, gate, up, dtype)
     got_gate, got_up = df.ops.swiglu_bwd(h, dd, dg, du, d_gate=dg, d_up=du)
     assert got_gate is dg and got_up is du
-    assert_same(dg.numpy(), want_gate, "d_gate in place")
-    assert_same(du.numpy(), want_up, "d_up in place")
+    assert_same(h, dg.numpy(), want_gate, dtype, "d_gate in place")
+    assert_same(h, du.numpy(), want_up, dtype, "d_up in place")
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

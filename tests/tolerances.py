@@ -154,3 +154,15 @@ LLAMA_TOLERANCES = {
     "adamw": dict(loss_rtol=1e-5, param_rtol=1e-4, param_atol_lr=0.1),
     "same_math": dict(rtol=1e-4, atol=1e-6, grad_atol=1e-5),
 }
+
+
+def assert_replay(h, got, want, tol, err_msg=""):
+    """got against a numpy replay of the host kernels' fp32 operation order: bit for bit on the
+    host backend; on the others, which follow the same order but whose division, sqrt, exp and
+    fma may round differently (Vulkan allows 2.5 ulp for a division; lavapipe does not fuse
+    fma), within tol (NaN matching NaN)."""
+    import numpy as np
+    if h.backend == "host":
+        np.testing.assert_array_equal(got, want, err_msg=err_msg)
+    else:
+        np.testing.assert_allclose(got, want, equal_nan=True, err_msg=err_msg, **tol)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h", "dataflow/comm.h", "dataflow/models.h", "dataflow/cuda.h",
-           "dataflow/ring_plan.h", "dataflow/ring_executor.h"]
+           "dataflow/vulkan.h", "dataflow/ring_plan.h", "dataflow/ring_executor.h"]
 
 
 def main():

@@ -10,6 +10,8 @@ OUTDIR:
   op_args.h       public: per op an argument struct, its unpacking from an Op's argument
                   pointers (what host kernels use) and the reverse, and argument indices
   op_params.cuh   per op a macro with the parameter list of its CUDA kernels
+  op_params.glsl  the constants, and per op a macro with the push-constant members of its
+                  Vulkan kernels
 The generated submit functions pack their arguments and hand them to ops_submit
 (libdataflowops/src/op_catalogue.c), which picks the variant's skeleton and calls
 dataflow_submit_op; that checks them against the signature the op was registered with
@@ -328,6 +330,31 @@ def gen_cuda_params(ops, constants):
     return "\n".join(out) + "\n"
 
 
+# GLSL: scalar types, and words GLSL reserves that an argument may be named (suffixed with _)
+GLSL_SCALARS = {"fp32": "float", "fp64": "double", "int32": "int", "int64": "int64_t", "uint64": "uint64_t",
+                "bool": "int"}
+GLSL_RESERVED = {"in", "out", "inout", "input", "output", "buffer", "shared", "filter", "sample", "patch",
+                 "precise", "common", "partition", "active", "flat", "smooth", "uniform", "varying"}
+
+
+def gen_glsl_params(ops, constants):
+    out = [f"// {HEADER}",
+           "// The catalogue's constants, and the push-constant members of each default op's Vulkan",
+           "// kernels in the skeleton's order (backends/vulkan/src/vulkan_submit.c packs Op.op_args the",
+           "// same way): DATAFLOW_<OP>_PARAMS(<pointer type per dtype slot>). Tensors are buffer",
+           "// references (<dtype>_ref, backends/vulkan/shaders/common.glsl); names GLSL reserves get a",
+           "// trailing _.", ""]
+    out += [f"#define DATAFLOW_{name} {value}" for name, value in constants.items()]
+    for op in ops:
+        members = []
+        for a in op.args:
+            name = a.name + "_" if a.name in GLSL_RESERVED else a.name
+            kind = (a.type if a.slot else f"{a.type}_ref") if a.tensor else GLSL_SCALARS[a.type]
+            members.append(f"{kind} {name};")
+        out.append(f"#define DATAFLOW_{op.upper}_PARAMS({', '.join(op.slots)}) {' '.join(members)}")
+    return "\n".join(out) + "\n"
+
+
 def load(path):
     with open(path, "rb") as f:
         data = tomllib.load(f)
@@ -346,7 +373,8 @@ def main():
     except CatalogueError as e:
         sys.exit(f"{catalogue}: {e}")
     files = {"default_ops.h": gen_header(ops, constants), "default_ops.c": gen_source(ops),
-             "op_args.h": gen_args(ops), "op_params.cuh": gen_cuda_params(ops, constants)}
+             "op_args.h": gen_args(ops), "op_params.cuh": gen_cuda_params(ops, constants),
+             "op_params.glsl": gen_glsl_params(ops, constants)}
     for name, text in files.items():
         with open(os.path.join(outdir, name), "w") as f:
             f.write(text)

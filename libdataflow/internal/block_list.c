@@ -80,3 +80,44 @@ int block_list_contains(const Block_List *l, uint64_t off, uint64_t size, const 
 	}
 	return 1;
 }
+
+int block_list_carve(Block_List *l, uint64_t size, uint64_t *off, uint64_t *largest)
+{
+	int best = -1;
+	*largest = 0;
+	for (int i = 0; i < l->count; i++) {
+		uint64_t s = l->items[i].size;
+		if (s > *largest)
+			*largest = s;
+		if (s >= size && (best < 0 || s < l->items[best].size))
+			best = i;
+	}
+	if (best < 0)
+		return 0;
+	*off = l->items[best].offset;
+	l->items[best].offset += size;
+	l->items[best].size -= size;
+	if (l->items[best].size == 0)
+		block_list_remove_at(l, best);
+	return 1;
+}
+
+Block block_list_give_back(Block_List *l, Block blk)
+{
+	Block *f = l->items;
+	int j = block_list_floor(l, blk.offset) + 1;
+	if (j > 0 && f[j - 1].offset + f[j - 1].size == blk.offset) {
+		j--;
+		blk.offset = f[j].offset;
+		blk.size += f[j].size;
+		block_list_remove_at(l, j);
+	}
+	if (j < l->count && blk.offset + blk.size == f[j].offset) {
+		blk.size += f[j].size;
+		block_list_remove_at(l, j);
+	}
+	if (!block_list_reserve(l, l->count + 1))
+		return (Block){0};
+	block_list_insert_at(l, j, blk);
+	return blk;
+}

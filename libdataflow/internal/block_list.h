@@ -37,4 +37,11 @@ BLOCK_LIST_PRIVATE int block_list_insert(Block_List *list, Block block);
 BLOCK_LIST_PRIVATE int block_list_contains(const Block_List *list, uint64_t off, uint64_t size, const void *ptr,
 					   char *why, size_t why_size);
 
+/* Free lists of an allocator (offset-sorted free blocks): takes `size` bytes from the smallest
+ * free block that holds them into *off (1), or reports the largest free block in *largest (0). */
+BLOCK_LIST_PRIVATE int block_list_carve(Block_List *free_list, uint64_t size, uint64_t *off, uint64_t *largest);
+/* Gives [blk.offset, + blk.size) back, merged with the free neighbours it touches; returns the
+ * merged free block (size 0 if the list could not grow: the bytes stay lost, the list intact). */
+BLOCK_LIST_PRIVATE Block block_list_give_back(Block_List *free_list, Block blk);
+
 #endif

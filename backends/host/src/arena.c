@@ -64,30 +64,16 @@ void arena_destroy(Arena *a)
 
 Dataflow_Status arena_alloc(Arena *a, uint64_t size, void **ptr)
 {
+	uint64_t off, largest;
 	pthread_mutex_lock(&a->lock);
-	Block *free_blocks = a->free.items;
-	int best = -1;
-	uint64_t largest = 0;
-	for (int i = 0; i < a->free.count; i++) {
-		uint64_t s = free_blocks[i].size;
-		if (s > largest)
-			largest = s;
-		if (s >= size && (best < 0 || s < free_blocks[best].size))
-			best = i;
-	}
-	if (best < 0) {
-		pthread_mutex_unlock(&a->lock);
+	int ok = block_list_carve(&a->free, size, &off, &largest);
+	pthread_mutex_unlock(&a->lock);
+	if (!ok)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
 					  "device memory: cannot allocate %llu bytes: no free block that large in the "
 					  "fragmented arena (largest free block %llu)",
 					  (unsigned long long)size, (unsigned long long)largest);
-	}
-	*ptr = a->base + free_blocks[best].offset;
-	free_blocks[best].offset += size;
-	free_blocks[best].size -= size;
-	if (free_blocks[best].size == 0)
-		block_list_remove_at(&a->free, best);
-	pthread_mutex_unlock(&a->lock);
+	*ptr = a->base + off;
 	return DATAFLOW_OK;
 }
 
@@ -98,28 +84,13 @@ static void release_pages(Arena *a, uint64_t offset, uint64_t size)
 		madvise(a->base + lo, hi - lo, MADV_DONTNEED);
 }
 
-/* Inserts the block into the free list, merging with the neighbours it touches. The list
- * never needs to grow here by more than one block per live allocation; when it cannot grow
- * the block stays lost to this arena rather than corrupting it. */
+/* The block goes back into the free list, merged with its neighbours (block_list_give_back). */
 void arena_release(Arena *a, void *ptr, uint64_t size)
 {
 	Block blk = {.offset = (uint64_t)((uint8_t *)ptr - a->base), .size = size};
 	pthread_mutex_lock(&a->lock);
-	Block *f = a->free.items;
-	int j = block_list_floor(&a->free, blk.offset) + 1;
-	if (j > 0 && f[j - 1].offset + f[j - 1].size == blk.offset) {
-		j--;
-		blk.offset = f[j].offset;
-		blk.size += f[j].size;
-		block_list_remove_at(&a->free, j);
-	}
-	if (j < a->free.count && blk.offset + blk.size == f[j].offset) {
-		blk.size += f[j].size;
-		block_list_remove_at(&a->free, j);
-	}
-	if (block_list_reserve(&a->free, a->free.count + 1)) {
-		block_list_insert_at(&a->free, j, blk);
+	blk = block_list_give_back(&a->free, blk);
+	if (blk.size)
 		release_pages(a, blk.offset, blk.size);
-	}
 	pthread_mutex_unlock(&a->lock);
 }

@@ -1,0 +1,131 @@
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dataflow/default_ops.h"
+#include "dataflow/op_args.h"
+#include "vulkan_backend.h"
+
+/* The default ops of the Vulkan backend: their launch functions (native ops) and matmul (an
+ * external op over its own kernels), found by register_default_ops in this library
+ * (dataflow_handle_default_ops_library); the kernels are the SPIR-V of shaders/, embedded by
+ * the generated vulkan_shaders.c. */
+
+#define GROUP 256         /* local_size_x of the 1-D kernels */
+#define MAX_GROUPS 65535  /* kernels loop over the rest (grid-stride) */
+#define MATMUL_TILE 64    /* matmul.comp's TILE */
+
+/* Indices in the kernels are 32-bit: an op whose tensors have 2^32 elements or more is refused. */
+static Dataflow_Status fits_32_bits(const Op *op, int64_t elements, const char *what)
+{
+	if (elements > (int64_t)UINT32_MAX)
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED, "%s (vulkan): %s: at most %u elements, got %lld",
+					  op->skeleton.nickname, what, UINT32_MAX, (long long)elements);
+	return DATAFLOW_OK;
+}
+
+/* A 1-D dispatch of `items` work items, per_group per workgroup; kernels loop over the rest
+ * (grid-stride), so the count is capped at MAX_GROUPS. */
+static void groups_for(int64_t items, int64_t per_group, Dataflow_Launch_Config *c)
+{
+	int64_t groups = (items + per_group - 1) / per_group;
+	c->grid[0] = (uint32_t)(groups < MAX_GROUPS ? groups : MAX_GROUPS);
+	c->grid[1] = c->grid[2] = 1;
+}
+
+/* The launch function of op OP (its arguments as `a`, of type Args): `size` is its largest
+ * tensor in elements, `items` the kernel's work items, `per_group` per workgroup. */
+#define VULKAN_LAUNCH(OP, Args, size, items, per_group)                                                      \
+	Dataflow_Status dataflow_vulkan_##OP##_launch(Dataflow_Handle *handle, const Op *op, void *op_state,   \
+						      Dataflow_Launch_Config *config)                  \
+	{                                                                                          \
+		(void)handle, (void)op_state;                                                      \
+		Args a = dataflow_##OP##_args(op->op_args);                      \
+		if (fits_32_bits(op, (size), #size) != DATAFLOW_OK)                                \
+			return dataflow_last_status();                                             \
+		groups_for((items), (per_group), config);                                          \
+		return DATAFLOW_OK;                                                                \
+	}
+
+/* elementwise: one invocation per element of n, GROUP per workgroup */
+VULKAN_LAUNCH(add, Dataflow_Add_Args, a.n, a.n, GROUP)
+VULKAN_LAUNCH(scale, Dataflow_Scale_Args, a.n, a.n, GROUP)
+VULKAN_LAUNCH(cast, Dataflow_Cast_Args, a.n, a.n, GROUP)
+VULKAN_LAUNCH(set_mem, Dataflow_Set_Mem_Args, a.n, a.n, GROUP)
+
+/* rms_norm forward and bwd_x: ROW_GROUP rows of 16 lanes per workgroup (shaders/row_sum.glsl);
+ * bwd_w: one invocation per (block, column), then per column */
+#define ROW_GROUP 4
+#define BWD_W_BLOCKS(a) (((a).rows + DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS - 1) / DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS)
+VULKAN_LAUNCH(rms_norm, Dataflow_Rms_Norm_Args, a.rows * a.hidden, a.rows, ROW_GROUP)
+VULKAN_LAUNCH(rms_norm_bwd_x, Dataflow_Rms_Norm_Bwd_X_Args, a.rows * a.hidden, a.rows, ROW_GROUP)
+VULKAN_LAUNCH(rms_norm_bwd_w_partials, Dataflow_Rms_Norm_Bwd_W_Partials_Args, a.rows * a.hidden, BWD_W_BLOCKS(a) * a.hidden, GROUP)
+VULKAN_LAUNCH(rms_norm_bwd_w_reduce, Dataflow_Rms_Norm_Bwd_W_Reduce_Args, BWD_W_BLOCKS(a) * a.hidden, a.hidden, GROUP)
+
+/* swiglu: one invocation per element; rope: per (i, i + head_dim/2) pair of each token and
+ * head; embedding: per element of out; embedding_bwd_w: per column (each walks the tokens) */
+VULKAN_LAUNCH(swiglu, Dataflow_Swiglu_Args, a.rows * a.ffn, a.rows * a.ffn, GROUP)
+VULKAN_LAUNCH(swiglu_bwd, Dataflow_Swiglu_Bwd_Args, a.rows * a.ffn, a.rows * a.ffn, GROUP)
+VULKAN_LAUNCH(rope, Dataflow_Rope_Args, a.num_tokens * a.num_heads * a.head_dim,
+	      a.num_tokens * a.num_heads * (a.head_dim / 2), GROUP)
+VULKAN_LAUNCH(rope_bwd, Dataflow_Rope_Bwd_Args, a.num_tokens * a.num_heads * a.head_dim,
+	      a.num_tokens * a.num_heads * (a.head_dim / 2), GROUP)
+#define LARGER(x, y) ((x) > (y) ? (x) : (y))
+VULKAN_LAUNCH(embedding, Dataflow_Embedding_Args, LARGER(a.vocab, a.num_tokens) * a.hidden, a.num_tokens * a.hidden,
+	      GROUP)
+VULKAN_LAUNCH(embedding_bwd_w, Dataflow_Embedding_Bwd_W_Args, LARGER(a.vocab, a.num_tokens) * a.hidden, a.hidden,
+	      GROUP)
+
+/* ---- matmul: the variant's kernel, chosen at registration ---- */
+
+/* A kernel this library exports (vulkan_shaders.c), by name. */
+static const Dataflow_Vulkan_Shader *own_shader(const char *name)
+{
+	Dl_info self;
+	if (!dladdr((void *)&own_shader, &self))
+		return NULL;
+	void *lib = dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+	const Dataflow_Vulkan_Shader *shader = lib ? dlsym(lib, name) : NULL;
+	if (lib)
+		dlclose(lib);
+	return shader;
+}
+
+Dataflow_Status dataflow_vulkan_matmul_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+					    Dataflow_Op_State *state)
+{
+	(void)handle;
+	char name[160];
+	snprintf(name, sizeof(name), "dataflow_vulkan_matmul_%s_%s",
+		 dataflow_datatype_name(skeleton->arg_dtypes[DATAFLOW_MATMUL_ARG_A]),
+		 dataflow_datatype_name(skeleton->arg_dtypes[DATAFLOW_MATMUL_ARG_D]));
+	const Dataflow_Vulkan_Shader *shader = own_shader(name);
+	if (!shader)
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED, "matmul (vulkan): no kernel %s", name);
+	Vulkan_Op *rec = calloc(1, sizeof(*rec));
+	if (!rec)
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "matmul (vulkan): no memory");
+	rec->shader = shader;
+	snprintf(rec->kernel_name, sizeof(rec->kernel_name), "%s", name);
+	*state = (Dataflow_Op_State){rec, free};
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_vulkan_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
+{
+	Dataflow_Matmul_Args a = dataflow_matmul_args(op->op_args);
+	if (a.M * a.K > (int64_t)UINT32_MAX || a.K * a.N > (int64_t)UINT32_MAX || a.M * a.N > (int64_t)UINT32_MAX)
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+					  "matmul (vulkan): M = %lld, N = %lld, K = %lld: each operand must have at most %u "
+					  "elements (32-bit indices)",
+					  (long long)a.M, (long long)a.N, (long long)a.K, UINT32_MAX);
+	int64_t gx = (a.N + MATMUL_TILE - 1) / MATMUL_TILE, gy = (a.M + MATMUL_TILE - 1) / MATMUL_TILE;
+	uint32_t *max = vulkan_of(handle)->dev->props.limits.maxComputeWorkGroupCount;
+	if (gx > max[0] || gy > max[1])
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+					  "matmul (vulkan): M = %lld, N = %lld need %lld x %lld workgroups; the device "
+					  "allows %u x %u",
+					  (long long)a.M, (long long)a.N, (long long)gx, (long long)gy, max[0], max[1]);
+	const uint32_t groups[3] = {(uint32_t)gx, (uint32_t)gy, 1};
+	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, op, groups);
+}
