@@ -29,12 +29,12 @@ typedef Dataflow_Cross_Entropy_Args Ce_Args;
  * m starts at -FLT_MAX (not -Inf) so that -Inf logits add exp(-Inf) = 0 instead of NaN.
  * The vector body keeps the CE_LANES lanes as CE_LANES / VL vectors and rescales every lane
  * of a vector when any lane's max grows: the others get exp(0) = 1 exactly, so the bits
- * match the per-lane rule. Each returns where it stopped. (Not always_inline: ce_row, which
- * has no target attribute, calls them.) */
+ * match the per-lane rule. Each returns where it stopped; the scalar path's "vector part"
+ * does nothing and the tail loop does it all. */
 
 #define CE_VECTORS(isa) (CE_LANES / VL_##isa)
 #define CE_MAXSUM(isa)                                                                               \
-	SIMD_TARGET_##isa static inline int64_t ce_maxsum_##isa(const void *x, int64_t n, float *m, float *s, \
+	SIMD_ISA_INLINE(isa) int64_t ce_maxsum_##isa(const void *x, int64_t n, float *m, float *s, \
 							      DataflowDatatype dt)                           \
 	{                                                                                            \
 		Vf_##isa mv[CE_VECTORS(isa)], sv[CE_VECTORS(isa)];                                   \
@@ -58,7 +58,14 @@ typedef Dataflow_Cross_Entropy_Args Ce_Args;
 	}
 SIMD_EACH_ISA(CE_MAXSUM)
 
-static inline void ce_maxsum_scalar(const void *x, int64_t i, int64_t n, float *m, float *s, DataflowDatatype t)
+SIMD_INLINE int64_t ce_maxsum_scalar(const void *x, int64_t n, float *m, float *s, DataflowDatatype t)
+{
+	(void)x, (void)n, (void)m, (void)s, (void)t;
+	return 0;
+}
+
+/* the tail, [i, n) */
+SIMD_INLINE void ce_maxsum_from(const void *x, int64_t i, int64_t n, float *m, float *s, DataflowDatatype t)
 {
 	for (; i < n; i++) {
 		int l = (int)(i % CE_LANES);
@@ -74,7 +81,7 @@ static inline void ce_maxsum_scalar(const void *x, int64_t i, int64_t n, float *
 /* ---- pass 2: g_j = exp(x_j - M) * c with c = scale / S (the label is fixed up after) ---- */
 
 #define CE_GRAD(isa)                                                                                 \
-	SIMD_TARGET_##isa static inline int64_t ce_grad_##isa(const void *x, void *g, int64_t n, float M, float c, \
+	SIMD_ISA_INLINE(isa) int64_t ce_grad_##isa(const void *x, void *g, int64_t n, float M, float c, \
 							    DataflowDatatype dt)                             \
 	{                                                                                            \
 		Vf_##isa mv = vset1_##isa(M), cv = vset1_##isa(c);                                   \
@@ -85,78 +92,91 @@ static inline void ce_maxsum_scalar(const void *x, int64_t i, int64_t n, float *
 	}
 SIMD_EACH_ISA(CE_GRAD)
 
-static inline void ce_grad_scalar(const void *x, void *g, int64_t i, int64_t n, float M, float c, DataflowDatatype t)
+SIMD_INLINE int64_t ce_grad_scalar(const void *x, void *g, int64_t n, float M, float c, DataflowDatatype t)
+{
+	(void)x, (void)g, (void)n, (void)M, (void)c, (void)t;
+	return 0;
+}
+
+/* the tail, [i, n) */
+SIMD_INLINE void ce_grad_from(const void *x, void *g, int64_t i, int64_t n, float M, float c, DataflowDatatype t)
 {
 	for (; i < n; i++)
 		simd_store1(g, i, simd_exp_nonpos(simd_load1(x, i, t) - M) * c, t);
 }
 
-/* ---- one row ---- */
+/* ---- one row: the scalar steps around the two passes ---- */
 
-/* always inlined so that level and t are constants in each per-ISA row loop below */
-__attribute__((always_inline)) static inline void ce_row(Ce_Args a, int64_t row, int level, DataflowDatatype t)
+typedef struct {
+	const void *x;
+	void *g;
+	int64_t n, label;
+	float m[CE_LANES], s[CE_LANES]; /* pass 1's lanes */
+	float M, xl, rs, c;             /* the row max, x[label], 1 / S, scale / S */
+} Ce_Row;
+
+/* Row `row`: 0 (loss and gradient already written as zeros) if its label is ignored or out
+ * of range, else 1 with w ready for pass 1. */
+SIMD_INLINE int ce_row_begin(const Ce_Args *a, int64_t row, Ce_Row *w, DataflowDatatype t)
 {
 	size_t es = t == DATAFLOW_FP32 ? 4 : 2;
-	int64_t n = a.vocab;
-	const void *x = (const char *)a.logits + (size_t)row * (size_t)n * es;
-	void *g = (char *)a.dlogits + (size_t)row * (size_t)n * es;
-	int64_t label = a.labels[row];
-	if (label == a.ignore_index || label < 0 || label >= n) {
-		a.loss[row] = 0.0f;
-		memset(g, 0, (size_t)n * es); /* +0.0 in every dtype */
-		return;
+	w->n = a->vocab;
+	w->x = (const char *)a->logits + (size_t)row * (size_t)w->n * es;
+	w->g = (char *)a->dlogits + (size_t)row * (size_t)w->n * es;
+	w->label = a->labels[row];
+	if (w->label == a->ignore_index || w->label < 0 || w->label >= w->n) {
+		a->loss[row] = 0.0f;
+		memset(w->g, 0, (size_t)w->n * es); /* +0.0 in every dtype */
+		return 0;
 	}
-
-	float m[CE_LANES], s[CE_LANES];
 	for (int l = 0; l < CE_LANES; l++)
-		m[l] = -FLT_MAX, s[l] = 0.0f;
-	int64_t i = 0;
-	if (level == SIMD_AVX512)
-		i = ce_maxsum_avx512(x, n, m, s, t);
-	else if (level == SIMD_AVX2)
-		i = ce_maxsum_avx2(x, n, m, s, t);
-	ce_maxsum_scalar(x, i, n, m, s, t);
-
-	float M = m[0], S = 0.0f;
-	for (int l = 1; l < CE_LANES; l++)
-		M = m[l] > M ? m[l] : M;
-	for (int l = 0; l < CE_LANES; l++)
-		S += s[l] * simd_exp_nonpos(m[l] - M);
-
-	float xl = simd_load1(x, label, t); /* read before pass 2 may overwrite it */
-	a.loss[row] = (M + logf(S)) - xl;
-
-	float rs = 1.0f / S, c = rs * a.scale;
-	if (level == SIMD_AVX512)
-		i = ce_grad_avx512(x, g, n, M, c, t);
-	else if (level == SIMD_AVX2)
-		i = ce_grad_avx2(x, g, n, M, c, t);
-	else
-		i = 0;
-	ce_grad_scalar(x, g, i, n, M, c, t);
-	simd_store1(g, label, (simd_exp_nonpos(xl - M) * rs - 1.0f) * a.scale, t);
+		w->m[l] = -FLT_MAX, w->s[l] = 0.0f;
+	return 1;
 }
 
-/* rows [r0, r1) on one path (level: its SIMD_* constant) */
-#define CE_ROWS(path, level)                                                                         \
-	SIMD_TARGET_##path static void ce_rows_##path(Ce_Args a, int64_t r0, int64_t r1, DataflowDatatype t) \
-	{                                                                                            \
-		for (int64_t r = r0; r < r1; r++)                                                    \
-			ce_row(a, r, level, t);                                                      \
-	}
-CE_ROWS(avx512, SIMD_AVX512)
-CE_ROWS(avx2, SIMD_AVX2)
-CE_ROWS(scalar, SIMD_SCALAR)
-
-static void ce_run(void **args, int part, int num_parts, DataflowDatatype t)
+/* after pass 1: the lanes combined in one fixed order, the loss, pass 2's constants */
+SIMD_INLINE void ce_row_loss(const Ce_Args *a, int64_t row, Ce_Row *w, DataflowDatatype t)
 {
-	Ce_Args a = dataflow_cross_entropy_args(args);
-	int64_t r0, r1;
-	dataflow_part_range(a.tokens, part, num_parts, 1, &r0, &r1);
-	SIMD_DISPATCH(ce_rows, a, r0, r1, t);
+	float M = w->m[0], S = 0.0f;
+	for (int l = 1; l < CE_LANES; l++)
+		M = w->m[l] > M ? w->m[l] : M;
+	for (int l = 0; l < CE_LANES; l++)
+		S += w->s[l] * simd_exp_nonpos(w->m[l] - M);
+	w->M = M;
+	w->xl = simd_load1(w->x, w->label, t); /* read before pass 2 may overwrite it */
+	a->loss[row] = (M + logf(S)) - w->xl;
+	w->rs = 1.0f / S;
+	w->c = w->rs * a->scale;
 }
 
-DATAFLOW_HOST_FLOAT_KERNELS(cross_entropy, ce_run, DATAFLOW_FP32, DATAFLOW_BF16, DATAFLOW_FP16)
+/* rows [r0, r1) on one path; pass 2 writes every g_j, then the label's is fixed up */
+#define CE_ROWS(path)                                                                                \
+	SIMD_ISA_INLINE(path) void ce_rows_##path(const Ce_Args *a, int64_t r0, int64_t r1, DataflowDatatype t) \
+	{                                                                                            \
+		Ce_Row w;                                                                            \
+		for (int64_t r = r0; r < r1; r++) {                                                  \
+			if (!ce_row_begin(a, r, &w, t))                                              \
+				continue;                                                            \
+			int64_t i = ce_maxsum_##path(w.x, w.n, w.m, w.s, t);                         \
+			ce_maxsum_from(w.x, i, w.n, w.m, w.s, t);                                    \
+			ce_row_loss(a, r, &w, t);                                                    \
+			i = ce_grad_##path(w.x, w.g, w.n, w.M, w.c, t);                              \
+			ce_grad_from(w.x, w.g, i, w.n, w.M, w.c, t);                                 \
+			simd_store1(w.g, w.label, (simd_exp_nonpos(w.xl - w.M) * w.rs - 1.0f) * a->scale, t); \
+		}                                                                                    \
+	}
+SIMD_EACH_ISA(CE_ROWS)
+CE_ROWS(scalar)
+
+/* per dtype: rows split among parts, never within a row */
+#define CE_KERNEL(name, DT)                                                                          \
+	SIMD_DTYPE_KERNEL(ce_rows_##name, ce_rows, Ce_Args, DT)                                      \
+	SIMD_DTYPE_ENTRY(dataflow_host_cross_entropy_##name, ce_rows_##name, Ce_Args, dataflow_cross_entropy_args, \
+			 a.tokens, 1)
+
+CE_KERNEL(fp32, DATAFLOW_FP32)
+CE_KERNEL(bf16, DATAFLOW_BF16)
+CE_KERNEL(fp16, DATAFLOW_FP16)
 
 /* Parts are row ranges of at least CE_MIN_PART_ELEMENTS logits. */
 DATAFLOW_HOST_LAUNCH(dataflow_host_cross_entropy_launch, Ce_Args, dataflow_cross_entropy_args,

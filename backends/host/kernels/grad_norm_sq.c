@@ -19,9 +19,7 @@
 	SIMD_TARGET_##isa static int64_t block_##isa(const void *x, DataflowDatatype dt, int64_t i, int64_t end, \
 						     double *acc)                                            \
 	{                                                                                            \
-		Vd_##isa sums[32 / VL_##isa];                                                        \
-		for (int k = 0; k < 32 / VL_##isa; k++)                                              \
-			sums[k] = (Vd_##isa){0};                                                     \
+		Vd_##isa sums[32 / VL_##isa] = {0};                                                  \
 		for (; i + 16 <= end; i += 16)                                                       \
 			for (int k = 0; k < 16 / VL_##isa; k++) {                                    \
 				Vf_##isa f = vload_##isa(x, i + k * VL_##isa, dt);                   \

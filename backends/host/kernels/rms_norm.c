@@ -85,9 +85,7 @@ static inline float row_rstd(const Rms_Norm_Args *a, int64_t r, float sum_sq)
 		for (int64_t r = r0; r < r1; r++) {                                                  \
 			const char *x = (const char *)a->x + row_offset(r, h, dt);                   \
 			char *y = (char *)a->y + row_offset(r, h, dt);                               \
-			Vf_##isa acc[ROW_LANES(isa)];                                                \
-			for (int k = 0; k < ROW_LANES(isa); k++)                                     \
-				acc[k] = vset1_##isa(0.0f);                                          \
+			Vf_##isa acc[ROW_LANES(isa)] = {0};                                          \
 			for (int64_t j = 0; j < h16; j += 16)                                        \
 				for (int k = 0; k < ROW_LANES(isa); k++) {                           \
 					Vf_##isa v = vload_##isa(x, j + k * VL_##isa, dt);           \
@@ -158,9 +156,7 @@ static inline float dx_scale(float rstd, float sum_gx, int64_t hidden)
 			const char *dy = (const char *)a->dy + row_offset(r, h, dt);                 \
 			const char *x = (const char *)a->x + row_offset(r, h, dt);                   \
 			char *dx = (char *)a->dx + row_offset(r, h, dt);                             \
-			Vf_##isa acc[ROW_LANES(isa)];                                                \
-			for (int k = 0; k < ROW_LANES(isa); k++)                                     \
-				acc[k] = vset1_##isa(0.0f);                                          \
+			Vf_##isa acc[ROW_LANES(isa)] = {0};                                          \
 			for (int64_t j = 0; j < h16; j += 16)                                        \
 				for (int k = 0; k < ROW_LANES(isa); k++) {                           \
 					int64_t jk = j + k * VL_##isa;                               \

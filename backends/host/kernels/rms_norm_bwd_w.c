@@ -72,9 +72,7 @@ SIMD_INLINE void bwd_w_partials_scalar(const Partials_Args *a, int64_t u0, int64
 	SIMD_ISA_INLINE(isa) void partials_vectors_##isa(const Partials_Args *a, const Unit *t, int64_t c, int n, \
 							 DataflowDatatype dt)                                \
 	{                                                                                            \
-		Vf_##isa sums[4];                                                                    \
-		for (int k = 0; k < n; k++)                                                          \
-			sums[k] = vset1_##isa(0.0f);                                                 \
+		Vf_##isa sums[4] = {0};                                                              \
 		for (int64_t r = t->r0, o = c; r < t->r1; r++, o += a->hidden) {                     \
 			Vf_##isa rs = vset1_##isa(a->rstd[r]);                                       \
 			for (int k = 0; k < n; k++) {                                                \
@@ -125,9 +123,7 @@ SIMD_INLINE void bwd_w_reduce_scalar(const Reduce_Args *a, int64_t c0, int64_t c
 	SIMD_ISA_INLINE(isa) void reduce_vectors_##isa(const Reduce_Args *a, int64_t c, int n, DataflowDatatype dt) \
 	{                                                                                            \
 		int64_t h = a->hidden, nb = num_blocks(a->rows);                                     \
-		Vf_##isa sums[4];                                                                    \
-		for (int k = 0; k < n; k++)                                                          \
-			sums[k] = vset1_##isa(0.0f);                                                 \
+		Vf_##isa sums[4] = {0};                                                              \
 		for (int64_t b = 0, o = c; b < nb; b++, o += h)                                      \
 			for (int k = 0; k < n; k++)                                                  \
 				sums[k] = sums[k] + vloadf_##isa(a->workspace + o + k * VL_##isa);   \
