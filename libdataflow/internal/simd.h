@@ -2,12 +2,13 @@
 #define DATAFLOW_SIMD_H
 
 /* Internal (libdataflow/internal, seen by libdataflow and the host kernels only): the
- * runtime choice of vector path, and in-register bf16/fp16 <-> fp32 conversions for
- * dataflow_convert and for kernels that compute in fp32. A kernel keeps one function per path,
- * marked with the target attribute below, and a scalar loop (dataflow_fp32_to_bf16 and
- * friends) for the tail and for CPUs without AVX2. Every path gives the same bits as
- * dataflow_convert: RNE with subnormals, Inf on overflow, bf16 NaN -> canonical quiet NaN,
- * fp16 NaN payloads kept as numpy keeps them. */
+ * runtime choice of vector path, the per-ISA vector vocabulary that kernels write their
+ * vector loops in (one body for every ISA, see "one body per ISA" below), and in-register
+ * bf16/fp16 <-> fp32 conversions for dataflow_convert and for kernels that compute in fp32.
+ * A kernel keeps its vector body and a scalar loop (dataflow_fp32_to_bf16 and friends) for
+ * the tail and for CPUs without AVX2. Every path gives the same bits as dataflow_convert:
+ * RNE with subnormals, Inf on overflow, bf16 NaN -> canonical quiet NaN, fp16 NaN payloads
+ * kept as numpy keeps them. */
 
 #include <immintrin.h>
 
@@ -18,6 +19,7 @@
 
 #define SIMD_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define SIMD_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
+#define SIMD_INLINE __attribute__((always_inline)) static inline
 
 enum { SIMD_SCALAR = 0, SIMD_AVX2 = 1, SIMD_AVX512 = 2 };
 
@@ -39,6 +41,122 @@ static inline int simd_level(void)
 		else                                                                                   \
 			name##_scalar(__VA_ARGS__);                                                    \
 	} while (0)
+
+/* ---- one body per ISA ----
+ * A vector loop is written once, as a function-like macro of the ISA's name `isa` (avx512 or
+ * avx2), and SIMD_EACH_ISA(BODY) stamps it once per ISA. In the body, Vf_##isa is a vector
+ * of VL_##isa floats, Vu_##isa the same bits as uint32 lanes (a cast reinterprets), Vm_##isa
+ * a lane mask (from vcmp), Vd_##isa a vector of VL_##isa / 2 doubles, and v<op>_##isa the
+ * operations below. + - * / and the integer operators are plain C operators on the vectors
+ * (GCC/Clang vector extensions, which the intrinsics are themselves built on; a scalar
+ * operand stands for every lane). The build is ISO C (-ffp-contract=off), so a * b + c
+ * stays a rounded product and a rounded sum on every path, as in the scalar loops: fma
+ * happens only where a body says vfma.
+ *
+ * Why this mechanism: C has no templates, so a body that must compile to __m512 code and to
+ * __m256 code is text stamped per ISA. Tried and rejected: one 16-lane GCC vector type for
+ * both ISAs, compiled under each target attribute (no macro bodies, but without AVX-512 GCC
+ * keeps 64-byte vectors in memory: every operation goes through the stack, and -Wpsabi
+ * warns); an always_inline body without a target attribute calling per-ISA helpers (GCC
+ * refuses to inline intrinsics into it: "target specific option mismatch"); the kernel
+ * files compiled once per ISA (a build change, and their scalar code compiled for AVX-512
+ * too). The body keeps every lane assignment explicit: code that needs a fixed lane count
+ * for its bits (16-lane row sums, 32-lane softmax) says so with VL_##isa, never assumes it. */
+
+#define SIMD_EACH_ISA(BODY) BODY(avx512) BODY(avx2)
+#define SIMD_TARGET_avx512 SIMD_TARGET_AVX512
+#define SIMD_TARGET_avx2 SIMD_TARGET_AVX2
+#define SIMD_TARGET_scalar /* the baseline: for wrappers stamped for all three paths */
+/* a function of the vector body for isa: compiled for it, always inlined */
+#define SIMD_ISA_INLINE(isa) SIMD_TARGET_##isa SIMD_INLINE
+
+enum { VL_avx512 = 16, VL_avx2 = 8 };
+typedef __m512 Vf_avx512;
+typedef __m256 Vf_avx2;
+typedef __m512d Vd_avx512;
+typedef __m256d Vd_avx2;
+typedef uint32_t Vu_avx512 __attribute__((vector_size(64)));
+typedef uint32_t Vu_avx2 __attribute__((vector_size(32)));
+typedef __mmask16 Vm_avx512;
+typedef __m256 Vm_avx2;
+
+/* the operations the two ISAs' intrinsics spell alike but for the prefix mm */
+#define SIMD_COMMON_OPS(isa, mm)                                                                     \
+	SIMD_ISA_INLINE(isa) Vf_##isa vset1_##isa(float x) { return mm##_set1_ps(x); }                    \
+	SIMD_ISA_INLINE(isa) Vf_##isa vloadf_##isa(const float *p) { return mm##_loadu_ps(p); }           \
+	SIMD_ISA_INLINE(isa) void vstoref_##isa(float *p, Vf_##isa x) { mm##_storeu_ps(p, x); }           \
+	/* a * b + c, rounded once */                                                                \
+	SIMD_ISA_INLINE(isa) Vf_##isa vfma_##isa(Vf_##isa a, Vf_##isa b, Vf_##isa c)                      \
+	{                                                                                            \
+		return mm##_fmadd_ps(a, b, c);                                                       \
+	}                                                                                            \
+	SIMD_ISA_INLINE(isa) Vf_##isa vsqrt_##isa(Vf_##isa x) { return mm##_sqrt_ps(x); }                 \
+	/* a > b ? a : b per lane (maxps: b where either is NaN) */                                  \
+	SIMD_ISA_INLINE(isa) Vf_##isa vmax_##isa(Vf_##isa a, Vf_##isa b) { return mm##_max_ps(a, b); }    \
+	/* a non-temporal store to p, aligned to sizeof(Vf_##isa) */                                 \
+	SIMD_ISA_INLINE(isa) void vstream_##isa(float *p, Vf_##isa x) { mm##_stream_ps(p, x); }
+
+SIMD_COMMON_OPS(avx512, _mm512)
+SIMD_COMMON_OPS(avx2, _mm256)
+
+/* the lanes where a pred b (_CMP_LT_OQ, ...: the same predicates in both ISAs); a macro, as
+ * the predicate must reach the intrinsic as a constant even in unoptimized builds */
+#define vcmp_avx512(a, b, pred) _mm512_cmp_ps_mask(a, b, pred)
+#define vcmp_avx2(a, b, pred) _mm256_cmp_ps(a, b, pred)
+
+/* m ? yes : no per lane */
+SIMD_TARGET_AVX512 SIMD_INLINE Vf_avx512 vselect_avx512(Vm_avx512 m, Vf_avx512 yes, Vf_avx512 no)
+{
+	return _mm512_mask_blend_ps(m, no, yes);
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE Vf_avx2 vselect_avx2(Vm_avx2 m, Vf_avx2 yes, Vf_avx2 no)
+{
+	return _mm256_blendv_ps(no, yes, m);
+}
+
+/* whether any lane of m is set */
+SIMD_TARGET_AVX512 SIMD_INLINE int vany_avx512(Vm_avx512 m)
+{
+	return m != 0;
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE int vany_avx2(Vm_avx2 m)
+{
+	return _mm256_movemask_ps(m) != 0;
+}
+
+/* lanes [0, VL / 2) and [VL / 2, VL) of x, widened to double (exactly) */
+SIMD_TARGET_AVX512 SIMD_INLINE Vd_avx512 vwiden_lo_avx512(Vf_avx512 x)
+{
+	return _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+}
+
+SIMD_TARGET_AVX512 SIMD_INLINE Vd_avx512 vwiden_hi_avx512(Vf_avx512 x)
+{
+	return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE Vd_avx2 vwiden_lo_avx2(Vf_avx2 x)
+{
+	return _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE Vd_avx2 vwiden_hi_avx2(Vf_avx2 x)
+{
+	return _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+}
+
+/* x rounded to fp16 (RNE, by the explicit immediate) and widened back, by the hardware */
+SIMD_TARGET_AVX512 SIMD_INLINE Vf_avx512 vround_fp16_avx512(Vf_avx512 x)
+{
+	return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE Vf_avx2 vround_fp16_avx2(Vf_avx2 x)
+{
+	return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 
 /* ---- AVX-512, 16 lanes ---- */
 

@@ -12,7 +12,7 @@
 
 #include "dataflow/host_kernel.h"
 #include "dataflow/op_args.h"
-#include "simd.h"
+#include "simd_dtype.h"
 
 /* parts are whole cache lines of m and v and at least 16 Ki elements (~200 KiB of traffic) */
 #define PART_ALIGN 64
@@ -49,55 +49,45 @@ static Adamw adamw_args(const Dataflow_Adamw_Step_Args *x)
 	return a;
 }
 
-/* One body per vector width: P_BF16 / G_BF16 select the storage of param and grad. */
-#define ADAMW_VECTOR_BODY(W, VEC, LOADU, STOREU, LOAD_BF16, STORE_BF16, SET1, MUL, SUB, ADD, DIV, SQRT, FMA)  \
-	VEC scale = SET1(a.scale), decay = SET1(a.decay), w1 = SET1(a.lerp_small ? a.w1 : a.w1 - 1.0f);           \
-	VEC beta2 = SET1(a.beta2), c2 = SET1(a.c2), nss = SET1(a.neg_step_size), bc2s = SET1(a.bc2_sqrt);         \
-	VEC eps = SET1(a.eps);                                                                                     \
-	for (; i + W <= end; i += W) {                                                                             \
-		VEC g = G_BF16 ? LOAD_BF16((const uint16_t *)a.grad + i) : LOADU((const float *)a.grad + i);    \
-		if (a.scale != 1.0f)                                                                               \
-			g = MUL(g, scale);                                                                         \
-		VEC p = a.master ? LOADU(a.master + i)                                                             \
-				 : P_BF16 ? LOAD_BF16((const uint16_t *)a.param + i) : LOADU((float *)a.param + i); \
-		p = MUL(p, decay);                                                                                 \
-		VEC m = LOADU(a.m + i), v = LOADU(a.v + i);                                                        \
-		m = FMA(w1, SUB(g, m), a.lerp_small ? m : g);                                                      \
-		v = FMA(MUL(c2, g), g, MUL(v, beta2));                                                             \
-		p = ADD(p, DIV(MUL(nss, m), ADD(DIV(SQRT(v), bc2s), eps)));                                        \
-		STOREU(a.m + i, m);                                                                                \
-		STOREU(a.v + i, v);                                                                                \
-		if (a.master)                                                                                      \
-			STOREU(a.master + i, p);                                                                   \
-		if (P_BF16)                                                                                        \
-			STORE_BF16((uint16_t *)a.param + i, p);                                                    \
-		else                                                                                               \
-			STOREU((float *)a.param + i, p);                                                           \
-	}                                                                                                          \
-	return i;
+/* [i, end) with param stored as pt and grad as gt (fp32 or bf16), from the vector body or
+ * the scalar loop; each returns where it stopped */
+#define ADAMW_VECTOR(isa)                                                                            \
+	SIMD_ISA_INLINE(isa) int64_t adamw_##isa(Adamw a, DataflowDatatype pt, DataflowDatatype gt, int64_t i, \
+						 int64_t end)                                                \
+	{                                                                                            \
+		Vf_##isa scale = vset1_##isa(a.scale), decay = vset1_##isa(a.decay);                 \
+		Vf_##isa w1 = vset1_##isa(a.lerp_small ? a.w1 : a.w1 - 1.0f);                        \
+		Vf_##isa beta2 = vset1_##isa(a.beta2), c2 = vset1_##isa(a.c2);                       \
+		Vf_##isa nss = vset1_##isa(a.neg_step_size), bc2s = vset1_##isa(a.bc2_sqrt);         \
+		Vf_##isa eps = vset1_##isa(a.eps);                                                   \
+		for (; i + VL_##isa <= end; i += VL_##isa) {                                         \
+			Vf_##isa g = vload_##isa(a.grad, i, gt);                                     \
+			if (a.scale != 1.0f)                                                         \
+				g = g * scale;                                                       \
+			Vf_##isa p = a.master ? vloadf_##isa(a.master + i) : vload_##isa(a.param, i, pt); \
+			p = p * decay;                                                               \
+			Vf_##isa m = vloadf_##isa(a.m + i), v = vloadf_##isa(a.v + i);               \
+			m = vfma_##isa(w1, g - m, a.lerp_small ? m : g);                             \
+			v = vfma_##isa(c2 * g, g, v * beta2);                                        \
+			p = p + (nss * m) / (vsqrt_##isa(v) / bc2s + eps);                           \
+			vstoref_##isa(a.m + i, m);                                                   \
+			vstoref_##isa(a.v + i, v);                                                   \
+			if (a.master)                                                                \
+				vstoref_##isa(a.master + i, p);                                      \
+			vstore_##isa(a.param, i, p, pt);                                             \
+		}                                                                                    \
+		return i;                                                                            \
+	}
+SIMD_EACH_ISA(ADAMW_VECTOR)
 
-#define ADAMW_AVX512_BODY                                                                                       \
-	ADAMW_VECTOR_BODY(16, __m512, _mm512_loadu_ps, _mm512_storeu_ps, simd_load_bf16_avx512,                 \
-			  simd_store_bf16_avx512, _mm512_set1_ps, _mm512_mul_ps, _mm512_sub_ps, _mm512_add_ps,  \
-			  _mm512_div_ps, _mm512_sqrt_ps, _mm512_fmadd_ps)
-#define ADAMW_AVX2_BODY                                                                                         \
-	ADAMW_VECTOR_BODY(8, __m256, _mm256_loadu_ps, _mm256_storeu_ps, simd_load_bf16_avx2,                    \
-			  simd_store_bf16_avx2, _mm256_set1_ps, _mm256_mul_ps, _mm256_sub_ps, _mm256_add_ps,    \
-			  _mm256_div_ps, _mm256_sqrt_ps, _mm256_fmadd_ps)
-
-static float load_any(const void *x, int bf16, int64_t i)
-{
-	return bf16 ? dataflow_bf16_to_fp32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
-}
-
-static void adamw_scalar(Adamw a, int P_BF16, int G_BF16, int64_t i, int64_t end)
+SIMD_INLINE int64_t adamw_scalar(Adamw a, DataflowDatatype pt, DataflowDatatype gt, int64_t i, int64_t end)
 {
 	float w1 = a.lerp_small ? a.w1 : a.w1 - 1.0f;
 	for (; i < end; i++) {
-		float g = load_any(a.grad, G_BF16, i);
+		float g = simd_load1(a.grad, i, gt);
 		if (a.scale != 1.0f)
 			g = g * a.scale;
-		float p = a.master ? a.master[i] : load_any(a.param, P_BF16, i);
+		float p = a.master ? a.master[i] : simd_load1(a.param, i, pt);
 		p = p * a.decay;
 		float m = a.m[i], v = a.v[i];
 		m = fmaf(w1, g - m, a.lerp_small ? m : g);
@@ -107,42 +97,40 @@ static void adamw_scalar(Adamw a, int P_BF16, int G_BF16, int64_t i, int64_t end
 		a.v[i] = v;
 		if (a.master)
 			a.master[i] = p;
-		if (P_BF16)
-			((uint16_t *)a.param)[i] = dataflow_fp32_to_bf16(p);
-		else
-			((float *)a.param)[i] = p;
+		simd_store1(a.param, i, p, pt);
 	}
+	return i;
 }
 
-#define ADAMW_VARIANT(NAME, PB, GB)                                                                       \
-	SIMD_TARGET_AVX512 static int64_t NAME##_avx512(Adamw a, int64_t i, int64_t end)                 \
-	{                                                                                                 \
-		enum { P_BF16 = PB, G_BF16 = GB };                                                        \
-		ADAMW_AVX512_BODY                                                                         \
-	}                                                                                                 \
-	SIMD_TARGET_AVX2 static int64_t NAME##_avx2(Adamw a, int64_t i, int64_t end)                     \
-	{                                                                                                 \
-		enum { P_BF16 = PB, G_BF16 = GB };                                                        \
-		ADAMW_AVX2_BODY                                                                           \
-	}                                                                                                 \
-	void dataflow_host_##NAME(void **args, int part, int num_parts)                                   \
-	{                                                                                                 \
-		int64_t i, end;                                                                           \
-		Dataflow_Adamw_Step_Args x = dataflow_adamw_step_args(args);                              \
-		dataflow_part_range(x.n, part, num_parts, PART_ALIGN, &i, &end);                          \
-		Adamw a = adamw_args(&x);                                                                 \
-		int level = simd_level();                                                                 \
-		if (level == SIMD_AVX512)                                                                 \
-			i = NAME##_avx512(a, i, end);                                                     \
-		else if (level == SIMD_AVX2)                                                              \
-			i = NAME##_avx2(a, i, end);                                                       \
-		adamw_scalar(a, PB, GB, i, end);                                                          \
+/* name_<path>: the path's body for this param and grad storage */
+#define ADAMW_PATH(path, name, pt, gt)                                                               \
+	SIMD_TARGET_##path static int64_t name##_##path(Adamw a, int64_t i, int64_t end)               \
+	{                                                                                            \
+		return adamw_##path(a, pt, gt, i, end);                                              \
 	}
 
-ADAMW_VARIANT(adamw_step_fp32_fp32, 0, 0)
-ADAMW_VARIANT(adamw_step_fp32_bf16, 0, 1)
-ADAMW_VARIANT(adamw_step_bf16_fp32, 1, 0)
-ADAMW_VARIANT(adamw_step_bf16_bf16, 1, 1)
+#define ADAMW_VARIANT(name, pt, gt)                                                                  \
+	ADAMW_PATH(avx512, name, pt, gt)                                                             \
+	ADAMW_PATH(avx2, name, pt, gt)                                                               \
+	ADAMW_PATH(scalar, name, pt, gt)                                                             \
+	void dataflow_host_##name(void **args, int part, int num_parts)                              \
+	{                                                                                            \
+		int64_t i, end;                                                                      \
+		Dataflow_Adamw_Step_Args x = dataflow_adamw_step_args(args);                         \
+		dataflow_part_range(x.n, part, num_parts, PART_ALIGN, &i, &end);                     \
+		Adamw a = adamw_args(&x);                                                            \
+		int level = simd_level();                                                            \
+		if (level == SIMD_AVX512)                                                            \
+			i = name##_avx512(a, i, end);                                                \
+		else if (level == SIMD_AVX2)                                                         \
+			i = name##_avx2(a, i, end);                                                  \
+		name##_scalar(a, i, end); /* the tail, or all */                                     \
+	}
+
+ADAMW_VARIANT(adamw_step_fp32_fp32, DATAFLOW_FP32, DATAFLOW_FP32)
+ADAMW_VARIANT(adamw_step_fp32_bf16, DATAFLOW_FP32, DATAFLOW_BF16)
+ADAMW_VARIANT(adamw_step_bf16_fp32, DATAFLOW_BF16, DATAFLOW_FP32)
+ADAMW_VARIANT(adamw_step_bf16_bf16, DATAFLOW_BF16, DATAFLOW_BF16)
 
 DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_launch, Dataflow_Adamw_Step_Args, dataflow_adamw_step_args,
 				 PART_MIN)

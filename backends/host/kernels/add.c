@@ -21,27 +21,16 @@ SIMD_INLINE void add_scalar(const Add_Args *x, int64_t i, int64_t end, DataflowD
 		simd_store1(x->out, i, x->alpha * simd_load1(x->a, i, dt) + x->beta * simd_load1(x->b, i, dt), dt);
 }
 
-SIMD_TARGET_AVX512 SIMD_INLINE void add_avx512(const Add_Args *x, int64_t i, int64_t end, DataflowDatatype dt)
-{
-	__m512 alpha = _mm512_set1_ps(x->alpha), beta = _mm512_set1_ps(x->beta);
-	for (; i + 16 <= end; i += 16)
-		simd_store16_avx512(x->out, i,
-				    _mm512_add_ps(_mm512_mul_ps(alpha, simd_load16_avx512(x->a, i, dt)),
-						  _mm512_mul_ps(beta, simd_load16_avx512(x->b, i, dt))),
-				    dt);
-	add_scalar(x, i, end, dt); /* the tail */
-}
-
-SIMD_TARGET_AVX2 SIMD_INLINE void add_avx2(const Add_Args *x, int64_t i, int64_t end, DataflowDatatype dt)
-{
-	__m256 alpha = _mm256_set1_ps(x->alpha), beta = _mm256_set1_ps(x->beta);
-	for (; i + 8 <= end; i += 8)
-		simd_store8_avx2(x->out, i,
-				 _mm256_add_ps(_mm256_mul_ps(alpha, simd_load8_avx2(x->a, i, dt)),
-					       _mm256_mul_ps(beta, simd_load8_avx2(x->b, i, dt))),
-				 dt);
-	add_scalar(x, i, end, dt); /* the tail */
-}
+#define ADD_VECTOR(isa)                                                                              \
+	SIMD_ISA_INLINE(isa) void add_##isa(const Add_Args *x, int64_t i, int64_t end, DataflowDatatype dt)   \
+	{                                                                                            \
+		Vf_##isa alpha = vset1_##isa(x->alpha), beta = vset1_##isa(x->beta);                   \
+		for (; i + VL_##isa <= end; i += VL_##isa)                                           \
+			vstore_##isa(x->out, i, alpha * vload_##isa(x->a, i, dt) + beta * vload_##isa(x->b, i, dt), \
+				     dt);                                                            \
+		add_scalar(x, i, end, dt); /* the tail */                                            \
+	}
+SIMD_EACH_ISA(ADD_VECTOR)
 
 /* This part's range by `range` (a SIMD_DTYPE_KERNEL of add), straight into out, or for a large
  * output that does not partly overlap an input, chunk by chunk into an L1 buffer streamed out. */

@@ -9,137 +9,67 @@
  *
  * Bit-identical on every path (AVX-512, AVX2, scalar) and for any thread count: element j
  * of a row always goes to lane j % CE_LANES, lanes are combined in one fixed order by scalar
- * code, and every exp is the same polynomial (simd_exp_nonpos of simd_exp.h and its vector twins,
- * same fma sequence). Rows are split among parts, never within a row. */
+ * code, and every exp is the same polynomial (simd_exp_nonpos of simd_exp.h, scalar and
+ * vector, same fma sequence). Rows are split among parts, never within a row. */
 #include <float.h>
 #include <math.h>
 
 #include "dataflow/host_kernel.h"
 #include "dataflow/op_args.h"
-#include "simd.h"
+#include "simd_dtype.h"
 #include "simd_exp.h"
 
 #define CE_LANES 32			/* two zmm / four ymm of running (max, sum) */
 #define CE_MIN_PART_ELEMENTS 65536	/* a part gets at least this many logits */
 
-typedef enum { CE_FP32, CE_BF16, CE_FP16 } Ce_Type;
-
 typedef Dataflow_Cross_Entropy_Args Ce_Args;
-
-/* ---- element access ---- */
-
-static inline float ce_load(const void *p, int64_t i, Ce_Type t)
-{
-	if (t == CE_FP32)
-		return ((const float *)p)[i];
-	if (t == CE_BF16)
-		return dataflow_bf16_to_fp32(((const uint16_t *)p)[i]);
-	return dataflow_fp16_to_fp32(((const uint16_t *)p)[i]);
-}
-
-static inline void ce_store(void *p, int64_t i, float v, Ce_Type t)
-{
-	if (t == CE_FP32)
-		((float *)p)[i] = v;
-	else if (t == CE_BF16)
-		((uint16_t *)p)[i] = dataflow_fp32_to_bf16(v);
-	else
-		((uint16_t *)p)[i] = dataflow_fp32_to_fp16(v);
-}
-
-SIMD_TARGET_AVX512 static inline __m512 ce_load_avx512(const void *p, int64_t i, Ce_Type t)
-{
-	if (t == CE_FP32)
-		return _mm512_loadu_ps((const float *)p + i);
-	if (t == CE_BF16)
-		return simd_load_bf16_avx512((const uint16_t *)p + i);
-	return simd_load_fp16_avx512((const uint16_t *)p + i);
-}
-
-SIMD_TARGET_AVX512 static inline void ce_store_avx512(void *p, int64_t i, __m512 v, Ce_Type t)
-{
-	if (t == CE_FP32)
-		_mm512_storeu_ps((float *)p + i, v);
-	else if (t == CE_BF16)
-		simd_store_bf16_avx512((uint16_t *)p + i, v);
-	else
-		simd_store_fp16_avx512((uint16_t *)p + i, v);
-}
-
-SIMD_TARGET_AVX2 static inline __m256 ce_load_avx2(const void *p, int64_t i, Ce_Type t)
-{
-	if (t == CE_FP32)
-		return _mm256_loadu_ps((const float *)p + i);
-	if (t == CE_BF16)
-		return simd_load_bf16_avx2((const uint16_t *)p + i);
-	return simd_load_fp16_avx2((const uint16_t *)p + i);
-}
-
-SIMD_TARGET_AVX2 static inline void ce_store_avx2(void *p, int64_t i, __m256 v, Ce_Type t)
-{
-	if (t == CE_FP32)
-		_mm256_storeu_ps((float *)p + i, v);
-	else if (t == CE_BF16)
-		simd_store_bf16_avx2((uint16_t *)p + i, v);
-	else
-		simd_store_fp16_avx2((uint16_t *)p + i, v);
-}
 
 /* ---- pass 1: per-lane online max / sum ----
  * Lane update for x: if x > m { s *= exp(m - x); m = x }  s += exp(x - m).
  * m starts at -FLT_MAX (not -Inf) so that -Inf logits add exp(-Inf) = 0 instead of NaN.
- * Vector paths rescale every lane when any lane's max grows: the others get
- * exp(0) = 1 exactly, so the bits match the per-lane rule. Each returns where it stopped. */
+ * The vector body keeps the CE_LANES lanes as CE_LANES / VL vectors and rescales every lane
+ * of a vector when any lane's max grows: the others get exp(0) = 1 exactly, so the bits
+ * match the per-lane rule. Each returns where it stopped; the scalar path's "vector part"
+ * does nothing and the tail loop does it all. */
 
-SIMD_TARGET_AVX512 static inline int64_t ce_maxsum_avx512(const void *x, int64_t n, float *m, float *s, Ce_Type t)
-{
-	__m512 mv[2], sv[2];
-	for (int k = 0; k < 2; k++)
-		mv[k] = _mm512_loadu_ps(m + 16 * k), sv[k] = _mm512_loadu_ps(s + 16 * k);
-	int64_t i = 0;
-	for (; i + CE_LANES <= n; i += CE_LANES) {
-		for (int k = 0; k < 2; k++) {
-			__m512 v = ce_load_avx512(x, i + 16 * k, t);
-			if (_mm512_cmp_ps_mask(v, mv[k], _CMP_GT_OQ)) {
-				__m512 mn = _mm512_max_ps(v, mv[k]); /* NaN lanes keep m, as the scalar rule */
-				sv[k] = _mm512_mul_ps(sv[k], simd_exp_nonpos_avx512(_mm512_sub_ps(mv[k], mn)));
-				mv[k] = mn;
-			}
-			sv[k] = _mm512_add_ps(sv[k], simd_exp_nonpos_avx512(_mm512_sub_ps(v, mv[k])));
-		}
+#define CE_VECTORS(isa) (CE_LANES / VL_##isa)
+#define CE_MAXSUM(isa)                                                                               \
+	SIMD_ISA_INLINE(isa) int64_t ce_maxsum_##isa(const void *x, int64_t n, float *m, float *s, \
+							      DataflowDatatype dt)                           \
+	{                                                                                            \
+		Vf_##isa mv[CE_VECTORS(isa)], sv[CE_VECTORS(isa)];                                   \
+		for (int k = 0; k < CE_VECTORS(isa); k++)                                            \
+			mv[k] = vloadf_##isa(m + k * VL_##isa), sv[k] = vloadf_##isa(s + k * VL_##isa); \
+		int64_t i = 0;                                                                       \
+		for (; i + CE_LANES <= n; i += CE_LANES) {                                           \
+			for (int k = 0; k < CE_VECTORS(isa); k++) {                                  \
+				Vf_##isa v = vload_##isa(x, i + k * VL_##isa, dt);                   \
+				if (vany_##isa(vcmp_##isa(v, mv[k], _CMP_GT_OQ))) {                  \
+					Vf_##isa mn = vmax_##isa(v, mv[k]); /* NaN lanes keep m, as the scalar rule */ \
+					sv[k] = sv[k] * simd_exp_nonpos_##isa(mv[k] - mn);           \
+					mv[k] = mn;                                                  \
+				}                                                                    \
+				sv[k] = sv[k] + simd_exp_nonpos_##isa(v - mv[k]);                    \
+			}                                                                            \
+		}                                                                                    \
+		for (int k = 0; k < CE_VECTORS(isa); k++)                                            \
+			vstoref_##isa(m + k * VL_##isa, mv[k]), vstoref_##isa(s + k * VL_##isa, sv[k]); \
+		return i;                                                                            \
 	}
-	for (int k = 0; k < 2; k++)
-		_mm512_storeu_ps(m + 16 * k, mv[k]), _mm512_storeu_ps(s + 16 * k, sv[k]);
-	return i;
+SIMD_EACH_ISA(CE_MAXSUM)
+
+SIMD_INLINE int64_t ce_maxsum_scalar(const void *x, int64_t n, float *m, float *s, DataflowDatatype t)
+{
+	(void)x, (void)n, (void)m, (void)s, (void)t;
+	return 0;
 }
 
-SIMD_TARGET_AVX2 static inline int64_t ce_maxsum_avx2(const void *x, int64_t n, float *m, float *s, Ce_Type t)
-{
-	__m256 mv[4], sv[4];
-	for (int k = 0; k < 4; k++)
-		mv[k] = _mm256_loadu_ps(m + 8 * k), sv[k] = _mm256_loadu_ps(s + 8 * k);
-	int64_t i = 0;
-	for (; i + CE_LANES <= n; i += CE_LANES) {
-		for (int k = 0; k < 4; k++) {
-			__m256 v = ce_load_avx2(x, i + 8 * k, t);
-			if (_mm256_movemask_ps(_mm256_cmp_ps(v, mv[k], _CMP_GT_OQ))) {
-				__m256 mn = _mm256_max_ps(v, mv[k]);
-				sv[k] = _mm256_mul_ps(sv[k], simd_exp_nonpos_avx2(_mm256_sub_ps(mv[k], mn)));
-				mv[k] = mn;
-			}
-			sv[k] = _mm256_add_ps(sv[k], simd_exp_nonpos_avx2(_mm256_sub_ps(v, mv[k])));
-		}
-	}
-	for (int k = 0; k < 4; k++)
-		_mm256_storeu_ps(m + 8 * k, mv[k]), _mm256_storeu_ps(s + 8 * k, sv[k]);
-	return i;
-}
-
-static inline void ce_maxsum_scalar(const void *x, int64_t i, int64_t n, float *m, float *s, Ce_Type t)
+/* the tail, [i, n) */
+SIMD_INLINE void ce_maxsum_from(const void *x, int64_t i, int64_t n, float *m, float *s, DataflowDatatype t)
 {
 	for (; i < n; i++) {
 		int l = (int)(i % CE_LANES);
-		float v = ce_load(x, i, t);
+		float v = simd_load1(x, i, t);
 		if (v > m[l]) {
 			s[l] *= simd_exp_nonpos(m[l] - v);
 			m[l] = v;
@@ -150,104 +80,103 @@ static inline void ce_maxsum_scalar(const void *x, int64_t i, int64_t n, float *
 
 /* ---- pass 2: g_j = exp(x_j - M) * c with c = scale / S (the label is fixed up after) ---- */
 
-SIMD_TARGET_AVX512 static inline int64_t ce_grad_avx512(const void *x, void *g, int64_t n, float M, float c,
-							 Ce_Type t)
+#define CE_GRAD(isa)                                                                                 \
+	SIMD_ISA_INLINE(isa) int64_t ce_grad_##isa(const void *x, void *g, int64_t n, float M, float c, \
+							    DataflowDatatype dt)                             \
+	{                                                                                            \
+		Vf_##isa mv = vset1_##isa(M), cv = vset1_##isa(c);                                   \
+		int64_t i = 0;                                                                       \
+		for (; i + VL_##isa <= n; i += VL_##isa)                                             \
+			vstore_##isa(g, i, simd_exp_nonpos_##isa(vload_##isa(x, i, dt) - mv) * cv, dt); \
+		return i;                                                                            \
+	}
+SIMD_EACH_ISA(CE_GRAD)
+
+SIMD_INLINE int64_t ce_grad_scalar(const void *x, void *g, int64_t n, float M, float c, DataflowDatatype t)
 {
-	__m512 mv = _mm512_set1_ps(M), cv = _mm512_set1_ps(c);
-	int64_t i = 0;
-	for (; i + 16 <= n; i += 16)
-		ce_store_avx512(g, i, _mm512_mul_ps(simd_exp_nonpos_avx512(_mm512_sub_ps(ce_load_avx512(x, i, t), mv)), cv), t);
-	return i;
+	(void)x, (void)g, (void)n, (void)M, (void)c, (void)t;
+	return 0;
 }
 
-SIMD_TARGET_AVX2 static inline int64_t ce_grad_avx2(const void *x, void *g, int64_t n, float M, float c, Ce_Type t)
-{
-	__m256 mv = _mm256_set1_ps(M), cv = _mm256_set1_ps(c);
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		ce_store_avx2(g, i, _mm256_mul_ps(simd_exp_nonpos_avx2(_mm256_sub_ps(ce_load_avx2(x, i, t), mv)), cv), t);
-	return i;
-}
-
-static inline void ce_grad_scalar(const void *x, void *g, int64_t i, int64_t n, float M, float c, Ce_Type t)
+/* the tail, [i, n) */
+SIMD_INLINE void ce_grad_from(const void *x, void *g, int64_t i, int64_t n, float M, float c, DataflowDatatype t)
 {
 	for (; i < n; i++)
-		ce_store(g, i, simd_exp_nonpos(ce_load(x, i, t) - M) * c, t);
+		simd_store1(g, i, simd_exp_nonpos(simd_load1(x, i, t) - M) * c, t);
 }
 
-/* ---- one row ---- */
+/* ---- one row: the scalar steps around the two passes ---- */
 
-/* always inlined so that level and t are constants in each per-ISA row loop below */
-__attribute__((always_inline)) static inline void ce_row(Ce_Args a, int64_t row, int level, Ce_Type t)
+typedef struct {
+	const void *x;
+	void *g;
+	int64_t n, label;
+	float m[CE_LANES], s[CE_LANES]; /* pass 1's lanes */
+	float M, xl, rs, c;             /* the row max, x[label], 1 / S, scale / S */
+} Ce_Row;
+
+/* Row `row`: 0 (loss and gradient already written as zeros) if its label is ignored or out
+ * of range, else 1 with w ready for pass 1. */
+SIMD_INLINE int ce_row_begin(const Ce_Args *a, int64_t row, Ce_Row *w, DataflowDatatype t)
 {
-	size_t es = t == CE_FP32 ? 4 : 2;
-	int64_t n = a.vocab;
-	const void *x = (const char *)a.logits + (size_t)row * (size_t)n * es;
-	void *g = (char *)a.dlogits + (size_t)row * (size_t)n * es;
-	int64_t label = a.labels[row];
-	if (label == a.ignore_index || label < 0 || label >= n) {
-		a.loss[row] = 0.0f;
-		memset(g, 0, (size_t)n * es); /* +0.0 in every dtype */
-		return;
+	size_t es = t == DATAFLOW_FP32 ? 4 : 2;
+	w->n = a->vocab;
+	w->x = (const char *)a->logits + (size_t)row * (size_t)w->n * es;
+	w->g = (char *)a->dlogits + (size_t)row * (size_t)w->n * es;
+	w->label = a->labels[row];
+	if (w->label == a->ignore_index || w->label < 0 || w->label >= w->n) {
+		a->loss[row] = 0.0f;
+		memset(w->g, 0, (size_t)w->n * es); /* +0.0 in every dtype */
+		return 0;
 	}
-
-	float m[CE_LANES], s[CE_LANES];
 	for (int l = 0; l < CE_LANES; l++)
-		m[l] = -FLT_MAX, s[l] = 0.0f;
-	int64_t i = 0;
-	if (level == SIMD_AVX512)
-		i = ce_maxsum_avx512(x, n, m, s, t);
-	else if (level == SIMD_AVX2)
-		i = ce_maxsum_avx2(x, n, m, s, t);
-	ce_maxsum_scalar(x, i, n, m, s, t);
+		w->m[l] = -FLT_MAX, w->s[l] = 0.0f;
+	return 1;
+}
 
-	float M = m[0], S = 0.0f;
+/* after pass 1: the lanes combined in one fixed order, the loss, pass 2's constants */
+SIMD_INLINE void ce_row_loss(const Ce_Args *a, int64_t row, Ce_Row *w, DataflowDatatype t)
+{
+	float M = w->m[0], S = 0.0f;
 	for (int l = 1; l < CE_LANES; l++)
-		M = m[l] > M ? m[l] : M;
+		M = w->m[l] > M ? w->m[l] : M;
 	for (int l = 0; l < CE_LANES; l++)
-		S += s[l] * simd_exp_nonpos(m[l] - M);
-
-	float xl = ce_load(x, label, t); /* read before pass 2 may overwrite it */
-	a.loss[row] = (M + logf(S)) - xl;
-
-	float rs = 1.0f / S, c = rs * a.scale;
-	if (level == SIMD_AVX512)
-		i = ce_grad_avx512(x, g, n, M, c, t);
-	else if (level == SIMD_AVX2)
-		i = ce_grad_avx2(x, g, n, M, c, t);
-	else
-		i = 0;
-	ce_grad_scalar(x, g, i, n, M, c, t);
-	ce_store(g, label, (simd_exp_nonpos(xl - M) * rs - 1.0f) * a.scale, t);
+		S += w->s[l] * simd_exp_nonpos(w->m[l] - M);
+	w->M = M;
+	w->xl = simd_load1(w->x, w->label, t); /* read before pass 2 may overwrite it */
+	a->loss[row] = (M + logf(S)) - w->xl;
+	w->rs = 1.0f / S;
+	w->c = w->rs * a->scale;
 }
 
-SIMD_TARGET_AVX512 static void ce_rows_avx512(Ce_Args a, int64_t r0, int64_t r1, Ce_Type t)
-{
-	for (int64_t r = r0; r < r1; r++)
-		ce_row(a, r, SIMD_AVX512, t);
-}
+/* rows [r0, r1) on one path; pass 2 writes every g_j, then the label's is fixed up */
+#define CE_ROWS(path)                                                                                \
+	SIMD_ISA_INLINE(path) void ce_rows_##path(const Ce_Args *a, int64_t r0, int64_t r1, DataflowDatatype t) \
+	{                                                                                            \
+		Ce_Row w;                                                                            \
+		for (int64_t r = r0; r < r1; r++) {                                                  \
+			if (!ce_row_begin(a, r, &w, t))                                              \
+				continue;                                                            \
+			int64_t i = ce_maxsum_##path(w.x, w.n, w.m, w.s, t);                         \
+			ce_maxsum_from(w.x, i, w.n, w.m, w.s, t);                                    \
+			ce_row_loss(a, r, &w, t);                                                    \
+			i = ce_grad_##path(w.x, w.g, w.n, w.M, w.c, t);                              \
+			ce_grad_from(w.x, w.g, i, w.n, w.M, w.c, t);                                 \
+			simd_store1(w.g, w.label, (simd_exp_nonpos(w.xl - w.M) * w.rs - 1.0f) * a->scale, t); \
+		}                                                                                    \
+	}
+SIMD_EACH_ISA(CE_ROWS)
+CE_ROWS(scalar)
 
-SIMD_TARGET_AVX2 static void ce_rows_avx2(Ce_Args a, int64_t r0, int64_t r1, Ce_Type t)
-{
-	for (int64_t r = r0; r < r1; r++)
-		ce_row(a, r, SIMD_AVX2, t);
-}
+/* per dtype: rows split among parts, never within a row */
+#define CE_KERNEL(name, DT)                                                                          \
+	SIMD_DTYPE_KERNEL(ce_rows_##name, ce_rows, Ce_Args, DT)                                      \
+	SIMD_DTYPE_ENTRY(dataflow_host_cross_entropy_##name, ce_rows_##name, Ce_Args, dataflow_cross_entropy_args, \
+			 a.tokens, 1)
 
-static void ce_rows_scalar(Ce_Args a, int64_t r0, int64_t r1, Ce_Type t)
-{
-	for (int64_t r = r0; r < r1; r++)
-		ce_row(a, r, SIMD_SCALAR, t);
-}
-
-static void ce_run(void **args, int part, int num_parts, Ce_Type t)
-{
-	Ce_Args a = dataflow_cross_entropy_args(args);
-	int64_t r0, r1;
-	dataflow_part_range(a.tokens, part, num_parts, 1, &r0, &r1);
-	SIMD_DISPATCH(ce_rows, a, r0, r1, t);
-}
-
-DATAFLOW_HOST_FLOAT_KERNELS(cross_entropy, ce_run, CE_FP32, CE_BF16, CE_FP16)
+CE_KERNEL(fp32, DATAFLOW_FP32)
+CE_KERNEL(bf16, DATAFLOW_BF16)
+CE_KERNEL(fp16, DATAFLOW_FP16)
 
 /* Parts are row ranges of at least CE_MIN_PART_ELEMENTS logits. */
 DATAFLOW_HOST_LAUNCH(dataflow_host_cross_entropy_launch, Ce_Args, dataflow_cross_entropy_args,

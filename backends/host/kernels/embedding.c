@@ -67,21 +67,15 @@ DATAFLOW_HOST_LAUNCH(dataflow_host_embedding_launch, Dataflow_Embedding_Args, da
 /* ---- backward ---- */
 
 /* acc[c:end] += src[src_off + c : src_off + end], whole vectors; returns where it stopped */
-SIMD_TARGET_AVX512 SIMD_INLINE int64_t accumulate_avx512(float *acc, const void *src, int64_t src_off, int64_t c,
-							int64_t end, DataflowDatatype dt)
-{
-	for (; c + 16 <= end; c += 16)
-		_mm512_storeu_ps(acc + c, _mm512_add_ps(_mm512_loadu_ps(acc + c), simd_load16_avx512(src, src_off + c, dt)));
-	return c;
-}
-
-SIMD_TARGET_AVX2 SIMD_INLINE int64_t accumulate_avx2(float *acc, const void *src, int64_t src_off, int64_t c,
-						    int64_t end, DataflowDatatype dt)
-{
-	for (; c + 8 <= end; c += 8)
-		_mm256_storeu_ps(acc + c, _mm256_add_ps(_mm256_loadu_ps(acc + c), simd_load8_avx2(src, src_off + c, dt)));
-	return c;
-}
+#define ACCUMULATE_VECTOR(isa)                                                                       \
+	SIMD_ISA_INLINE(isa) int64_t accumulate_##isa(float *acc, const void *src, int64_t src_off, int64_t c, \
+						      int64_t end, DataflowDatatype dt)                      \
+	{                                                                                            \
+		for (; c + VL_##isa <= end; c += VL_##isa)                                           \
+			vstoref_##isa(acc + c, vloadf_##isa(acc + c) + vload_##isa(src, src_off + c, dt)); \
+		return c;                                                                            \
+	}
+SIMD_EACH_ISA(ACCUMULATE_VECTOR)
 
 SIMD_INLINE int64_t accumulate_scalar(float *acc, const void *src, int64_t src_off, int64_t c, int64_t end,
 				      DataflowDatatype dt)
@@ -91,9 +85,9 @@ SIMD_INLINE int64_t accumulate_scalar(float *acc, const void *src, int64_t src_o
 }
 
 /* embedding_bwd_<isa>: columns [c0, c1) of d_table += d_out rows, token by token */
-#define EMBEDDING_BWD_PATH(isa, TARGET)                                                                     \
-	TARGET static void embedding_bwd_##isa(Bwd_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt,   \
-					       DataflowDatatype dt)                                          \
+#define EMBEDDING_BWD_PATH(isa)                                                                             \
+	SIMD_TARGET_##isa static void embedding_bwd_##isa(Bwd_Args x, int64_t c0, int64_t c1, DataflowDatatype id_dt, \
+							  DataflowDatatype dt)                               \
 	{                                                                                                   \
 		for (int64_t t = 0; t < x.num_tokens; t++) {                                                \
 			int64_t id = embedding_id(x.ids, t, id_dt);                                         \
@@ -105,9 +99,8 @@ SIMD_INLINE int64_t accumulate_scalar(float *acc, const void *src, int64_t src_o
 				acc[c] += simd_load1(x.d_out, t * x.hidden + c, dt);                        \
 		}                                                                                           \
 	}
-EMBEDDING_BWD_PATH(avx512, SIMD_TARGET_AVX512)
-EMBEDDING_BWD_PATH(avx2, SIMD_TARGET_AVX2)
-EMBEDDING_BWD_PATH(scalar, )
+SIMD_EACH_ISA(EMBEDDING_BWD_PATH)
+EMBEDDING_BWD_PATH(scalar)
 
 SIMD_INLINE void embedding_bwd(void **args, int part, int num_parts, DataflowDatatype id_dt, DataflowDatatype dt)
 {

@@ -2,62 +2,46 @@
  * Phase 1 (grad_norm_sq_partials): block b (DATAFLOW_GRAD_NORM_BLOCK elements) sums into 16
  * lane accumulators, acc[k] += x[i]^2 for i = k mod 16 in increasing i, then folds them as
  * k + k+8, k + k+4, k + k+2, k + k+1 into workspace[b]. x^2 of an fp32 is exact in fp64, so
- * fma and mul+add agree and the AVX-512 (2 x 8 lanes), AVX2 (4 x 4 lanes) and scalar paths
- * give the same bits. Parts own whole blocks, so the result does not depend on num_parts.
+ * the vector body (AVX-512: 2 vectors of 8 lanes, AVX2: 4 of 4) and the scalar loop give the
+ * same bits. Parts own whole blocks, so the result does not depend on num_parts.
  * Phase 2 (grad_norm_sq_reduce): one part adds the partials in block order, then into out. */
 #include "dataflow/host_kernel.h"
 #include "dataflow/op_args.h"
 #include "dataflow/ops.h"
-#include "simd.h"
+#include "simd_dtype.h"
 
 #define BLOCK DATAFLOW_GRAD_NORM_BLOCK
 
-SIMD_TARGET_AVX512 static int64_t block_avx512(const void *x, int bf16, int64_t i, int64_t end, double *acc)
-{
-	__m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-	for (; i + 16 <= end; i += 16) {
-		__m512 f = bf16 ? simd_load_bf16_avx512((const uint16_t *)x + i) : _mm512_loadu_ps((const float *)x + i);
-		__m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
-		__m512d b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
-		lo = _mm512_fmadd_pd(a, a, lo);
-		hi = _mm512_fmadd_pd(b, b, hi);
+/* acc[k] += x[i]^2 for i = k mod 16 from i, 16 elements at a time, returns where it stopped.
+ * The 16 double lanes are 32 / VL vectors of VL / 2: element i + j of a VL-float load goes to
+ * acc[j], its low half widened into one vector and its high half into the next. */
+#define BLOCK_VECTOR(isa)                                                                            \
+	SIMD_TARGET_##isa static int64_t block_##isa(const void *x, DataflowDatatype dt, int64_t i, int64_t end, \
+						     double *acc)                                            \
+	{                                                                                            \
+		Vd_##isa sums[32 / VL_##isa] = {0};                                                  \
+		for (; i + 16 <= end; i += 16)                                                       \
+			for (int k = 0; k < 16 / VL_##isa; k++) {                                    \
+				Vf_##isa f = vload_##isa(x, i + k * VL_##isa, dt);                   \
+				Vd_##isa lo = vwiden_lo_##isa(f), hi = vwiden_hi_##isa(f);           \
+				sums[2 * k] = sums[2 * k] + lo * lo; /* exact: fma would agree */    \
+				sums[2 * k + 1] = sums[2 * k + 1] + hi * hi;                         \
+			}                                                                            \
+		memcpy(acc, sums, sizeof(sums));                                                     \
+		return i;                                                                            \
 	}
-	_mm512_storeu_pd(acc, lo);
-	_mm512_storeu_pd(acc + 8, hi);
-	return i;
-}
+SIMD_EACH_ISA(BLOCK_VECTOR)
 
-SIMD_TARGET_AVX2 static int64_t block_avx2(const void *x, int bf16, int64_t i, int64_t end, double *acc)
-{
-	__m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
-	for (; i + 16 <= end; i += 16) {
-		__m256 f0 = bf16 ? simd_load_bf16_avx2((const uint16_t *)x + i) : _mm256_loadu_ps((const float *)x + i);
-		__m256 f1 = bf16 ? simd_load_bf16_avx2((const uint16_t *)x + i + 8)
-				 : _mm256_loadu_ps((const float *)x + i + 8);
-		__m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(f0)), d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(f0, 1));
-		__m256d d2 = _mm256_cvtps_pd(_mm256_castps256_ps128(f1)), d3 = _mm256_cvtps_pd(_mm256_extractf128_ps(f1, 1));
-		a0 = _mm256_fmadd_pd(d0, d0, a0);
-		a1 = _mm256_fmadd_pd(d1, d1, a1);
-		a2 = _mm256_fmadd_pd(d2, d2, a2);
-		a3 = _mm256_fmadd_pd(d3, d3, a3);
-	}
-	_mm256_storeu_pd(acc, a0);
-	_mm256_storeu_pd(acc + 4, a1);
-	_mm256_storeu_pd(acc + 8, a2);
-	_mm256_storeu_pd(acc + 12, a3);
-	return i;
-}
-
-static double block_sum(const void *x, int bf16, int64_t begin, int64_t end, int level)
+static double block_sum(const void *x, DataflowDatatype dt, int64_t begin, int64_t end, int level)
 {
 	double acc[16] = {0};
 	int64_t i = begin;
 	if (level == SIMD_AVX512)
-		i = block_avx512(x, bf16, i, end, acc);
+		i = block_avx512(x, dt, i, end, acc);
 	else if (level == SIMD_AVX2)
-		i = block_avx2(x, bf16, i, end, acc);
+		i = block_avx2(x, dt, i, end, acc);
 	for (; i < end; i++) {
-		double v = bf16 ? dataflow_bf16_to_fp32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+		double v = simd_load1(x, i, dt);
 		acc[(i - begin) % 16] += v * v;
 	}
 	for (int w = 8; w >= 1; w /= 2)
@@ -66,7 +50,7 @@ static double block_sum(const void *x, int bf16, int64_t begin, int64_t end, int
 	return acc[0];
 }
 
-static void partials(void **args, int part, int num_parts, int bf16)
+static void partials(void **args, int part, int num_parts, DataflowDatatype dt)
 {
 	Dataflow_Grad_Norm_Sq_Partials_Args a = dataflow_grad_norm_sq_partials_args(args);
 	int64_t n = a.n;
@@ -76,17 +60,17 @@ static void partials(void **args, int part, int num_parts, int bf16)
 	dataflow_part_range((n + BLOCK - 1) / BLOCK, part, num_parts, 1, &b, &b_end);
 	int level = simd_level();
 	for (; b < b_end; b++)
-		ws[b] = block_sum(x, bf16, b * BLOCK, b * BLOCK + BLOCK < n ? b * BLOCK + BLOCK : n, level);
+		ws[b] = block_sum(x, dt, b * BLOCK, b * BLOCK + BLOCK < n ? b * BLOCK + BLOCK : n, level);
 }
 
 void dataflow_host_grad_norm_sq_partials_fp32(void **args, int part, int num_parts)
 {
-	partials(args, part, num_parts, 0);
+	partials(args, part, num_parts, DATAFLOW_FP32);
 }
 
 void dataflow_host_grad_norm_sq_partials_bf16(void **args, int part, int num_parts)
 {
-	partials(args, part, num_parts, 1);
+	partials(args, part, num_parts, DATAFLOW_BF16);
 }
 
 /* at least 4 blocks (128 KiB of fp32) per part */

@@ -22,8 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <immintrin.h>
-
 #include "matmul.h"
 #include "simd.h"
 
@@ -55,51 +53,31 @@ struct Matmul_Fallback {
 
 /* ---- microkernels: AVX-512 12x32, AVX2 6x16, scalar 4x16 (autovectorized) ---- */
 
-SIMD_TARGET_AVX512 static void microkernel_avx512(int64_t K, const float *restrict a, const float *restrict b,
-						 float *restrict tile)
-{
-	__m512 acc[12][2];
-#pragma GCC unroll 12
-	for (int i = 0; i < 12; i++)
-		acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-	for (int64_t k = 0; k < K; k++, a += 12, b += 32) {
-		__m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-#pragma GCC unroll 12
-		for (int i = 0; i < 12; i++) {
-			__m512 ai = _mm512_set1_ps(a[i]);
-			acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-			acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
-		}
-	}
-#pragma GCC unroll 12
-	for (int i = 0; i < 12; i++) {
-		_mm512_storeu_ps(tile + i * 32, acc[i][0]);
-		_mm512_storeu_ps(tile + i * 32 + 16, acc[i][1]);
-	}
-}
+/* The vector tile is MR rows by 2 vectors: 2 MR accumulators, the 2 vectors of b and the
+ * broadcast of a fit the 32 zmm / 16 ymm registers. */
+enum { MR_avx512 = 12, MR_avx2 = 6 };
 
-SIMD_TARGET_AVX2 static void microkernel_avx2(int64_t K, const float *restrict a, const float *restrict b,
-					     float *restrict tile)
-{
-	__m256 acc[6][2];
-#pragma GCC unroll 6
-	for (int i = 0; i < 6; i++)
-		acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-	for (int64_t k = 0; k < K; k++, a += 6, b += 16) {
-		__m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-#pragma GCC unroll 6
-		for (int i = 0; i < 6; i++) {
-			__m256 ai = _mm256_broadcast_ss(a + i);
-			acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-			acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
-		}
+#define MICROKERNEL(isa)                                                                             \
+	SIMD_TARGET_##isa static void microkernel_##isa(int64_t K, const float *restrict a, const float *restrict b, \
+							float *restrict tile)                                \
+	{                                                                                            \
+		Vf_##isa acc[MR_##isa][2];                                                           \
+		_Pragma("GCC unroll 12") for (int i = 0; i < MR_##isa; i++)                          \
+			acc[i][0] = acc[i][1] = vset1_##isa(0.0f);                                   \
+		for (int64_t k = 0; k < K; k++, a += MR_##isa, b += 2 * VL_##isa) {                  \
+			Vf_##isa b0 = vloadf_##isa(b), b1 = vloadf_##isa(b + VL_##isa);              \
+			_Pragma("GCC unroll 12") for (int i = 0; i < MR_##isa; i++) {                \
+				Vf_##isa ai = vset1_##isa(a[i]);                                     \
+				acc[i][0] = vfma_##isa(ai, b0, acc[i][0]);                           \
+				acc[i][1] = vfma_##isa(ai, b1, acc[i][1]);                           \
+			}                                                                            \
+		}                                                                                    \
+		_Pragma("GCC unroll 12") for (int i = 0; i < MR_##isa; i++) {                        \
+			vstoref_##isa(tile + i * 2 * VL_##isa, acc[i][0]);                           \
+			vstoref_##isa(tile + i * 2 * VL_##isa + VL_##isa, acc[i][1]);                \
+		}                                                                                    \
 	}
-#pragma GCC unroll 6
-	for (int i = 0; i < 6; i++) {
-		_mm256_storeu_ps(tile + i * 16, acc[i][0]);
-		_mm256_storeu_ps(tile + i * 16 + 8, acc[i][1]);
-	}
-}
+SIMD_EACH_ISA(MICROKERNEL)
 
 static void microkernel_scalar(int64_t K, const float *restrict a, const float *restrict b, float *restrict tile)
 {
@@ -116,9 +94,9 @@ static Kernel kernel_select(void)
 {
 	switch (simd_level()) {
 	case SIMD_AVX512:
-		return (Kernel){microkernel_avx512, 12, 32};
+		return (Kernel){microkernel_avx512, MR_avx512, 2 * VL_avx512};
 	case SIMD_AVX2:
-		return (Kernel){microkernel_avx2, 6, 16};
+		return (Kernel){microkernel_avx2, MR_avx2, 2 * VL_avx2};
 	default:
 		return (Kernel){microkernel_scalar, 4, 16};
 	}

@@ -20,25 +20,7 @@
 
 /* ---- the 16 lanes of a row sum, added l + 8, l + 4, l + 2, l + 1 ---- */
 
-SIMD_TARGET_AVX512 SIMD_INLINE float lanes_sum_avx512(__m512 a)
-{
-	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-	__m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), hi);
-	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
-}
-
-/* lanes 0-7 in lo, 8-15 in hi */
-SIMD_TARGET_AVX2 SIMD_INLINE float lanes_sum_avx2(__m256 lo, __m256 hi)
-{
-	__m256 s8 = _mm256_add_ps(lo, hi);
-	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
-}
-
-SIMD_INLINE float lanes_sum_scalar(const float a[16])
+SIMD_INLINE float lanes_sum(const float a[16])
 {
 	float s8[8], s4[4];
 	for (int l = 0; l < 8; l++)
@@ -47,6 +29,19 @@ SIMD_INLINE float lanes_sum_scalar(const float a[16])
 		s4[l] = s8[l] + s8[l + 4];
 	return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
+
+/* A vector body keeps the 16 lanes as 16 / VL vectors, acc[k] holding lanes [k VL, k VL + VL),
+ * and hands them to lanes_sum. */
+#define ROW_LANES(isa) (16 / VL_##isa)
+#define ROW_LANES_SUM(isa)                                                                           \
+	SIMD_ISA_INLINE(isa) float lanes_sum_##isa(const Vf_##isa acc[ROW_LANES(isa)])                    \
+	{                                                                                            \
+		float a[16];                                                                         \
+		for (int k = 0; k < ROW_LANES(isa); k++)                                             \
+			vstoref_##isa(a + k * VL_##isa, acc[k]);                                     \
+		return lanes_sum(a);                                                                 \
+	}
+SIMD_EACH_ISA(ROW_LANES_SUM)
 
 static inline int64_t row_offset(int64_t row, int64_t hidden, DataflowDatatype dt)
 {
@@ -82,51 +77,31 @@ static inline float row_rstd(const Rms_Norm_Args *a, int64_t r, float sum_sq)
 	return rstd;
 }
 
-SIMD_TARGET_AVX512 SIMD_INLINE void rms_norm_rows_avx512(const Rms_Norm_Args *a, int64_t r0, int64_t r1,
-							 DataflowDatatype dt)
-{
-	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
-	for (int64_t r = r0; r < r1; r++) {
-		const char *x = (const char *)a->x + row_offset(r, h, dt);
-		char *y = (char *)a->y + row_offset(r, h, dt);
-		__m512 acc = _mm512_setzero_ps();
-		for (int64_t j = 0; j < h16; j += 16) {
-			__m512 v = simd_load16_avx512(x, j, dt);
-			acc = _mm512_add_ps(acc, _mm512_mul_ps(v, v));
-		}
-		float rstd = row_rstd(a, r, sum_sq_from(x, h16, h, lanes_sum_avx512(acc), dt));
-		__m512 rs = _mm512_set1_ps(rstd);
-		for (int64_t j = 0; j < h16; j += 16) {
-			__m512 q = simd_round16_avx512(_mm512_mul_ps(simd_load16_avx512(x, j, dt), rs), dt);
-			simd_store16_avx512(y, j, _mm512_mul_ps(simd_load16_avx512(a->w, j, dt), q), dt);
-		}
-		normalize_from(x, a->w, y, h16, h, rstd, dt);
+#define RMS_NORM_VECTOR(isa)                                                                         \
+	SIMD_ISA_INLINE(isa) void rms_norm_rows_##isa(const Rms_Norm_Args *a, int64_t r0, int64_t r1,      \
+						      DataflowDatatype dt)                                   \
+	{                                                                                            \
+		int64_t h = a->hidden, h16 = h & ~(int64_t)15;                                       \
+		for (int64_t r = r0; r < r1; r++) {                                                  \
+			const char *x = (const char *)a->x + row_offset(r, h, dt);                   \
+			char *y = (char *)a->y + row_offset(r, h, dt);                               \
+			Vf_##isa acc[ROW_LANES(isa)] = {0};                                          \
+			for (int64_t j = 0; j < h16; j += 16)                                        \
+				for (int k = 0; k < ROW_LANES(isa); k++) {                           \
+					Vf_##isa v = vload_##isa(x, j + k * VL_##isa, dt);           \
+					acc[k] = acc[k] + v * v;                                     \
+				}                                                                    \
+			float rstd = row_rstd(a, r, sum_sq_from(x, h16, h, lanes_sum_##isa(acc), dt)); \
+			Vf_##isa rs = vset1_##isa(rstd);                                             \
+			int64_t j = 0;                                                               \
+			for (; j + VL_##isa <= h; j += VL_##isa) {                                   \
+				Vf_##isa q = vround_##isa(vload_##isa(x, j, dt) * rs, dt);           \
+				vstore_##isa(y, j, vload_##isa(a->w, j, dt) * q, dt);                \
+			}                                                                            \
+			normalize_from(x, a->w, y, j, h, rstd, dt);                                  \
+		}                                                                                    \
 	}
-}
-
-SIMD_TARGET_AVX2 SIMD_INLINE void rms_norm_rows_avx2(const Rms_Norm_Args *a, int64_t r0, int64_t r1,
-						     DataflowDatatype dt)
-{
-	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
-	for (int64_t r = r0; r < r1; r++) {
-		const char *x = (const char *)a->x + row_offset(r, h, dt);
-		char *y = (char *)a->y + row_offset(r, h, dt);
-		__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-		for (int64_t j = 0; j < h16; j += 16) {
-			__m256 v0 = simd_load8_avx2(x, j, dt), v1 = simd_load8_avx2(x, j + 8, dt);
-			lo = _mm256_add_ps(lo, _mm256_mul_ps(v0, v0));
-			hi = _mm256_add_ps(hi, _mm256_mul_ps(v1, v1));
-		}
-		float rstd = row_rstd(a, r, sum_sq_from(x, h16, h, lanes_sum_avx2(lo, hi), dt));
-		__m256 rs = _mm256_set1_ps(rstd);
-		int64_t j = 0;
-		for (; j + 8 <= h; j += 8) {
-			__m256 q = simd_round8_avx2(_mm256_mul_ps(simd_load8_avx2(x, j, dt), rs), dt);
-			simd_store8_avx2(y, j, _mm256_mul_ps(simd_load8_avx2(a->w, j, dt), q), dt);
-		}
-		normalize_from(x, a->w, y, j, h, rstd, dt);
-	}
-}
+SIMD_EACH_ISA(RMS_NORM_VECTOR)
 
 SIMD_INLINE void rms_norm_rows_scalar(const Rms_Norm_Args *a, int64_t r0, int64_t r1, DataflowDatatype dt)
 {
@@ -140,7 +115,7 @@ SIMD_INLINE void rms_norm_rows_scalar(const Rms_Norm_Args *a, int64_t r0, int64_
 				float v = simd_load1(x, j + l, dt);
 				acc[l] += v * v;
 			}
-		float rstd = row_rstd(a, r, sum_sq_from(x, h16, h, lanes_sum_scalar(acc), dt));
+		float rstd = row_rstd(a, r, sum_sq_from(x, h16, h, lanes_sum(acc), dt));
 		normalize_from(x, a->w, y, 0, h, rstd, dt);
 	}
 }
@@ -172,56 +147,34 @@ static inline float dx_scale(float rstd, float sum_gx, int64_t hidden)
 	return (rstd * rstd) * (sum_gx / (float)hidden);
 }
 
-SIMD_TARGET_AVX512 SIMD_INLINE void rms_norm_bwd_x_rows_avx512(const Rms_Norm_Bwd_X_Args *a, int64_t r0,
-							       int64_t r1, DataflowDatatype dt)
-{
-	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
-	for (int64_t r = r0; r < r1; r++) {
-		const char *dy = (const char *)a->dy + row_offset(r, h, dt), *x = (const char *)a->x + row_offset(r, h, dt);
-		char *dx = (char *)a->dx + row_offset(r, h, dt);
-		__m512 acc = _mm512_setzero_ps();
-		for (int64_t j = 0; j < h16; j += 16) {
-			__m512 g = _mm512_mul_ps(simd_load16_avx512(dy, j, dt), simd_load16_avx512(a->w, j, dt));
-			acc = _mm512_add_ps(acc, _mm512_mul_ps(g, simd_load16_avx512(x, j, dt)));
-		}
-		float rstd = a->rstd[r];
-		float c = dx_scale(rstd, sum_gx_from(dy, a->w, x, h16, h, lanes_sum_avx512(acc), dt), h);
-		__m512 rs = _mm512_set1_ps(rstd), cs = _mm512_set1_ps(c);
-		for (int64_t j = 0; j < h16; j += 16) {
-			__m512 g = _mm512_mul_ps(simd_load16_avx512(dy, j, dt), simd_load16_avx512(a->w, j, dt));
-			__m512 xc = _mm512_mul_ps(simd_load16_avx512(x, j, dt), cs);
-			simd_store16_avx512(dx, j, _mm512_mul_ps(rs, _mm512_sub_ps(g, xc)), dt);
-		}
-		dx_from(dy, a->w, x, dx, h16, h, rstd, c, dt);
+#define RMS_NORM_BWD_X_VECTOR(isa)                                                                   \
+	SIMD_ISA_INLINE(isa) void rms_norm_bwd_x_rows_##isa(const Rms_Norm_Bwd_X_Args *a, int64_t r0,      \
+							    int64_t r1, DataflowDatatype dt)                 \
+	{                                                                                            \
+		int64_t h = a->hidden, h16 = h & ~(int64_t)15;                                       \
+		for (int64_t r = r0; r < r1; r++) {                                                  \
+			const char *dy = (const char *)a->dy + row_offset(r, h, dt);                 \
+			const char *x = (const char *)a->x + row_offset(r, h, dt);                   \
+			char *dx = (char *)a->dx + row_offset(r, h, dt);                             \
+			Vf_##isa acc[ROW_LANES(isa)] = {0};                                          \
+			for (int64_t j = 0; j < h16; j += 16)                                        \
+				for (int k = 0; k < ROW_LANES(isa); k++) {                           \
+					int64_t jk = j + k * VL_##isa;                               \
+					Vf_##isa g = vload_##isa(dy, jk, dt) * vload_##isa(a->w, jk, dt); \
+					acc[k] = acc[k] + g * vload_##isa(x, jk, dt);                \
+				}                                                                    \
+			float rstd = a->rstd[r];                                                     \
+			float c = dx_scale(rstd, sum_gx_from(dy, a->w, x, h16, h, lanes_sum_##isa(acc), dt), h); \
+			Vf_##isa rs = vset1_##isa(rstd), cs = vset1_##isa(c);                        \
+			int64_t j = 0;                                                               \
+			for (; j + VL_##isa <= h; j += VL_##isa) {                                   \
+				Vf_##isa g = vload_##isa(dy, j, dt) * vload_##isa(a->w, j, dt);      \
+				vstore_##isa(dx, j, rs * (g - vload_##isa(x, j, dt) * cs), dt);      \
+			}                                                                            \
+			dx_from(dy, a->w, x, dx, j, h, rstd, c, dt);                                 \
+		}                                                                                    \
 	}
-}
-
-SIMD_TARGET_AVX2 SIMD_INLINE void rms_norm_bwd_x_rows_avx2(const Rms_Norm_Bwd_X_Args *a, int64_t r0, int64_t r1,
-							   DataflowDatatype dt)
-{
-	int64_t h = a->hidden, h16 = h & ~(int64_t)15;
-	for (int64_t r = r0; r < r1; r++) {
-		const char *dy = (const char *)a->dy + row_offset(r, h, dt), *x = (const char *)a->x + row_offset(r, h, dt);
-		char *dx = (char *)a->dx + row_offset(r, h, dt);
-		__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-		for (int64_t j = 0; j < h16; j += 16) {
-			__m256 g0 = _mm256_mul_ps(simd_load8_avx2(dy, j, dt), simd_load8_avx2(a->w, j, dt));
-			__m256 g1 = _mm256_mul_ps(simd_load8_avx2(dy, j + 8, dt), simd_load8_avx2(a->w, j + 8, dt));
-			lo = _mm256_add_ps(lo, _mm256_mul_ps(g0, simd_load8_avx2(x, j, dt)));
-			hi = _mm256_add_ps(hi, _mm256_mul_ps(g1, simd_load8_avx2(x, j + 8, dt)));
-		}
-		float rstd = a->rstd[r];
-		float c = dx_scale(rstd, sum_gx_from(dy, a->w, x, h16, h, lanes_sum_avx2(lo, hi), dt), h);
-		__m256 rs = _mm256_set1_ps(rstd), cs = _mm256_set1_ps(c);
-		int64_t j = 0;
-		for (; j + 8 <= h; j += 8) {
-			__m256 g = _mm256_mul_ps(simd_load8_avx2(dy, j, dt), simd_load8_avx2(a->w, j, dt));
-			__m256 xc = _mm256_mul_ps(simd_load8_avx2(x, j, dt), cs);
-			simd_store8_avx2(dx, j, _mm256_mul_ps(rs, _mm256_sub_ps(g, xc)), dt);
-		}
-		dx_from(dy, a->w, x, dx, j, h, rstd, c, dt);
-	}
-}
+SIMD_EACH_ISA(RMS_NORM_BWD_X_VECTOR)
 
 SIMD_INLINE void rms_norm_bwd_x_rows_scalar(const Rms_Norm_Bwd_X_Args *a, int64_t r0, int64_t r1,
 					    DataflowDatatype dt)
@@ -236,7 +189,7 @@ SIMD_INLINE void rms_norm_bwd_x_rows_scalar(const Rms_Norm_Bwd_X_Args *a, int64_
 				acc[l] += (simd_load1(dy, j + l, dt) * simd_load1(a->w, j + l, dt)) *
 					  simd_load1(x, j + l, dt);
 		float rstd = a->rstd[r];
-		float c = dx_scale(rstd, sum_gx_from(dy, a->w, x, h16, h, lanes_sum_scalar(acc), dt), h);
+		float c = dx_scale(rstd, sum_gx_from(dy, a->w, x, h16, h, lanes_sum(acc), dt), h);
 		dx_from(dy, a->w, x, dx, 0, h, rstd, c, dt);
 	}
 }

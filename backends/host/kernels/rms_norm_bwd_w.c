@@ -67,77 +67,40 @@ SIMD_INLINE void bwd_w_partials_scalar(const Partials_Args *a, int64_t u0, int64
 	}
 }
 
-/* columns in groups of 64 (4 accumulators), then 16, then one at a time */
-SIMD_TARGET_AVX512 SIMD_INLINE void bwd_w_partials_avx512(const Partials_Args *a, int64_t u0, int64_t u1,
-							  DataflowDatatype dt)
-{
-	for (int64_t u = u0; u < u1; u++) {
-		Unit t = unit_of(a, u, dt);
-		int64_t c = t.c0;
-#define TERM(k) _mm512_mul_ps(simd_load16_avx512(t.dy, o + 16 * (k), dt), \
-			      _mm512_mul_ps(simd_load16_avx512(t.x, o + 16 * (k), dt), rs))
-		for (; c + 64 <= t.c1; c += 64) {
-			__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-			for (int64_t r = t.r0, o = c; r < t.r1; r++, o += a->hidden) {
-				__m512 rs = _mm512_set1_ps(a->rstd[r]);
-				s0 = _mm512_add_ps(s0, TERM(0));
-				s1 = _mm512_add_ps(s1, TERM(1));
-				s2 = _mm512_add_ps(s2, TERM(2));
-				s3 = _mm512_add_ps(s3, TERM(3));
-			}
-			_mm512_storeu_ps(t.ws + c, s0);
-			_mm512_storeu_ps(t.ws + c + 16, s1);
-			_mm512_storeu_ps(t.ws + c + 32, s2);
-			_mm512_storeu_ps(t.ws + c + 48, s3);
-		}
-		for (; c + 16 <= t.c1; c += 16) {
-			__m512 s0 = _mm512_setzero_ps();
-			for (int64_t r = t.r0, o = c; r < t.r1; r++, o += a->hidden) {
-				__m512 rs = _mm512_set1_ps(a->rstd[r]);
-				s0 = _mm512_add_ps(s0, TERM(0));
-			}
-			_mm512_storeu_ps(t.ws + c, s0);
-		}
-#undef TERM
-		partials_columns(a, &t, c, dt);
+/* sums[k] += dy * (x * rs) for VL columns each, k < n, down the unit's rows from column c */
+#define PARTIALS_COLUMNS(isa)                                                                        \
+	SIMD_ISA_INLINE(isa) void partials_vectors_##isa(const Partials_Args *a, const Unit *t, int64_t c, int n, \
+							 DataflowDatatype dt)                                \
+	{                                                                                            \
+		Vf_##isa sums[4] = {0};                                                              \
+		for (int64_t r = t->r0, o = c; r < t->r1; r++, o += a->hidden) {                     \
+			Vf_##isa rs = vset1_##isa(a->rstd[r]);                                       \
+			for (int k = 0; k < n; k++) {                                                \
+				int64_t ok = o + k * VL_##isa;                                       \
+				sums[k] = sums[k] + vload_##isa(t->dy, ok, dt) * (vload_##isa(t->x, ok, dt) * rs); \
+			}                                                                            \
+		}                                                                                    \
+		for (int k = 0; k < n; k++)                                                          \
+			vstoref_##isa(t->ws + c + k * VL_##isa, sums[k]);                            \
 	}
-}
+SIMD_EACH_ISA(PARTIALS_COLUMNS)
 
-/* columns in groups of 32 (4 accumulators), then 8, then one at a time */
-SIMD_TARGET_AVX2 SIMD_INLINE void bwd_w_partials_avx2(const Partials_Args *a, int64_t u0, int64_t u1,
-						      DataflowDatatype dt)
-{
-	for (int64_t u = u0; u < u1; u++) {
-		Unit t = unit_of(a, u, dt);
-		int64_t c = t.c0;
-#define TERM(k) _mm256_mul_ps(simd_load8_avx2(t.dy, o + 8 * (k), dt), \
-			      _mm256_mul_ps(simd_load8_avx2(t.x, o + 8 * (k), dt), rs))
-		for (; c + 32 <= t.c1; c += 32) {
-			__m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-			for (int64_t r = t.r0, o = c; r < t.r1; r++, o += a->hidden) {
-				__m256 rs = _mm256_set1_ps(a->rstd[r]);
-				s0 = _mm256_add_ps(s0, TERM(0));
-				s1 = _mm256_add_ps(s1, TERM(1));
-				s2 = _mm256_add_ps(s2, TERM(2));
-				s3 = _mm256_add_ps(s3, TERM(3));
-			}
-			_mm256_storeu_ps(t.ws + c, s0);
-			_mm256_storeu_ps(t.ws + c + 8, s1);
-			_mm256_storeu_ps(t.ws + c + 16, s2);
-			_mm256_storeu_ps(t.ws + c + 24, s3);
-		}
-		for (; c + 8 <= t.c1; c += 8) {
-			__m256 s0 = _mm256_setzero_ps();
-			for (int64_t r = t.r0, o = c; r < t.r1; r++, o += a->hidden) {
-				__m256 rs = _mm256_set1_ps(a->rstd[r]);
-				s0 = _mm256_add_ps(s0, TERM(0));
-			}
-			_mm256_storeu_ps(t.ws + c, s0);
-		}
-#undef TERM
-		partials_columns(a, &t, c, dt);
+/* columns in groups of 4 vectors (4 accumulators), then 1, then one at a time */
+#define PARTIALS_VECTOR(isa)                                                                         \
+	SIMD_ISA_INLINE(isa) void bwd_w_partials_##isa(const Partials_Args *a, int64_t u0, int64_t u1,     \
+						       DataflowDatatype dt)                                  \
+	{                                                                                            \
+		for (int64_t u = u0; u < u1; u++) {                                                  \
+			Unit t = unit_of(a, u, dt);                                                  \
+			int64_t c = t.c0;                                                            \
+			for (; c + 4 * VL_##isa <= t.c1; c += 4 * VL_##isa)                          \
+				partials_vectors_##isa(a, &t, c, 4, dt);                             \
+			for (; c + VL_##isa <= t.c1; c += VL_##isa)                                  \
+				partials_vectors_##isa(a, &t, c, 1, dt);                             \
+			partials_columns(a, &t, c, dt);                                              \
+		}                                                                                    \
 	}
-}
+SIMD_EACH_ISA(PARTIALS_VECTOR)
 
 /* ---- reduce ---- */
 
@@ -155,61 +118,31 @@ SIMD_INLINE void bwd_w_reduce_scalar(const Reduce_Args *a, int64_t c0, int64_t c
 	}
 }
 
-/* columns in groups of 64 (4 accumulators), then 16, then one at a time */
-SIMD_TARGET_AVX512 SIMD_INLINE void bwd_w_reduce_avx512(const Reduce_Args *a, int64_t c0, int64_t c1,
-							DataflowDatatype dt)
-{
-	int64_t h = a->hidden, nb = num_blocks(a->rows), c = c0;
-	const float *ws = a->workspace;
-	for (; c + 64 <= c1; c += 64) {
-		__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-		for (int64_t b = 0, o = c; b < nb; b++, o += h) {
-			s0 = _mm512_add_ps(s0, _mm512_loadu_ps(ws + o));
-			s1 = _mm512_add_ps(s1, _mm512_loadu_ps(ws + o + 16));
-			s2 = _mm512_add_ps(s2, _mm512_loadu_ps(ws + o + 32));
-			s3 = _mm512_add_ps(s3, _mm512_loadu_ps(ws + o + 48));
-		}
-		simd_store16_avx512(a->dw, c, s0, dt);
-		simd_store16_avx512(a->dw, c + 16, s1, dt);
-		simd_store16_avx512(a->dw, c + 32, s2, dt);
-		simd_store16_avx512(a->dw, c + 48, s3, dt);
+/* dw[c + k VL ...] = the sums down the blocks, VL columns each, k < n */
+#define REDUCE_COLUMNS(isa)                                                                          \
+	SIMD_ISA_INLINE(isa) void reduce_vectors_##isa(const Reduce_Args *a, int64_t c, int n, DataflowDatatype dt) \
+	{                                                                                            \
+		int64_t h = a->hidden, nb = num_blocks(a->rows);                                     \
+		Vf_##isa sums[4] = {0};                                                              \
+		for (int64_t b = 0, o = c; b < nb; b++, o += h)                                      \
+			for (int k = 0; k < n; k++)                                                  \
+				sums[k] = sums[k] + vloadf_##isa(a->workspace + o + k * VL_##isa);   \
+		for (int k = 0; k < n; k++)                                                          \
+			vstore_##isa(a->dw, c + k * VL_##isa, sums[k], dt);                          \
 	}
-	for (; c + 16 <= c1; c += 16) {
-		__m512 s0 = _mm512_setzero_ps();
-		for (int64_t b = 0, o = c; b < nb; b++, o += h)
-			s0 = _mm512_add_ps(s0, _mm512_loadu_ps(ws + o));
-		simd_store16_avx512(a->dw, c, s0, dt);
-	}
-	bwd_w_reduce_scalar(a, c, c1, dt);
-}
+SIMD_EACH_ISA(REDUCE_COLUMNS)
 
-/* columns in groups of 32 (4 accumulators), then 8, then one at a time */
-SIMD_TARGET_AVX2 SIMD_INLINE void bwd_w_reduce_avx2(const Reduce_Args *a, int64_t c0, int64_t c1,
-						    DataflowDatatype dt)
-{
-	int64_t h = a->hidden, nb = num_blocks(a->rows), c = c0;
-	const float *ws = a->workspace;
-	for (; c + 32 <= c1; c += 32) {
-		__m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-		for (int64_t b = 0, o = c; b < nb; b++, o += h) {
-			s0 = _mm256_add_ps(s0, _mm256_loadu_ps(ws + o));
-			s1 = _mm256_add_ps(s1, _mm256_loadu_ps(ws + o + 8));
-			s2 = _mm256_add_ps(s2, _mm256_loadu_ps(ws + o + 16));
-			s3 = _mm256_add_ps(s3, _mm256_loadu_ps(ws + o + 24));
-		}
-		simd_store8_avx2(a->dw, c, s0, dt);
-		simd_store8_avx2(a->dw, c + 8, s1, dt);
-		simd_store8_avx2(a->dw, c + 16, s2, dt);
-		simd_store8_avx2(a->dw, c + 24, s3, dt);
+/* columns in groups of 4 vectors (4 accumulators), then 1, then one at a time */
+#define REDUCE_VECTOR(isa)                                                                           \
+	SIMD_ISA_INLINE(isa) void bwd_w_reduce_##isa(const Reduce_Args *a, int64_t c, int64_t c1, DataflowDatatype dt) \
+	{                                                                                            \
+		for (; c + 4 * VL_##isa <= c1; c += 4 * VL_##isa)                                    \
+			reduce_vectors_##isa(a, c, 4, dt);                                           \
+		for (; c + VL_##isa <= c1; c += VL_##isa)                                            \
+			reduce_vectors_##isa(a, c, 1, dt);                                           \
+		bwd_w_reduce_scalar(a, c, c1, dt);                                                   \
 	}
-	for (; c + 8 <= c1; c += 8) {
-		__m256 s0 = _mm256_setzero_ps();
-		for (int64_t b = 0, o = c; b < nb; b++, o += h)
-			s0 = _mm256_add_ps(s0, _mm256_loadu_ps(ws + o));
-		simd_store8_avx2(a->dw, c, s0, dt);
-	}
-	bwd_w_reduce_scalar(a, c, c1, dt);
-}
+SIMD_EACH_ISA(REDUCE_VECTOR)
 
 /* ---- entry points ---- */
 

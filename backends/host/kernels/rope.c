@@ -26,30 +26,28 @@ static Rope_Args rope_bwd_args(void **args)
 	return (Rope_Args){b.num_tokens, b.num_heads, b.head_dim, b.positions, b.inv_freq, b.dy, b.dx};
 }
 
-SIMD_TARGET_AVX512 SIMD_INLINE int64_t rotate_avx512(const void *x, void *out, int64_t base, int64_t d, const float *c,
-						    const float *s, DataflowDatatype dt)
-{
-	int64_t i = 0;
-	for (; i + 16 <= d; i += 16) {
-		__m512 x1 = simd_load16_avx512(x, base + i, dt), x2 = simd_load16_avx512(x, base + d + i, dt);
-		__m512 vc = _mm512_loadu_ps(c + i), vs = _mm512_loadu_ps(s + i);
-		simd_store16_avx512(out, base + i, _mm512_sub_ps(_mm512_mul_ps(x1, vc), _mm512_mul_ps(x2, vs)), dt);
-		simd_store16_avx512(out, base + d + i, _mm512_add_ps(_mm512_mul_ps(x2, vc), _mm512_mul_ps(x1, vs)), dt);
+/* rotates the pairs [0, i) of a head in whole vectors; returns i, where the tail starts */
+#define ROTATE_VECTOR(isa)                                                                           \
+	SIMD_ISA_INLINE(isa) int64_t rotate_##isa(const void *x, void *out, int64_t base, int64_t d, const float *c, \
+						  const float *s, DataflowDatatype dt)                       \
+	{                                                                                            \
+		int64_t i = 0;                                                                       \
+		for (; i + VL_##isa <= d; i += VL_##isa) {                                           \
+			Vf_##isa x1 = vload_##isa(x, base + i, dt), x2 = vload_##isa(x, base + d + i, dt); \
+			Vf_##isa vc = vloadf_##isa(c + i), vs = vloadf_##isa(s + i);                 \
+			vstore_##isa(out, base + i, x1 * vc - x2 * vs, dt);                          \
+			vstore_##isa(out, base + d + i, x2 * vc + x1 * vs, dt);                      \
+		}                                                                                    \
+		return i;                                                                            \
 	}
-	return i;
-}
+SIMD_EACH_ISA(ROTATE_VECTOR)
 
-SIMD_TARGET_AVX2 SIMD_INLINE int64_t rotate_avx2(const void *x, void *out, int64_t base, int64_t d, const float *c,
-						const float *s, DataflowDatatype dt)
+/* the scalar path: no whole vectors, everything is tail */
+SIMD_INLINE int64_t rotate_scalar(const void *x, void *out, int64_t base, int64_t d, const float *c, const float *s,
+				  DataflowDatatype dt)
 {
-	int64_t i = 0;
-	for (; i + 8 <= d; i += 8) {
-		__m256 x1 = simd_load8_avx2(x, base + i, dt), x2 = simd_load8_avx2(x, base + d + i, dt);
-		__m256 vc = _mm256_loadu_ps(c + i), vs = _mm256_loadu_ps(s + i);
-		simd_store8_avx2(out, base + i, _mm256_sub_ps(_mm256_mul_ps(x1, vc), _mm256_mul_ps(x2, vs)), dt);
-		simd_store8_avx2(out, base + d + i, _mm256_add_ps(_mm256_mul_ps(x2, vc), _mm256_mul_ps(x1, vs)), dt);
-	}
-	return i;
+	(void)x, (void)out, (void)base, (void)d, (void)c, (void)s, (void)dt;
+	return 0;
 }
 
 SIMD_INLINE void rotate_tail(const void *x, void *out, int64_t base, int64_t d, int64_t i, const float *c,
@@ -62,8 +60,8 @@ SIMD_INLINE void rotate_tail(const void *x, void *out, int64_t base, int64_t d, 
 	}
 }
 
-#define ROPE_PATH(path, attr)                                                                              \
-	attr static void rope_rows_##path(Rope_Args a, int64_t t, int64_t end, float sign, DataflowDatatype dt) \
+#define ROPE_PATH(path)                                                                              \
+	SIMD_TARGET_##path static void rope_rows_##path(Rope_Args a, int64_t t, int64_t end, float sign, DataflowDatatype dt) \
 	{                                                                                                  \
 		float c[DATAFLOW_ROPE_MAX_HEAD_DIM / 2], s[DATAFLOW_ROPE_MAX_HEAD_DIM / 2];                \
 		int64_t d = a.head_dim / 2;                                                                \
@@ -81,17 +79,8 @@ SIMD_INLINE void rotate_tail(const void *x, void *out, int64_t base, int64_t d, 
 		}                                                                                          \
 	}
 
-ROPE_PATH(avx512, SIMD_TARGET_AVX512)
-ROPE_PATH(avx2, SIMD_TARGET_AVX2)
-
-/* the scalar path: no whole vectors, everything is tail */
-SIMD_INLINE int64_t rotate_scalar(const void *x, void *out, int64_t base, int64_t d, const float *c, const float *s,
-				  DataflowDatatype dt)
-{
-	(void)x, (void)out, (void)base, (void)d, (void)c, (void)s, (void)dt;
-	return 0;
-}
-ROPE_PATH(scalar, )
+SIMD_EACH_ISA(ROPE_PATH)
+ROPE_PATH(scalar)
 
 SIMD_INLINE void rope(Rope_Args a, int part, int num_parts, float sign, DataflowDatatype dt)
 {

@@ -17,21 +17,15 @@ SIMD_INLINE void scale_scalar(const Scale_Args *a, int64_t i, int64_t end, Dataf
 		simd_store1(a->out, i, a->alpha * simd_load1(a->x, i, dt), dt);
 }
 
-SIMD_TARGET_AVX512 SIMD_INLINE void scale_avx512(const Scale_Args *a, int64_t i, int64_t end, DataflowDatatype dt)
-{
-	__m512 alpha = _mm512_set1_ps(a->alpha);
-	for (; i + 16 <= end; i += 16)
-		simd_store16_avx512(a->out, i, _mm512_mul_ps(alpha, simd_load16_avx512(a->x, i, dt)), dt);
-	scale_scalar(a, i, end, dt); /* the tail */
-}
-
-SIMD_TARGET_AVX2 SIMD_INLINE void scale_avx2(const Scale_Args *a, int64_t i, int64_t end, DataflowDatatype dt)
-{
-	__m256 alpha = _mm256_set1_ps(a->alpha);
-	for (; i + 8 <= end; i += 8)
-		simd_store8_avx2(a->out, i, _mm256_mul_ps(alpha, simd_load8_avx2(a->x, i, dt)), dt);
-	scale_scalar(a, i, end, dt); /* the tail */
-}
+#define SCALE_VECTOR(isa)                                                                            \
+	SIMD_ISA_INLINE(isa) void scale_##isa(const Scale_Args *a, int64_t i, int64_t end, DataflowDatatype dt) \
+	{                                                                                            \
+		Vf_##isa alpha = vset1_##isa(a->alpha);                                              \
+		for (; i + VL_##isa <= end; i += VL_##isa)                                           \
+			vstore_##isa(a->out, i, alpha * vload_##isa(a->x, i, dt), dt);               \
+		scale_scalar(a, i, end, dt); /* the tail */                                          \
+	}
+SIMD_EACH_ISA(SCALE_VECTOR)
 
 #define SCALE_KERNEL(name, DT)                                                                       \
 	SIMD_DTYPE_KERNEL(scale_##name, scale, Scale_Args, DT)                                       \

@@ -1,14 +1,14 @@
 #ifndef DATAFLOW_HOST_KERNELS_SIMD_EXP_H
 #define DATAFLOW_HOST_KERNELS_SIMD_EXP_H
 
-/* exp for x <= 0, in three forms (scalar, AVX-512, AVX2) that give the same bits: the same
- * fma sequence everywhere (fmaf is exact in C, so the scalar form matches the vector fma).
+/* exp for x <= 0, in a scalar and a vector form (one body per ISA) that give the same bits:
+ * the same fma sequence everywhere (fmaf is exact in C, so the scalar form matches the vector fma).
  * Shared by cross_entropy (softmax terms exp(x - max)) and swiglu (sigmoid from exp(-|g|)).
  *
  * exp(x) = 2^n * exp(r), n = rint(x / ln2), r = x - n ln2 (Cody-Waite, ln2 split in two),
  * exp(r) = 1 + r + r^2 P(r), P the degree-5 Cephes expf minimax polynomial, all in fma.
  * Max error 1.01 ulp (relative 8.4e-8), measured against fp64 exp on every float in
- * [-87.3, 0]; the vector twins gave the same bits on 3.2e7 random inputs. x < -87.33
+ * [-87.3, 0]; the vector form gave the same bits on 3.2e7 random inputs. x < -87.33
  * (incl. -Inf) gives 0, so n stays in [-126, 0] and 2^n is built directly in the exponent
  * field. NaN stays NaN. */
 #include <math.h>
@@ -50,40 +50,25 @@ static inline float simd_exp_nonpos(float x)
 	return y * pow2;
 }
 
-SIMD_TARGET_AVX512 static inline __m512 simd_exp_nonpos_avx512(__m512 x)
-{
-	__m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(SIMD_EXP_LOG2E), _mm512_set1_ps(SIMD_EXP_MAGIC));
-	__m512 n = _mm512_sub_ps(t, _mm512_set1_ps(SIMD_EXP_MAGIC));
-	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SIMD_EXP_LN2_HI), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SIMD_EXP_LN2_LO), r);
-	__m512 y = _mm512_fmadd_ps(_mm512_set1_ps(SIMD_EXP_P0), r, _mm512_set1_ps(SIMD_EXP_P1));
-	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(SIMD_EXP_P2));
-	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(SIMD_EXP_P3));
-	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(SIMD_EXP_P4));
-	y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(SIMD_EXP_P5));
-	y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-	__m512i pb = _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(127 - 0x4B400000)),
-				       23);
-	__mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(SIMD_EXP_LO), _CMP_NLT_UQ);
-	return _mm512_maskz_mul_ps(keep, y, _mm512_castsi512_ps(pb));
-}
+/* the same steps on VL lanes (simd.h's vocabulary); -n * c + r in one fma is fnmadd */
+#define SIMD_EXP_NONPOS(isa)                                                                         \
+	SIMD_ISA_INLINE(isa) Vf_##isa simd_exp_nonpos_##isa(Vf_##isa x)                                   \
+	{                                                                                            \
+		Vf_##isa t = vfma_##isa(x, vset1_##isa(SIMD_EXP_LOG2E), vset1_##isa(SIMD_EXP_MAGIC));      \
+		Vf_##isa n = t - SIMD_EXP_MAGIC;                                                     \
+		Vf_##isa r = vfma_##isa(-n, vset1_##isa(SIMD_EXP_LN2_HI), x);                        \
+		r = vfma_##isa(-n, vset1_##isa(SIMD_EXP_LN2_LO), r);                                 \
+		Vf_##isa y = vfma_##isa(vset1_##isa(SIMD_EXP_P0), r, vset1_##isa(SIMD_EXP_P1));      \
+		y = vfma_##isa(y, r, vset1_##isa(SIMD_EXP_P2));                                      \
+		y = vfma_##isa(y, r, vset1_##isa(SIMD_EXP_P3));                                      \
+		y = vfma_##isa(y, r, vset1_##isa(SIMD_EXP_P4));                                      \
+		y = vfma_##isa(y, r, vset1_##isa(SIMD_EXP_P5));                                      \
+		y = vfma_##isa(y, r * r, r) + 1.0f;                                                  \
+		Vf_##isa pow2 = (Vf_##isa)(((Vu_##isa)t - 0x4B400000u + 127u) << 23);                \
+		Vm_##isa keep = vcmp_##isa(x, vset1_##isa(SIMD_EXP_LO), _CMP_NLT_UQ);                \
+		return vselect_##isa(keep, y * pow2, vset1_##isa(0.0f));                             \
+	}
 
-SIMD_TARGET_AVX2 static inline __m256 simd_exp_nonpos_avx2(__m256 x)
-{
-	__m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(SIMD_EXP_LOG2E), _mm256_set1_ps(SIMD_EXP_MAGIC));
-	__m256 n = _mm256_sub_ps(t, _mm256_set1_ps(SIMD_EXP_MAGIC));
-	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SIMD_EXP_LN2_HI), x);
-	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SIMD_EXP_LN2_LO), r);
-	__m256 y = _mm256_fmadd_ps(_mm256_set1_ps(SIMD_EXP_P0), r, _mm256_set1_ps(SIMD_EXP_P1));
-	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(SIMD_EXP_P2));
-	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(SIMD_EXP_P3));
-	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(SIMD_EXP_P4));
-	y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(SIMD_EXP_P5));
-	y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-	__m256i pb = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127 - 0x4B400000)),
-				       23);
-	__m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(SIMD_EXP_LO), _CMP_NLT_UQ);
-	return _mm256_and_ps(keep, _mm256_mul_ps(y, _mm256_castsi256_ps(pb)));
-}
+SIMD_EACH_ISA(SIMD_EXP_NONPOS)
 
 #endif

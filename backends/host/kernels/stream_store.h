@@ -15,27 +15,23 @@
 #define STREAM_MIN_BYTES (16ll << 20)
 #define STREAM_CHUNK_BYTES 4096
 
-SIMD_TARGET_AVX512 static inline void stream_copy_avx512(char *dst, const char *src, size_t n)
-{
-	size_t head = (size_t)(-(uintptr_t)dst & 63);
-	head = head < n ? head : n;
-	memcpy(dst, src, head);
-	dst += head, src += head, n -= head;
-	for (; n >= 64; n -= 64, dst += 64, src += 64)
-		_mm512_stream_si512((void *)dst, _mm512_loadu_si512((const void *)src));
-	memcpy(dst, src, n);
-}
-
-SIMD_TARGET_AVX2 static inline void stream_copy_avx2(char *dst, const char *src, size_t n)
-{
-	size_t head = (size_t)(-(uintptr_t)dst & 31);
-	head = head < n ? head : n;
-	memcpy(dst, src, head);
-	dst += head, src += head, n -= head;
-	for (; n >= 32; n -= 32, dst += 32, src += 32)
-		_mm256_stream_si256((__m256i *)dst, _mm256_loadu_si256((const __m256i *)src));
-	memcpy(dst, src, n);
-}
+/* dst[0:n) = src[0:n): the head up to a vector boundary of dst and the tail by memcpy, the
+ * whole vectors between by streaming stores */
+#define STREAM_COPY(isa)                                                                             \
+	SIMD_TARGET_##isa static inline void stream_copy_##isa(char *dst, const char *src, size_t n)     \
+	{                                                                                            \
+		size_t head = (size_t)(-(uintptr_t)dst & (sizeof(Vf_##isa) - 1));                    \
+		head = head < n ? head : n;                                                          \
+		memcpy(dst, src, head);                                                              \
+		dst += head, src += head, n -= head;                                                 \
+		for (; n >= sizeof(Vf_##isa); n -= sizeof(Vf_##isa), dst += sizeof(Vf_##isa), src += sizeof(Vf_##isa)) { \
+			Vf_##isa x;                                                                  \
+			memcpy(&x, src, sizeof(x));                                                  \
+			vstream_##isa((float *)(void *)dst, x);                                      \
+		}                                                                                    \
+		memcpy(dst, src, n);                                                                 \
+	}
+SIMD_EACH_ISA(STREAM_COPY)
 
 /* dst[0:n) = src[0:n) with streaming stores where the CPU has them */
 static inline void stream_copy(void *dst, const void *src, size_t n, int level)

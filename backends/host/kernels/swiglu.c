@@ -18,16 +18,12 @@
 #define PART_MIN_BYTES 32768
 
 /* exp(-|g|): the sign bit set, then simd_exp.h */
-SIMD_TARGET_AVX512 SIMD_INLINE __m512 exp_neg_abs_avx512(__m512 g)
-{
-	__m512i sign = _mm512_set1_epi32((int)0x80000000u);
-	return simd_exp_nonpos_avx512(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(g), sign)));
-}
-
-SIMD_TARGET_AVX2 SIMD_INLINE __m256 exp_neg_abs_avx2(__m256 g)
-{
-	return simd_exp_nonpos_avx2(_mm256_or_ps(g, _mm256_set1_ps(-0.0f)));
-}
+#define EXP_NEG_ABS(isa)                                                                             \
+	SIMD_ISA_INLINE(isa) Vf_##isa exp_neg_abs_##isa(Vf_##isa g)                                       \
+	{                                                                                            \
+		return simd_exp_nonpos_##isa((Vf_##isa)((Vu_##isa)g | 0x80000000u));                 \
+	}
+SIMD_EACH_ISA(EXP_NEG_ABS)
 
 /* ---- forward ---- */
 
@@ -42,29 +38,18 @@ SIMD_INLINE void swiglu_scalar(const Swiglu_Args *a, int64_t i, int64_t end, Dat
 	}
 }
 
-SIMD_TARGET_AVX512 SIMD_INLINE void swiglu_avx512(const Swiglu_Args *a, int64_t i, int64_t end,
-							 DataflowDatatype dt)
-{
-	for (; i + 16 <= end; i += 16) {
-		__m512 g = simd_load16_avx512(a->gate, i, dt), e = exp_neg_abs_avx512(g);
-		__m512 n = _mm512_mask_mul_ps(g, _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ), g, e);
-		__m512 act = simd_round16_avx512(_mm512_div_ps(n, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), dt);
-		simd_store16_avx512(a->out, i, _mm512_mul_ps(act, simd_load16_avx512(a->up, i, dt)), dt);
+#define SWIGLU_VECTOR(isa)                                                                           \
+	SIMD_ISA_INLINE(isa) void swiglu_##isa(const Swiglu_Args *a, int64_t i, int64_t end, DataflowDatatype dt) \
+	{                                                                                            \
+		for (; i + VL_##isa <= end; i += VL_##isa) {                                         \
+			Vf_##isa g = vload_##isa(a->gate, i, dt), e = exp_neg_abs_##isa(g);          \
+			Vm_##isa neg = vcmp_##isa(g, vset1_##isa(0.0f), _CMP_LT_OQ);                 \
+			Vf_##isa act = vround_##isa(vselect_##isa(neg, g * e, g) / (1.0f + e), dt);  \
+			vstore_##isa(a->out, i, act * vload_##isa(a->up, i, dt), dt);                \
+		}                                                                                    \
+		swiglu_scalar(a, i, end, dt); /* the tail */                                         \
 	}
-	swiglu_scalar(a, i, end, dt); /* the tail */
-}
-
-SIMD_TARGET_AVX2 SIMD_INLINE void swiglu_avx2(const Swiglu_Args *a, int64_t i, int64_t end,
-						     DataflowDatatype dt)
-{
-	for (; i + 8 <= end; i += 8) {
-		__m256 g = simd_load8_avx2(a->gate, i, dt), e = exp_neg_abs_avx2(g);
-		__m256 n = _mm256_blendv_ps(g, _mm256_mul_ps(g, e), _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ));
-		__m256 act = simd_round8_avx2(_mm256_div_ps(n, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), dt);
-		simd_store8_avx2(a->out, i, _mm256_mul_ps(act, simd_load8_avx2(a->up, i, dt)), dt);
-	}
-	swiglu_scalar(a, i, end, dt); /* the tail */
-}
+SIMD_EACH_ISA(SWIGLU_VECTOR)
 
 /* ---- backward ---- */
 
@@ -82,45 +67,24 @@ SIMD_INLINE void swiglu_bwd_scalar(const Swiglu_Bwd_Args *a, int64_t i, int64_t 
 	}
 }
 
-SIMD_TARGET_AVX512 SIMD_INLINE void swiglu_bwd_avx512(const Swiglu_Bwd_Args *a, int64_t i, int64_t end,
-							     DataflowDatatype dt)
-{
-	__m512 one = _mm512_set1_ps(1.0f);
-	for (; i + 16 <= end; i += 16) {
-		__m512 dout = simd_load16_avx512(a->d_out, i, dt), g = simd_load16_avx512(a->gate, i, dt);
-		__m512 u = simd_load16_avx512(a->up, i, dt);
-		__m512 e = exp_neg_abs_avx512(g), d = _mm512_add_ps(one, e);
-		__mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
-		__m512 s = _mm512_div_ps(_mm512_mask_blend_ps(neg, one, e), d);
-		__m512 silu = _mm512_div_ps(_mm512_mask_mul_ps(g, neg, g, e), d);
-		__m512 dsilu = _mm512_add_ps(one, _mm512_mul_ps(g, _mm512_sub_ps(one, s)));
-		__m512 dg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(dout, u), s), dsilu);
-		__m512 du = _mm512_mul_ps(dout, silu);
-		simd_store16_avx512(a->d_gate, i, dg, dt);
-		simd_store16_avx512(a->d_up, i, du, dt);
+#define SWIGLU_BWD_VECTOR(isa)                                                                       \
+	SIMD_ISA_INLINE(isa) void swiglu_bwd_##isa(const Swiglu_Bwd_Args *a, int64_t i, int64_t end,       \
+						   DataflowDatatype dt)                                      \
+	{                                                                                            \
+		for (; i + VL_##isa <= end; i += VL_##isa) {                                         \
+			Vf_##isa dout = vload_##isa(a->d_out, i, dt), g = vload_##isa(a->gate, i, dt); \
+			Vf_##isa u = vload_##isa(a->up, i, dt);                                      \
+			Vf_##isa e = exp_neg_abs_##isa(g), d = 1.0f + e;                             \
+			Vm_##isa neg = vcmp_##isa(g, vset1_##isa(0.0f), _CMP_LT_OQ);                 \
+			Vf_##isa s = vselect_##isa(neg, e, vset1_##isa(1.0f)) / d;                   \
+			Vf_##isa silu = vselect_##isa(neg, g * e, g) / d;                            \
+			Vf_##isa dg = ((dout * u) * s) * (1.0f + g * (1.0f - s)), du = dout * silu;  \
+			vstore_##isa(a->d_gate, i, dg, dt);                                          \
+			vstore_##isa(a->d_up, i, du, dt);                                            \
+		}                                                                                    \
+		swiglu_bwd_scalar(a, i, end, dt); /* the tail */                                     \
 	}
-	swiglu_bwd_scalar(a, i, end, dt); /* the tail */
-}
-
-SIMD_TARGET_AVX2 SIMD_INLINE void swiglu_bwd_avx2(const Swiglu_Bwd_Args *a, int64_t i, int64_t end,
-							 DataflowDatatype dt)
-{
-	__m256 one = _mm256_set1_ps(1.0f);
-	for (; i + 8 <= end; i += 8) {
-		__m256 dout = simd_load8_avx2(a->d_out, i, dt), g = simd_load8_avx2(a->gate, i, dt);
-		__m256 u = simd_load8_avx2(a->up, i, dt);
-		__m256 e = exp_neg_abs_avx2(g), d = _mm256_add_ps(one, e);
-		__m256 neg = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
-		__m256 s = _mm256_div_ps(_mm256_blendv_ps(one, e, neg), d);
-		__m256 silu = _mm256_div_ps(_mm256_blendv_ps(g, _mm256_mul_ps(g, e), neg), d);
-		__m256 dsilu = _mm256_add_ps(one, _mm256_mul_ps(g, _mm256_sub_ps(one, s)));
-		__m256 dg = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(dout, u), s), dsilu);
-		__m256 du = _mm256_mul_ps(dout, silu);
-		simd_store8_avx2(a->d_gate, i, dg, dt);
-		simd_store8_avx2(a->d_up, i, du, dt);
-	}
-	swiglu_bwd_scalar(a, i, end, dt); /* the tail */
-}
+SIMD_EACH_ISA(SWIGLU_BWD_VECTOR)
 
 /* ---- entry points: elementwise ranges of rows * ffn ---- */
 
