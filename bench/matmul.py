@@ -52,6 +52,8 @@ def matmul_paths(backend, dtypes, df):
     """Which engine the host matmul ran per dtype: oneDNN's implementation name from its
     verbose log (read in a subprocess that imports the same dataflow as the bench), else the
     portable fallback."""
+    if backend.startswith("vulkan"):
+        return {d: "vulkan GLSL tiled kernel" for d in dtypes}
     if backend != "host":
         return {d: "cuBLASLt (see libraries)" for d in dtypes}
     env = dict(os.environ, ONEDNN_VERBOSE="1", PYTHONPATH=os.path.dirname(os.path.dirname(df.__file__)))
