@@ -86,6 +86,17 @@ VULKAN_LAUNCH(cross_entropy, Dataflow_Cross_Entropy_Args, a.tokens * a.vocab, a.
 VULKAN_LAUNCH(grad_norm_sq_partials, Dataflow_Grad_Norm_Sq_Partials_Args, a.n, GRAD_NORM_BLOCKS(a.n), 4)
 VULKAN_LAUNCH(grad_norm_sq_reduce, Dataflow_Grad_Norm_Sq_Reduce_Args, a.num_blocks, 1, 1)
 
+/* attention, attention_kv: one workgroup per (query head, query); attention_bwd (below): per
+ * (kv head, key) and per (query head, query); attention_bwd_delta: one invocation per
+ * (token, head) row, ATTN_GROUP per workgroup */
+#define ATTN_GROUP 64 /* local_size_x of attention_bwd_delta */
+VULKAN_LAUNCH(attention, Dataflow_Attention_Args, a.total_tokens * a.num_q_heads * a.head_dim,
+	      a.total_tokens * a.num_q_heads, 1)
+VULKAN_LAUNCH(attention_kv, Dataflow_Attention_Kv_Args,
+	      LARGER(a.total_q * a.num_q_heads, a.total_k * a.num_kv_heads) * a.head_dim, a.total_q * a.num_q_heads, 1)
+VULKAN_LAUNCH(attention_bwd_delta, Dataflow_Attention_Bwd_Delta_Args, a.total_tokens * a.num_q_heads * a.head_dim,
+	      a.total_tokens * a.num_q_heads, ATTN_GROUP)
+
 Dataflow_Status dataflow_vulkan_clip_by_global_norm_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 							   Dataflow_Launch_Config *config)
 {
@@ -109,12 +120,16 @@ static const Dataflow_Vulkan_Shader *own_shader(const char *name)
 	return shader;
 }
 
-/* An external op's state: its variant's kernel, dataflow_vulkan_<op>_<dtype of arg a>_<dtype of arg b>. */
-static Dataflow_Status variant_kernel(const Op_Skeleton *skeleton, int a, int b, Dataflow_Op_State *state)
+/* An external op's state: its variant's kernel, dataflow_vulkan_<op>_<the dtypes of its slots>,
+ * the slots' dtypes read from the arguments slot_args[0 .. num_slots - 1]. */
+static Dataflow_Status variant_kernel(const Op_Skeleton *skeleton, int num_slots, const int *slot_args,
+				      Dataflow_Op_State *state)
 {
 	char name[160];
-	snprintf(name, sizeof(name), "dataflow_vulkan_%s_%s_%s", skeleton->nickname,
-		 dataflow_datatype_name(skeleton->arg_dtypes[a]), dataflow_datatype_name(skeleton->arg_dtypes[b]));
+	int at = snprintf(name, sizeof(name), "dataflow_vulkan_%s", skeleton->nickname);
+	for (int i = 0; i < num_slots; i++)
+		at += snprintf(name + at, sizeof(name) - (size_t)at, "_%s",
+			       dataflow_datatype_name(skeleton->arg_dtypes[slot_args[i]]));
 	const Dataflow_Vulkan_Shader *shader = own_shader(name);
 	if (!shader)
 		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED, "%s (vulkan): no kernel %s", skeleton->nickname, name);
@@ -131,7 +146,7 @@ Dataflow_Status dataflow_vulkan_matmul_init(Dataflow_Handle *handle, const Op_Sk
 					    Dataflow_Op_State *state)
 {
 	(void)handle;
-	return variant_kernel(skeleton, DATAFLOW_MATMUL_ARG_A, DATAFLOW_MATMUL_ARG_D, state);
+	return variant_kernel(skeleton, 2, (const int[]){DATAFLOW_MATMUL_ARG_A, DATAFLOW_MATMUL_ARG_D}, state);
 }
 
 Dataflow_Status dataflow_vulkan_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
@@ -162,7 +177,8 @@ Dataflow_Status dataflow_vulkan_adamw_step_init(Dataflow_Handle *handle, const O
 						Dataflow_Op_State *state)
 {
 	(void)handle;
-	return variant_kernel(skeleton, DATAFLOW_ADAMW_STEP_ARG_PARAM, DATAFLOW_ADAMW_STEP_ARG_GRAD, state);
+	return variant_kernel(skeleton, 2, (const int[]){DATAFLOW_ADAMW_STEP_ARG_PARAM, DATAFLOW_ADAMW_STEP_ARG_GRAD},
+			      state);
 }
 
 #define ADAMW_TENSOR_ARGS 7 /* n, param, grad, m, v, master, scale */
@@ -196,5 +212,37 @@ Dataflow_Status dataflow_vulkan_adamw_step(Dataflow_Handle *handle, int stream_i
 	k.op_args[ADAMW_TENSOR_ARGS + ADAMW_FLOATS] = &lerp_small;
 	Dataflow_Launch_Config config;
 	groups_for(a.n, GROUP, &config);
+	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, &k, config.grid);
+}
+
+/* ---- attention_bwd: an external op, so that its arguments fit 128 bytes of push constants ----
+ * (the least a device may offer): its int64 scalars go as int32 (all are below 2^31: the
+ * catalogue bounds total_tokens and num_seqs, the 32-bit index check the rest), as the
+ * kernel's DATAFLOW_ATTENTION_BWD_PARAMS_NARROW has them. */
+
+Dataflow_Status dataflow_vulkan_attention_bwd_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+						   Dataflow_Op_State *state)
+{
+	(void)handle;
+	return variant_kernel(skeleton, 1, (const int[]){DATAFLOW_ATTENTION_BWD_ARG_Q}, state);
+}
+
+Dataflow_Status dataflow_vulkan_attention_bwd(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
+{
+	Dataflow_Attention_Bwd_Args a = dataflow_attention_bwd_args(op->op_args);
+	int64_t items = a.total_tokens * (a.num_q_heads + a.num_kv_heads);
+	if (fits_32_bits(op, LARGER(a.total_tokens * a.num_q_heads * a.head_dim, items),
+			 "total_tokens * num_q_heads * head_dim, total_tokens * (num_q_heads + num_kv_heads)") != DATAFLOW_OK)
+		return dataflow_last_status();
+	Op k = *op;
+	int32_t narrow[DATAFLOW_MAX_OP_ARGS];
+	for (int i = 0; i < op->skeleton.num_args; i++)
+		if (op->skeleton.arg_dtypes[i] == DATAFLOW_INT64_SCALAR) {
+			narrow[i] = (int32_t)*(const int64_t *)op->op_args[i]; /* < 2^31, as above */
+			k.skeleton.arg_dtypes[i] = DATAFLOW_INT32_SCALAR;
+			k.op_args[i] = &narrow[i];
+		}
+	Dataflow_Launch_Config config;
+	groups_for(items, 1, &config);
 	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, &k, config.grid);
 }
