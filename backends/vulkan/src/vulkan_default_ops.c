@@ -216,9 +216,9 @@ Dataflow_Status dataflow_vulkan_adamw_step(Dataflow_Handle *handle, int stream_i
 }
 
 /* ---- attention_bwd: an external op, so that its arguments fit 128 bytes of push constants ----
- * (the least a device may offer): its int64 scalars go as int32 (all are below 2^31: the
- * catalogue bounds total_tokens and num_seqs, the 32-bit index check the rest), as the
- * kernel's DATAFLOW_ATTENTION_BWD_PARAMS_NARROW has them. */
+ * (the least a device may offer): its int64 scalars go as 32-bit words, which the kernel
+ * (DATAFLOW_ATTENTION_BWD_PARAMS_NARROW) reads as uint: all are below 2^32 (the catalogue
+ * bounds total_tokens and num_seqs, the 32-bit index check the heads and head_dim). */
 
 Dataflow_Status dataflow_vulkan_attention_bwd_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
 						   Dataflow_Op_State *state)
@@ -238,7 +238,7 @@ Dataflow_Status dataflow_vulkan_attention_bwd(Dataflow_Handle *handle, int strea
 	int32_t narrow[DATAFLOW_MAX_OP_ARGS];
 	for (int i = 0; i < op->skeleton.num_args; i++)
 		if (op->skeleton.arg_dtypes[i] == DATAFLOW_INT64_SCALAR) {
-			narrow[i] = (int32_t)*(const int64_t *)op->op_args[i]; /* < 2^31, as above */
+			narrow[i] = (int32_t)(uint32_t)*(const int64_t *)op->op_args[i]; /* < 2^32, as above */
 			k.skeleton.arg_dtypes[i] = DATAFLOW_INT32_SCALAR;
 			k.op_args[i] = &narrow[i];
 		}
