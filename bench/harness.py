@@ -63,8 +63,11 @@ DEVICE = "cpu"  # torch's device for the run: "cpu", or "cuda:N" for --backend c
 
 
 def torch_device(backend):
-    """torch's name for the device of a dataflow backend ("host" -> "cpu")."""
-    return "cpu" if backend == "host" else backend if ":" in backend else backend + ":0"
+    """torch's device for the peer of a dataflow backend: "cuda:N" for cuda[:N], else "cpu"
+    (vulkan included: torch has no Vulkan compute backend)."""
+    if not backend.startswith("cuda"):
+        return "cpu"
+    return backend if ":" in backend else backend + ":0"
 
 
 def tensor(x):
@@ -206,7 +209,11 @@ def machine_info(backend="host"):
                 python=platform.python_version(), torch=torch.__version__, dataflow=import_dataflow().__version__,
                 env={k: os.environ[k] for k in ("DATAFLOW_HOST_MATMUL", "DATAFLOW_SIMD", "DATAFLOW_CUDA_ATTENTION",
                                                 "DATAFLOW_CUDA_TF32") if k in os.environ})
-    if backend != "host":
+    if backend.startswith("vulkan"):
+        import dataflow.vulkan
+        index = int(backend.partition(":")[2] or 0)
+        info.update(vulkan_device=next(d for d in dataflow.vulkan.list_devices() if d["index"] == index))
+    elif backend != "host":
         dev = torch_device(backend)
         p = torch.cuda.get_device_properties(dev)
         info.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1), sm_count=p.multi_processor_count,

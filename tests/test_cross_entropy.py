@@ -19,7 +19,7 @@ from tolerances import CROSS_ENTROPY_TOLERANCES as TOL
 DTYPES = ("fp32", "bf16", "fp16")
 REF = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 UINT = {"fp32": np.uint32, "fp16": np.uint16, "bf16": np.uint16}
-h = handle_fixture("h", streams=4, device_memory="256MiB")
+h = handle_fixture("h", ("cross_entropy",), streams=4, device_memory="256MiB")
 
 
 def quantize(x, dtype):

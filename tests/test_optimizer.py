@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import dataflow as df
-from tolerances import ADAMW_TOLERANCES, GRAD_NORM_TOLERANCES
+from tolerances import ADAMW_TOLERANCES, GRAD_NORM_TOLERANCES, assert_replay
 from conftest import handle_fixture
 
 SIZES = (1, 7, 1000, 100003)
@@ -19,7 +19,8 @@ HYPER = dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
 STEPS = 5
 
 
-h = handle_fixture("h", streams=2, device_memory="512MiB")
+OPS = ("adamw_step", "grad_norm_sq_partials", "grad_norm_sq_reduce", "clip_by_global_norm")
+h = handle_fixture("h", OPS, streams=2, device_memory="512MiB")
 
 
 def rounded(x, dtype):
@@ -68,9 +69,10 @@ def test_adamw_fp32(h, n, grad_dtype):
     gs = grads(n, STEPS, n + 1, grad_dtype)
     param, m, v, _ = run_adamw(h, p0, gs, "fp32", grad_dtype)
     want_p, want_m, want_v = torch_adamw(p0, gs)
-    # m and v do not depend on p, and follow torch's fma order: identical bits
-    np.testing.assert_array_equal(m.numpy(), want_m)
-    np.testing.assert_array_equal(v.numpy(), want_v)
+    # m and v do not depend on p, and follow torch's fma order: identical bits on host (within
+    # fp32 tolerance where the device's fma is not fused: lavapipe)
+    assert_replay(h, m.numpy(), want_m, ADAMW_TOLERANCES["fp32"])
+    assert_replay(h, v.numpy(), want_v, ADAMW_TOLERANCES["fp32"])
     np.testing.assert_allclose(param.numpy(), want_p, **ADAMW_TOLERANCES["fp32"])
     assert not np.allclose(param.numpy(), p0, rtol=1e-4, atol=0), "the parameters moved"
 
@@ -83,7 +85,7 @@ def test_adamw_bf16_master(h, n, grad_dtype):
     param, m, v, master = run_adamw(h, p0, gs, "bf16", grad_dtype, master=True)
     want_p, want_m, _ = torch_adamw(p0, gs)
     np.testing.assert_allclose(master.numpy(), want_p, **ADAMW_TOLERANCES["fp32"])
-    np.testing.assert_array_equal(m.numpy(), want_m)
+    assert_replay(h, m.numpy(), want_m, ADAMW_TOLERANCES["fp32"])
     # the bf16 param is exactly the master rounded; the master is torch's within fp32 ulps
     np.testing.assert_array_equal(param.numpy(), rounded(master.numpy(), "bf16"))
     np.testing.assert_allclose(param.numpy(), rounded(want_p, "bf16"), **ADAMW_TOLERANCES["bf16"])
@@ -113,7 +115,7 @@ def test_adamw_zero_weight_decay_and_large_beta1_lerp(h):
         df.ops.adamw_step(h, param, g, m, v, t, lr=0.1, betas=(0.3, 0.9), eps=1e-6, weight_decay=0.0)
         tp.grad = torch.from_numpy(gn.copy())
         opt.step()
-    np.testing.assert_array_equal(m.numpy(), opt.state[tp]["exp_avg"].numpy())
+    assert_replay(h, m.numpy(), opt.state[tp]["exp_avg"].numpy(), ADAMW_TOLERANCES["fp32"])
     np.testing.assert_allclose(param.numpy(), tp.detach().numpy(), **ADAMW_TOLERANCES["fp32"])
 
 

@@ -343,15 +343,17 @@ def gen_glsl_params(ops, constants):
            "// kernels in the skeleton's order (backends/vulkan/src/vulkan_submit.c packs Op.op_args the",
            "// same way): DATAFLOW_<OP>_PARAMS(<pointer type per dtype slot>). Tensors are buffer",
            "// references (<dtype>_ref, backends/vulkan/shaders/common.glsl); names GLSL reserves get a",
-           "// trailing _.", ""]
+           "// trailing _. DATAFLOW_<OP>_PARAMS_NARROW has the int64 scalars as int, for the ops whose",
+           "// arguments would not fit a device's push constants otherwise (vulkan_default_ops.c).", ""]
     out += [f"#define DATAFLOW_{name} {value}" for name, value in constants.items()]
     for op in ops:
-        members = []
-        for a in op.args:
-            name = a.name + "_" if a.name in GLSL_RESERVED else a.name
-            kind = (a.type if a.slot else f"{a.type}_ref") if a.tensor else GLSL_SCALARS[a.type]
-            members.append(f"{kind} {name};")
-        out.append(f"#define DATAFLOW_{op.upper}_PARAMS({', '.join(op.slots)}) {' '.join(members)}")
+        for suffix, scalars in (("", GLSL_SCALARS), ("_NARROW", {**GLSL_SCALARS, "int64": "int"})):
+            members = []
+            for a in op.args:
+                name = a.name + "_" if a.name in GLSL_RESERVED else a.name
+                kind = (a.type if a.slot else f"{a.type}_ref") if a.tensor else scalars[a.type]
+                members.append(f"{kind} {name};")
+            out.append(f"#define DATAFLOW_{op.upper}_PARAMS{suffix}({', '.join(op.slots)}) {' '.join(members)}")
     return "\n".join(out) + "\n"
 
 

@@ -42,6 +42,7 @@ typedef struct Vulkan_Device {
 	VkDevice device;
 	VkPhysicalDeviceProperties props;
 	VkPhysicalDeviceMemoryProperties memory;
+	int float64; /* shaderFloat64: enabled where the device has it */
 	uint32_t compute_family, transfer_family; /* transfer_family == compute_family: none apart */
 	uint32_t num_compute_queues, num_transfer_queues;
 	VkQueue *compute_queues, *transfer_queues;

@@ -1,4 +1,5 @@
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -76,6 +77,34 @@ VULKAN_LAUNCH(embedding, Dataflow_Embedding_Args, LARGER(a.vocab, a.num_tokens) 
 VULKAN_LAUNCH(embedding_bwd_w, Dataflow_Embedding_Bwd_W_Args, LARGER(a.vocab, a.num_tokens) * a.hidden, a.hidden,
 	      GROUP)
 
+/* cross_entropy: one workgroup per row */
+VULKAN_LAUNCH(cross_entropy, Dataflow_Cross_Entropy_Args, a.tokens * a.vocab, a.tokens, 1)
+
+/* grad_norm_sq: partials 4 blocks per workgroup, then one invocation sums them in order;
+ * clip_by_global_norm: one invocation */
+#define GRAD_NORM_BLOCKS(n) (((n) + DATAFLOW_GRAD_NORM_BLOCK - 1) / DATAFLOW_GRAD_NORM_BLOCK)
+VULKAN_LAUNCH(grad_norm_sq_partials, Dataflow_Grad_Norm_Sq_Partials_Args, a.n, GRAD_NORM_BLOCKS(a.n), 4)
+VULKAN_LAUNCH(grad_norm_sq_reduce, Dataflow_Grad_Norm_Sq_Reduce_Args, a.num_blocks, 1, 1)
+
+/* attention, attention_kv: one workgroup per (query head, query); attention_bwd (below): per
+ * (kv head, key) and per (query head, query); attention_bwd_delta: one invocation per
+ * (token, head) row, ATTN_GROUP per workgroup */
+#define ATTN_GROUP 64 /* local_size_x of attention_bwd_delta */
+VULKAN_LAUNCH(attention, Dataflow_Attention_Args, a.total_tokens * a.num_q_heads * a.head_dim,
+	      a.total_tokens * a.num_q_heads, 1)
+VULKAN_LAUNCH(attention_kv, Dataflow_Attention_Kv_Args,
+	      LARGER(a.total_q * a.num_q_heads, a.total_k * a.num_kv_heads) * a.head_dim, a.total_q * a.num_q_heads, 1)
+VULKAN_LAUNCH(attention_bwd_delta, Dataflow_Attention_Bwd_Delta_Args, a.total_tokens * a.num_q_heads * a.head_dim,
+	      a.total_tokens * a.num_q_heads, ATTN_GROUP)
+
+Dataflow_Status dataflow_vulkan_clip_by_global_norm_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+							   Dataflow_Launch_Config *config)
+{
+	(void)handle, (void)op, (void)op_state;
+	groups_for(1, 1, config);
+	return DATAFLOW_OK;
+}
+
 /* ---- matmul: the variant's kernel, chosen at registration ---- */
 
 /* A kernel this library exports (vulkan_shaders.c), by name. */
@@ -91,24 +120,33 @@ static const Dataflow_Vulkan_Shader *own_shader(const char *name)
 	return shader;
 }
 
-Dataflow_Status dataflow_vulkan_matmul_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
-					    Dataflow_Op_State *state)
+/* An external op's state: its variant's kernel, dataflow_vulkan_<op>_<the dtypes of its slots>,
+ * the slots' dtypes read from the arguments slot_args[0 .. num_slots - 1]. */
+static Dataflow_Status variant_kernel(const Op_Skeleton *skeleton, int num_slots, const int *slot_args,
+				      Dataflow_Op_State *state)
 {
-	(void)handle;
 	char name[160];
-	snprintf(name, sizeof(name), "dataflow_vulkan_matmul_%s_%s",
-		 dataflow_datatype_name(skeleton->arg_dtypes[DATAFLOW_MATMUL_ARG_A]),
-		 dataflow_datatype_name(skeleton->arg_dtypes[DATAFLOW_MATMUL_ARG_D]));
+	int at = snprintf(name, sizeof(name), "dataflow_vulkan_%s", skeleton->nickname);
+	for (int i = 0; i < num_slots; i++)
+		at += snprintf(name + at, sizeof(name) - (size_t)at, "_%s",
+			       dataflow_datatype_name(skeleton->arg_dtypes[slot_args[i]]));
 	const Dataflow_Vulkan_Shader *shader = own_shader(name);
 	if (!shader)
-		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED, "matmul (vulkan): no kernel %s", name);
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED, "%s (vulkan): no kernel %s", skeleton->nickname, name);
 	Vulkan_Op *rec = calloc(1, sizeof(*rec));
 	if (!rec)
-		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "matmul (vulkan): no memory");
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "%s (vulkan): no memory", skeleton->nickname);
 	rec->shader = shader;
 	snprintf(rec->kernel_name, sizeof(rec->kernel_name), "%s", name);
 	*state = (Dataflow_Op_State){rec, free};
 	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_vulkan_matmul_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+					    Dataflow_Op_State *state)
+{
+	(void)handle;
+	return variant_kernel(skeleton, 2, (const int[]){DATAFLOW_MATMUL_ARG_A, DATAFLOW_MATMUL_ARG_D}, state);
 }
 
 Dataflow_Status dataflow_vulkan_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
@@ -128,4 +166,83 @@ Dataflow_Status dataflow_vulkan_matmul(Dataflow_Handle *handle, int stream_id, c
 					  (long long)a.M, (long long)a.N, (long long)gx, (long long)gy, max[0], max[1]);
 	const uint32_t groups[3] = {(uint32_t)gx, (uint32_t)gy, 1};
 	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, op, groups);
+}
+
+/* ---- adamw_step: an external op, so that its per-step constants are formed on the host ----
+ * In double from the host's doubles (pow, sqrt) and rounded once to fp32, as the host kernel
+ * does (backends/host/kernels/adamw_step.c); the kernel (shaders/adamw_step.comp) gets the
+ * op's first 7 arguments and then these, packed like a skeleton's arguments. */
+
+Dataflow_Status dataflow_vulkan_adamw_step_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+						Dataflow_Op_State *state)
+{
+	(void)handle;
+	return variant_kernel(skeleton, 2, (const int[]){DATAFLOW_ADAMW_STEP_ARG_PARAM, DATAFLOW_ADAMW_STEP_ARG_GRAD},
+			      state);
+}
+
+#define ADAMW_TENSOR_ARGS 7 /* n, param, grad, m, v, master, scale */
+enum { ADAMW_DECAY, ADAMW_W1, ADAMW_BETA2, ADAMW_C2, ADAMW_NEG_STEP_SIZE, ADAMW_BC2_SQRT, ADAMW_EPS, ADAMW_FLOATS };
+
+Dataflow_Status dataflow_vulkan_adamw_step(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
+{
+	Dataflow_Adamw_Step_Args a = dataflow_adamw_step_args(op->op_args);
+	if (fits_32_bits(op, a.n, "n") != DATAFLOW_OK)
+		return dataflow_last_status();
+	double bc1 = 1.0 - pow(a.beta1, (double)a.step), bc2 = 1.0 - pow(a.beta2, (double)a.step);
+	float c[ADAMW_FLOATS] = {
+		[ADAMW_DECAY] = (float)(1.0 - a.lr * a.weight_decay),
+		[ADAMW_W1] = (float)(1.0 - a.beta1),
+		[ADAMW_BETA2] = (float)a.beta2,
+		[ADAMW_C2] = (float)(1.0 - a.beta2),
+		[ADAMW_NEG_STEP_SIZE] = (float)(-(a.lr / bc1)),
+		[ADAMW_BC2_SQRT] = (float)sqrt(bc2),
+		[ADAMW_EPS] = (float)a.eps,
+	};
+	int32_t lerp_small = fabsf(c[ADAMW_W1]) < 0.5f;
+	Op k = {.skeleton = op->skeleton};
+	k.skeleton.num_args = ADAMW_TENSOR_ARGS + ADAMW_FLOATS + 1;
+	for (int i = 0; i < ADAMW_TENSOR_ARGS; i++)
+		k.op_args[i] = op->op_args[i];
+	for (int i = 0; i < ADAMW_FLOATS; i++) {
+		k.skeleton.arg_dtypes[ADAMW_TENSOR_ARGS + i] = DATAFLOW_FP32_SCALAR;
+		k.op_args[ADAMW_TENSOR_ARGS + i] = &c[i];
+	}
+	k.skeleton.arg_dtypes[ADAMW_TENSOR_ARGS + ADAMW_FLOATS] = DATAFLOW_INT32_SCALAR;
+	k.op_args[ADAMW_TENSOR_ARGS + ADAMW_FLOATS] = &lerp_small;
+	Dataflow_Launch_Config config;
+	groups_for(a.n, GROUP, &config);
+	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, &k, config.grid);
+}
+
+/* ---- attention_bwd: an external op, so that its arguments fit 128 bytes of push constants ----
+ * (the least a device may offer): its int64 scalars go as 32-bit words, which the kernel
+ * (DATAFLOW_ATTENTION_BWD_PARAMS_NARROW) reads as uint: all are below 2^32 (the catalogue
+ * bounds total_tokens and num_seqs, the 32-bit index check the heads and head_dim). */
+
+Dataflow_Status dataflow_vulkan_attention_bwd_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+						   Dataflow_Op_State *state)
+{
+	(void)handle;
+	return variant_kernel(skeleton, 1, (const int[]){DATAFLOW_ATTENTION_BWD_ARG_Q}, state);
+}
+
+Dataflow_Status dataflow_vulkan_attention_bwd(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
+{
+	Dataflow_Attention_Bwd_Args a = dataflow_attention_bwd_args(op->op_args);
+	int64_t items = a.total_tokens * (a.num_q_heads + a.num_kv_heads);
+	if (fits_32_bits(op, LARGER(a.total_tokens * a.num_q_heads * a.head_dim, items),
+			 "total_tokens * num_q_heads * head_dim, total_tokens * (num_q_heads + num_kv_heads)") != DATAFLOW_OK)
+		return dataflow_last_status();
+	Op k = *op;
+	int32_t narrow[DATAFLOW_MAX_OP_ARGS];
+	for (int i = 0; i < op->skeleton.num_args; i++)
+		if (op->skeleton.arg_dtypes[i] == DATAFLOW_INT64_SCALAR) {
+			narrow[i] = (int32_t)(uint32_t)*(const int64_t *)op->op_args[i]; /* < 2^32, as above */
+			k.skeleton.arg_dtypes[i] = DATAFLOW_INT32_SCALAR;
+			k.op_args[i] = &narrow[i];
+		}
+	Dataflow_Launch_Config config;
+	groups_for(items, 1, &config);
+	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, &k, config.grid);
 }

@@ -247,6 +247,9 @@ static Dataflow_Status device_create(const Vulkan_Functions *vk, int index, Vulk
 		       .v12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .bufferDeviceAddress = 1,
 			       .timelineSemaphore = 1, .storageBuffer8BitAccess = 1}};
 	on.base.features.shaderInt64 = 1;
+	/* the fp64 sums of grad_norm_sq and clip_by_global_norm (vulkan_submit.c refuses a kernel
+	 * that declares Float64 on a device without it) */
+	on.base.features.shaderFloat64 = d->float64 = f.base.features.shaderFloat64;
 	on.v12.shaderFloat16 = f.v12.shaderFloat16;
 	on.v12.shaderInt8 = f.v12.shaderInt8;
 	on.base.features.shaderInt16 = f.base.features.shaderInt16;

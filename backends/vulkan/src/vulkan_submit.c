@@ -8,6 +8,17 @@
  * push constants (recorded into the command buffer, so the caller may reuse its Op at once);
  * an external op is called now on the caller's thread and queues its own work. */
 
+/* Whether SPIR-V words declare a capability: OpCapability (opcode 17, 2 words) instructions
+ * come first, after the 5-word header. */
+static int declares_capability(const Dataflow_Vulkan_Shader *shader, uint32_t capability)
+{
+	size_t n = shader->size_bytes / 4;
+	for (size_t i = 5; i + 1 < n && shader->words[i] == (2u << 16 | 17u); i += 2)
+		if (shader->words[i + 1] == capability)
+			return 1;
+	return 0;
+}
+
 /* The pipeline of a shader, made once per handle (h->lock held). */
 static Dataflow_Status pipeline_for(Vulkan_Handle *h, Vulkan_Op *rec, VkPipeline *out)
 {
@@ -17,6 +28,11 @@ static Dataflow_Status pipeline_for(Vulkan_Handle *h, Vulkan_Op *rec, VkPipeline
 			return DATAFLOW_OK;
 		}
 	Vulkan_Device *d = h->dev;
+	if (!d->float64 && declares_capability(rec->shader, 10 /* Float64 */))
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+					  "vulkan: kernel %s computes in fp64, which device %d (%s) does not offer "
+					  "(shaderFloat64)",
+					  rec->kernel_name, d->index, d->props.deviceName);
 	Vulkan_Pipeline *p = calloc(1, sizeof(*p));
 	if (!p)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "vulkan: no memory for a pipeline");
