@@ -19,11 +19,28 @@ from .handle import Handle
 
 REDUCE_OPS = {"sum": 0, "avg": 1}
 LAUNCHER_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")  # Open MPI's, then MPICH/Hydra's
+RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK")
+LOCAL_SIZE_ENV = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
 
 
-def launched_by_mpirun():
-    """True when this process is one rank of an mpirun job."""
-    return any(v in os.environ for v in LAUNCHER_ENV)
+def _launcher_int(names):
+    value = next((os.environ[v] for v in names if v in os.environ), None)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def launcher_size():
+    """The number of ranks mpirun started (None outside mpirun): known before MPI starts."""
+    return _launcher_int(LAUNCHER_ENV)
+
+
+def launcher_rank():
+    """This process's rank as mpirun told it (None outside mpirun): known before MPI starts."""
+    return _launcher_int(RANK_ENV)
+
+
+def local_ranks():
+    """How many ranks of this job share this machine (1 outside mpirun)."""
+    return _launcher_int(LOCAL_SIZE_ENV) or 1
 
 
 class Communicator:
