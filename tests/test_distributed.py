@@ -106,3 +106,10 @@ def test_bad_arguments_fail_before_loading_mpi():
     h = df.Handle("host", streams=1, device_memory="1MiB", threads=1)
     with pytest.raises(df.BadArgumentError, match="timeout must be a positive number"):
         df.distributed.init(h, timeout=-1)
+
+
+def test_sharding_needs_a_communicator():
+    h = df.Handle("host", streams=1, device_memory="16MiB", threads=1)
+    model = Llama(h, LlamaConfig.from_dict(worker.CONFIG), seed=5)
+    with pytest.raises(df.BadArgumentError, match="shard_optimizer shards the optimizer state over the ranks of comm"):
+        df.Trainer(model, shard_optimizer=True)

@@ -49,18 +49,18 @@ def test_checkpoints_resume_with_any_number_of_processes(tmp_path):
     assert _dataflow("train", "--steps", "4", *COMMON, "--out", "ref", cwd=tmp_path).returncode == 0
     reference = checkpoint.load(tmp_path / "ref" / "checkpoint")
 
-    # 2 ranks (the launcher) -> 1 process
-    two = _dataflow("train", "--steps", "2", *COMMON, "--out", "a", "--nproc", "2", cwd=tmp_path)
+    # 2 ranks (the launcher; the optimizer state sharded) -> 1 process
+    two = _dataflow("train", "--steps", "2", *COMMON, "--out", "a", "--nproc", "2", "--shard-optimizer", cwd=tmp_path)
     assert two.returncode == 0, two.stderr
     assert two.stdout.count("dataflow train: Llama") == 1 and two.stdout.count("train: 2 steps") == 1, two.stdout
-    assert "data-parallel: 2 ranks (mpirun), 2 sequences each per step" in two.stdout
+    assert "data-parallel: 2 ranks (mpirun), 2 sequences each per step, optimizer state sharded" in two.stdout
     assert two.stderr.count("step 2/2") == 1, two.stderr  # rank 1 prints no progress
     assert _dataflow("train", "--steps", "2", "--resume", "--out", "a", cwd=tmp_path).returncode == 0
     _assert_continues(checkpoint.load(tmp_path / "a" / "checkpoint"), reference)
 
-    # 1 process -> 2 ranks (mpirun as a user runs it)
+    # 1 process -> 2 ranks (mpirun as a user runs it; sharded: each rank loads its part)
     assert _dataflow("train", "--steps", "2", *COMMON, "--out", "b", cwd=tmp_path).returncode == 0
-    resumed = _mpirun(2, "train", "--steps", "2", "--resume", "--out", "b", cwd=tmp_path)
+    resumed = _mpirun(2, "train", "--steps", "2", "--resume", "--out", "b", "--shard-optimizer", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert resumed.stdout.count("resuming b/checkpoint at step 2") == 1, resumed.stdout
     _assert_continues(checkpoint.load(tmp_path / "b" / "checkpoint"), reference)
@@ -71,6 +71,7 @@ def test_checkpoints_resume_with_any_number_of_processes(tmp_path):
     (["--nproc", "0"], "argument --nproc: must be >= 1, got 0"),
     (["--nproc", "2", "--batch", "3"], "--batch: 3 sequences per step do not split evenly over 2 ranks; pass a "
                                        "multiple of 2"),
+    (["--shard-optimizer"], "--shard-optimizer: shards the optimizer state over several ranks; add --nproc N"),
 ])
 def test_nproc_is_checked_before_anything_starts(stand_in, tmp_path, capsys, argv, message):  # noqa: F811
     assert run_cli("train", *SMALL, *argv, "--out", str(tmp_path / "run")) == 2

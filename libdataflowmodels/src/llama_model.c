@@ -118,13 +118,13 @@ Dataflow_Status dataflow_llama_tensor(const Dataflow_Llama *model, int index, Da
 	if ((int)kind < 0 || kind >= DATAFLOW_BLOCK_NUM_KINDS)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama tensor: kind must be 0..4 (param, grad, m, v, master), got %d", (int)kind);
-	if (model->shard_optimizer && kind != DATAFLOW_BLOCK_PARAM && kind != DATAFLOW_BLOCK_GRAD)
+	TRY(dataflow_blocked_model_tensor(model->bm, index, tensor));
+	void *base = block_ptr(&model->blocks[tensor->block], kind);
+	if (base && model->shard_optimizer && kind != DATAFLOW_BLOCK_PARAM && kind != DATAFLOW_BLOCK_GRAD)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama tensor: the optimizer state (kind %d) is sharded over the ranks; "
 					  "dataflow_llama_shard_optimizer(model, stream, 0) gathers it",
 					  (int)kind);
-	TRY(dataflow_blocked_model_tensor(model->bm, index, tensor));
-	void *base = block_ptr(&model->blocks[tensor->block], kind);
 	tensor->dtype = kind == DATAFLOW_BLOCK_PARAM ? model->config->dtype : DATAFLOW_FP32;
 	tensor->ptr = base ? llama_at(base, tensor->offset, tensor->dtype) : NULL;
 	return DATAFLOW_OK;

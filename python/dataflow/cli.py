@@ -307,6 +307,8 @@ def _add_train(sub):
                    help="data-parallel on N local processes through Open MPI's mpirun, each on --batch / N "
                         "sequences of every step (or run `mpirun -n N dataflow train ...`); checkpoints "
                         "resume with any N")
+    p.add_argument("--shard-optimizer", dest="shard_optimizer", action="store_true",
+                   help="with several ranks: each keeps 1/N of the optimizer state (ZeRO-1)")
     p.set_defaults(run=train)
 
 

@@ -43,6 +43,13 @@ def local_ranks():
     return _launcher_int(LOCAL_SIZE_ENV) or 1
 
 
+def _destroy(handle, c):
+    """Releases a communicator, unless its handle was closed first: the handle took its
+    collectives with it (and a job that failed must not wait in MPI_Finalize for a lost rank)."""
+    if handle._alive():
+        commlib.dataflow_comm_destroy(c)
+
+
 class Communicator:
     """The ranks of this job, bound to one handle: collectives read and write that handle's
     arrays on its streams. library: the MPI library to load (default $DATAFLOW_MPI_LIBRARY or
@@ -60,15 +67,12 @@ class Communicator:
         check(commlib.dataflow_comm_create(handle._ptr(), config, out))
         self._c = out[0]
         self.rank, self.size = commlib.dataflow_comm_rank(self._c), commlib.dataflow_comm_size(self._c)
-        self._close = weakref.finalize(self, commlib.dataflow_comm_destroy, self._c)
+        self._close = weakref.finalize(self, _destroy, handle, self._c)
 
     def close(self):
         """Waits for the handle's queued work and releases the communicator (the last one of
         the process finalizes MPI, unless a collective failed)."""
-        if self.handle._alive():
-            self._close()
-        else:
-            self._close.detach()  # the handle took the collectives with it
+        self._close()
 
     def on(self, handle):
         """This communicator, or a new one over the same ranks bound to `handle` (every rank

@@ -146,7 +146,7 @@ def prepare(args, ranks=1):
     returns the Plan; raises BadArgumentError / FileFormatError naming the flag or file. Reads
     files; writes nothing."""
     plan = Plan()
-    plan.nproc = args.nproc
+    plan.nproc, plan.shard_optimizer = args.nproc, args.shard_optimizer
     plan.init_dir = None
     plan.out = args.out
     plan.ckpt_dir = os.path.join(args.out, "checkpoint")
@@ -192,6 +192,9 @@ def prepare(args, ranks=1):
     if "master_weights" in plan.changed:
         raise BadArgumentError(f"--master-weights: {plan.resumed.path} trained without fp32 master weights; a "
                                "resumed run keeps its checkpoint's choice")
+    if args.shard_optimizer and ranks == 1:
+        raise BadArgumentError("--shard-optimizer: shards the optimizer state over several ranks; add --nproc N "
+                               "(N >= 2) or run under mpirun -n N")
     if plan.run["batch"] % ranks:
         raise BadArgumentError(f"--batch: {plan.run['batch']} sequences per step do not split evenly over {ranks} "
                                f"ranks; pass a multiple of {ranks}")
@@ -246,6 +249,8 @@ def resume_command(plan, remaining):
         parts += ["--steps", str(remaining)]
     if plan.nproc:
         parts += ["--nproc", str(plan.nproc)]
+    if plan.shard_optimizer:
+        parts += ["--shard-optimizer"]
     return shlex.join(parts)
 
 
@@ -289,7 +294,8 @@ def _banner(plan, params, parts, handle, engine, ranks):
         f"  output: {plan.ckpt_dir} (checkpoint), {os.path.join(plan.out, 'loss.png')} (loss curve)",
     ]
     if ranks > 1:
-        lines.insert(-1, f"  data-parallel: {ranks} ranks (mpirun), {run['batch'] // ranks} sequences each per step")
+        lines.insert(-1, f"  data-parallel: {ranks} ranks (mpirun), {run['batch'] // ranks} sequences each per step"
+                     + (", optimizer state sharded (ZeRO-1)" if plan.shard_optimizer else ""))
     if plan.resumed:
         changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in plan.changed.items()) or "no settings changed"
         lines.insert(1, f"  resuming {plan.resumed.path} at step {plan.first_step} ({changes})")
@@ -368,7 +374,7 @@ def _run(plan, handle, Trainer, weights, comm=None):
         copy_weights(model, weights)
     options = {"master_weights": True} if run["master_weights"] else {}
     if comm is not None:
-        options["comm"] = comm
+        options.update(comm=comm, shard_optimizer=plan.shard_optimizer)
     trainer = Trainer(model, lr=run["lr"], **options)
     rows = run["batch"] // (comm.size if comm else 1)
     mine = slice(comm.rank * rows, (comm.rank + 1) * rows) if comm else slice(None)
@@ -381,6 +387,8 @@ def _run(plan, handle, Trainer, weights, comm=None):
 
     def save():
         if not lead:
+            if plan.shard_optimizer:
+                trainer.state_dict()  # the gather of the sharded state takes every rank
             saved[0] = trainer.step_count
             return
         try:
