@@ -7,7 +7,9 @@ Measured (2 ranks here, rank 0 prints): the step time with each block's all-redu
 communication stream (overlapped), on the compute stream right after the block (serialized),
 and the all-reduce of every block's gradients alone. overlap = (serialized - overlapped) /
 all-reduce: the fraction of the all-reduce time hidden behind the backward. The peer is the
-same model stepped without communication (the compute alone).
+same model stepped without communication (the compute alone). ZeRO-1 (shard_optimizer): its
+step time, and the device memory a model, its trainer and one step take on a fresh handle of
+rank 0, against plain data-parallel (the optimizer state, m and v, is 8 bytes a parameter).
 
 Estimated: tokens/s = N * tokens_per_gpu / max(compute, exposed communication), compute =
 6 * params * tokens_per_gpu / (MFU * peak), ring all-reduce = 2 (N - 1) / N * grad bytes /
@@ -39,6 +41,14 @@ def median_step(trainer, tokens, steps):
     return float(np.median(times))
 
 
+def memory_and_step(comm, cfg, tokens, steps, shard):
+    """(device bytes in use after the first step on a handle of its own, median step seconds)."""
+    h = df.Handle("host", streams=2, device_memory="1GiB", threads=1)
+    trainer = df.Trainer(Llama(h, cfg), comm=comm, shard_optimizer=shard)
+    trainer.step(tokens)
+    return h.memory_in_use(), median_step(trainer, tokens, steps)
+
+
 def estimate(overlap):
     out = {}
     for n, busbw in BUSBW.items():
@@ -62,6 +72,9 @@ def main():
     for name, comm_stream in (("overlapped", 1), ("serialized", 0)):
         times[name] = median_step(df.Trainer(Llama(h, cfg), comm=comm, comm_stream=comm_stream), tokens, args.steps)
     times["compute_only"] = median_step(df.Trainer(Llama(h, cfg)), tokens, args.steps)
+    memory = {}
+    for name, shard in (("plain", False), ("zero1", True)):
+        memory[name], times[f"{name}_step"] = memory_and_step(comm, cfg, tokens, args.steps, shard)
     model, c = Llama(h, cfg), comm.on(h)
     grads = [a for a in model._arrays(1).values()]
     t0 = time.perf_counter()
@@ -72,14 +85,18 @@ def main():
     times["allreduce"] = (time.perf_counter() - t0) / args.steps
     raw = (times["serialized"] - times["overlapped"]) / times["allreduce"]  # noisy on a shared machine
     overlap = max(0.0, min(1.0, raw))
+    memory["optimizer_state"] = 8 * sum(a.size for a in model.named_parameters().values())
     if comm.rank == 0:
-        print(json.dumps({"ranks": comm.size, "seconds": times, "overlap": overlap, "overlap_raw": raw, "estimate": estimate(overlap)},
-                         indent=1))
+        print(json.dumps({"ranks": comm.size, "seconds": times, "overlap": overlap, "overlap_raw": raw,
+                          "memory_rank0": memory, "estimate": estimate(overlap)}, indent=1))
         e = estimate(overlap)
         print(f"summary: {comm.size} ranks: step {times['overlapped'] * 1e3:.1f} ms overlapped vs "
               f"{times['serialized'] * 1e3:.1f} ms serialized vs {times['compute_only'] * 1e3:.1f} ms compute alone; "
               f"all-reduce {times['allreduce'] * 1e3:.1f} ms, {overlap:.0%} hidden; Llama-3-8B estimate "
-              f"{e['8xH100']['tokens_per_s']:.0f} tok/s on 8 H100, {e['64xH100']['tokens_per_s']:.0f} on 64")
+              f"{e['8xH100']['tokens_per_s']:.0f} tok/s on 8 H100, {e['64xH100']['tokens_per_s']:.0f} on 64; ZeRO-1: "
+              f"rank 0 {memory['zero1'] / 2**20:.2f} MiB vs {memory['plain'] / 2**20:.2f} MiB (optimizer state "
+              f"{memory['optimizer_state'] / 2**20:.2f} MiB), step {times['zero1_step'] * 1e3:.1f} ms vs "
+              f"{times['plain_step'] * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """One rank of the data-parallel tests (run by tests/test_distributed.py under mpirun):
 
     python distributed_worker.py train OUT.npz     5 steps on this rank's share of each batch
+    python distributed_worker.py zero OUT.npz      the same with the optimizer state sharded (ZeRO-1)
     python distributed_worker.py kill OUTDIR       rank 1 dies in step 2; rank 0 checkpoints, then steps on
     python distributed_worker.py hang OUTDIR       rank 1 stops answering in step 2 (sleeps)
     python distributed_worker.py collectives -     each collective against numpy (exit 1 on a mismatch)
@@ -26,11 +27,13 @@ def batches():
     return [rng.integers(0, CONFIG["vocab_size"], size=(BATCH, SEQ)).astype(np.int32) for _ in range(STEPS)]
 
 
-def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=False):
-    """Losses and final weights of training on rows [rank * B / size, (rank + 1) * B / size) of each batch."""
+def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=False, shard=False, result=None):
+    """Losses and final weights of training on rows [rank * B / size, (rank + 1) * B / size) of each
+    batch; result (a dict), when given, receives the device memory in use after the first step and
+    the final optimizer state."""
     h = df.Handle("host", streams=2, device_memory="64MiB", threads=1)
     model = Llama(h, LlamaConfig.from_dict(CONFIG), seed=5)
-    trainer = df.Trainer(model, lr=1e-3, weight_decay=0.1, grad_clip=0.5, comm=comm)
+    trainer = df.Trainer(model, lr=1e-3, weight_decay=0.1, grad_clip=0.5, comm=comm, shard_optimizer=shard)
     rows = BATCH // size
     losses = []
     for step, tokens in enumerate(batches()):
@@ -41,6 +44,12 @@ def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=Fal
         if step == kill_at and rank == 0:
             checkpoint.save_training(checkpoint_dir, model, trainer, state={"step": step})
         losses.append(trainer.step(tokens[rank * rows:(rank + 1) * rows]))
+        if result is not None and step == 0:
+            result["memory"] = h.memory_in_use()
+    if result is not None:
+        state = trainer.state_dict()  # sharded: gathered from every rank
+        result.update({f"m/{n}": a for n, a in state["exp_avg"].items()})
+        result.update({f"v/{n}": a for n, a in state["exp_avg_sq"].items()})
     return np.array(losses), {n: a.numpy() for n, a in model.named_parameters().items()}
 
 
@@ -78,10 +87,11 @@ def main():
     comm = df.distributed.init(timeout=float(os.environ.get("DATAFLOW_TEST_COMM_TIMEOUT", "30")))
     if mode == "collectives":
         sys.exit(0 if collectives(comm) else 1)
-    if mode == "train":
-        losses, weights = train(comm.rank, comm.size, comm)
+    if mode in ("train", "zero"):
+        result = {}
+        losses, weights = train(comm.rank, comm.size, comm, shard=mode == "zero", result=result)
         if comm.rank == 0:
-            np.savez(out, losses=losses, **weights)
+            np.savez(out, losses=losses, **weights, **{f"opt/{k}": v for k, v in result.items()})
     else:
         try:
             train(comm.rank, comm.size, comm, kill_at=2, checkpoint_dir=out, hang=mode == "hang")

@@ -11,6 +11,7 @@ import pytest
 
 import dataflow as df
 from dataflow import checkpoint
+from dataflow.models import Llama, LlamaConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -40,17 +41,40 @@ def test_collectives_match_numpy():
     assert out.count("collectives [True, True, True, True, True, True]") == 2, out
 
 
-def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path):
-    rc, out = mpirun("train", tmp_path / "dp.npz")
+def relative_error(got, want):
+    # per tensor: AdamW's first steps move each weight by about lr * sign(grad), so a weight
+    # near 0 whose gradient is near 0 differs more, relative to itself, than the tensor does
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+@pytest.mark.parametrize("mode", ["train", "zero"])
+def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path, mode):
+    """train: plain data-parallel; zero: the optimizer state sharded (ZeRO-1), gathered for the check."""
+    rc, out = mpirun(mode, tmp_path / "dp.npz")
     assert rc == 0, out
     got = np.load(tmp_path / "dp.npz")
-    losses, weights = worker.train()
+    oracle = {}
+    losses, weights = worker.train(result=oracle)
     np.testing.assert_allclose(got["losses"], losses, rtol=1e-6, atol=0)
     for name, want in weights.items():
-        # per tensor: AdamW's first steps move each weight by about lr * sign(grad), so a weight
-        # near 0 whose gradient is near 0 differs more, relative to itself, than the tensor does
-        err = np.linalg.norm(got[name] - want) / np.linalg.norm(want)
+        err = relative_error(got[name], want)
         assert err <= 1e-6, f"{name}: relative difference {err:.3g}"
+    for key in (k for k in oracle if k != "memory"):
+        err = relative_error(got[f"opt/{key}"], oracle[key])
+        assert err <= 1e-6, f"{key}: relative difference {err:.3g}"
+
+
+def test_sharding_halves_the_optimizer_memory_of_each_rank(tmp_path):
+    memory = {}
+    for mode in ("train", "zero"):
+        rc, out = mpirun(mode, tmp_path / f"{mode}.npz")
+        assert rc == 0, out
+        memory[mode] = int(np.load(tmp_path / f"{mode}.npz")["opt/memory"])
+    h = df.Handle("host", streams=1, device_memory="64MiB", threads=1)
+    model = Llama(h, LlamaConfig.from_dict(worker.CONFIG), seed=5)
+    optimizer = 2 * 4 * sum(a.size for a in model.named_parameters().values())  # m and v, fp32
+    saved = memory["train"] - memory["zero"]  # rank 0 keeps half of m and v (and a tail of < 2 elements a block)
+    assert abs(saved - optimizer / 2) <= 0.01 * optimizer, (memory, optimizer)
 
 
 def assert_complete_or_absent(directory):
@@ -82,3 +106,10 @@ def test_bad_arguments_fail_before_loading_mpi():
     h = df.Handle("host", streams=1, device_memory="1MiB", threads=1)
     with pytest.raises(df.BadArgumentError, match="timeout must be a positive number"):
         df.distributed.init(h, timeout=-1)
+
+
+def test_sharding_needs_a_communicator():
+    h = df.Handle("host", streams=1, device_memory="16MiB", threads=1)
+    model = Llama(h, LlamaConfig.from_dict(worker.CONFIG), seed=5)
+    with pytest.raises(df.BadArgumentError, match="shard_optimizer shards the optimizer state over the ranks of comm"):
+        df.Trainer(model, shard_optimizer=True)

@@ -15,12 +15,15 @@ static Dataflow_Status wait_for(Dataflow_Handle *h, int waiter, int stream)
 	return dataflow_submit_dependency(h, waiter, &state);
 }
 
-/* Block `block`'s gradients, complete on stream s, summed over the ranks on the comm stream. */
+/* Block `block`'s gradients, complete on stream s, summed over the ranks on the comm stream
+ * (with a sharded optimizer: each rank's part of them). */
 static Dataflow_Status sum_over_ranks(Dataflow_Llama *m, int s, int block)
 {
 	int cs = m->grad_comm_stream;
 	if (cs != s)
 		TRY(wait_for(m->handle, cs, s));
+	if (m->shard_optimizer)
+		return llama_shard_reduce_grads(m, cs, block);
 	float *g = m->blocks[block].grad;
 	return dataflow_submit_all_reduce(m->grad_comm, cs, DATAFLOW_FP32, llama_block_numel(m->bm, block), g, g,
 					  DATAFLOW_REDUCE_SUM);
@@ -72,6 +75,10 @@ Dataflow_Status dataflow_llama_set_grad_comm(Dataflow_Llama *m, Dataflow_Comm *c
 {
 	if (!m)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama set_grad_comm: model is required");
+	if (m->shard_optimizer)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama set_grad_comm: the optimizer state is sharded over the current communicator's "
+					  "ranks; unshard it first (dataflow_llama_shard_optimizer(model, stream, 0))");
 	if (comm && (comm_stream < 0 || comm_stream >= dataflow_handle_num_streams(m->handle)))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama set_grad_comm: comm_stream %d out of range [0, %d)",
 					  comm_stream, dataflow_handle_num_streams(m->handle));

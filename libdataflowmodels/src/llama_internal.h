@@ -34,7 +34,16 @@ struct Dataflow_Llama {
 	Llama_Workspace ws;
 	Dataflow_Comm *grad_comm; /* data-parallel: gradients summed over ranks (NULL: off) */
 	int grad_comm_stream;
+	int shard_optimizer; /* ZeRO-1 over grad_comm's ranks (llama_sharded_optimizer.c) */
 };
+
+/* Elements of block b's m, v and master: the block's, or the rank's shard of them. */
+int64_t llama_optimizer_state_numel(const Dataflow_Llama *model, int block);
+/* Sharded: block b's gradients reduce-scattered (and the tail all-reduced) on comm stream cs. */
+Dataflow_Status llama_shard_reduce_grads(Dataflow_Llama *model, int cs, int block);
+/* Sharded: the AdamW step of dataflow_llama_adamw_step over the rank's shards. */
+Dataflow_Status llama_sharded_adamw_step(Dataflow_Llama *model, int stream, const Dataflow_AdamW_Params *params,
+					 double max_grad_norm, int64_t step);
 
 static inline void *llama_resid(const Dataflow_Llama *m, int64_t layer)
 {

@@ -120,6 +120,11 @@ Dataflow_Status dataflow_llama_tensor(const Dataflow_Llama *model, int index, Da
 					  "llama tensor: kind must be 0..4 (param, grad, m, v, master), got %d", (int)kind);
 	TRY(dataflow_blocked_model_tensor(model->bm, index, tensor));
 	void *base = block_ptr(&model->blocks[tensor->block], kind);
+	if (base && model->shard_optimizer && kind != DATAFLOW_BLOCK_PARAM && kind != DATAFLOW_BLOCK_GRAD)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama tensor: the optimizer state (kind %d) is sharded over the ranks; "
+					  "dataflow_llama_shard_optimizer(model, stream, 0) gathers it",
+					  (int)kind);
 	tensor->dtype = kind == DATAFLOW_BLOCK_PARAM ? model->config->dtype : DATAFLOW_FP32;
 	tensor->ptr = base ? llama_at(base, tensor->offset, tensor->dtype) : NULL;
 	return DATAFLOW_OK;
@@ -156,6 +161,10 @@ Dataflow_Status dataflow_llama_enable_master_weights(Dataflow_Llama *m, int stre
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama enable_master_weights: master weights are for bf16 models; this one is %s",
 					  dataflow_datatype_name(m->config->dtype));
+	if (m->shard_optimizer)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama enable_master_weights: the optimizer state is sharded; enable master weights "
+					  "before dataflow_llama_shard_optimizer");
 	for (int b = 0; b < m->num_blocks; b++) {
 		Dataflow_Block_Memory *blk = &m->blocks[b];
 		if (blk->master)

@@ -31,7 +31,7 @@ Dataflow_Status dataflow_llama_alloc_optimizer_state(Dataflow_Llama *m, int s)
 	Dataflow_Handle *h = m->handle;
 	for (int b = 0; b < m->num_blocks; b++) {
 		Dataflow_Block_Memory *blk = &m->blocks[b];
-		uint64_t bytes = (uint64_t)llama_block_numel(m->bm, b) * 4;
+		uint64_t bytes = (uint64_t)llama_optimizer_state_numel(m, b) * 4;
 		float **state[] = {&blk->m, &blk->v};
 		for (int i = 0; i < 2; i++) {
 			if (*state[i])
@@ -55,6 +55,8 @@ Dataflow_Status dataflow_llama_adamw_step(Dataflow_Llama *m, int s, const Datafl
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama adamw_step: step must be >= 1, got %lld",
 					  (long long)step);
 	TRY(dataflow_llama_alloc_optimizer_state(m, s));
+	if (m->shard_optimizer)
+		return llama_sharded_adamw_step(m, s, params, max_grad_norm, step);
 	double *sumsq = (double *)m->scalars;
 	float *scale = (float *)((char *)m->scalars + 8), *norm = (float *)((char *)m->scalars + 12);
 	int clip = max_grad_norm > 0;

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from . import __version__, checkpoint, dtypes, ops, ring, ring_timeline
+from . import __version__, checkpoint, distributed, dtypes, ops, ring, ring_timeline
 from . import tokenizer as tokenizers
 from . import build_info
 from .errors import BadArgumentError, DataflowError, FileFormatError
@@ -303,6 +303,12 @@ def _add_train(sub):
                    help="also checkpoint every N steps (default 0: at the end and on Ctrl-C only)")
     p.add_argument("--eval-every", dest="eval_every", type=_integer(0), default=0, metavar="N",
                    help="validation loss on held-out text every N steps (default 0: ten times per run)")
+    p.add_argument("--nproc", type=_integer(1), metavar="N",
+                   help="data-parallel on N local processes through Open MPI's mpirun, each on --batch / N "
+                        "sequences of every step (or run `mpirun -n N dataflow train ...`); checkpoints "
+                        "resume with any N")
+    p.add_argument("--shard-optimizer", dest="shard_optimizer", action="store_true",
+                   help="with several ranks: each keeps 1/N of the optimizer state (ZeRO-1)")
     p.set_defaults(run=train)
 
 
@@ -355,7 +361,20 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 0
-    name = f"dataflow {args.command}"
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what `train --nproc` hands each rank
+    rank = distributed.launcher_rank()
+    name = f"dataflow {args.command}" + ("" if rank is None else f": rank {rank}")
+    code = _run_command(args, name)
+    if code and rank is not None:
+        # a failed rank leaves at once, without MPI_Finalize: mpirun then ends the other ranks,
+        # which would otherwise wait in a collective for this one until their timeout
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run_command(args, name):
     try:
         return args.run(args)
     except (BadArgumentError, FileFormatError) as e:  # what to fix, in one line: no traceback

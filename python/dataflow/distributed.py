@@ -19,11 +19,35 @@ from .handle import Handle
 
 REDUCE_OPS = {"sum": 0, "avg": 1}
 LAUNCHER_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")  # Open MPI's, then MPICH/Hydra's
+RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK")
+LOCAL_SIZE_ENV = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
 
 
-def launched_by_mpirun():
-    """True when this process is one rank of an mpirun job."""
-    return any(v in os.environ for v in LAUNCHER_ENV)
+def _launcher_int(names):
+    value = next((os.environ[v] for v in names if v in os.environ), None)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def launcher_size():
+    """The number of ranks mpirun started (None outside mpirun): known before MPI starts."""
+    return _launcher_int(LAUNCHER_ENV)
+
+
+def launcher_rank():
+    """This process's rank as mpirun told it (None outside mpirun): known before MPI starts."""
+    return _launcher_int(RANK_ENV)
+
+
+def local_ranks():
+    """How many ranks of this job share this machine (1 outside mpirun)."""
+    return _launcher_int(LOCAL_SIZE_ENV) or 1
+
+
+def _destroy(handle, c):
+    """Releases a communicator, unless its handle was closed first: the handle took its
+    collectives with it (and a job that failed must not wait in MPI_Finalize for a lost rank)."""
+    if handle._alive():
+        commlib.dataflow_comm_destroy(c)
 
 
 class Communicator:
@@ -43,15 +67,12 @@ class Communicator:
         check(commlib.dataflow_comm_create(handle._ptr(), config, out))
         self._c = out[0]
         self.rank, self.size = commlib.dataflow_comm_rank(self._c), commlib.dataflow_comm_size(self._c)
-        self._close = weakref.finalize(self, commlib.dataflow_comm_destroy, self._c)
+        self._close = weakref.finalize(self, _destroy, handle, self._c)
 
     def close(self):
         """Waits for the handle's queued work and releases the communicator (the last one of
         the process finalizes MPI, unless a collective failed)."""
-        if self.handle._alive():
-            self._close()
-        else:
-            self._close.detach()  # the handle took the collectives with it
+        self._close()
 
     def on(self, handle):
         """This communicator, or a new one over the same ranks bound to `handle` (every rank

@@ -6,7 +6,14 @@ an existing run is replaced only with --overwrite or continued with --resume; th
 is checked against the handle before it is allocated; Ctrl-C finishes the step, saves a resumable
 checkpoint and prints the command that resumes it (a second Ctrl-C quits without saving); a failed
 or diverged step saves nothing, so the last checkpoint stays the last good state.
+
+Data-parallel (`--nproc N`, or under `mpirun -n N`): --batch is the global batch; every rank
+reads the same windows of the token stream and trains on its own --batch / N rows of each, and
+the loss is the mean over all the rows, so a step equals one process's step on the whole batch
+(to rounding). A checkpoint holds the stream position of the whole batch, so it resumes with any
+number of ranks. Rank 0 alone prints, validates, saves and plots; the others stay quiet.
 """
+import contextlib
 import math
 import os
 import shlex
@@ -15,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from . import atomic, checkpoint, loss_plot
+from . import atomic, checkpoint, distributed, launch, loss_plot
 from . import tokenizer as tokenizers
 from .corpus import Batches, read_text, split
 from .errors import BadArgumentError, DataflowError, FileFormatError, UnsupportedError
@@ -134,10 +141,12 @@ def _tokenizer_and_config(args, plan):
     return tokenizer, config, path
 
 
-def prepare(args):
-    """Checks every argument and input of `dataflow train` and returns the Plan; raises
-    BadArgumentError / FileFormatError naming the flag or file. Reads files; writes nothing."""
+def prepare(args, ranks=1):
+    """Checks every argument and input of `dataflow train` (for a job of `ranks` processes) and
+    returns the Plan; raises BadArgumentError / FileFormatError naming the flag or file. Reads
+    files; writes nothing."""
     plan = Plan()
+    plan.nproc, plan.shard_optimizer = args.nproc, args.shard_optimizer
     plan.init_dir = None
     plan.out = args.out
     plan.ckpt_dir = os.path.join(args.out, "checkpoint")
@@ -183,6 +192,12 @@ def prepare(args):
     if "master_weights" in plan.changed:
         raise BadArgumentError(f"--master-weights: {plan.resumed.path} trained without fp32 master weights; a "
                                "resumed run keeps its checkpoint's choice")
+    if args.shard_optimizer and ranks == 1:
+        raise BadArgumentError("--shard-optimizer: shards the optimizer state over several ranks; add --nproc N "
+                               "(N >= 2) or run under mpirun -n N")
+    if plan.run["batch"] % ranks:
+        raise BadArgumentError(f"--batch: {plan.run['batch']} sequences per step do not split evenly over {ranks} "
+                               f"ranks; pass a multiple of {ranks}")
     if plan.run["seq_len"] > plan.config["max_position_embeddings"]:
         raise BadArgumentError(f"--seq-len: {plan.run['seq_len']} exceeds the model's max_position_embeddings "
                                f"{plan.config['max_position_embeddings']}")
@@ -232,6 +247,10 @@ def resume_command(plan, remaining):
         parts += ["--data", plan.source]
     if remaining > 0:
         parts += ["--steps", str(remaining)]
+    if plan.nproc:
+        parts += ["--nproc", str(plan.nproc)]
+    if plan.shard_optimizer:
+        parts += ["--shard-optimizer"]
     return shlex.join(parts)
 
 
@@ -257,7 +276,7 @@ class Interrupts:
         signal.signal(signal.SIGINT, self.previous)
 
 
-def _banner(plan, params, parts, handle, engine):
+def _banner(plan, params, parts, handle, engine, ranks):
     cfg, run = plan.config, plan.run
     tokens_per_step = run["batch"] * run["seq_len"]
     epochs = plan.steps * tokens_per_step / max(len(plan.train_tokens), 1)
@@ -274,6 +293,9 @@ def _banner(plan, params, parts, handle, engine):
         f"{mib(handle.memory_capacity())} device memory; host matmul: {engine}",
         f"  output: {plan.ckpt_dir} (checkpoint), {os.path.join(plan.out, 'loss.png')} (loss curve)",
     ]
+    if ranks > 1:
+        lines.insert(-1, f"  data-parallel: {ranks} ranks (mpirun), {run['batch'] // ranks} sequences each per step"
+                     + (", optimizer state sharded (ZeRO-1)" if plan.shard_optimizer else ""))
     if plan.resumed:
         changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in plan.changed.items()) or "no settings changed"
         lines.insert(1, f"  resuming {plan.resumed.path} at step {plan.first_step} ({changes})")
@@ -287,29 +309,75 @@ def train(args):
         raise UnsupportedError("train needs dataflow.Trainer and dataflow.models (the Llama model), which this "
                                "build lacks") from None
     from .build_info import matmul_engine
-    plan = prepare(args)
+    ranks = distributed.launcher_size()
+    if ranks is None and args.nproc and args.nproc > 1:
+        prepare(args, args.nproc)  # every flag checked once, here, before any rank starts
+        command = launch.mpirun_command(args.nproc, args.argv)
+        _check_writable(args.out)
+        code, interrupted = launch.run(command)
+        return INTERRUPTED if interrupted else code
+    if ranks is not None and args.nproc not in (None, ranks):
+        raise BadArgumentError(f"--nproc {args.nproc}: this process is one of {ranks} ranks started by mpirun; "
+                               f"drop --nproc (mpirun -n sets the number of ranks) or make it {ranks}")
+    plan = prepare(args, ranks or 1)
+    if ranks is not None and args.threads is None:  # the ranks on this machine share its cores
+        args.threads = max(1, (os.cpu_count() or 1) // distributed.local_ranks())
     handle = open_handle(args)
     try:
-        params, parts = check_memory(handle, plan.config, plan.run["dtype"], plan.config_source, training=True,
-                                     master_weights=plan.run["master_weights"],
-                                     hint="; pass a larger --device-memory or a smaller --config")
-        weights = None
-        if plan.init_dir:
-            weights = check_weights(read_directory(plan.init_dir), parameter_shapes(plan.config),
-                                    plan.config["tie_word_embeddings"], plan.init_dir)
-        _check_writable(plan.out)
-        _banner(plan, params, parts, handle, matmul_engine())
-        return _run(plan, handle, Trainer, weights)
+        comm = distributed.init(handle) if ranks is not None else None
+        lead = comm is None or comm.rank == 0
+        with _quiet_unless(lead):
+            params, parts = check_memory(handle, plan.config, plan.run["dtype"], plan.config_source, training=True,
+                                         master_weights=plan.run["master_weights"],
+                                         hint="; pass a larger --device-memory or a smaller --config")
+            weights = None
+            if plan.init_dir:
+                weights = check_weights(read_directory(plan.init_dir), parameter_shapes(plan.config),
+                                        plan.config["tie_word_embeddings"], plan.init_dir)
+            if lead:
+                _check_writable(plan.out)
+                _banner(plan, params, parts, handle, matmul_engine(), ranks or 1)
+            code = _run(plan, handle, Trainer, weights, comm)
+        if comm is not None:
+            comm.close()  # on success only: a failed rank leaves without MPI_Finalize (cli.main)
+        return code
     finally:
         handle.close()
 
 
-def _run(plan, handle, Trainer, weights):
+@contextlib.contextmanager
+def _quiet_unless(lead):
+    """Rank 0 speaks for the job: the other ranks' stdout and stderr go nowhere (their errors
+    still reach the terminal: cli.main prints them after this has ended)."""
+    if lead:
+        yield
+        return
+    with open(os.devnull, "w") as nowhere, contextlib.redirect_stdout(nowhere), contextlib.redirect_stderr(nowhere):
+        yield
+
+
+def _stop_requested(interrupts, comm):
+    """Whether the run stops after this step: a Ctrl-C here or, in a job, on any rank or at the
+    launcher (its stop file), agreed by all ranks so that they stop at the same step."""
+    if comm is None:
+        return interrupts.requested
+    stop_file = os.environ.get(launch.STOP_FILE_ENV)
+    asked = interrupts.requested or bool(stop_file and os.path.exists(stop_file))
+    return bool(comm.sum_host([float(asked)])[0] > 0)
+
+
+def _run(plan, handle, Trainer, weights, comm=None):
     run = plan.run
+    lead = comm is None or comm.rank == 0
     model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
     if weights:
         copy_weights(model, weights)
-    trainer = Trainer(model, lr=run["lr"], **({"master_weights": True} if run["master_weights"] else {}))
+    options = {"master_weights": True} if run["master_weights"] else {}
+    if comm is not None:
+        options.update(comm=comm, shard_optimizer=plan.shard_optimizer)
+    trainer = Trainer(model, lr=run["lr"], **options)
+    rows = run["batch"] // (comm.size if comm else 1)
+    mine = slice(comm.rank * rows, (comm.rank + 1) * rows) if comm else slice(None)
     if plan.resumed:
         checkpoint.restore_training(plan.resumed, model, trainer)
         trainer.lr = run["lr"]  # the command line's (or the checkpoint's) lr, not the one stored with the optimizer
@@ -318,6 +386,11 @@ def _run(plan, handle, Trainer, weights):
     saved = [plan.first_step]
 
     def save():
+        if not lead:
+            if plan.shard_optimizer:
+                trainer.state_dict()  # the gather of the sharded state takes every rank
+            saved[0] = trainer.step_count
+            return
         try:
             checkpoint.save_training(plan.ckpt_dir, model, trainer, {
                 "run": run, "tokenizer": plan.tokenizer.to_dict(), "losses": losses, "val_losses": val_losses,
@@ -333,13 +406,13 @@ def _run(plan, handle, Trainer, weights):
         return float(model.loss(plan.validation)) if len(plan.validation) else None
 
     progress = Progress(plan.steps, plan.first_step)
-    started, tokens_done, done = time.perf_counter(), 0, 0
+    started, tokens_done, done, stopped = time.perf_counter(), 0, 0, False
     with Interrupts(progress) as interrupts:
         for done in range(1, plan.steps + 1):
             step = plan.first_step + done
-            inputs = batches.next()
+            inputs = batches.next()  # the whole batch: this rank trains on its rows
             try:
-                loss = float(trainer.step(inputs))
+                loss = float(trainer.step(inputs[mine]))
             except DataflowError as e:
                 raise DataflowError(f"step {step} failed: {e}; nothing saved, {plan.ckpt_dir} keeps the last "
                                     "saved state") from None
@@ -348,20 +421,22 @@ def _run(plan, handle, Trainer, weights):
                                     f"{plan.ckpt_dir} keeps the last saved state")
             losses.append(loss)
             tokens_done += inputs.size
-            val = validate() if done % plan.eval_every == 0 or done == plan.steps else None
+            val = validate() if lead and (done % plan.eval_every == 0 or done == plan.steps) else None
             if val is not None:
                 val_losses.append([step, val])
             progress.update(done, loss, tokens_done / (time.perf_counter() - started), handle.memory_in_use(), val)
-            if interrupts.requested:
+            stopped = _stop_requested(interrupts, comm)
+            if stopped:
                 break
             if plan.save_every and done % plan.save_every == 0 and done != plan.steps:
                 save()
         save()
     elapsed = time.perf_counter() - started
-    if interrupts.requested and done < plan.steps:
+    if stopped and done < plan.steps:
         print(f"train: interrupted after step {plan.first_step + done}; checkpoint saved in {plan.ckpt_dir}.\n"
               f"resume with: {resume_command(plan, plan.steps - done)}", file=sys.stderr, flush=True)
-        return INTERRUPTED
+        # a rank's non-zero code would make mpirun abort the job: the launcher reports the interruption
+        return INTERRUPTED if comm is None else 0
     val = f", validation {val_losses[-1][1]:.4f}" if val_losses else ""
     print(f"train: {done} steps (step {trainer.step_count} in all) in {duration(elapsed)}, loss "
           f"{losses[len(losses) - done]:.4f} -> {losses[-1]:.4f}{val}, {tokens_done / elapsed:,.0f} tok/s; "

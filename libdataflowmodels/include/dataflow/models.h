@@ -121,6 +121,17 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *model, int stream, 
  * handle. */
 Dataflow_Status dataflow_llama_set_grad_comm(Dataflow_Llama *model, Dataflow_Comm *comm, int comm_stream);
 
+/* ZeRO-1 (shard = 1; 0 undoes it): the optimizer state (m, v, fp32 master weights) sharded over
+ * the ranks of the gradient communicator. Of each block of n elements, rank r of N keeps the
+ * part [r q, (r + 1) q), q = n / N, and the tail [N q, n); loss_backward reduce-scatters the
+ * gradients (the tail: all-reduces), and adamw_step updates the part and the tail, then
+ * all-gathers the parts of the weights. Existing state is converted (unsharding all-gathers
+ * it); every rank must call it, in the same order as its other collectives. The weights equal
+ * the unsharded step's within rounding (the gradient norm adds in another order). While
+ * sharded, dataflow_llama_tensor of m, v and master fails, enable_master_weights and
+ * set_grad_comm too: unshard first. */
+Dataflow_Status dataflow_llama_shard_optimizer(Dataflow_Llama *model, int stream, int shard);
+
 /* Forward and the token losses only (gradients untouched). Asynchronous on stream. */
 Dataflow_Status dataflow_llama_loss(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch);
 

@@ -21,10 +21,15 @@ class Trainer:
     comm_stream (default 1 when the handle has two streams) as soon as its backward is queued,
     while the lower blocks differentiate; the loss is the mean over all ranks' labelled tokens,
     so every rank applies the same AdamW (clipped on the global norm) and returns the same
-    loss. Two small host collectives per step (label count, loss) add two syncs."""
+    loss. Two small host collectives per step (label count, loss) add two syncs.
+    shard_optimizer=True (ZeRO-1, with comm): each rank keeps 1/N of the optimizer state (m, v,
+    master weights), the gradients are reduce-scattered instead of all-reduced, each rank runs
+    AdamW on its part and the weights are all-gathered; state_dict() and load_state_dict()
+    gather and split the state (every rank must call them), so checkpoints are the same for any
+    number of ranks."""
 
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
-                 master_weights=None, comm=None, comm_stream=None):
+                 master_weights=None, comm=None, comm_stream=None, shard_optimizer=False):
         self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, tuple(betas), eps
         self.grad_clip = grad_clip or 0.0
         if master_weights:
@@ -41,6 +46,17 @@ class Trainer:
                 comm_stream = 1 if model.handle.num_streams > 1 else 0
             check(modelslib.dataflow_llama_set_grad_comm(model._m, self.comm._c, comm_stream))
             model._grad_comm = self.comm  # the model sums over it: it lives as long as the model
+        elif shard_optimizer:
+            raise BadArgumentError("Trainer: shard_optimizer shards the optimizer state over the ranks of comm; "
+                                   "pass comm=df.distributed.init()")
+        self.shard_optimizer = bool(shard_optimizer)
+        self._shard(True)
+
+    def _shard(self, shard):
+        """The optimizer state sharded over the ranks, or gathered whole (a collective)."""
+        if self.shard_optimizer:
+            self.model._on(0)
+            check(modelslib.dataflow_llama_shard_optimizer(self.model._m, 0, int(shard)))
 
     @property
     def last_grad_norm(self):
@@ -122,6 +138,7 @@ class Trainer:
         """{"step": int, "exp_avg": {name: float32 numpy}, "exp_avg_sq": {...}, "hyperparameters": {...}}
         (m and v as torch.optim.AdamW names them; empty dicts before the first step), and
         "master": {name: float32 numpy} when the model keeps fp32 master weights."""
+        self._shard(False)
         m, v = self.model._arrays(ADAM_M), self.model._arrays(ADAM_V)
         state = {"step": self.step_count,
                  "exp_avg": {n: a.numpy() for n, a in (m or {}).items()},
@@ -131,6 +148,7 @@ class Trainer:
         masters = self.model.named_master_weights()
         if masters is not None:
             state["master"] = {n: a.numpy() for n, a in masters.items()}
+        self._shard(True)
         return state
 
     def _load_arrays(self, key, kind, values):
@@ -150,6 +168,7 @@ class Trainer:
         state_dict(). Master weights in the state need a model that keeps them; a model that
         keeps them without any in the state keeps the copies of its current weights."""
         step = int(state["step"])
+        self._shard(False)
         self.model._on(0)  # the copies below run on stream 0
         if "master" in state:
             if not self.model.master_weights:
@@ -166,3 +185,4 @@ class Trainer:
             self.lr, self.weight_decay, self.betas = hp["lr"], hp["weight_decay"], tuple(hp["betas"])
             self.eps, self.grad_clip = hp["eps"], hp["grad_clip"]
         self.step_count = step
+        self._shard(True)
