@@ -360,6 +360,20 @@ def test_attention_kv_bwd(h, dtype, hq, hkv, d):
     assert_attention_close(got, (w_out, w_lse, [w_dq, w_dk, w_dv]), dtype, f"attention_kv_bwd {dtype} {hq}/{hkv} d={d}")
 
 
+@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
+def test_attention_kv_bwd_one_sequence(h, dtype):
+    """One sequence, one kv head: the per-block items (not the per-sequence ones) over a
+    bottom-right offset, against torch autograd."""
+    rng = np.random.default_rng(12)
+    q, dout = (quantize(rng.standard_normal((70, 4, 64)), dtype) for _ in range(2))
+    k, v = (quantize(rng.standard_normal((150, 1, 64)), dtype) for _ in range(2))
+    dev = [h.from_numpy(x, dtype=dtype) for x in (q, k, v)]
+    out, lse = df.ops.attention_kv(h, *dev, [0, 70], [0, 150])
+    grads = df.ops.attention_kv_bwd(h, h.from_numpy(dout, dtype=dtype), *dev, out, lse, [0, 70], [0, 150])
+    want = oracle_kv(q, k, v, [0, 70], [0, 150], 64 ** -0.5, dout=dout)
+    assert_attention_close((out, lse, grads), want, dtype, f"attention_kv_bwd one sequence {dtype}")
+
+
 def test_attention_kv_bwd_not_causal(h):
     q_lens, k_lens = [3, 9], [20, 4]
     rng = np.random.default_rng(8)
