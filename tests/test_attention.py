@@ -240,10 +240,11 @@ def test_attention_bad_input(h):
 
 # ---- attention_kv: separate query and key sequences (KV cache), forward only ----
 
-def oracle_kv(q, k, v, cu_q, cu_k, scale, causal=True):
+def oracle_kv(q, k, v, cu_q, cu_k, scale, causal=True, dout=None):
     """torch fp32 SDPA per sequence with an explicit bottom-right causal mask: query i of q_len
-    sees key j of k_len when j <= i + k_len - q_len. Returns out, lse (q_heads, total_q)."""
-    q, k, v = (torch.from_numpy(x) for x in (q, k, v))
+    sees key j of k_len when j <= i + k_len - q_len. Returns out, lse (q_heads, total_q), and
+    with dout also (dq, dk, dv) by autograd."""
+    q, k, v = (torch.from_numpy(x).requires_grad_(dout is not None) for x in (q, k, v))
     group = q.shape[1] // k.shape[1]
     outs, lses = [], []
     for (qa, qb), (ka, kb) in zip(zip(cu_q[:-1], cu_q[1:]), zip(cu_k[:-1], cu_k[1:])):
@@ -258,7 +259,11 @@ def oracle_kv(q, k, v, cu_q, cu_k, scale, causal=True):
                     .transpose(0, 1))
         scores = ((qs @ ks.transpose(1, 2)) * scale).masked_fill(~allowed, -float("inf"))
         lses.append(torch.logsumexp(scores, dim=-1))
-    return torch.cat(outs).numpy(), torch.cat(lses, dim=1).numpy()
+    out, lse = torch.cat(outs), torch.cat(lses, dim=1)
+    if dout is None:
+        return out.detach().numpy(), lse.detach().numpy()
+    out.backward(torch.from_numpy(dout))
+    return out.detach().numpy(), lse.detach().numpy(), [x.grad.numpy() for x in (q, k, v)]
 
 
 def run_kv(h, q_lens, k_lens, hq, hkv, d, dtype, seed, causal=True, scale=None):
@@ -330,3 +335,110 @@ def test_attention_kv_bad_input(h):
         df.ops.attention_kv(h, q, f32(10, 2, 16), f32(10, 2, 16), np.array([0, 3]), np.array([0, 10]))
     with pytest.raises(df.BadArgumentError, match="multiple of num_kv_heads"):
         df.ops.attention_kv(h, q, f32(10, 3, 32), f32(10, 3, 32), np.array([0, 3]), np.array([0, 10]))
+
+
+# ---- attention_kv_bwd: the backward over a K/V context, dK/dV accumulated in fp32 ----
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hq,hkv,d", [(8, 2, 64), (6, 3, 48), (4, 4, 128), (3, 1, 80)])
+def test_attention_kv_bwd(h, dtype, hq, hkv, d):
+    """Chunks (q_len < k_len, longer than a tile) and decode rows over longer key sequences, and
+    one sequence with q_len = k_len; dk, dv start from given fp32 values and come back as those
+    plus torch autograd's gradients."""
+    q_lens, k_lens = [1, 7, 70, 65, 30], [37, 40, 150, 65, 30]
+    rng = np.random.default_rng(hq * d + 1)
+    q, dout = (quantize(rng.standard_normal((sum(q_lens), hq, d)), dtype) for _ in range(2))
+    k, v = (quantize(rng.standard_normal((sum(k_lens), hkv, d)), dtype) for _ in range(2))
+    dk0, dv0 = (rng.standard_normal((sum(k_lens), hkv, d)).astype(np.float32) for _ in range(2))
+    cu_q, cu_k = offsets(q_lens), offsets(k_lens)
+    dev = [h.from_numpy(x, dtype=dtype) for x in (q, k, v)]
+    out, lse = df.ops.attention_kv(h, *dev, cu_q, cu_k)
+    dq, dk, dv = df.ops.attention_kv_bwd(h, h.from_numpy(dout, dtype=dtype), *dev, out, lse, cu_q, cu_k,
+                                         dk=h.from_numpy(dk0), dv=h.from_numpy(dv0))
+    w_out, w_lse, (w_dq, w_dk, w_dv) = oracle_kv(q, k, v, cu_q, cu_k, d ** -0.5, dout=dout)
+    assert dk.dtype == dv.dtype == "fp32"
+    got = (out, lse, [dq, h.from_numpy(dk.numpy() - dk0), h.from_numpy(dv.numpy() - dv0)])
+    assert_attention_close(got, (w_out, w_lse, [w_dq, w_dk, w_dv]), dtype, f"attention_kv_bwd {dtype} {hq}/{hkv} d={d}")
+
+
+@pytest.mark.parametrize("dtype", ("fp32", "bf16"))
+def test_attention_kv_bwd_one_sequence(h, dtype):
+    """One sequence, one kv head: the per-block items (not the per-sequence ones) over a
+    bottom-right offset, against torch autograd."""
+    rng = np.random.default_rng(12)
+    q, dout = (quantize(rng.standard_normal((70, 4, 64)), dtype) for _ in range(2))
+    k, v = (quantize(rng.standard_normal((150, 1, 64)), dtype) for _ in range(2))
+    dev = [h.from_numpy(x, dtype=dtype) for x in (q, k, v)]
+    out, lse = df.ops.attention_kv(h, *dev, [0, 70], [0, 150])
+    grads = df.ops.attention_kv_bwd(h, h.from_numpy(dout, dtype=dtype), *dev, out, lse, [0, 70], [0, 150])
+    want = oracle_kv(q, k, v, [0, 70], [0, 150], 64 ** -0.5, dout=dout)
+    assert_attention_close((out, lse, grads), want, dtype, f"attention_kv_bwd one sequence {dtype}")
+
+
+def test_attention_kv_bwd_not_causal(h):
+    q_lens, k_lens = [3, 9], [20, 4]
+    rng = np.random.default_rng(8)
+    q, dout = (rng.standard_normal((12, 4, 32)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((24, 2, 32)).astype(np.float32) for _ in range(2))
+    dev = [h.from_numpy(x) for x in (q, k, v)]
+    out, lse = df.ops.attention_kv(h, *dev, offsets(q_lens), offsets(k_lens), causal=False, scale=0.3)
+    grads = df.ops.attention_kv_bwd(h, h.from_numpy(dout), *dev, out, lse, offsets(q_lens), offsets(k_lens),
+                                    causal=False, scale=0.3)
+    want = oracle_kv(q, k, v, offsets(q_lens), offsets(k_lens), 0.3, causal=False, dout=dout)
+    assert_attention_close((out, lse, grads), want, "fp32", "attention_kv_bwd not causal")
+
+
+def test_attention_kv_bwd_equals_attention_bwd_when_lengths_match(h):
+    """cu_seqlens_k = cu_seqlens_q and zero dk, dv (fp32): the same bits as attention_bwd (one
+    kernel), on the fused path (4 sequences x 2 kv heads) and the per-block one (1 x 1)."""
+    for lengths, hq, hkv in (([5, 64, 1, 90], 6, 2), ([150], 3, 1)):
+        q, k, v, dout = make_inputs(lengths, hq, hkv, 64, "fp32", seed=6)
+        dev = [h.from_numpy(x) for x in (q, k, v, dout)]
+        cu = offsets(lengths)
+        out, lse = df.ops.attention(h, *dev[:3], cu)
+        want = df.ops.attention_bwd(h, dev[3], *dev[:3], out, lse, cu)
+        got = df.ops.attention_kv_bwd(h, dev[3], *dev[:3], out, lse, cu, cu)
+        for g, w in zip(got, want):
+            assert np.array_equal(g.numpy(), w.numpy())
+
+
+def test_attention_kv_bwd_chunks_equal_whole_sequence(h):
+    """A 150-token sequence in chunks of 64, 50, 36: each chunk's forward over the K/V of the
+    chunks before it and itself, the backward in reverse chunk order adding into one fp32
+    dK/dV context; dq, dk, dv equal attention_bwd over the whole sequence within 1e-5."""
+    hq, hkv, d, chunks = 6, 2, 64, [64, 50, 36]
+    q, k, v, dout = make_inputs([sum(chunks)], hq, hkv, d, "fp32", seed=11)
+    dev_k, dev_v = h.from_numpy(k), h.from_numpy(v)
+    out, lse = df.ops.attention(h, h.from_numpy(q), dev_k, dev_v, offsets([sum(chunks)]))
+    w_dq, w_dk, w_dv = (x.numpy() for x in df.ops.attention_bwd(h, h.from_numpy(dout), h.from_numpy(q), dev_k, dev_v,
+                                                                 out, lse, offsets([sum(chunks)])))
+    ends = np.cumsum(chunks)
+    saved = []
+    for a, b in zip(ends - chunks, ends):
+        ctx = [h.from_numpy(x[:b]) for x in (k, v)]
+        saved.append((h.from_numpy(q[a:b]), ctx) + df.ops.attention_kv(h, h.from_numpy(q[a:b]), *ctx, [0, b - a], [0, b]))
+    dk, dv = h.zeros(k.shape), h.zeros(v.shape)
+    dq = [None] * len(chunks)
+    for c in reversed(range(len(chunks))):
+        (qc, ctx, o, l), (a, b) = saved[c], (ends[c] - chunks[c], ends[c])
+        g, gk, gv = df.ops.attention_kv_bwd(h, h.from_numpy(dout[a:b]), qc, *ctx, o, l, [0, b - a], [0, b])
+        dq[c] = g.numpy()
+        dk_all, dv_all = dk.numpy(), dv.numpy()  # the context rows so far, plus this chunk's
+        dk_all[:b] += gk.numpy()
+        dv_all[:b] += gv.numpy()
+        dk, dv = h.from_numpy(dk_all), h.from_numpy(dv_all)
+    np.testing.assert_allclose(np.concatenate(dq), w_dq, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dk.numpy(), w_dk, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dv.numpy(), w_dv, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_kv_bwd_bad_input(h):
+    f32 = lambda *shape, dtype="fp32": h.empty(shape, dtype)  # noqa: E731
+    q, kv = f32(3, 4, 32), f32(10, 2, 32)
+    out, lse = df.ops.attention_kv(h, q, kv, kv, [0, 3], [0, 10])
+    with pytest.raises(df.BadArgumentError, match="dk must be fp32"):
+        df.ops.attention_kv_bwd(h, out, q, kv, kv, out, lse, [0, 3], [0, 10], dk=f32(10, 2, 32, dtype="bf16"))
+    with pytest.raises(df.BadArgumentError, match="same length"):
+        df.ops.attention_kv_bwd(h, out, q, kv, kv, out, lse, [0, 3], [0, 4, 10])
+    with pytest.raises(df.BadArgumentError, match="workspace_bytes"):
+        df.ops.attention_kv_bwd(h, out, q, kv, kv, out, lse, [0, 3], [0, 10], workspace=h.empty((16,), "uint8"))

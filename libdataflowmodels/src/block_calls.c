@@ -60,6 +60,25 @@ static Dataflow_Status check_common(const Dataflow_Blocked_Model *m, int block, 
 	return DATAFLOW_OK;
 }
 
+/* A layer's K/V context: the forward needs k, v, cu_k, past and a one-document chunk;
+ * backward_x also the gradient accumulators dk, dv. */
+static Dataflow_Status check_kv(Call call, int block, const Dataflow_Block_Args *a)
+{
+	const Dataflow_Block_KV *kv = a->kv;
+	if (!kv || call == CALL_BACKWARD_W)
+		return DATAFLOW_OK;
+	if (a->batch->num_docs != 1 || !kv->k || !kv->v || !kv->cu_k || kv->past < 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "%s (block %d): a K/V context needs a one-document chunk, k, v, cu_k and "
+					  "past >= 0",
+					  call_names[call], block);
+	if (call == CALL_BACKWARD_X && (!kv->dk || !kv->dv))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "%s (block %d): a K/V context needs its gradients kv->dk and kv->dv",
+					  call_names[call], block);
+	return DATAFLOW_OK;
+}
+
 Dataflow_Status dataflow_block_forward(const Dataflow_Blocked_Model *m, int block, int stream,
 				       const Dataflow_Block_Memory *mem, const Dataflow_Block_Args *a)
 {
@@ -70,11 +89,7 @@ Dataflow_Status dataflow_block_forward(const Dataflow_Blocked_Model *m, int bloc
 		return llama_embedding_forward(m, stream, mem, a);
 	case DATAFLOW_BLOCK_LAYER:
 		TRY(need(CALL_FORWARD, block, "args->y", a->y));
-		if (a->kv && (a->batch->num_docs != 1 || !a->kv->k || !a->kv->v || !a->kv->cu_k || a->kv->past < 0))
-			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-						  "block forward (block %d): a K/V context needs a one-document chunk, k, "
-						  "v, cu_k and past >= 0",
-						  block);
+		TRY(check_kv(CALL_FORWARD, block, a));
 		return llama_layer_forward(m, stream, mem, a, 0);
 	case DATAFLOW_BLOCK_HEAD:
 		if (a->token_losses) {
@@ -95,6 +110,7 @@ Dataflow_Status dataflow_block_recompute(const Dataflow_Blocked_Model *m, int bl
 	TRY(check_common(m, block, CALL_RECOMPUTE, mem, a));
 	if (llama_block_role(m, block) != DATAFLOW_BLOCK_LAYER || a->level == DATAFLOW_SAVE_ALL)
 		return DATAFLOW_OK;
+	TRY(check_kv(CALL_RECOMPUTE, block, a));
 	return llama_layer_forward(m, stream, mem, a, 1);
 }
 
@@ -103,10 +119,8 @@ static Dataflow_Status check_backward(const Dataflow_Blocked_Model *m, int block
 {
 	TRY(check_common(m, block, call, mem, a));
 	Dataflow_Block_Role role = llama_block_role(m, block);
-	if (a->kv)
-		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
-					  "%s (block %d): backward through a K/V context is not supported yet",
-					  call_names[call], block);
+	if (role == DATAFLOW_BLOCK_LAYER)
+		TRY(check_kv(call, block, a));
 	if (role != DATAFLOW_BLOCK_HEAD)
 		TRY(need(call, block, "args->dy", a->dy));
 	if (role != DATAFLOW_BLOCK_EMBEDDING)

@@ -14,9 +14,10 @@ Dataflow_Status llama_forward_pass(Dataflow_Llama *m, int s, const Dataflow_Llam
 		Dataflow_Block_KV kv;
 		if (cache) {
 			int64_t kvd = m->config->num_kv_heads * m->config->head_dim, past = cache->length;
-			kv = (Dataflow_Block_KV){cache->layers[l], llama_at(cache->layers[l], cache->max_tokens * kvd,
-									     m->config->dtype),
-						 past, cache->tables + cache->max_tokens + 2 * (past + b->num_tokens)};
+			kv = (Dataflow_Block_KV){.k = cache->layers[l],
+						 .v = llama_at(cache->layers[l], cache->max_tokens * kvd, m->config->dtype),
+						 .past = past,
+						 .cu_k = cache->tables + cache->max_tokens + 2 * (past + b->num_tokens)};
 			a.kv = &kv;
 		}
 		TRY(dataflow_block_forward(bm, 1 + l, s, &m->blocks[1 + l], &a));

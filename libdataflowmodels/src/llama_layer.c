@@ -11,7 +11,11 @@
  *   backward_w: gWd += dy^T swiglu(gate, up) ; gWg += dgate^T xn2 ; gWu += dup^T xn2
  *               gln2 += rms_norm_bwd_w(dxn2, hmid) ; gWo += dmid^T att
  *               gWq, gWk, gWv += dq^T xn1, dk^T xn1, dv^T xn1 ; gln1 += rms_norm_bwd_w(dxn1, x)
- * Activation gradients are in the model dtype. */
+ * Activation gradients are in the model dtype.
+ * With a K/V context (chunks of a long sequence), the forward writes the chunk's k, v into the
+ * context and attends over it (attention_kv); backward_x adds the chunk's attention gradients
+ * into the context's fp32 dk, dv (attention_kv_bwd) and takes the chunk's own rows from there:
+ * complete once the chunks after it have run their backward (the caller goes in reverse). */
 #include <math.h>
 
 #include "blocked_internal.h"
@@ -61,11 +65,11 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 	TRY(llama_linear(m, s, act[ACT_XN1], L.w[LLAMA_V], NULL, v, L.T, L.nkv * L.hd, L.H));
 	TRY(dataflow_submit_rope(L.h, s, L.d, L.T, L.nq, L.hd, b->positions, m->inv_freq, act[ACT_Q], act[ACT_Q]));
 	TRY(dataflow_submit_rope(L.h, s, L.d, L.T, L.nkv, L.hd, b->positions, m->inv_freq, k, k));
-	if (kv)
+	if (kv && (!recompute || a->level < DATAFLOW_SAVE_ATTENTION))
 		TRY(dataflow_submit_attention_kv(L.h, s, L.d, act[ACT_Q], kv->k, kv->v, b->cu_seqlens, kv->cu_k,
 						 act[ACT_ATT], act[ACT_LSE], L.T, kv->past + L.T, 1, L.nq, L.nkv, L.hd,
 						 scale, 1));
-	else if (!recompute || a->level < DATAFLOW_SAVE_ATTENTION)
+	else if (!kv && (!recompute || a->level < DATAFLOW_SAVE_ATTENTION))
 		TRY(dataflow_submit_attention(L.h, s, L.d, act[ACT_Q], k, v, b->cu_seqlens, act[ACT_ATT], act[ACT_LSE],
 					      L.T, b->num_docs, L.nq, L.nkv, L.hd, scale, 1));
 	TRY(llama_linear(m, s, act[ACT_ATT], L.w[LLAMA_O], a->x, act[ACT_HMID], L.T, L.H, L.nq * L.hd));
@@ -87,6 +91,37 @@ static Dataflow_Status norm_input_grad(const Layer *L, int s, const void *dxn, c
 	return dataflow_submit_add(L->h, s, L->d, L->T * L->H, 1.0f, add, 1.0f, L->ws[WS_DTMP], out);
 }
 
+/* The chunk's rows of a context gradient (fp32 [T, nkv * hd]) in the model dtype. */
+static Dataflow_Status context_rows(const Layer *L, int s, const float *rows, void *out)
+{
+	int64_t n = L->T * L->nkv * L->hd;
+	if (L->d == DATAFLOW_FP32) /* a copy: 1 * x is exact */
+		return dataflow_submit_scale(L->h, s, DATAFLOW_FP32, n, 1.0f, rows, out);
+	return dataflow_submit_cast(L->h, s, DATAFLOW_FP32, L->d, n, rows, out);
+}
+
+/* dq, dk, dv of the chunk's attention from datt. */
+static Dataflow_Status attention_grads(const Layer *L, int s, const Dataflow_Block_Args *a)
+{
+	const Dataflow_Llama_Batch *b = a->batch;
+	const Dataflow_Block_KV *kv = a->kv;
+	void *const *act = L->act, *const *da = L->da;
+	float scale = 1.0f / sqrtf((float)L->hd);
+	int64_t ws = dataflow_attention_bwd_workspace_bytes(L->T, L->T, L->nq, L->nkv, L->hd);
+	if (!kv)
+		return dataflow_submit_attention_bwd(L->h, s, L->d, L->ws[WS_DATT], act[ACT_Q], act[ACT_K], act[ACT_V],
+						     act[ACT_ATT], act[ACT_LSE], b->cu_seqlens, da[DA_DQ], da[DA_DK],
+						     da[DA_DV], L->ws[WS_ATTN], ws, L->T, b->num_docs, L->nq, L->nkv,
+						     L->hd, scale, 1);
+	int64_t row = kv->past * L->nkv * L->hd;
+	TRY(dataflow_submit_attention_kv_bwd(L->h, s, L->d, L->ws[WS_DATT], act[ACT_Q], kv->k, kv->v, act[ACT_ATT],
+					     act[ACT_LSE], b->cu_seqlens, kv->cu_k, da[DA_DQ], kv->dk, kv->dv,
+					     L->ws[WS_ATTN], ws, L->T, kv->past + L->T, 1, L->nq, L->nkv, L->hd, scale,
+					     1));
+	TRY(context_rows(L, s, kv->dk + row, da[DA_DK]));
+	return context_rows(L, s, kv->dv + row, da[DA_DV]);
+}
+
 Dataflow_Status llama_layer_backward_x(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
 				       const Dataflow_Block_Args *a)
 {
@@ -105,10 +140,7 @@ Dataflow_Status llama_layer_backward_x(const Dataflow_Blocked_Model *m, int s, c
 
 	/* attention */
 	TRY(llama_input_grad(m, s, da[DA_DMID], L.w[LLAMA_O], L.ws[WS_DATT], L.T, L.H, qd, 0));
-	TRY(dataflow_submit_attention_bwd(L.h, s, L.d, L.ws[WS_DATT], act[ACT_Q], act[ACT_K], act[ACT_V], act[ACT_ATT],
-					  act[ACT_LSE], b->cu_seqlens, da[DA_DQ], da[DA_DK], da[DA_DV], L.ws[WS_ATTN],
-					  dataflow_attention_bwd_workspace_bytes(L.T, L.T, L.nq, L.nkv, L.hd), L.T,
-					  b->num_docs, L.nq, L.nkv, L.hd, 1.0f / sqrtf((float)L.hd), 1));
+	TRY(attention_grads(&L, s, a));
 	TRY(dataflow_submit_rope_bwd(L.h, s, L.d, L.T, L.nq, L.hd, b->positions, m->inv_freq, da[DA_DQ], da[DA_DQ]));
 	TRY(dataflow_submit_rope_bwd(L.h, s, L.d, L.T, L.nkv, L.hd, b->positions, m->inv_freq, da[DA_DK], da[DA_DK]));
 	TRY(llama_input_grad(m, s, da[DA_DQ], L.w[LLAMA_Q], da[DA_DXN1], L.T, qd, L.H, 0));

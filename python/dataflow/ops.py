@@ -1,7 +1,7 @@
 """The default ops on device arrays. Shapes are checked here; dtypes, pointers and buffer
 extents are checked again in C against each op's signature, which has the last word.
 Catalogue ops are submitted by argument name (catalogue.OPS[op].submit); the composite ops
-(grad_norm_sq, rms_norm_bwd_w, attention_bwd) are hand-written C functions."""
+(grad_norm_sq, rms_norm_bwd_w, attention_bwd, attention_kv_bwd) are hand-written C functions."""
 import numpy as np
 
 from . import dtypes
@@ -355,6 +355,16 @@ def _cu_seqlens(h, cu_seqlens, total, stream, name="cu_seqlens", total_name="tot
     return h.from_numpy(cu.astype(np.int32), stream=stream)
 
 
+
+def _cu_seqlens_pair(h, cu_seqlens_q, cu_seqlens_k, total_q, total_k, stream, op):
+    """attention_kv's query and key offsets (_cu_seqlens each), of the same length."""
+    cu_q = _cu_seqlens(h, cu_seqlens_q, total_q, stream, "cu_seqlens_q", "total_q")
+    cu_k = _cu_seqlens(h, cu_seqlens_k, total_k, stream, "cu_seqlens_k", "total_k")
+    if cu_q.size != cu_k.size:
+        raise BadArgumentError(f"{op}: cu_seqlens_q and cu_seqlens_k must have the same length "
+                               f"(num_seqs + 1), got {cu_q.size} and {cu_k.size}")
+    return cu_q, cu_k
+
 def _attention_shapes(q, k, v, op="attention"):
     """(q tokens, k tokens, q heads, kv heads, head_dim) of checked q, k, v; attention (op ==
     "attention") also needs as many k tokens as q tokens, attention_kv does not."""
@@ -404,11 +414,7 @@ def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True
     (q_heads, total_q))."""
     q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
     total_q, total_k, hq, hkv, d = _attention_shapes(q, k, v, "attention_kv")
-    cu_q = _cu_seqlens(h, cu_seqlens_q, total_q, stream, "cu_seqlens_q", "total_q")
-    cu_k = _cu_seqlens(h, cu_seqlens_k, total_k, stream, "cu_seqlens_k", "total_k")
-    if cu_q.size != cu_k.size:
-        raise BadArgumentError(f"attention_kv: cu_seqlens_q and cu_seqlens_k must have the same length "
-                               f"(num_seqs + 1), got {cu_q.size} and {cu_k.size}")
+    cu_q, cu_k = _cu_seqlens_pair(h, cu_seqlens_q, cu_seqlens_k, total_q, total_k, stream, "attention_kv")
     out = _check_like(out, "out", q.shape, q.dtype) if out is not None else h.empty(q.shape, q.dtype)
     lse = _check_like(lse, "lse", (hq, total_q), "fp32") if lse is not None else h.empty((hq, total_q), "fp32")
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
@@ -447,6 +453,40 @@ def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=Tru
                                                int(bool(causal))))
     return dq, dk, dv
 
+
+def attention_kv_bwd(h, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, dq=None,
+                     dk=None, dv=None, workspace=None, stream=0):
+    """Gradients of attention_kv() given dout and its (out, lse); deterministic. Returns (dq, dk, dv):
+    dq like q; dk, dv fp32 like k, ACCUMULATED: pass the fp32 arrays of an earlier call to add
+    this call's gradients (a K/V context's keys over the chunks that attend to them); by default
+    zero-filled new ones. workspace as attention_bwd's."""
+    q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
+    total_q, total_k, hq, hkv, d = _attention_shapes(q, k, v, "attention_kv_bwd")
+    _check_like(dout, "dout", q.shape, q.dtype)
+    _check_like(out, "out", q.shape, q.dtype)
+    _check_like(lse, "lse", (hq, total_q), "fp32")
+    cu_q, cu_k = _cu_seqlens_pair(h, cu_seqlens_q, cu_seqlens_k, total_q, total_k, stream, "attention_kv_bwd")
+    dq = _check_like(dq, "dq", q.shape, q.dtype) if dq is not None else h.empty(q.shape, q.dtype)
+    grads = []
+    for name, g in (("dk", dk), ("dv", dv)):
+        grads.append(_check_like(g, name, k.shape, "fp32") if g is not None else h.zeros(k.shape, "fp32", stream))
+    dk, dv = grads
+    scale = 1.0 / d ** 0.5 if scale is None else float(scale)
+    _same_handle(h, dout, q, k, v, out, lse, cu_q, cu_k, dq, dk, dv)
+    nbytes = opslib.dataflow_attention_bwd_workspace_bytes(total_q, cu_q.size - 1, hq, hkv, d)
+    if nbytes < 0:
+        raise BadArgumentError(f"attention_kv_bwd: invalid sizes: {total_q} queries, {hq}/{hkv} heads, "
+                               f"head_dim {d}")
+    if workspace is None:
+        workspace = h.empty((nbytes,), "uint8")
+    _same_handle(h, _array(workspace, "attention_kv_bwd workspace"))
+    check(opslib.dataflow_submit_attention_kv_bwd(h._ptr(), stream, dtypes.enum(q.dtype), dout.cdata, q.cdata,
+                                                  k.cdata, v.cdata, out.cdata, lse.cdata, cu_q.cdata, cu_k.cdata,
+                                                  dq.cdata, ffi.cast("float *", dk.cdata),
+                                                  ffi.cast("float *", dv.cdata), workspace.cdata, workspace.nbytes,
+                                                  total_q, total_k, cu_q.size - 1, hq, hkv, d, scale,
+                                                  int(bool(causal))))
+    return dq, dk, dv
 
 def _rows(x, what):
     """(rows, last dimension) of an array taken as rows over its last dimension."""

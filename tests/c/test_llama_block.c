@@ -4,7 +4,12 @@
  * dacts and workspace of its own, as a ring would place them. At every save level the
  * forward and the split backward must reproduce the resident model's token losses and every
  * block's gradients bit for bit, and the per-block calls must not wait for the device.
- * Untied fp32, and tied bf16 (the head reads the embedding block and adds into its gradient). */
+ * Untied fp32, and tied bf16 (the head reads the embedding block and adds into its gradient).
+ * Long sequences: a document split into chunks, each layer's chunks attending over a K/V
+ * context and the backward accumulating its dK/dV over the chunks in reverse, trains (losses,
+ * every gradient, weights after AdamW, three steps at the three save levels) within 1e-5 of
+ * the resident model training on the whole document (fp32). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,13 +68,31 @@ static void init_weights(Dataflow_Llama *m, unsigned seed)
 	}
 }
 
+/* A packed batch of n tokens in docs documents: a host buffer to fill (*hb points into it). */
+static int32_t *host_batch(int64_t n, int64_t docs, Dataflow_Llama_Batch *hb)
+{
+	int32_t *host = malloc((size_t)dataflow_batch_buffer_numel(n, docs, 1) * 4);
+	CHECK(dataflow_batch_from_buffer(host, n, docs, 1, hb));
+	return host;
+}
+
+/* The filled host buffer in device memory (one transfer); frees the host one. */
+static Dataflow_Llama_Batch upload(int32_t *host, int64_t n, int64_t docs, void **buffer)
+{
+	int64_t numel = dataflow_batch_buffer_numel(n, docs, 1);
+	Dataflow_Llama_Batch b;
+	CHECK(dataflow_alloc_mem(h, (uint64_t)numel * 4, buffer));
+	to_device(*buffer, host, numel * 4);
+	CHECK(dataflow_batch_from_buffer(*buffer, n, docs, 1, &b));
+	free(host);
+	return b;
+}
+
 /* Two documents of FIRST_DOC and T - FIRST_DOC tokens, in one packed buffer, one transfer. */
 static Dataflow_Llama_Batch upload_batch(int64_t vocab, void **buffer)
 {
-	int64_t n = dataflow_batch_buffer_numel(T, DOCS, 1);
-	int32_t *host = malloc((size_t)n * 4);
-	Dataflow_Llama_Batch hb, b;
-	CHECK(dataflow_batch_from_buffer(host, T, DOCS, 1, &hb));
+	Dataflow_Llama_Batch hb;
+	int32_t *host = host_batch(T, DOCS, &hb);
 	int32_t *tokens = (int32_t *)hb.tokens, *labels = (int32_t *)hb.labels, *positions = (int32_t *)hb.positions;
 	int32_t *cu = (int32_t *)hb.cu_seqlens;
 	cu[0] = 0, cu[1] = FIRST_DOC, cu[2] = T;
@@ -80,14 +103,10 @@ static Dataflow_Llama_Batch upload_batch(int64_t vocab, void **buffer)
 	for (int t = 0; t < T; t++) /* next token in the same document; -100 at each document's end */
 		labels[t] = t == FIRST_DOC - 1 || t == T - 1 ? DATAFLOW_LLAMA_IGNORE_INDEX : tokens[t + 1];
 	labels[3] = DATAFLOW_LLAMA_IGNORE_INDEX;
-	CHECK(dataflow_alloc_mem(h, (uint64_t)n * 4, buffer));
-	to_device(*buffer, host, n * 4);
-	CHECK(dataflow_batch_from_buffer(*buffer, T, DOCS, 1, &b));
-	free(host);
-	return b;
+	return upload(host, T, DOCS, buffer);
 }
 
-/* Caller-owned activations for one chunk of T tokens at a level. */
+/* Caller-owned activations for one chunk of n tokens at a level. */
 typedef struct {
 	void **x;          /* [L + 1]: the embedding's output, then each layer's */
 	void **saved;      /* [L] */
@@ -95,14 +114,14 @@ typedef struct {
 	float *token_losses;
 } Acts;
 
-static Acts alloc_acts(const Dataflow_Blocked_Model *bm, Dataflow_Save_Level level)
+static Acts alloc_acts(const Dataflow_Blocked_Model *bm, Dataflow_Save_Level level, int64_t n)
 {
 	const Dataflow_Llama_Config *c = dataflow_blocked_model_config(bm);
 	int L = (int)c->num_layers;
-	int64_t hidden = T * c->hidden_size * (c->dtype == DATAFLOW_BF16 ? 2 : 4);
+	int64_t hidden = n * c->hidden_size * (c->dtype == DATAFLOW_BF16 ? 2 : 4);
 	int64_t saved, recomputed, dacts, head_saved, head_dacts;
-	CHECK(dataflow_block_acts_bytes(bm, 1, level, T, &saved, &recomputed, &dacts));
-	CHECK(dataflow_block_acts_bytes(bm, L + 1, level, T, &head_saved, NULL, &head_dacts));
+	CHECK(dataflow_block_acts_bytes(bm, 1, level, n, &saved, &recomputed, &dacts));
+	CHECK(dataflow_block_acts_bytes(bm, L + 1, level, n, &head_saved, NULL, &head_dacts));
 	Acts a = {.x = calloc((size_t)L + 1, sizeof(void *)), .saved = calloc((size_t)L, sizeof(void *))};
 	for (int l = 0; l <= L; l++)
 		a.x[l] = device_zeros(hidden);
@@ -113,8 +132,8 @@ static Acts alloc_acts(const Dataflow_Blocked_Model *bm, Dataflow_Save_Level lev
 	a.dacts = device_zeros(dacts > head_dacts ? dacts : head_dacts);
 	a.dres[0] = device_zeros(hidden);
 	a.dres[1] = device_zeros(hidden);
-	a.workspace = device_zeros(dataflow_blocked_model_workspace_bytes(bm, T));
-	a.token_losses = device_zeros(T * 4);
+	a.workspace = device_zeros(dataflow_blocked_model_workspace_bytes(bm, n));
+	a.token_losses = device_zeros(n * 4);
 	return a;
 }
 
@@ -223,7 +242,7 @@ static int run(const Dataflow_Llama_Config *config, const char *name)
 
 	int ok = 1;
 	for (int level = 0; level < DATAFLOW_NUM_SAVE_LEVELS; level++) {
-		Acts acts = alloc_acts(bm, (Dataflow_Save_Level)level);
+		Acts acts = alloc_acts(bm, (Dataflow_Save_Level)level, T);
 		for (int b = 0; b < nb; b++)
 			CHECK(dataflow_set_mem(h, 0, mine[b].grad, 0, (uint64_t)sizes[b].bytes[DATAFLOW_BLOCK_GRAD]));
 		uint64_t syncs = dataflow_handle_host_syncs(h);
@@ -262,6 +281,230 @@ static int run(const Dataflow_Llama_Config *config, const char *name)
 	return ok;
 }
 
+/* ---- long sequences in chunks ---- */
+
+enum { DOC = 150, CHUNKS = 3 };
+static const int64_t chunk_len[CHUNKS] = {64, 50, 36}; /* across attention's 64-token tiles */
+
+/* Per layer, the document's K/V context and its fp32 gradients; per chunk, {0, past + T}. */
+typedef struct {
+	void **k, **v;
+	float **dk, **dv;
+	int64_t kv_bytes, grad_bytes;
+	int32_t *cu_k[CHUNKS];
+	int64_t past[CHUNKS];
+} Context;
+
+static Context alloc_context(const Dataflow_Llama_Config *c)
+{
+	int L = (int)c->num_layers;
+	int64_t rows = DOC * c->num_kv_heads * c->head_dim;
+	Context x = {.k = calloc((size_t)L, sizeof(void *)), .v = calloc((size_t)L, sizeof(void *)),
+		     .dk = calloc((size_t)L, sizeof(float *)), .dv = calloc((size_t)L, sizeof(float *)),
+		     .kv_bytes = rows * (int64_t)dataflow_datatype_size(c->dtype), .grad_bytes = rows * 4};
+	for (int l = 0; l < L; l++) {
+		x.k[l] = device_zeros(x.kv_bytes);
+		x.v[l] = device_zeros(x.kv_bytes);
+		x.dk[l] = device_zeros(x.grad_bytes);
+		x.dv[l] = device_zeros(x.grad_bytes);
+	}
+	for (int64_t c = 0, past = 0; c < CHUNKS; past += chunk_len[c++]) {
+		int32_t cu[2] = {0, (int32_t)(past + chunk_len[c])};
+		x.past[c] = past;
+		x.cu_k[c] = device_zeros(8);
+		to_device(x.cu_k[c], cu, 8);
+	}
+	return x;
+}
+
+static void free_context(Context *x, int L)
+{
+	for (int l = 0; l < L; l++) {
+		dataflow_free_mem(h, x->k[l]);
+		dataflow_free_mem(h, x->v[l]);
+		dataflow_free_mem(h, x->dk[l]);
+		dataflow_free_mem(h, x->dv[l]);
+	}
+	for (int c = 0; c < CHUNKS; c++)
+		dataflow_free_mem(h, x->cu_k[c]);
+	free(x->k), free(x->v), free(x->dk), free(x->dv);
+}
+
+/* One document of DOC tokens: whole (*whole) and as CHUNKS chunks, positions continuing and
+ * each chunk's last label the next chunk's first token. */
+static void upload_document(int64_t vocab, Dataflow_Llama_Batch *whole, void **whole_buffer,
+			    Dataflow_Llama_Batch chunks[CHUNKS], void *chunk_buffers[CHUNKS])
+{
+	int32_t tokens[DOC], labels[DOC];
+	for (int t = 0; t < DOC; t++)
+		tokens[t] = (int32_t)((t * 29 + 7) % vocab);
+	for (int t = 0; t < DOC; t++)
+		labels[t] = t == DOC - 1 || t % 17 == 5 ? DATAFLOW_LLAMA_IGNORE_INDEX : tokens[t + 1];
+	for (int c = -1, start = 0; c < CHUNKS; c++) {
+		int64_t n = c < 0 ? DOC : chunk_len[c];
+		Dataflow_Llama_Batch hb;
+		int32_t *host = host_batch(n, 1, &hb);
+		for (int t = 0; t < n; t++) {
+			((int32_t *)hb.tokens)[t] = tokens[start + t];
+			((int32_t *)hb.labels)[t] = labels[start + t];
+			((int32_t *)hb.positions)[t] = start + t;
+		}
+		((int32_t *)hb.cu_seqlens)[0] = 0, ((int32_t *)hb.cu_seqlens)[1] = (int32_t)n;
+		if (c < 0)
+			*whole = upload(host, n, 1, whole_buffer);
+		else
+			chunks[c] = upload(host, n, 1, &chunk_buffers[c]), start += (int)n;
+	}
+}
+
+/* Forward (layer-major over chunks, each layer's chunks over its context), the head per chunk,
+ * then each layer's chunks in reverse with the context's gradients zeroed first; only submits. */
+static void drive_chunks(const Dataflow_Blocked_Model *bm, const Dataflow_Llama_Batch *batches,
+			 Dataflow_Save_Level level, Acts *acts, const Dataflow_Block_Memory *mem, Context *x,
+			 float loss_scale)
+{
+	int nb = dataflow_blocked_model_num_blocks(bm), L = nb - 2;
+	for (int b = 0; b <= L; b++) {
+		for (int c = 0; c < CHUNKS; c++) {
+			Dataflow_Block_Args a = args_for(bm, &batches[c], level, &acts[c], mem, b);
+			Dataflow_Block_KV kv = {b ? x->k[b - 1] : NULL, b ? x->v[b - 1] : NULL, x->past[c], x->cu_k[c],
+						NULL, NULL};
+			a.kv = b ? &kv : NULL;
+			CHECK(dataflow_block_forward(bm, b, 0, &mem[b], &a));
+		}
+	}
+	for (int c = 0; c < CHUNKS; c++) {
+		Dataflow_Block_Args a = args_for(bm, &batches[c], level, &acts[c], mem, nb - 1);
+		a.token_losses = acts[c].token_losses;
+		a.loss_scale = loss_scale;
+		a.dx = acts[c].dres[0];
+		CHECK(dataflow_block_forward(bm, nb - 1, 0, &mem[nb - 1], &a));
+		CHECK(dataflow_block_backward_x(bm, nb - 1, 0, &mem[nb - 1], &a));
+		CHECK(dataflow_block_backward_w(bm, nb - 1, 0, &mem[nb - 1], &a));
+	}
+	int which = 0;
+	for (int b = L; b >= 1; b--, which = !which) {
+		CHECK(dataflow_set_mem(h, 0, x->dk[b - 1], 0, (uint64_t)x->grad_bytes));
+		CHECK(dataflow_set_mem(h, 0, x->dv[b - 1], 0, (uint64_t)x->grad_bytes));
+		for (int c = CHUNKS - 1; c >= 0; c--) {
+			Dataflow_Block_Args a = args_for(bm, &batches[c], level, &acts[c], mem, b);
+			Dataflow_Block_KV kv = {x->k[b - 1], x->v[b - 1], x->past[c], x->cu_k[c], x->dk[b - 1], x->dv[b - 1]};
+			a.kv = &kv;
+			a.dy = acts[c].dres[which];
+			a.dx = acts[c].dres[!which];
+			CHECK(dataflow_block_recompute(bm, b, 0, &mem[b], &a));
+			CHECK(dataflow_block_backward_x(bm, b, 0, &mem[b], &a));
+			CHECK(dataflow_block_backward_w(bm, b, 0, &mem[b], &a));
+		}
+	}
+	for (int c = 0; c < CHUNKS; c++) {
+		Dataflow_Block_Args a = args_for(bm, &batches[c], level, &acts[c], mem, 0);
+		a.dy = acts[c].dres[which];
+		CHECK(dataflow_block_backward_w(bm, 0, 0, &mem[0], &a));
+	}
+}
+
+/* max |got - want| <= tol * max |want| over n floats of device memory */
+static int close_to(const char *what, int step, const void *got, const void *want, int64_t n, double tol)
+{
+	float *g = to_host(got, n * 4), *w = to_host(want, n * 4);
+	double diff = 0, scale = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double d = fabs((double)g[i] - w[i]);
+		diff = d > diff || d != d ? d : diff;
+		scale = fabs(w[i]) > scale ? fabs(w[i]) : scale;
+	}
+	free(g), free(w);
+	if (diff <= tol * scale)
+		return 1;
+	fprintf(stderr, "chunks, step %d: %s differs by %g (max |want| %g)\n", step, what, diff, scale);
+	return 0;
+}
+
+/* Every block's gradients (GRAD) or fp32 weights (PARAM) close_to within 1e-5. */
+static int blocks_close(const Dataflow_Blocked_Model *bm, int step, const Dataflow_Block_Memory *got,
+			const Dataflow_Block_Memory *want, Dataflow_Block_Kind kind)
+{
+	int ok = 1;
+	for (int b = 0; b < dataflow_blocked_model_num_blocks(bm); b++) {
+		Dataflow_Block_Sizes sizes;
+		CHECK(dataflow_blocked_model_block_sizes(bm, b, &sizes));
+		char what[64];
+		snprintf(what, sizeof(what), "block %d's %s", b, kind == DATAFLOW_BLOCK_GRAD ? "gradient" : "weights");
+		ok &= kind == DATAFLOW_BLOCK_GRAD ? close_to(what, step, got[b].grad, want[b].grad, sizes.numel, 1e-5)
+						  : close_to(what, step, got[b].param, want[b].param, sizes.numel, 1e-5);
+	}
+	return ok;
+}
+
+static int chunked(const Dataflow_Llama_Config *config)
+{
+	enum { STEPS = 3 };
+	Dataflow_Llama *whole_model, *chunked_model;
+	CHECK(dataflow_llama_create(h, config, &whole_model));
+	CHECK(dataflow_llama_create(h, config, &chunked_model));
+	init_weights(whole_model, 777u);
+	init_weights(chunked_model, 777u);
+	Dataflow_Llama_Batch whole, batches[CHUNKS];
+	void *whole_buffer, *chunk_buffers[CHUNKS];
+	upload_document(config->vocab_size, &whole, &whole_buffer, batches, chunk_buffers);
+	const Dataflow_Blocked_Model *bm = dataflow_llama_blocked_model(chunked_model);
+	int nb = dataflow_blocked_model_num_blocks(bm);
+	Dataflow_Block_Memory *mem = calloc((size_t)nb, sizeof(*mem)), *want = calloc((size_t)nb, sizeof(*want));
+	Context x = alloc_context(config);
+	/* AdamW normalizes each update to about lr, whatever the gradient's size: where a gradient
+	 * is near 0 its relative error (and so the update's) is large, bounded by lr per step */
+	Dataflow_AdamW_Params adamw = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+	float loss_scale = 1.0f / 140; /* labelled tokens: 149 minus every 17th from 5 */
+	float *doc_losses = malloc(DOC * 4);
+	int ok = 1;
+	for (int step = 1; step <= STEPS; step++) {
+		Dataflow_Save_Level level = (Dataflow_Save_Level)(step - 1);
+		Acts acts[CHUNKS];
+		for (int c = 0; c < CHUNKS; c++)
+			acts[c] = alloc_acts(bm, level, chunk_len[c]);
+		CHECK(dataflow_llama_loss_backward(whole_model, 0, &whole, 0, loss_scale));
+		CHECK(dataflow_llama_zero_grads(chunked_model, 0));
+		for (int b = 0; b < nb; b++) {
+			CHECK(dataflow_llama_block(chunked_model, b, &mem[b]));
+			CHECK(dataflow_llama_block(whole_model, b, &want[b]));
+		}
+		drive_chunks(bm, batches, level, acts, mem, &x, loss_scale);
+		Dataflow_Llama_Outputs out;
+		CHECK(dataflow_llama_outputs(whole_model, &out));
+		float *want_losses = to_host(out.token_losses, DOC * 4);
+		for (int c = 0; c < CHUNKS; c++) {
+			float *losses = to_host(acts[c].token_losses, chunk_len[c] * 4);
+			memcpy(doc_losses + x.past[c], losses, (size_t)chunk_len[c] * 4);
+			free(losses);
+		}
+		float got_loss = dataflow_batch_loss(doc_losses, DOC, loss_scale);
+		float want_loss = dataflow_batch_loss(want_losses, DOC, loss_scale);
+		free(want_losses);
+		if (fabsf(got_loss - want_loss) > 1e-5f * fabsf(want_loss)) {
+			fprintf(stderr, "chunks, step %d: loss %.8f, whole document %.8f\n", step, got_loss, want_loss);
+			ok = 0;
+		}
+		ok &= blocks_close(bm, step, mem, want, DATAFLOW_BLOCK_GRAD);
+		CHECK(dataflow_llama_adamw_step(whole_model, 0, &adamw, 1.0, step));
+		CHECK(dataflow_llama_adamw_step(chunked_model, 0, &adamw, 1.0, step));
+		for (int c = 0; c < CHUNKS; c++)
+			free_acts(bm, &acts[c]);
+		if (step == STEPS)
+			printf("c_llama_block chunks: %s (%d chunks of a %d-token document, %d steps, loss %.6f)\n",
+			       ok ? "ok" : "MISMATCH", CHUNKS, DOC, STEPS, want_loss);
+	}
+	ok &= blocks_close(bm, STEPS, mem, want, DATAFLOW_BLOCK_PARAM);
+	free_context(&x, (int)config->num_layers);
+	for (int c = 0; c < CHUNKS; c++)
+		dataflow_free_mem(h, chunk_buffers[c]);
+	dataflow_free_mem(h, whole_buffer);
+	free(mem), free(want), free(doc_losses);
+	dataflow_llama_destroy(whole_model);
+	dataflow_llama_destroy(chunked_model);
+	return ok;
+}
+
 /* A call without what it needs fails with a message naming it, and submits nothing. */
 static int bad_arguments(void)
 {
@@ -281,6 +524,21 @@ static int bad_arguments(void)
 	ok &= dataflow_block_acts_bytes(bm, 1, DATAFLOW_NUM_SAVE_LEVELS, 4, &saved, NULL, NULL) ==
 		      DATAFLOW_ERR_INVALID_ARGUMENT &&
 	      saved == -1;
+	/* a layer's backward over a K/V context without the context's gradients, or over a
+	 * two-document chunk: refused before anything is read (any non-NULL pointer will do) */
+	static int32_t dummy[8];
+	Dataflow_Llama_Batch chunk = {.num_tokens = 4, .num_docs = 1, .tokens = dummy, .cu_seqlens = dummy,
+				      .positions = dummy};
+	Dataflow_Block_Memory mem1 = {.param = dummy, .grad = (float *)dummy};
+	Dataflow_Block_KV kv = {.k = dummy, .v = dummy, .past = 4, .cu_k = dummy};
+	Dataflow_Block_Args b = {.batch = &chunk, .x = dummy, .saved = dummy, .recomputed = dummy, .dy = dummy,
+				 .dx = dummy, .dacts = dummy, .workspace = dummy, .kv = &kv};
+	ok &= dataflow_block_backward_x(bm, 1, 0, &mem1, &b) == DATAFLOW_ERR_INVALID_ARGUMENT &&
+	      strstr(dataflow_last_error(), "kv->dk and kv->dv");
+	kv.dk = kv.dv = (float *)dummy;
+	chunk.num_docs = 2;
+	ok &= dataflow_block_backward_x(bm, 1, 0, &mem1, &b) == DATAFLOW_ERR_INVALID_ARGUMENT &&
+	      strstr(dataflow_last_error(), "one-document chunk");
 	dataflow_blocked_model_destroy(bm);
 	if (!ok)
 		fprintf(stderr, "bad arguments: accepted or unclear: %s\n", dataflow_last_error());
@@ -299,7 +557,7 @@ int main(void)
 	tied.tie_embeddings = 1;
 	tied.num_kv_heads = 4;
 	tied.dtype = DATAFLOW_BF16;
-	int ok = run(&untied, "untied fp32") & run(&tied, "tied bf16") & bad_arguments();
+	int ok = run(&untied, "untied fp32") & run(&tied, "tied bf16") & chunked(&untied) & bad_arguments();
 	dataflow_handle_destroy(h);
 	return ok ? 0 : 1;
 }

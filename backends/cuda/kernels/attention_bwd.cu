@@ -13,6 +13,9 @@
 // attn_dq_<bf16|fp16>_<HD>: a block takes BM queries of one head, each warp group 16 rows,
 //   walking the keys BN at a time: S = Q K^T, dP = dO V^T, dQ += dS K.
 // attn_*_simt_<dtype>: one warp per row, for fp32 and GPUs before sm_80.
+// attention_kv_bwd (keys in their own sequences, p.cu_k != p.cu_q) runs the same kernels: a
+// sequence's queries [qlo, qhi) see keys j <= i + off (off = khi - qhi, bottom-right), and with
+// p.accumulate dK, dV are fp32 rows the kernels add into.
 #include "attention.cuh"
 #include "op_params.cuh"
 #include "reduce.cuh"
@@ -102,6 +105,25 @@ __device__ __forceinline__ int clamp_diag(long long d, int bound)
 	return d < -bound ? -bound : d > bound ? bound : (int)d;
 }
 
+// The other side's tokens of sequence s: [lo, hi) of cu when it differs from the side the
+// kernel cut into blocks (whose range is [lo0, hi0)).
+__device__ __forceinline__ void other_range(const int *cu, const int *cu0, long long s, long long total, long long lo0,
+					    long long hi0, long long &lo, long long &hi)
+{
+	lo = lo0, hi = hi0;
+	if (cu != cu0)
+		attn_seq_range(cu, s, total, lo, hi);
+}
+
+// Adds a pair of fp32 gradients into a row (attention_kv_bwd's dK, dV).
+__device__ __forceinline__ void add_pair(float *row, int col, long long head_dim, float a, float b)
+{
+	if (col < head_dim)
+		row[col] += a;
+	if (col + 1 < head_dim)
+		row[col + 1] += b;
+}
+
 // ---- dK, dV (tensor cores) ----
 
 template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_dkdv_mma(const Attn_Params &p)
@@ -114,17 +136,21 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const int wr = warp % (NW / DS), wc = warp / (NW / DS), krow0 = wr * 16;
 	const long long hkv = p.num_kv_heads, hk = blockIdx.y, G = p.num_q_heads / hkv, hd = p.head_dim;
-	const Seq_Block sb = attn_find_block(p.cu_q, p.num_seqs, p.total_q, BN, blockIdx.x);
+	const Seq_Block sb = attn_find_block(p.cu_k, p.num_seqs, p.total_k, BN, blockIdx.x);
 	if (sb.s < 0)
 		return;
-	const long long lo = sb.lo, hi = sb.hi, kb = lo + sb.block * BN;
-	const long long q_first = p.causal ? lo + ((kb - lo) / BM) * BM : lo; // causal: no query below kb sees the block
-	const long long qtiles = (hi - q_first + BM - 1) / BM, steps = qtiles * G;
+	const long long khi = sb.hi, kb = sb.lo + sb.block * BN;
+	long long lo, hi; // the sequence's queries
+	other_range(p.cu_q, p.cu_k, sb.s, p.total_q, sb.lo, sb.hi, lo, hi);
+	const long long off = khi - hi, first = kb - off - lo;
+	// causal: no query below kb - off sees the block
+	const long long q_first = p.causal && first > 0 ? lo + (first / BM) * BM : lo;
+	const long long qtiles = hi > q_first ? (hi - q_first + BM - 1) / BM : 0, steps = qtiles * G;
 	const u16 *Q = (const u16 *)p.q, *dO = (const u16 *)p.dout;
 	const bool vec = p.vec;
 
-	load_tile<HD, BN, NT>(sK, (const u16 *)p.k, kb, hi, hkv, hk, hd, vec);
-	load_tile<HD, BN, NT>(sV, (const u16 *)p.v, kb, hi, hkv, hk, hd, vec);
+	load_tile<HD, BN, NT>(sK, (const u16 *)p.k, kb, khi, hkv, hk, hd, vec);
+	load_tile<HD, BN, NT>(sV, (const u16 *)p.v, kb, khi, hkv, hk, hd, vec);
 	// step st: query head hk * G + st / qtiles, queries q_first + (st % qtiles) * BM
 	auto prefetch = [&](long long st, int buf) {
 		const long long h = hk * G + st / qtiles, q0 = q_first + (st % qtiles) * BM;
@@ -135,7 +161,8 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 			sD[buf * BM + i] = q0 + i < hi ? p.D[h * p.total_q + q0 + i] : 0.0f;
 		}
 	};
-	prefetch(0, 0);
+	if (steps > 0)
+		prefetch(0, 0);
 	cp_async_commit();
 
 	float dk[NDC][4], dv[NDC][4];
@@ -162,8 +189,8 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 		s_and_dp<D, HD, NQ>(s, dp, sK, sV, krow0, q_s, o_s);
 		// P^T, dS^T; causal: key row kr (kb + kr) is masked for query column qc (q0 + qc) when
 		// kr > qc + diag. Keys past the sequence only reach dK/dV rows that are not stored.
-		const bool edge = p.causal && kb + BN - 1 > q0;
-		const int diag = clamp_diag(q0 - kb, BM + BN);
+		const bool edge = p.causal && kb + BN - 1 > q0 + off;
+		const int diag = clamp_diag(q0 + off - kb, BM + BN);
 #pragma unroll
 		for (int n = 0; n < NQ; n++) {
 #pragma unroll
@@ -191,14 +218,20 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
 		const long long j = kb + krow0 + g + r * 8;
-		if (j >= hi)
+		if (j >= khi)
 			continue;
-		u16 *dk_row = (u16 *)p.dk + (j * hkv + hk) * hd, *dv_row = (u16 *)p.dv + (j * hkv + hk) * hd;
+		const long long row = (j * hkv + hk) * hd;
 #pragma unroll
 		for (int d = 0; d < NDC; d++) {
 			const int col = wc * HC + d * 8 + 2 * t;
-			store_pair<D>(dk_row, col, hd, dk[d][2 * r] * p.scale, dk[d][2 * r + 1] * p.scale, vec);
-			store_pair<D>(dv_row, col, hd, dv[d][2 * r], dv[d][2 * r + 1], vec);
+			if (p.accumulate) {
+				add_pair((float *)p.dk + row, col, hd, dk[d][2 * r] * p.scale, dk[d][2 * r + 1] * p.scale);
+				add_pair((float *)p.dv + row, col, hd, dv[d][2 * r], dv[d][2 * r + 1]);
+			} else {
+				store_pair<D>((u16 *)p.dk + row, col, hd, dk[d][2 * r] * p.scale, dk[d][2 * r + 1] * p.scale,
+					      vec);
+				store_pair<D>((u16 *)p.dv + row, col, hd, dv[d][2 * r], dv[d][2 * r + 1], vec);
+			}
 		}
 	}
 #endif
@@ -218,16 +251,19 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 	const Seq_Block sb = attn_find_block(p.cu_q, p.num_seqs, p.total_q, BM, blockIdx.x);
 	if (sb.s < 0)
 		return;
-	const long long lo = sb.lo, hi = sb.hi, q0 = lo + sb.block * BM, qend = q0 + BM < hi ? q0 + BM : hi;
-	const long long kend = p.causal ? qend : hi; // the block's last query sees keys up to itself
-	const int tiles = (int)((kend - lo + BN - 1) / BN);
+	const long long hi = sb.hi, q0 = sb.lo + sb.block * BM, qend = q0 + BM < hi ? q0 + BM : hi;
+	long long lo, khi; // the sequence's keys
+	other_range(p.cu_k, p.cu_q, sb.s, p.total_k, sb.lo, sb.hi, lo, khi);
+	const long long off = khi - hi;
+	const long long kend = p.causal ? qend + off : khi; // the block's last query sees keys up to itself + off
+	const int tiles = kend > lo ? (int)((kend - lo + BN - 1) / BN) : 0;
 	const u16 *K = (const u16 *)p.k, *V = (const u16 *)p.v;
 	const bool vec = p.vec;
 
 	load_tile<HD, BM, NT>(sQ, (const u16 *)p.q, q0, hi, hq, h, hd, vec);
 	load_tile<HD, BM, NT>(sO, (const u16 *)p.dout, q0, hi, hq, h, hd, vec);
-	load_tile<HD, BN, NT>(sK, K, lo, hi, p.num_kv_heads, hk, hd, vec);
-	load_tile<HD, BN, NT>(sV, V, lo, hi, p.num_kv_heads, hk, hd, vec);
+	load_tile<HD, BN, NT>(sK, K, lo, khi, p.num_kv_heads, hk, hd, vec);
+	load_tile<HD, BN, NT>(sV, V, lo, khi, p.num_kv_heads, hk, hd, vec);
 	cp_async_commit();
 
 	float lse2[2], Dr[2];
@@ -246,8 +282,8 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 		const long long kb = lo + (long long)j * BN;
 		const u16 *k_s = sK + (j & 1) * BN * HD, *v_s = sV + (j & 1) * BN * HD;
 		if (j + 1 < tiles) {
-			load_tile<HD, BN, NT>(sK + ((j + 1) & 1) * BN * HD, K, kb + BN, hi, p.num_kv_heads, hk, hd, vec);
-			load_tile<HD, BN, NT>(sV + ((j + 1) & 1) * BN * HD, V, kb + BN, hi, p.num_kv_heads, hk, hd, vec);
+			load_tile<HD, BN, NT>(sK + ((j + 1) & 1) * BN * HD, K, kb + BN, khi, p.num_kv_heads, hk, hd, vec);
+			load_tile<HD, BN, NT>(sV + ((j + 1) & 1) * BN * HD, V, kb + BN, khi, p.num_kv_heads, hk, hd, vec);
 			cp_async_commit();
 			cp_async_wait<1>();
 		} else {
@@ -259,8 +295,8 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 		s_and_dp<D, HD, NK>(s, dp, sQ, sO, qrow0, k_s, v_s);
 		// keys past the sequence are masked (their zero rows would add P to dQ), and causal
 		// key column col > row + diag
-		const bool edge = kb + BN > hi || (p.causal && kb + BN - 1 > q0);
-		const int kvalid = hi - kb < BN ? (int)(hi - kb) : BN, diag = clamp_diag(q0 - kb, BM + BN);
+		const bool edge = kb + BN > khi || (p.causal && kb + BN - 1 > q0 + off);
+		const int kvalid = khi - kb < BN ? (int)(khi - kb) : BN, diag = clamp_diag(q0 + off - kb, BM + BN);
 #pragma unroll
 		for (int n = 0; n < NK; n++) {
 #pragma unroll
@@ -354,12 +390,14 @@ template <class D> __device__ void attn_dq_simt(const Attn_Params &p)
 	const Seq_Block sb = attn_find_block(p.cu_q, p.num_seqs, p.total_q, 1, gi);
 	if (sb.s < 0)
 		return;
-	const long long i = sb.lo + sb.block, kend = p.causal ? i + 1 : sb.hi;
+	long long klo, khi;
+	other_range(p.cu_k, p.cu_q, sb.s, p.total_k, sb.lo, sb.hi, klo, khi);
+	const long long i = sb.lo + sb.block, kend = p.causal ? i + 1 + khi - sb.hi : khi;
 	const float l2 = lse2_of(p, h, i, sb.hi), Di = p.D[h * p.total_q + i];
 	float q[ATTN_SIMT_MAX_PER_LANE], dO[ATTN_SIMT_MAX_PER_LANE], dq[ATTN_SIMT_MAX_PER_LANE] = {};
 	load_row<D>(q, (const T *)p.q + (i * hq + h) * hd, hd, p.scale_log2);
 	load_row<D>(dO, (const T *)p.dout + (i * hq + h) * hd, hd, 1.0f);
-	for (long long j = sb.lo; j < kend; j++) {
+	for (long long j = klo; j < kend; j++) {
 		const T *kj = (const T *)p.k + (j * hkv + hk) * hd, *vj = (const T *)p.v + (j * hkv + hk) * hd;
 		const float pj = exp2f(dot_row<D>(q, kj, hd) - l2);
 		axpy_row<D>(dq, pj * (dot_row<D>(dO, vj, hd) - Di), kj, hd);
@@ -374,22 +412,35 @@ template <class D> __device__ void attn_dkdv_simt(const Attn_Params &p)
 	typedef typename D::T T;
 	const long long hq = p.num_q_heads, hkv = p.num_kv_heads, hk = blockIdx.y, G = hq / hkv, hd = p.head_dim;
 	const long long gj = (long long)blockIdx.x * ATTN_SIMT_WARPS + (threadIdx.x >> 5);
-	const Seq_Block sb = attn_find_block(p.cu_q, p.num_seqs, p.total_q, 1, gj);
+	const Seq_Block sb = attn_find_block(p.cu_k, p.num_seqs, p.total_k, 1, gj);
 	if (sb.s < 0)
 		return;
-	const long long j = sb.lo + sb.block;
+	long long qlo, qhi;
+	other_range(p.cu_q, p.cu_k, sb.s, p.total_q, sb.lo, sb.hi, qlo, qhi);
+	const long long j = sb.lo + sb.block, first = j - (sb.hi - qhi); // causal: the first query that sees key j
 	float k[ATTN_SIMT_MAX_PER_LANE], v[ATTN_SIMT_MAX_PER_LANE];
 	float dk[ATTN_SIMT_MAX_PER_LANE] = {}, dv[ATTN_SIMT_MAX_PER_LANE] = {};
 	load_row<D>(k, (const T *)p.k + (j * hkv + hk) * hd, hd, p.scale_log2);
 	load_row<D>(v, (const T *)p.v + (j * hkv + hk) * hd, hd, 1.0f);
 	for (long long h = hk * G; h < (hk + 1) * G; h++) {
-		for (long long i = p.causal ? j : sb.lo; i < sb.hi; i++) {
+		for (long long i = p.causal && first > qlo ? first : qlo; i < qhi; i++) {
 			const T *qi = (const T *)p.q + (i * hq + h) * hd, *oi = (const T *)p.dout + (i * hq + h) * hd;
-			const float pj = exp2f(dot_row<D>(k, qi, hd) - lse2_of(p, h, i, sb.hi));
+			const float pj = exp2f(dot_row<D>(k, qi, hd) - lse2_of(p, h, i, qhi));
 			const float ds = pj * (dot_row<D>(v, oi, hd) - p.D[h * p.total_q + i]);
 			axpy_row<D>(dv, pj, oi, hd);
 			axpy_row<D>(dk, ds, qi, hd);
 		}
+	}
+	if (p.accumulate) {
+		const int lane = threadIdx.x & 31;
+		float *dk_row = (float *)p.dk + (j * hkv + hk) * hd, *dv_row = (float *)p.dv + (j * hkv + hk) * hd;
+#pragma unroll
+		for (int e = 0; e < ATTN_SIMT_MAX_PER_LANE; e++)
+			if (lane + 32 * e < hd) {
+				dk_row[lane + 32 * e] += dk[e] * p.scale;
+				dv_row[lane + 32 * e] += dv[e];
+			}
+		return;
 	}
 	store_row<D>((T *)p.dk + (j * hkv + hk) * hd, dk, hd, p.scale);
 	store_row<D>((T *)p.dv + (j * hkv + hk) * hd, dv, hd, 1.0f);

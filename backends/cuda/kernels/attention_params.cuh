@@ -3,7 +3,8 @@
  * sides agree on the layout and the shared-memory sizes. Plain C: no CUDA keywords here.
  *
  * Layout (as the catalogue's attention ops): Q, out, dQ, dout [total_q][num_q_heads][head_dim];
- * K, V, dK, dV [total_k][num_kv_heads][head_dim]; lse and D fp32 [num_q_heads][total_q];
+ * K, V, dK, dV [total_k][num_kv_heads][head_dim] (dK, dV fp32 when accumulate); lse and D fp32
+ * [num_q_heads][total_q];
  * cu_q, cu_k int32 [num_seqs + 1] (untrusted device data). */
 #ifndef DATAFLOW_CUDA_ATTENTION_PARAMS_CUH
 #define DATAFLOW_CUDA_ATTENTION_PARAMS_CUH
@@ -20,6 +21,7 @@ typedef struct {
 	float scale;      /* softmax scale */
 	float scale_log2; /* scale * log2(e): scores are exponentiated in base 2 */
 	int causal;
+	int accumulate; /* attention_kv_bwd: dK, dV are fp32 and added into */
 	int vec; /* head_dim % 8 == 0 and every tensor 16-byte aligned: tiles move by cp.async */
 	const int *skip; /* device flag, may be NULL: when it is 1 the kernel does nothing (cuDNN's
 			  * result stands, see attn_cudnn_check) */

@@ -1,4 +1,4 @@
-/* attention, attention_kv and attention_bwd on CUDA: external ops that choose, per call, one
+/* attention, attention_kv, attention_bwd and attention_kv_bwd on CUDA: external ops that choose, per call, one
  * of three implementations (cuda_attention_choose, a pure function of the shape and device):
  *   cuDNN's fused SDPA (cudnn_sdpa.c; the library loaded with dlopen at first need, a plan
  *     per shape cached here), where cuDNN is present and takes the shape;
@@ -29,7 +29,7 @@
 #define LOG2E 1.44269504088896340736f
 #define MAX_PLANS 16
 
-typedef enum { OP_ATTENTION, OP_ATTENTION_KV, OP_ATTENTION_BWD } Attn_Op;
+typedef enum { OP_ATTENTION, OP_ATTENTION_KV, OP_ATTENTION_BWD, OP_ATTENTION_KV_BWD } Attn_Op;
 
 /* ---- cuDNN, loaded once per process ---- */
 
@@ -178,6 +178,12 @@ Dataflow_Status dataflow_cuda_attention_bwd_init(Dataflow_Handle *handle, const 
 	return init(handle, skeleton, state, OP_ATTENTION_BWD, DATAFLOW_ATTENTION_BWD_ARG_Q);
 }
 
+Dataflow_Status dataflow_cuda_attention_kv_bwd_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+						    Dataflow_Op_State *state)
+{
+	return init(handle, skeleton, state, OP_ATTENTION_KV_BWD, DATAFLOW_ATTENTION_KV_BWD_ARG_Q);
+}
+
 /* ---- launches ---- */
 
 static int bucket_index(int hd)
@@ -210,14 +216,14 @@ static Dataflow_Status launch_simt(Attn_State *s, int stream_id, int kind, int64
 static Dataflow_Status run_native(Attn_State *s, int stream_id, const Cuda_Attn_Choice *c, Attn_Params *p)
 {
 	Dataflow_Status st;
-	if (s->op != OP_ATTENTION_BWD)
+	if (s->op == OP_ATTENTION || s->op == OP_ATTENTION_KV)
 		return c->impl == CUDA_ATTN_MMA ? launch_mma(s, stream_id, CUDA_ATTN_FWD, c->hd, p->total_q, p->num_q_heads, p)
 						: launch_simt(s, stream_id, CUDA_ATTN_FWD, p->total_q, p->num_q_heads, p);
 	if (c->impl == CUDA_ATTN_MMA) {
-		st = launch_mma(s, stream_id, CUDA_ATTN_DKDV, c->hd, p->total_q, p->num_kv_heads, p);
+		st = launch_mma(s, stream_id, CUDA_ATTN_DKDV, c->hd, p->total_k, p->num_kv_heads, p);
 		return st == DATAFLOW_OK ? launch_mma(s, stream_id, CUDA_ATTN_DQ, c->hd, p->total_q, p->num_q_heads, p) : st;
 	}
-	st = launch_simt(s, stream_id, CUDA_ATTN_DKDV, p->total_q, p->num_kv_heads, p);
+	st = launch_simt(s, stream_id, CUDA_ATTN_DKDV, p->total_k, p->num_kv_heads, p);
 	return st == DATAFLOW_OK ? launch_simt(s, stream_id, CUDA_ATTN_DQ, p->total_q, p->num_q_heads, p) : st;
 }
 
@@ -336,7 +342,7 @@ static Dataflow_Status run(Attn_State *s, int stream_id, Attn_Params *p)
 {
 	p->scale_log2 = p->scale * LOG2E;
 	p->skip = NULL;
-	const int bwd = s->op == OP_ATTENTION_BWD;
+	const int bwd = s->op == OP_ATTENTION_BWD || s->op == OP_ATTENTION_KV_BWD;
 	p->vec = p->head_dim % 8 == 0 && aligned(p->q, p->k, p->v, p->out) &&
 		 (!bwd || (aligned(p->dout, p->dq, p->dk, p->dv) && aligned(p->lse_in, p->q, p->q, p->q)));
 	Cuda_Attn_Problem prob = {.cc = s->cc,
@@ -345,7 +351,7 @@ static Dataflow_Status run(Attn_State *s, int stream_id, Attn_Params *p)
 				  .head_dim = p->head_dim,
 				  .num_seqs = p->num_seqs,
 				  .causal = p->causal,
-				  .kv = s->op == OP_ATTENTION_KV,
+				  .kv = s->op == OP_ATTENTION_KV || s->op == OP_ATTENTION_KV_BWD,
 				  .backward = bwd,
 				  .vec = p->vec,
 				  .force = s->force};
@@ -411,5 +417,17 @@ Dataflow_Status dataflow_cuda_attention_bwd(Dataflow_Handle *handle, int stream_
 			 .total_q = a.total_tokens, .total_k = a.total_tokens, .num_seqs = a.num_seqs,
 			 .num_q_heads = a.num_q_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
 			 .scale = a.scale, .causal = a.causal != 0};
+	return run(op_state, stream_id, &p);
+}
+
+Dataflow_Status dataflow_cuda_attention_kv_bwd(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
+{
+	(void)handle;
+	Dataflow_Attention_Kv_Bwd_Args a = dataflow_attention_kv_bwd_args(op->op_args);
+	Attn_Params p = {.q = a.q, .k = a.k, .v = a.v, .cu_q = a.cu_seqlens_q, .cu_k = a.cu_seqlens_k,
+			 .out = (void *)a.out, .dout = a.dout, .lse_in = a.lse, .D = a.D, .dq = a.dq, .dk = a.dk,
+			 .dv = a.dv, .total_q = a.total_q, .total_k = a.total_k, .num_seqs = a.num_seqs,
+			 .num_q_heads = a.num_q_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
+			 .scale = a.scale, .causal = a.causal != 0, .accumulate = 1};
 	return run(op_state, stream_id, &p);
 }

@@ -1,4 +1,6 @@
-/* attention backward, FlashAttention-2 style, deterministic.
+/* attention backward, FlashAttention-2 style, deterministic; also attention_kv_bwd, the same
+ * with separate query and key sequences (bottom-right causal: query i of a sequence sees key
+ * j when j <= i + off, off = k_len - q_len; 0 for attention).
  * With p_ij = exp(s_ij - lse_i) recomputed per tile from the saved logsumexp and
  *   D_i = do_i . o_i                               (attention_bwd_delta, run first)
  *   dp_ij = do_i . v_j,  ds_ij = p_ij (dp_ij - D_i)
@@ -10,7 +12,8 @@
  *     heads in order, then query blocks in order;
  *   - (sequence, query head, block of 64 queries): dq, over key blocks in order.
  * s and p are computed twice (once per kind): 7 tile products instead of 5, in exchange
- * for no atomics and no dq partial sums. */
+ * for no atomics and no dq partial sums. attention_kv_bwd adds dk, dv into fp32 rows
+ * (a context's gradients summed over the chunks that attend to it). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,20 +22,61 @@
 typedef struct {
 	const void *dout, *q, *k, *v;
 	const float *lse, *delta;
-	const int32_t *cu;
+	const int32_t *cu_q, *cu_k;
 	void *dq, *dk, *dv;
-	int64_t total, num_seqs, hq, hkv, d;
+	int64_t total_q, total_k, num_seqs, hq, hkv, d;
 	float scale;
 	int causal;
+	int accumulate; /* attention_kv_bwd: dk, dv are fp32 and added into */
 } Bwd_Args;
 
 static Bwd_Args bwd_args(void *const *args)
 {
 	Dataflow_Attention_Bwd_Args a = dataflow_attention_bwd_args(args);
 	return (Bwd_Args){.dout = a.dout, .q = a.q, .k = a.k, .v = a.v, .lse = a.lse, .delta = a.D,
-			  .cu = a.cu_seqlens, .dq = a.dq, .dk = a.dk, .dv = a.dv, .total = a.total_tokens,
-			  .num_seqs = a.num_seqs, .hq = a.num_q_heads, .hkv = a.num_kv_heads, .d = a.head_dim,
-			  .scale = a.scale, .causal = a.causal};
+			  .cu_q = a.cu_seqlens, .cu_k = a.cu_seqlens, .dq = a.dq, .dk = a.dk, .dv = a.dv,
+			  .total_q = a.total_tokens, .total_k = a.total_tokens, .num_seqs = a.num_seqs,
+			  .hq = a.num_q_heads, .hkv = a.num_kv_heads, .d = a.head_dim, .scale = a.scale,
+			  .causal = a.causal};
+}
+
+static Bwd_Args kv_bwd_args(void *const *args)
+{
+	Dataflow_Attention_Kv_Bwd_Args a = dataflow_attention_kv_bwd_args(args);
+	return (Bwd_Args){.dout = a.dout, .q = a.q, .k = a.k, .v = a.v, .lse = a.lse, .delta = a.D,
+			  .cu_q = a.cu_seqlens_q, .cu_k = a.cu_seqlens_k, .dq = a.dq, .dk = a.dk, .dv = a.dv,
+			  .total_q = a.total_q, .total_k = a.total_k, .num_seqs = a.num_seqs, .hq = a.num_q_heads,
+			  .hkv = a.num_kv_heads, .d = a.head_dim, .scale = a.scale, .causal = a.causal,
+			  .accumulate = 1};
+}
+
+/* A sequence's queries [qlo, qhi) and keys [klo, khi); off = khi - qhi. */
+typedef struct {
+	int64_t qlo, qhi, klo, khi, off;
+} Seq_Ranges;
+
+static Seq_Ranges seq_ranges(const Seq_Cursor *cq, const Seq_Cursor *ck)
+{
+	return (Seq_Ranges){cq->lo, cq->hi, ck->lo, ck->hi, ck->hi - cq->hi};
+}
+
+/* dk or dv rows [k0, k0 + nk) of kv head hk from fp32 tile rows: written as scale * src in
+ * the dtype, or (accumulate) scale * src added into the fp32 rows. */
+static void store_kv_grad(const Bwd_Args *x, DataflowDatatype dt, void *dst, int64_t k0, int nk, int64_t hk,
+			  const float *src, int dp, float scale)
+{
+	const int d = (int)x->d;
+	int64_t row0 = (k0 * x->hkv + hk) * d, stride = x->hkv * d;
+	if (!x->accumulate) {
+		attn_store_rows((char *)dst + (size_t)row0 * dataflow_datatype_size(dt), stride, dt, src, dp, nk, d,
+				scale);
+		return;
+	}
+	for (int i = 0; i < nk; i++) {
+		float *row = (float *)dst + row0 + i * stride;
+		for (int k = 0; k < d; k++)
+			row[k] += scale * src[(size_t)i * dp + k];
+	}
 }
 
 /* The query side of a tile: queries [q0, q0 + nq) of head h, as rows and transposed. */
@@ -52,19 +96,20 @@ static void load_query_tile(Query_Tile *qt, const Bwd_Args *x, DataflowDatatype 
 	attn_load_rows(qt->dout, dp, (const char *)x->dout + row0, x->hq * d, dt, nq, ATTN_BLOCK, d);
 	attn_transpose(qt->doutt, qt->dout, dp, d, 1.0f);
 	for (int i = 0; i < ATTN_BLOCK; i++) {
-		qt->lse2[i] = i < nq ? x->lse[h * x->total + q0 + i] * ATTN_LOG2E : INFINITY;
-		qt->delta[i] = i < nq ? x->delta[h * x->total + q0 + i] : 0.0f;
+		qt->lse2[i] = i < nq ? x->lse[h * x->total_q + q0 + i] * ATTN_LOG2E : INFINITY;
+		qt->delta[i] = i < nq ? x->delta[h * x->total_q + q0 + i] : 0.0f;
 	}
 }
 
-/* p^T and ds^T of keys [kb, kb + nk) (rows k, v: fp32, dp apart) against a query tile. */
+/* p^T and ds^T of keys [kb, kb + nk) (rows k, v: fp32, dp apart) against a query tile; query
+ * q0 + i sees key j when j <= q0 + i + off. */
 static void tile_p_ds(const Attn_Tiles *t, const Bwd_Args *x, const Query_Tile *qt, const float *k, const float *v,
-		      int64_t kb, int nk, int64_t q0, float *p, float *ds)
+		      int64_t kb, int nk, int64_t q0, int64_t off, float *p, float *ds)
 {
 	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
 	t->qk(k, nk, dp, qt->qt, d, p);
-	if (x->causal && kb + nk - 1 > q0)
-		attn_mask_causal(p, nk, kb, q0);
+	if (x->causal && kb + nk - 1 > q0 + off)
+		attn_mask_causal(p, nk, kb, q0 + off);
 	t->exp2(p, nk, qt->lse2);
 	t->qk(v, nk, dp, qt->doutt, d, ds);
 	for (int j = 0; j < nk; j++)
@@ -72,8 +117,15 @@ static void tile_p_ds(const Attn_Tiles *t, const Bwd_Args *x, const Query_Tile *
 			ds[j * ATTN_BLOCK + i] = p[j * ATTN_BLOCK + i] * (ds[j * ATTN_BLOCK + i] - qt->delta[i]);
 }
 
-/* dk, dv of keys [k0, k0 + nk) of kv head hk; the sequence's queries are [lo, hi). */
-static void dkdv_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, int64_t lo, int64_t hi, int64_t k0,
+/* The first query block (blocks of 64 from qlo) with a query that sees key k0 (causal). */
+static int64_t first_query_block(const Bwd_Args *x, const Seq_Ranges *r, int64_t k0)
+{
+	int64_t first = k0 - r->off - r->qlo;
+	return x->causal && first > 0 ? r->qlo + first / ATTN_BLOCK * ATTN_BLOCK : r->qlo;
+}
+
+/* dk, dv of keys [k0, k0 + nk) of kv head hk. */
+static void dkdv_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, const Seq_Ranges *r, int64_t k0,
 		      int nk, int64_t hk)
 {
 	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
@@ -90,20 +142,20 @@ static void dkdv_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *
 	memset(dk, 0, sizeof(float) * nk * dp);
 	memset(dv, 0, sizeof(float) * nk * dp);
 	for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
-		for (int64_t q0 = x->causal ? k0 : lo; q0 < hi; q0 += ATTN_BLOCK) {
-			int nq = (int)(hi - q0 < ATTN_BLOCK ? hi - q0 : ATTN_BLOCK);
+		for (int64_t q0 = first_query_block(x, r, k0); q0 < r->qhi; q0 += ATTN_BLOCK) {
+			int nq = (int)(r->qhi - q0 < ATTN_BLOCK ? r->qhi - q0 : ATTN_BLOCK);
 			load_query_tile(&qt, x, dt, q0, nq, h);
-			tile_p_ds(t, x, &qt, k, v, k0, nk, q0, p, ds);
+			tile_p_ds(t, x, &qt, k, v, k0, nk, q0, r->off, p, ds);
 			t->acc(dv, nk, dp, p, ATTN_BLOCK, 1, nq, qt.dout);
 			t->acc(dk, nk, dp, ds, ATTN_BLOCK, 1, nq, qt.q);
 		}
 	}
-	attn_store_rows((char *)x->dk + row0, x->hkv * d, dt, dk, dp, nk, d, x->scale);
-	attn_store_rows((char *)x->dv + row0, x->hkv * d, dt, dv, dp, nk, d, 1.0f);
+	store_kv_grad(x, dt, x->dk, k0, nk, hk, dk, dp, x->scale);
+	store_kv_grad(x, dt, x->dv, k0, nk, hk, dv, dp, 1.0f);
 }
 
-/* dq of queries [q0, q0 + nq) of head h; the sequence's keys are [lo, hi). */
-static void dq_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, int64_t lo, int64_t hi, int64_t q0,
+/* dq of queries [q0, q0 + nq) of head h. */
+static void dq_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, const Seq_Ranges *r, int64_t q0,
 		    int nq, int64_t h)
 {
 	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
@@ -115,13 +167,13 @@ static void dq_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t,
 
 	load_query_tile(&qt, x, dt, q0, nq, h);
 	memset(dq, 0, sizeof(float) * nq * dp);
-	int64_t kend = x->causal ? q0 + nq : hi;
-	for (int64_t kb = lo; kb < kend; kb += ATTN_BLOCK) {
+	int64_t kend = x->causal ? q0 + nq + r->off : r->khi;
+	for (int64_t kb = r->klo; kb < kend; kb += ATTN_BLOCK) {
 		int nk = (int)(kend - kb < ATTN_BLOCK ? kend - kb : ATTN_BLOCK);
 		size_t row0 = (size_t)((kb * x->hkv + hk) * d) * es;
 		attn_load_rows(k, dp, (const char *)x->k + row0, x->hkv * d, dt, nk, nk, d);
 		attn_load_rows(v, dp, (const char *)x->v + row0, x->hkv * d, dt, nk, nk, d);
-		tile_p_ds(t, x, &qt, k, v, kb, nk, q0, p, ds);
+		tile_p_ds(t, x, &qt, k, v, kb, nk, q0, r->off, p, ds);
 		t->acc(dq, nq, dp, ds, 1, ATTN_BLOCK, nk, k); /* dq_i += sum_j ds_ji k_j */
 	}
 	attn_store_rows((char *)x->dq + (size_t)((q0 * x->hq + h) * d) * es, x->hq * d, dt, dq, dp, nq, d, x->scale);
@@ -136,105 +188,127 @@ static int bwd_fused(int64_t num_seqs, int64_t hkv)
 	return num_seqs * hkv >= 4;
 }
 
-static void fused_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, int64_t lo, int64_t hi, int64_t hk)
+static void fused_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t, const Seq_Ranges *r, int64_t hk)
 {
 	const int d = (int)x->d, dp = (d + 15) / 16 * 16;
 	const size_t es = dataflow_datatype_size(dt);
-	const int64_t group = x->hq / x->hkv, n = hi - lo;
-	if (n <= 0)
+	const int64_t group = x->hq / x->hkv, nq_all = r->qhi - r->qlo, nk_all = r->khi - r->klo;
+	if (nq_all <= 0 && nk_all <= 0)
 		return;
 	/* fp32 rows of the sequence: dq of the group's heads, then k, v, dk, dv */
-	size_t floats = (size_t)((group + 4) * n * dp);
+	size_t floats = (size_t)((group * nq_all + 4 * nk_all) * dp);
 	float *dqs = malloc(sizeof(float) * floats);
 	if (!dqs) { /* the two kinds of item, same bits */
-		for (int64_t k0 = lo; k0 < hi; k0 += ATTN_BLOCK)
-			dkdv_item(x, dt, t, lo, hi, k0, (int)(hi - k0 < ATTN_BLOCK ? hi - k0 : ATTN_BLOCK), hk);
+		for (int64_t k0 = r->klo; k0 < r->khi; k0 += ATTN_BLOCK)
+			dkdv_item(x, dt, t, r, k0, (int)(r->khi - k0 < ATTN_BLOCK ? r->khi - k0 : ATTN_BLOCK), hk);
 		for (int64_t h = hk * group; h < (hk + 1) * group; h++)
-			for (int64_t q0 = lo; q0 < hi; q0 += ATTN_BLOCK)
-				dq_item(x, dt, t, lo, hi, q0, (int)(hi - q0 < ATTN_BLOCK ? hi - q0 : ATTN_BLOCK), h);
+			for (int64_t q0 = r->qlo; q0 < r->qhi; q0 += ATTN_BLOCK)
+				dq_item(x, dt, t, r, q0, (int)(r->qhi - q0 < ATTN_BLOCK ? r->qhi - q0 : ATTN_BLOCK), h);
 		return;
 	}
-	float *ks = dqs + group * n * dp, *vs = ks + n * dp, *dks = vs + n * dp, *dvs = dks + n * dp;
+	float *ks = dqs + group * nq_all * dp, *vs = ks + nk_all * dp, *dks = vs + nk_all * dp, *dvs = dks + nk_all * dp;
 	memset(dqs, 0, sizeof(float) * floats);
-	size_t kv0 = (size_t)((lo * x->hkv + hk) * d) * es;
-	attn_load_rows(ks, dp, (const char *)x->k + kv0, x->hkv * d, dt, (int)n, (int)n, d);
-	attn_load_rows(vs, dp, (const char *)x->v + kv0, x->hkv * d, dt, (int)n, (int)n, d);
+	size_t kv0 = (size_t)((r->klo * x->hkv + hk) * d) * es;
+	attn_load_rows(ks, dp, (const char *)x->k + kv0, x->hkv * d, dt, (int)nk_all, (int)nk_all, d);
+	attn_load_rows(vs, dp, (const char *)x->v + kv0, x->hkv * d, dt, (int)nk_all, (int)nk_all, d);
 	float p[ATTN_BLOCK * ATTN_BLOCK], ds[ATTN_BLOCK * ATTN_BLOCK];
 	Query_Tile qt;
 	/* for each key block the (head, query block) pairs come in dkdv_item's order, and for
 	 * each query block the key blocks in dq_item's order; each query tile loads once */
 	for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
-		float *dq = dqs + (h - hk * group) * n * dp;
-		for (int64_t q0 = lo; q0 < hi; q0 += ATTN_BLOCK) {
-			int nq = (int)(hi - q0 < ATTN_BLOCK ? hi - q0 : ATTN_BLOCK);
+		float *dq = dqs + (h - hk * group) * nq_all * dp;
+		for (int64_t q0 = r->qlo; q0 < r->qhi; q0 += ATTN_BLOCK) {
+			int nq = (int)(r->qhi - q0 < ATTN_BLOCK ? r->qhi - q0 : ATTN_BLOCK);
 			load_query_tile(&qt, x, dt, q0, nq, h);
-			int64_t kend = x->causal ? q0 + nq : hi;
-			for (int64_t k0 = lo; k0 < kend; k0 += ATTN_BLOCK) {
+			int64_t kend = x->causal ? q0 + nq + r->off : r->khi;
+			for (int64_t k0 = r->klo; k0 < kend; k0 += ATTN_BLOCK) {
 				int nk = (int)(kend - k0 < ATTN_BLOCK ? kend - k0 : ATTN_BLOCK);
-				size_t kr = (size_t)((k0 - lo) * dp);
-				tile_p_ds(t, x, &qt, ks + kr, vs + kr, k0, nk, q0, p, ds);
+				size_t kr = (size_t)((k0 - r->klo) * dp);
+				tile_p_ds(t, x, &qt, ks + kr, vs + kr, k0, nk, q0, r->off, p, ds);
 				t->acc(dvs + kr, nk, dp, p, ATTN_BLOCK, 1, nq, qt.dout);
 				t->acc(dks + kr, nk, dp, ds, ATTN_BLOCK, 1, nq, qt.q);
-				t->acc(dq + (size_t)((q0 - lo) * dp), nq, dp, ds, 1, ATTN_BLOCK, nk,
+				t->acc(dq + (size_t)((q0 - r->qlo) * dp), nq, dp, ds, 1, ATTN_BLOCK, nk,
 				       ks + kr); /* dq_i += sum_j ds_ji k_j */
 			}
 		}
-		attn_store_rows((char *)x->dq + (size_t)((lo * x->hq + h) * d) * es, x->hq * d, dt, dq, dp, (int)n, d,
-				x->scale);
+		attn_store_rows((char *)x->dq + (size_t)((r->qlo * x->hq + h) * d) * es, x->hq * d, dt, dq, dp,
+				(int)nq_all, d, x->scale);
 	}
-	attn_store_rows((char *)x->dk + kv0, x->hkv * d, dt, dks, dp, (int)n, d, x->scale);
-	attn_store_rows((char *)x->dv + kv0, x->hkv * d, dt, dvs, dp, (int)n, d, 1.0f);
+	store_kv_grad(x, dt, x->dk, r->klo, (int)nk_all, hk, dks, dp, x->scale);
+	store_kv_grad(x, dt, x->dv, r->klo, (int)nk_all, hk, dvs, dp, 1.0f);
 	free(dqs);
 }
 
 /* Items: first every (key block, kv head), then every (query block, query head), blocks
- * numbered over all sequences (seq_cursor); or, fused, every (sequence, kv head). */
-static void bwd(void **args, int part, int num_parts, DataflowDatatype dt)
+ * numbered over all sequences (seq_cursor over the offsets of the side they cut, the other
+ * side's cursor walked in step); or, fused, every (sequence, kv head). */
+static void bwd(Bwd_Args x, int part, int num_parts, DataflowDatatype dt)
 {
-	Bwd_Args x = bwd_args(args);
 	Attn_Tiles t = attn_tiles();
+	Seq_Cursor cq = seq_cursor(x.cu_q, x.num_seqs, x.total_q), ck = seq_cursor(x.cu_k, x.num_seqs, x.total_k);
 	if (bwd_fused(x.num_seqs, x.hkv)) {
 		int64_t begin, end;
 		dataflow_part_range(x.num_seqs * x.hkv, part, num_parts, 1, &begin, &end);
-		Seq_Cursor c = seq_cursor(x.cu, x.num_seqs, x.total);
 		for (int64_t item = begin; item < end; item++) {
-			seq_cursor_seek(&c, item / x.hkv);
-			if (c.s >= x.num_seqs)
+			seq_cursor_seek(&cq, item / x.hkv);
+			seq_cursor_seek(&ck, item / x.hkv);
+			if (cq.s >= x.num_seqs)
 				break;
-			fused_item(&x, dt, &t, c.lo, c.hi, item % x.hkv);
+			Seq_Ranges r = seq_ranges(&cq, &ck);
+			fused_item(&x, dt, &t, &r, item % x.hkv);
 		}
 		return;
 	}
-	int64_t blocks = attn_max_blocks(x.total, x.num_seqs), kv_items = blocks * x.hkv, begin, end;
-	dataflow_part_range(kv_items + blocks * x.hq, part, num_parts, 1, &begin, &end);
-	Seq_Cursor c = seq_cursor(x.cu, x.num_seqs, x.total);
+	int64_t kv_items = attn_max_blocks(x.total_k, x.num_seqs) * x.hkv, begin, end;
+	dataflow_part_range(kv_items + attn_max_blocks(x.total_q, x.num_seqs) * x.hq, part, num_parts, 1, &begin, &end);
 	int64_t item = begin;
 	for (; item < end && item < kv_items; item++) {
-		int64_t b = seq_cursor_find(&c, item / x.hkv);
+		int64_t b = seq_cursor_find(&ck, item / x.hkv);
 		if (b < 0) {
 			item = kv_items;
 			break;
 		}
-		int64_t k0 = c.lo + b * ATTN_BLOCK;
-		dkdv_item(&x, dt, &t, c.lo, c.hi, k0, (int)(c.hi - k0 < ATTN_BLOCK ? c.hi - k0 : ATTN_BLOCK),
-			  item % x.hkv);
+		seq_cursor_seek(&cq, ck.s);
+		Seq_Ranges r = seq_ranges(&cq, &ck);
+		int64_t k0 = ck.lo + b * ATTN_BLOCK;
+		dkdv_item(&x, dt, &t, &r, k0, (int)(ck.hi - k0 < ATTN_BLOCK ? ck.hi - k0 : ATTN_BLOCK), item % x.hkv);
 	}
-	c = seq_cursor(x.cu, x.num_seqs, x.total);
+	cq = seq_cursor(x.cu_q, x.num_seqs, x.total_q);
+	ck = seq_cursor(x.cu_k, x.num_seqs, x.total_k);
 	for (; item < end; item++) {
-		int64_t b = seq_cursor_find(&c, (item - kv_items) / x.hq);
+		int64_t b = seq_cursor_find(&cq, (item - kv_items) / x.hq);
 		if (b < 0)
 			break;
-		int64_t q0 = c.lo + b * ATTN_BLOCK;
-		dq_item(&x, dt, &t, c.lo, c.hi, q0, (int)(c.hi - q0 < ATTN_BLOCK ? c.hi - q0 : ATTN_BLOCK),
+		seq_cursor_seek(&ck, cq.s);
+		Seq_Ranges r = seq_ranges(&cq, &ck);
+		int64_t q0 = cq.lo + b * ATTN_BLOCK;
+		dq_item(&x, dt, &t, &r, q0, (int)(cq.hi - q0 < ATTN_BLOCK ? cq.hi - q0 : ATTN_BLOCK),
 			(item - kv_items) % x.hq);
 	}
 }
 
-DATAFLOW_HOST_FLOAT_KERNELS(attention_bwd, bwd, DATAFLOW_FP32, DATAFLOW_BF16, DATAFLOW_FP16)
+static void attention_bwd(void **args, int part, int num_parts, DataflowDatatype dt)
+{
+	bwd(bwd_args(args), part, num_parts, dt);
+}
 
-DATAFLOW_HOST_LAUNCH(dataflow_host_attention_bwd_launch, Bwd_Args, bwd_args,
-		     attn_num_parts(bwd_fused(a.num_seqs, a.hkv) ? a.num_seqs * a.hkv
-							 : attn_max_blocks(a.total, a.num_seqs) * (a.hq + a.hkv)))
+static void attention_kv_bwd(void **args, int part, int num_parts, DataflowDatatype dt)
+{
+	bwd(kv_bwd_args(args), part, num_parts, dt);
+}
+
+DATAFLOW_HOST_FLOAT_KERNELS(attention_bwd, attention_bwd, DATAFLOW_FP32, DATAFLOW_BF16, DATAFLOW_FP16)
+DATAFLOW_HOST_FLOAT_KERNELS(attention_kv_bwd, attention_kv_bwd, DATAFLOW_FP32, DATAFLOW_BF16, DATAFLOW_FP16)
+
+static int bwd_parts(Bwd_Args a)
+{
+	return attn_num_parts(bwd_fused(a.num_seqs, a.hkv) ? a.num_seqs * a.hkv
+							  : attn_max_blocks(a.total_k, a.num_seqs) * a.hkv +
+								    attn_max_blocks(a.total_q, a.num_seqs) * a.hq);
+}
+
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_bwd_launch, Bwd_Args, bwd_args, bwd_parts(a))
+DATAFLOW_HOST_LAUNCH(dataflow_host_attention_kv_bwd_launch, Bwd_Args, kv_bwd_args, bwd_parts(a))
 
 /* ---- attention_bwd_delta: D[h][t] = sum_k dout[t][h][k] * out[t][h][k] ----
  * A plain in-order sum (the same bits on every path); parts are ranges of (token, head) rows. */

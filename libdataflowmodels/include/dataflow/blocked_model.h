@@ -77,11 +77,21 @@
  *   optimizer:  clip_by_global_norm(sumsq -> scale) once every block's norm is in, then
  *               adamw(b, scale) per block, on the device with param/grad/m/v/master streamed
  *               through slots, or on a host handle; read token losses + norm: one sync.
- * Long sequences: a document longer than a chunk runs as consecutive chunks whose layer
- * forward attends over a K/V context (args.kv) of the earlier chunks, with positions that
- * continue and the label of a chunk's last token being the next chunk's first; backward
- * through a context (dK/dV accumulated across chunks) is not provided yet (the backward
- * calls refuse args.kv). The head's saved activations hold the chunk's logits [T, vocab]:
+ * Long sequences: a document longer than a chunk runs as consecutive chunks (one document
+ * each, num_docs 1) with positions that continue and the label of a chunk's last token being
+ * the next chunk's first. Per layer, a K/V context (args.kv: k, v of the whole document,
+ * and fp32 dk, dv) lives from the layer's forward to its backward:
+ *   forward:    for each chunk c in order: forward(l, kv = {past = start of c}) writes c's
+ *               keys and values at rows past.. and attends over rows [0, past + T)
+ *   backward:   set_mem(dk, dv, 0); for each chunk c in REVERSE: recompute(l, same kv) ;
+ *               backward_x(l, same kv) adds c's key/value gradients into dk, dv rows
+ *               [0, past + T) (attention_kv_bwd) and reads c's own rows, complete by then
+ *               (every later chunk attended to them before) ; backward_w(l)
+ * At backward_x, k, v rows [0, past + T) must hold THIS layer's keys and values: a caller
+ * that shares one context between layers (what the ring planner budgets) rebuilds them first,
+ * e.g. by a forward of the earlier chunks (recompute does not write them at SAVE_ALL).
+ * Within 1e-5 (fp32) of running the document as one chunk: only the order of the fp32 sums
+ * over chunks differs. The head's saved activations hold the chunk's logits [T, vocab]:
  * the chunk size bounds them. */
 
 /* ---- batches ---- */
@@ -193,14 +203,17 @@ typedef struct {
 	float *master;
 } Dataflow_Block_Memory;
 
-/* Keys and values of earlier tokens for a layer forward (KV cache, chunked long sequences):
- * the chunk is ONE document (num_docs 1) continuing those tokens; its keys (after RoPE) and
- * values are written at rows past.. of k and v ([capacity, num_kv_heads, head_dim], model
- * dtype) and it attends causally (bottom-right) over rows [0, past + T). */
+/* Keys and values of earlier tokens for a layer (KV cache, chunked long sequences): the chunk
+ * is ONE document (num_docs 1) continuing those tokens; its keys (after RoPE) and values are
+ * written at rows past.. of k and v ([capacity, num_kv_heads, head_dim], model dtype) and it
+ * attends causally (bottom-right) over rows [0, past + T). backward_x adds the chunk's
+ * gradients of rows [0, past + T) into dk, dv (fp32, same shape; the forward and recompute
+ * do not use them) and reads its own rows back (see "Long sequences" above). */
 typedef struct {
 	void *k, *v;
 	int64_t past;
 	const int32_t *cu_k;  /* device {0, past + T} */
+	float *dk, *dv;       /* backward_x: the context's gradients, accumulated */
 } Dataflow_Block_KV;
 
 /* The activations and data of one call (see the top of this header); which fields a call
@@ -208,7 +221,7 @@ typedef struct {
  *                forward                 recompute        backward_x            backward_w
  *   EMBEDDING    batch -> y              -                -                     batch, dy
  *   LAYER        x -> y, saved,          x, saved ->      x, saved, recomputed, x, saved, recomputed,
- *                recomputed (kv)         recomputed       dy -> dx, dacts       dy, dacts
+ *                recomputed (kv)         recomputed (kv)  dy -> dx, dacts (kv)  dy, dacts
  *   HEAD         x -> saved; y = logits  -                x, saved ->           x, saved, dacts
  *                or labels -> token_losses                 dx, dacts
  * Every call may use workspace. */
@@ -228,7 +241,7 @@ typedef struct {
 	float *token_losses;
 	float loss_scale;
 	const Dataflow_Block_Memory *tied;  /* tied head: the embedding block's memory */
-	const Dataflow_Block_KV *kv;        /* layer forward: context (NULL: the chunk alone) */
+	const Dataflow_Block_KV *kv;        /* layer forward, recompute, backward_x: context (NULL: the chunk alone) */
 } Dataflow_Block_Args;
 
 Dataflow_Status dataflow_block_forward(const Dataflow_Blocked_Model *model, int block, int stream,

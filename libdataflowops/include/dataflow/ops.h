@@ -59,6 +59,20 @@ Dataflow_Status dataflow_submit_attention_bwd(Dataflow_Handle *handle, int strea
 					      void *dk, void *dv, void *workspace, int64_t workspace_bytes,
 					      int64_t total_tokens, int64_t num_seqs, int64_t num_q_heads,
 					      int64_t num_kv_heads, int64_t head_dim, float scale, int causal);
+/* attention_kv_bwd: gradients of attention_kv (same shapes, bottom-right causal masking and
+ * offset rules) given dout and the forward's out and lse, with attention_bwd's formulas. dq
+ * (dtype) is overwritten; dk and dv are fp32 and ACCUMULATED: dk += this call's dK, so the keys
+ * of a K/V context collect the gradients of every chunk that attends over them (zero them
+ * before the first). Deterministic. workspace: dataflow_attention_bwd_workspace_bytes(total_q,
+ * ...) bytes (holds D). Submits attention_bwd_delta, then the attention_kv_bwd op (both or
+ * neither). */
+Dataflow_Status dataflow_submit_attention_kv_bwd(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+						 const void *dout, const void *q, const void *k, const void *v,
+						 const void *out, const void *lse, const void *cu_seqlens_q,
+						 const void *cu_seqlens_k, void *dq, float *dk, float *dv, void *workspace,
+						 int64_t workspace_bytes, int64_t total_q, int64_t total_k, int64_t num_seqs,
+						 int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, float scale,
+						 int causal);
 /* Bytes of workspace attention_bwd needs (fp32 [num_q_heads][total_tokens]); -1 when a size
  * is not positive or the bytes overflow int64. */
 int64_t dataflow_attention_bwd_workspace_bytes(int64_t total_tokens, int64_t num_seqs, int64_t num_q_heads,
