@@ -50,14 +50,15 @@ def as_float(raw, dtype):
     return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def train_both(cfg, cap, dtype, master=False, steps=STEPS):
-    """Trains the ring (handle capped at cap) and the resident model on the same chunks; returns
-    (ring losses, resident losses, ring weights, resident weights, handle, executor, plan)."""
+def train_both(cfg, cap, dtype, master=False, steps=STEPS, trace=False, bandwidth=None):
+    """Trains the ring (handle capped at cap, its link throttled to bandwidth) and the resident
+    model on the same chunks; returns (ring losses, resident losses, ring weights, resident
+    weights, handle, executor, plan)."""
     plan = plan_for(cfg, cap, dtype, master=master)
     ref_h = df.Handle("host")
     ref = df.models.Llama(ref_h, cfg, dtype=dtype, seed=1, master_weights=master)
-    h = df.Handle("host", device_memory=cap)
-    ex = RingExecutor(h, LlamaConfig.from_dict(cfg), plan, dtype)
+    h = df.Handle("host", device_memory=cap, transfer_bandwidth=bandwidth)
+    ex = RingExecutor(h, LlamaConfig.from_dict(cfg), plan, dtype, trace=trace)
     for b in range(ex.num_blocks):
         for kind in (0, 4) if master else (0,):  # the resident model's masters are the unrounded init
             ex.write(b, kind, block_bytes(ref_h, ref, b, kind, ex.block_bytes(b, kind)))
