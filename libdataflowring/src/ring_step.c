@@ -23,6 +23,7 @@ typedef struct {
 	const Dataflow_Ring_Chunk *chunks;    /* this round's */
 	Dataflow_Llama_Batch *batch;          /* per chunk, filled at the round's start */
 	int zero_grads;                       /* first round of a call that does not accumulate */
+	int first_round, last_round;          /* of the call */
 	float loss_scale;
 	int dcur;                             /* the hidden set holding dy of the next layer down */
 } Round;
@@ -98,13 +99,15 @@ static Buf grad_of(Dataflow_Ring_Executor *x, int b)
 	return (Buf){x->gslot[slot], &x->gslot_track[slot]};
 }
 
-/* Before block b's first gradient of the round: zero it or bring its partial sum back. */
+/* Before block b's first gradient of the round: zero it or bring its partial sum back. A
+ * gradient trained in a fixed device buffer whose home is on the host (a host optimizer) keeps
+ * its partial sum there across the call's rounds: in at the first, home after the last. */
 static Dataflow_Status grad_begin(Round *r, int b)
 {
 	Dataflow_Ring_Executor *x = r->x;
 	Ring_Block *blk = &x->blocks[b];
-	if (blk->dev[DATAFLOW_BLOCK_GRAD])
-		return DATAFLOW_OK; /* lives on the device; zeroed at the call's start */
+	if (blk->dev[DATAFLOW_BLOCK_GRAD] || (blk->train_grad && !r->first_round))
+		return DATAFLOW_OK; /* lives on the device (zeroed at the call's start), or stays there */
 	Buf g = grad_of(x, b);
 	if (r->zero_grads) {
 		Dataflow_Ring_Trace_Span *span;
@@ -123,7 +126,7 @@ static Dataflow_Status grad_end(Round *r, int b)
 {
 	Dataflow_Ring_Executor *x = r->x;
 	Ring_Block *blk = &x->blocks[b];
-	if (blk->dev[DATAFLOW_BLOCK_GRAD])
+	if (blk->dev[DATAFLOW_BLOCK_GRAD] || (blk->train_grad && !r->last_round))
 		return DATAFLOW_OK;
 	return copy_out(x, blk->host[DATAFLOW_BLOCK_GRAD], &blk->host_track[DATAFLOW_BLOCK_GRAD], grad_of(x, b),
 			blk->bytes[DATAFLOW_BLOCK_GRAD], DATAFLOW_RING_WORK_GRAD_OUT, b, -1);
@@ -452,8 +455,9 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, con
 				     ? DATAFLOW_OK
 				     : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring accumulate: host allocation failed");
 	for (int64_t first = 0; st == DATAFLOW_OK && first < num_chunks; first += x->K) {
-		Round r = {x, first, num_chunks - first < x->K ? num_chunks - first : x->K, chunks + first,
-			   batches, !accumulate_grads && first == 0, loss_scale, 0};
+		Round r = {.x = x, .first_chunk = first, .num = num_chunks - first < x->K ? num_chunks - first : x->K,
+			   .chunks = chunks + first, .batch = batches, .zero_grads = !accumulate_grads && first == 0,
+			   .first_round = first == 0, .last_round = first + x->K >= num_chunks, .loss_scale = loss_scale};
 		st = run_round(&r, &p);
 	}
 	free(p.layer);
