@@ -53,7 +53,7 @@ typedef struct {
 	Dataflow_Ring_Trace_Span **pages;
 	int64_t num_spans, num_pages;
 	Dataflow_Ring_Trace_Memory *samples;
-	int64_t num_samples, max_samples;
+	int64_t num_samples;
 } Ring_Trace;
 
 struct Dataflow_Ring_Executor {

@@ -84,16 +84,13 @@ Dataflow_Status ring_trace_sample(Dataflow_Ring_Executor *x)
 	Ring_Trace *t = &x->trace;
 	if (!t->on)
 		return DATAFLOW_OK;
-	if (t->num_samples == t->max_samples) {
-		int64_t n = t->max_samples ? 2 * t->max_samples : 64;
-		Dataflow_Ring_Trace_Memory *samples = realloc(t->samples, (size_t)n * sizeof(*samples));
-		if (!samples)
-			return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring trace: host allocation failed");
-		t->samples = samples;
-		t->max_samples = n;
-	}
 	Dataflow_Memory_Info info;
 	TRY(dataflow_memory_info(x->h, &info));
+	/* one more each time: a sample per wait, a few per step */
+	Dataflow_Ring_Trace_Memory *samples = realloc(t->samples, (size_t)(t->num_samples + 1) * sizeof(*samples));
+	if (!samples)
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring trace: host allocation failed");
+	t->samples = samples;
 	t->samples[t->num_samples++] =
 		(Dataflow_Ring_Trace_Memory){now_seconds(), t->step, info.in_use_bytes, info.peak_bytes, x->host_bytes};
 	return DATAFLOW_OK;
