@@ -35,6 +35,16 @@ def test_matmul_small():
     assert summary.startswith("matmul host:")
 
 
+def test_ring_quick():
+    result, summary = run_bench("ring.py", "--quick", "--steps", "1")
+    assert result["scaling"]["throttle_bytes_per_s"] > 0 and len(result["rows"]) == 2
+    for r in result["rows"]:
+        assert r["measured_s"] > 0 and r["predicted_s"] > 0 and r["ratio"] > 0, r
+        assert r["device_peak_bytes"] <= r["cap_bytes"], r
+    assert set(result["rows"][0]["trace"]["busy_s"]) >= {"compute", "inbound", "outbound"}
+    assert summary.startswith("ring host (") and "predicted vs measured within 20% on" in summary
+
+
 def test_train_quick():
     result, summary = run_bench("train.py", "--quick", "--dtypes", "fp32")
     (row,) = result["rows"]

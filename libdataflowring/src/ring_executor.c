@@ -419,6 +419,7 @@ void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *x)
 	free(x->gslot);
 	free(x->gslot_track);
 	free(x->blocks);
+	ring_trace_free(&x->trace);
 	free(x);
 }
 
@@ -502,7 +503,7 @@ Dataflow_Status dataflow_ring_executor_wait(Dataflow_Ring_Executor *x)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring executor wait: executor is required");
 	for (int r = 0; r < RS_NUM; r++)
 		TRY(dataflow_sync_stream(x->h, x->s[r]));
-	return DATAFLOW_OK;
+	return ring_trace_sample(x);
 }
 
 Dataflow_Status dataflow_ring_executor_outputs(const Dataflow_Ring_Executor *x, Dataflow_Ring_Outputs *out)

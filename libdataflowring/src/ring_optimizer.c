@@ -20,7 +20,10 @@ Dataflow_Status dataflow_ring_executor_scale_grads(Dataflow_Ring_Executor *x, fl
 	TRY(ring_barrier(x));
 	for (int b = 0; b < x->N; b++) {
 		void *g = grad_home(&x->blocks[b]);
+		Dataflow_Ring_Trace_Span *span;
+		TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_SCALE_GRADS, b, -1, 0, &span));
 		TRY(dataflow_submit_add(x->h, x->s[RS_OPT], DATAFLOW_FP32, x->blocks[b].numel, factor, g, 0.0f, g, g));
+		TRY(ring_span_end(x, span));
 	}
 	return ring_barrier(x);
 }
@@ -34,7 +37,9 @@ static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Da
 	Track *t = &x->opt_track[k];
 	void *kinds[DATAFLOW_BLOCK_NUM_KINDS] = {0};
 	char *at = x->opt_slot[k];
+	Dataflow_Ring_Trace_Span *span;
 	TRY(track_before(x, t, RS_IN));
+	TRY(ring_span_begin(x, RS_IN, DATAFLOW_RING_WORK_OPT_IN, b, -1, (uint64_t)ring_opt_slot_bytes(x, b), &span));
 	for (int kind = 0; kind < DATAFLOW_BLOCK_NUM_KINDS; kind++) {
 		if (kind == DATAFLOW_BLOCK_MASTER && !x->master)
 			continue;
@@ -46,17 +51,25 @@ static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Da
 		TRY(dataflow_submit_inbound_transfer(x->h, x->s[RS_IN], kinds[kind], blk->host[kind],
 						     (uint64_t)blk->bytes[kind]));
 	}
+	TRY(ring_span_end(x, span));
 	TRY(track_after(x, t, RS_IN));
 	TRY(track_before(x, t, RS_OPT));
 	Dataflow_Block_Memory mem = {kinds[DATAFLOW_BLOCK_PARAM], kinds[DATAFLOW_BLOCK_GRAD], kinds[DATAFLOW_BLOCK_ADAM_M],
 				     kinds[DATAFLOW_BLOCK_ADAM_V], kinds[DATAFLOW_BLOCK_MASTER]};
+	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_ADAMW, b, -1, 0, &span));
 	TRY(dataflow_block_adamw(x->model, b, x->s[RS_OPT], &mem, params, scale, step));
+	TRY(ring_span_end(x, span));
 	TRY(track_after(x, t, RS_OPT));
 	TRY(track_before(x, t, RS_OUT));
+	uint64_t out = 0;
+	for (int kind = 0; kind < DATAFLOW_BLOCK_NUM_KINDS; kind++)
+		out += kind != DATAFLOW_BLOCK_GRAD && kinds[kind] && !blk->dev[kind] ? (uint64_t)blk->bytes[kind] : 0;
+	TRY(ring_span_begin(x, RS_OUT, DATAFLOW_RING_WORK_OPT_OUT, b, -1, out, &span));
 	for (int kind = 0; kind < DATAFLOW_BLOCK_NUM_KINDS; kind++)
 		if (kind != DATAFLOW_BLOCK_GRAD && kinds[kind] && !blk->dev[kind])
 			TRY(dataflow_submit_outbound_transfer(x->h, x->s[RS_OUT], blk->host[kind], kinds[kind],
 							      (uint64_t)blk->bytes[kind]));
+	TRY(ring_span_end(x, span));
 	return track_after(x, t, RS_OUT);
 }
 
@@ -71,10 +84,13 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 					  max_grad_norm, (long long)step);
 	TRY(ring_barrier(x)); /* the training pass is done with the memory the scalars share */
 	int s = x->s[RS_OPT], clip = max_grad_norm > 0;
+	Dataflow_Ring_Trace_Span *span;
+	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_GRAD_NORM, -1, -1, 0, &span));
 	for (int b = 0; b < x->N; b++)
 		TRY(dataflow_block_grad_norm_sq(x->model, b, s, grad_home(&x->blocks[b]), x->norm_ws, x->sumsq, b > 0));
 	TRY(dataflow_submit_clip_by_global_norm(x->h, s, DATAFLOW_FP64, x->sumsq, clip ? max_grad_norm : 1e30, x->scale,
 						x->norm));
+	TRY(ring_span_end(x, span));
 	TRY(dataflow_submit_outbound_transfer(x->h, s, x->host_norm, x->norm, 4));
 	const float *scale = clip ? x->scale : NULL;
 	for (int b = 0; b < x->N; b++) {
@@ -90,11 +106,14 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 			home[k] = blk->dev[k] ? blk->dev[k] : blk->host[k];
 		Dataflow_Block_Memory mem = {home[DATAFLOW_BLOCK_PARAM], home[DATAFLOW_BLOCK_GRAD], home[DATAFLOW_BLOCK_ADAM_M],
 					     home[DATAFLOW_BLOCK_ADAM_V], x->master ? home[DATAFLOW_BLOCK_MASTER] : NULL};
+		TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_ADAMW, b, -1, 0, &span));
 		TRY(dataflow_block_adamw(x->model, b, s, &mem, params, scale, step));
+		TRY(ring_span_end(x, span));
 		blk->param_stale = blk->train_param && !blk->dev[DATAFLOW_BLOCK_PARAM];
 	}
 	for (int i = 0; i < x->W; i++) /* slots and staging hold the old weights */
 		x->wslot_layer[i] = -1;
 	x->edge_stage_block = -1;
+	ring_trace_next_step(x);
 	return ring_barrier(x);
 }

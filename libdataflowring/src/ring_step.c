@@ -23,26 +23,36 @@ typedef struct {
 	const Dataflow_Ring_Chunk *chunks;    /* this round's */
 	Dataflow_Llama_Batch *batch;          /* per chunk, filled at the round's start */
 	int zero_grads;                       /* first round of a call that does not accumulate */
+	int first_round, last_round;          /* of the call */
 	float loss_scale;
 	int dcur;                             /* the hidden set holding dy of the next layer down */
 } Round;
 
-static Dataflow_Status copy_in(Dataflow_Ring_Executor *x, Buf dst, Track *host_track, const void *src, int64_t bytes)
+/* A transfer in (out), labelled for the trace with what it moves, whose, which chunk. */
+static Dataflow_Status copy_in(Dataflow_Ring_Executor *x, Buf dst, Track *host_track, const void *src, int64_t bytes,
+			       Dataflow_Ring_Work what, int block, int64_t chunk)
 {
+	Dataflow_Ring_Trace_Span *span;
 	TRY(track_before(x, dst.track, RS_IN));
 	TRY(track_before(x, host_track, RS_IN));
+	TRY(ring_span_begin(x, RS_IN, what, block, chunk, (uint64_t)bytes, &span));
 	TRY(dataflow_submit_inbound_transfer(x->h, x->s[RS_IN], dst.ptr, src, (uint64_t)bytes));
+	TRY(ring_span_end(x, span));
 	TRY(track_after(x, dst.track, RS_IN));
 	return track_after(x, host_track, RS_IN);
 }
 
-static Dataflow_Status copy_out(Dataflow_Ring_Executor *x, void *dst, Track *host_track, Buf src, int64_t bytes)
+static Dataflow_Status copy_out(Dataflow_Ring_Executor *x, void *dst, Track *host_track, Buf src, int64_t bytes,
+				Dataflow_Ring_Work what, int block, int64_t chunk)
 {
 	if (bytes == 0) /* e.g. the saved activations of DATAFLOW_SAVE_INPUT */
 		return DATAFLOW_OK;
+	Dataflow_Ring_Trace_Span *span;
 	TRY(track_before(x, src.track, RS_OUT));
 	TRY(track_before(x, host_track, RS_OUT));
+	TRY(ring_span_begin(x, RS_OUT, what, block, chunk, (uint64_t)bytes, &span));
 	TRY(dataflow_submit_outbound_transfer(x->h, x->s[RS_OUT], dst, src.ptr, (uint64_t)bytes));
+	TRY(ring_span_end(x, span));
 	TRY(track_after(x, src.track, RS_OUT));
 	return track_after(x, host_track, RS_OUT);
 }
@@ -56,21 +66,21 @@ static Dataflow_Status param_of(Dataflow_Ring_Executor *x, int b, Buf *out)
 	if (blk->train_param) {
 		*out = (Buf){blk->train_param, &blk->dev_track[DATAFLOW_BLOCK_PARAM]};
 		if (blk->param_stale) /* a host optimizer updated the home copy */
-			TRY(copy_in(x, *out, home, blk->host[DATAFLOW_BLOCK_PARAM], bytes));
+			TRY(copy_in(x, *out, home, blk->host[DATAFLOW_BLOCK_PARAM], bytes, DATAFLOW_RING_WORK_WEIGHTS_IN, b, -1));
 		blk->param_stale = 0;
 		return DATAFLOW_OK;
 	}
 	if (b == 0 || b == x->N - 1) {
 		*out = (Buf){x->edge_stage, &x->edge_track};
 		if (x->edge_stage_block != b)
-			TRY(copy_in(x, *out, home, blk->host[DATAFLOW_BLOCK_PARAM], bytes));
+			TRY(copy_in(x, *out, home, blk->host[DATAFLOW_BLOCK_PARAM], bytes, DATAFLOW_RING_WORK_WEIGHTS_IN, b, -1));
 		x->edge_stage_block = b;
 		return DATAFLOW_OK;
 	}
 	int slot = (b - 1) % x->W;
 	*out = (Buf){x->wslot[slot], &x->wslot_track[slot]};
 	if (x->wslot_layer[slot] != b - 1)
-		TRY(copy_in(x, *out, home, blk->host[DATAFLOW_BLOCK_PARAM], bytes));
+		TRY(copy_in(x, *out, home, blk->host[DATAFLOW_BLOCK_PARAM], bytes, DATAFLOW_RING_WORK_WEIGHTS_IN, b, -1));
 	x->wslot_layer[slot] = b - 1;
 	return DATAFLOW_OK;
 }
@@ -89,21 +99,26 @@ static Buf grad_of(Dataflow_Ring_Executor *x, int b)
 	return (Buf){x->gslot[slot], &x->gslot_track[slot]};
 }
 
-/* Before block b's first gradient of the round: zero it or bring its partial sum back. */
+/* Before block b's first gradient of the round: zero it or bring its partial sum back. A
+ * gradient trained in a fixed device buffer whose home is on the host (a host optimizer) keeps
+ * its partial sum there across the call's rounds: in at the first, home after the last. */
 static Dataflow_Status grad_begin(Round *r, int b)
 {
 	Dataflow_Ring_Executor *x = r->x;
 	Ring_Block *blk = &x->blocks[b];
-	if (blk->dev[DATAFLOW_BLOCK_GRAD])
-		return DATAFLOW_OK; /* lives on the device; zeroed at the call's start */
+	if (blk->dev[DATAFLOW_BLOCK_GRAD] || (blk->train_grad && !r->first_round))
+		return DATAFLOW_OK; /* lives on the device (zeroed at the call's start), or stays there */
 	Buf g = grad_of(x, b);
 	if (r->zero_grads) {
+		Dataflow_Ring_Trace_Span *span;
 		TRY(track_before(x, g.track, RS_COMPUTE));
+		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_ZERO_GRAD, b, -1, 0, &span));
 		TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], g.ptr, 0, (uint64_t)blk->bytes[DATAFLOW_BLOCK_GRAD]));
+		TRY(ring_span_end(x, span));
 		return track_after(x, g.track, RS_COMPUTE);
 	}
 	return copy_in(x, g, &blk->host_track[DATAFLOW_BLOCK_GRAD], blk->host[DATAFLOW_BLOCK_GRAD],
-		       blk->bytes[DATAFLOW_BLOCK_GRAD]);
+		       blk->bytes[DATAFLOW_BLOCK_GRAD], DATAFLOW_RING_WORK_GRAD_IN, b, -1);
 }
 
 /* After block b's last gradient of the round: send it home. */
@@ -111,10 +126,10 @@ static Dataflow_Status grad_end(Round *r, int b)
 {
 	Dataflow_Ring_Executor *x = r->x;
 	Ring_Block *blk = &x->blocks[b];
-	if (blk->dev[DATAFLOW_BLOCK_GRAD])
+	if (blk->dev[DATAFLOW_BLOCK_GRAD] || (blk->train_grad && !r->last_round))
 		return DATAFLOW_OK;
 	return copy_out(x, blk->host[DATAFLOW_BLOCK_GRAD], &blk->host_track[DATAFLOW_BLOCK_GRAD], grad_of(x, b),
-			blk->bytes[DATAFLOW_BLOCK_GRAD]);
+			blk->bytes[DATAFLOW_BLOCK_GRAD], DATAFLOW_RING_WORK_GRAD_OUT, b, -1);
 }
 
 /* compute is about to use (then has used) these buffers */
@@ -170,14 +185,18 @@ static Dataflow_Status forward_layer(Round *r, int l)
 			a.saved = (char *)stage.ptr + ring_x_bytes(x, T);
 		}
 		Buf used[3] = {in, out, stage};
+		Dataflow_Ring_Trace_Span *span;
 		TRY(compute_uses(x, used, 3, 0));
+		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_FORWARD, 1 + l, r->first_chunk + c, 0, &span));
 		TRY(dataflow_block_forward(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
+		TRY(ring_span_end(x, span));
 		TRY(compute_uses(x, used, 3, 1));
 		if (!acts->on_device) { /* offload x and saved to the chunk's host copy */
 			char *home = acts->base + c * acts->stride;
 			Track *t = &acts->tracks[c];
-			TRY(copy_out(x, home, t, in, T * x->H * x->es));
-			TRY(copy_out(x, home + ring_x_bytes(x, T), t, (Buf){a.saved, stage.track}, saved_bytes(x, l, T)));
+			TRY(copy_out(x, home, t, in, T * x->H * x->es, DATAFLOW_RING_WORK_ACTS_OUT, 1 + l, r->first_chunk + c));
+			TRY(copy_out(x, home + ring_x_bytes(x, T), t, (Buf){a.saved, stage.track}, saved_bytes(x, l, T),
+				     DATAFLOW_RING_WORK_ACTS_OUT, 1 + l, r->first_chunk + c));
 		}
 	}
 	return compute_uses(x, &w, 1, 1);
@@ -199,7 +218,8 @@ static Dataflow_Status prefetch_upto(Round *r, Prefetch *p, int64_t upto)
 		int st = (int)((p->first_stage + p->issued) % 3);
 		Ring_Acts *acts = &x->acts[l];
 		TRY(copy_in(x, (Buf){x->stage[st], &x->stage_track[st]}, &acts->tracks[c], acts->base + c * acts->stride,
-			    ring_x_bytes(x, T) + saved_bytes(x, l, T)));
+			    ring_x_bytes(x, T) + saved_bytes(x, l, T), DATAFLOW_RING_WORK_ACTS_IN, 1 + l,
+			    r->first_chunk + c));
 	}
 	return DATAFLOW_OK;
 }
@@ -229,10 +249,13 @@ static Dataflow_Status backward_layer(Round *r, int l, Prefetch *p, int64_t *ite
 		a.dy = dy.ptr;
 		a.dx = dx.ptr;
 		Buf used[3] = {in, dy, dx};
+		Dataflow_Ring_Trace_Span *span;
 		TRY(compute_uses(x, used, 3, 0));
+		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_BACKWARD, 1 + l, r->first_chunk + c, 0, &span));
 		TRY(dataflow_block_recompute(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
 		TRY(dataflow_block_backward_x(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
 		TRY(dataflow_block_backward_w(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
+		TRY(ring_span_end(x, span));
 		TRY(compute_uses(x, used, 3, 1));
 		if (!acts->on_device)
 			TRY(prefetch_upto(r, p, ++*item + 1));
@@ -271,16 +294,20 @@ static Dataflow_Status head(Round *r)
 		a.loss_scale = r->loss_scale;
 		a.tied = x->tied ? &tied : NULL;
 		Buf io[2] = {in, dx};
+		Dataflow_Ring_Trace_Span *span;
 		TRY(compute_uses(x, io, 2, 0));
+		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_HEAD, b, r->first_chunk + c, 0, &span));
 		TRY(dataflow_block_forward(x->model, b, x->s[RS_COMPUTE], &mem, &a));
 		TRY(dataflow_block_backward_x(x->model, b, x->s[RS_COMPUTE], &mem, &a));
 		TRY(dataflow_block_backward_w(x->model, b, x->s[RS_COMPUTE], &mem, &a));
+		TRY(ring_span_end(x, span));
 		TRY(compute_uses(x, io, 2, 1));
 	}
 	TRY(compute_uses(x, used, 5, 1));
 	for (int64_t c = 0; c < r->num; c++) /* the token losses go home */
 		TRY(copy_out(x, x->host_losses + (r->first_chunk + c) * x->T, losses,
-			     (Buf){x->dev_losses + c * x->T, losses}, r->batch[c].num_tokens * 4));
+			     (Buf){x->dev_losses + c * x->T, losses}, r->batch[c].num_tokens * 4,
+			     DATAFLOW_RING_WORK_LOSSES_OUT, b, r->first_chunk + c));
 	return grad_end(r, b);
 }
 
@@ -309,9 +336,13 @@ static Dataflow_Status embedding(Round *r, int backward)
 			a.dy = dy.ptr;
 		else
 			a.y = out.ptr;
+		Dataflow_Ring_Trace_Span *span;
 		TRY(compute_uses(x, &io, 1, 0));
+		TRY(ring_span_begin(x, RS_COMPUTE, backward ? DATAFLOW_RING_WORK_BACKWARD : DATAFLOW_RING_WORK_FORWARD, 0,
+				    r->first_chunk + c, 0, &span));
 		TRY(backward ? dataflow_block_backward_w(x->model, 0, x->s[RS_COMPUTE], &mem, &a)
 			     : dataflow_block_forward(x->model, 0, x->s[RS_COMPUTE], &mem, &a));
+		TRY(ring_span_end(x, span));
 		TRY(compute_uses(x, &io, 1, 1));
 	}
 	TRY(compute_uses(x, wg, 2, 1));
@@ -326,7 +357,8 @@ static Dataflow_Status run_round(Round *r, Prefetch *p)
 		int32_t *host = x->host_batches + (r->first_chunk + c) * x->batch_numel;
 		Buf dev = {x->dev_batch[c], &x->batch_track[c]};
 		TRY(copy_in(x, dev, &x->host_batch_track, host,
-			    dataflow_batch_buffer_numel(ch->num_tokens, ch->num_docs, 1) * 4));
+			    dataflow_batch_buffer_numel(ch->num_tokens, ch->num_docs, 1) * 4, DATAFLOW_RING_WORK_BATCH_IN, -1,
+			    r->first_chunk + c));
 		TRY(dataflow_batch_from_buffer(dev.ptr, ch->num_tokens, ch->num_docs, 1, &r->batch[c]));
 		TRY(track_before(x, dev.track, RS_COMPUTE));
 	}
@@ -407,8 +439,11 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, con
 			Ring_Block *blk = &x->blocks[b];
 			if (!blk->dev[DATAFLOW_BLOCK_GRAD])
 				continue;
+			Dataflow_Ring_Trace_Span *span;
+			TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_ZERO_GRAD, b, -1, 0, &span));
 			TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], blk->dev[DATAFLOW_BLOCK_GRAD], 0,
 					     (uint64_t)blk->bytes[DATAFLOW_BLOCK_GRAD]));
+			TRY(ring_span_end(x, span));
 			TRY(track_after(x, &blk->dev_track[DATAFLOW_BLOCK_GRAD], RS_COMPUTE));
 		}
 	int64_t items = x->L * x->K;
@@ -420,8 +455,9 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, con
 				     ? DATAFLOW_OK
 				     : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring accumulate: host allocation failed");
 	for (int64_t first = 0; st == DATAFLOW_OK && first < num_chunks; first += x->K) {
-		Round r = {x, first, num_chunks - first < x->K ? num_chunks - first : x->K, chunks + first,
-			   batches, !accumulate_grads && first == 0, loss_scale, 0};
+		Round r = {.x = x, .first_chunk = first, .num = num_chunks - first < x->K ? num_chunks - first : x->K,
+			   .chunks = chunks + first, .batch = batches, .zero_grads = !accumulate_grads && first == 0,
+			   .first_round = first == 0, .last_round = first + x->K >= num_chunks, .loss_scale = loss_scale};
 		st = run_round(&r, &p);
 	}
 	free(p.layer);

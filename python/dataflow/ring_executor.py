@@ -2,17 +2,19 @@
 blocks trained from a plan, its state wherever the plan puts it (device or host memory)."""
 import numpy as np
 
+from . import ring_trace
 from ._ffi import ffi, modelslib, ringlib
-from .errors import BadArgumentError, check
+from .errors import BadArgumentError, DataflowError, check
 
 KIND_DTYPES = {0: None, 1: np.float32, 2: np.float32, 3: np.float32, 4: np.float32}  # None: the model dtype
 
 
 class RingExecutor:
     """Blocked Llama `config` (LlamaConfig) in `dtype` on `handle`, trained from `plan`
-    (dataflow.ring.Plan). Streams 0..3 of the handle: compute, inbound, outbound, optimizer."""
+    (dataflow.ring.Plan). Streams 0..3 of the handle: compute, inbound, outbound, optimizer.
+    trace=True records a trace from the start (start_trace(); written by trace(path))."""
 
-    def __init__(self, handle, config, plan, dtype):
+    def __init__(self, handle, config, plan, dtype, trace=False):
         self.handle, self.plan = handle, plan
         model = ffi.new("Dataflow_Blocked_Model **")
         check(modelslib.dataflow_llama_blocked_model_create(handle._ptr(), config._c_config(dtype), model))
@@ -30,6 +32,9 @@ class RingExecutor:
             s = ffi.new("Dataflow_Block_Sizes *")
             check(modelslib.dataflow_blocked_model_block_sizes(self._bm, b, s))
             self._sizes.append((int(s.numel), [int(s.bytes[k]) for k in range(5)]))
+        self._tracing = False
+        if trace:
+            self.start_trace()
 
     @property
     def blocked_model(self):
@@ -96,6 +101,35 @@ class RingExecutor:
         T = out.chunk_tokens
         flat = np.frombuffer(ffi.buffer(out.token_losses, 4 * T * len(chunk_sizes)), np.float32)
         return [flat[i * T:i * T + n].copy() for i, n in enumerate(chunk_sizes)]
+
+    def start_trace(self):
+        """Waits for the queued work, drops any earlier recording and records from now on: the
+        start and end of each unit of work on its stream, memory at each wait()."""
+        check(ringlib.dataflow_ring_executor_trace_start(self._x))
+        self._tracing = True
+
+    def stop_trace(self):
+        check(ringlib.dataflow_ring_executor_trace_stop(self._x))
+
+    def trace_events(self):
+        """(spans, memory samples) recorded since start_trace (see dataflow.ring_trace.read)."""
+        if not self._tracing:
+            raise DataflowError("ring trace: nothing recorded; create the executor with trace=True or call "
+                                "start_trace() before the steps to trace")
+        return ring_trace.read(self._x)
+
+    def trace(self, path):
+        """Writes what was recorded since start_trace to `path` as Chrome trace-event JSON (opens in
+        Perfetto): a track per stream, counter tracks for device and host memory; returns the dict."""
+        spans, samples = self.trace_events()
+        plan = self.plan
+        trace = ring_trace.chrome(spans, samples, self.num_blocks, metadata={
+            "plan": {"chunk_tokens": plan.chunk_tokens, "chunks_per_round": plan.chunks_per_round,
+                     "rounds_per_step": plan.rounds_per_step, "weight_slots": plan.weight_slots,
+                     "grad_slots": plan.grad_slots, "optimizer": plan.optimizer,
+                     "predicted_step_seconds": plan.predicted_step_seconds}})
+        ring_trace.write(path, trace)
+        return trace
 
     def grad_norm(self):
         out = ffi.new("Dataflow_Ring_Outputs *")

@@ -103,4 +103,63 @@ typedef struct {
 } Dataflow_Ring_Outputs;
 Dataflow_Status dataflow_ring_executor_outputs(const Dataflow_Ring_Executor *executor, Dataflow_Ring_Outputs *outputs);
 
+/* Trace (off until dataflow_ring_executor_trace_start). Each unit of work the executor submits
+ * is bracketed on its stream by two host ops (dataflow_submit_host_op) that stamp the
+ * CLOCK_MONOTONIC time (seconds) when the stream reaches them: start once the unit's
+ * dependencies are met, end once it is done. Spans are measured by the streams themselves, so
+ * work on different streams that ran at once overlaps in the trace (on CUDA a stamp includes a
+ * host function's callback latency, microseconds). While tracing is off nothing is submitted.
+ * Memory is sampled on the calling thread when dataflow_ring_executor_wait returns (and at
+ * trace_start). A span costs ~64 bytes of host memory; a step of L layers and K chunks per
+ * round records about 3 L K + 4 L spans per round. Python: RingExecutor.trace (Chrome JSON). */
+typedef enum {
+	DATAFLOW_RING_WORK_FORWARD,       /* compute: a block's forward of a chunk (embedding, layer) */
+	DATAFLOW_RING_WORK_HEAD,          /* compute: the head's forward, loss and backward of a chunk */
+	DATAFLOW_RING_WORK_BACKWARD,      /* compute: a block's recompute and backward of a chunk */
+	DATAFLOW_RING_WORK_ZERO_GRAD,     /* compute: a gradient zeroed */
+	DATAFLOW_RING_WORK_BATCH_IN,      /* inbound: a chunk's packed batch */
+	DATAFLOW_RING_WORK_WEIGHTS_IN,    /* inbound: a block's weights into its slot or staging */
+	DATAFLOW_RING_WORK_GRAD_IN,       /* inbound: a partial gradient back (second round on) */
+	DATAFLOW_RING_WORK_ACTS_IN,       /* inbound: a layer's offloaded activations of a chunk */
+	DATAFLOW_RING_WORK_ACTS_OUT,      /* outbound: a layer's activations of a chunk offloaded */
+	DATAFLOW_RING_WORK_GRAD_OUT,      /* outbound: a block's gradient sent home */
+	DATAFLOW_RING_WORK_LOSSES_OUT,    /* outbound: a chunk's token losses */
+	DATAFLOW_RING_WORK_SCALE_GRADS,   /* optimizer: a block's gradient scaled */
+	DATAFLOW_RING_WORK_GRAD_NORM,     /* optimizer: the global gradient norm and clip factor */
+	DATAFLOW_RING_WORK_ADAMW,         /* optimizer: a block's AdamW update */
+	DATAFLOW_RING_WORK_OPT_IN,        /* inbound: a block's optimizer state into its slot */
+	DATAFLOW_RING_WORK_OPT_OUT,       /* outbound: a block's updated state sent home */
+	DATAFLOW_RING_NUM_WORK
+} Dataflow_Ring_Work;
+
+typedef struct {
+	int stream;          /* 0 compute, 1 inbound, 2 outbound, 3 optimizer (Dataflow_Ring_Streams order) */
+	Dataflow_Ring_Work what;
+	int block;           /* the model's block (0 embedding, 1..L layers, L + 1 head); -1: none */
+	int64_t chunk;       /* the chunk of the accumulate call; -1: none */
+	uint64_t bytes;      /* transfers: bytes moved, else 0 */
+	int64_t step;        /* 1 + the applies before it since trace_start */
+	double start, end;   /* seconds, CLOCK_MONOTONIC */
+} Dataflow_Ring_Trace_Span;
+
+typedef struct {
+	double time;         /* seconds, CLOCK_MONOTONIC */
+	int64_t step;
+	uint64_t device_in_use, device_peak; /* the handle's (dataflow_memory_info) */
+	uint64_t host_in_use;                /* the executor's host arrays */
+} Dataflow_Ring_Trace_Memory;
+
+/* Waits for the queued work, discards any recording and starts recording. */
+Dataflow_Status dataflow_ring_executor_trace_start(Dataflow_Ring_Executor *executor);
+/* Stops recording (the recording stays readable; work already queued still stamps its spans). */
+Dataflow_Status dataflow_ring_executor_trace_stop(Dataflow_Ring_Executor *executor);
+/* Waits for the queued work, copies the first max_spans spans (in submission order) and
+ * max_samples memory samples, and sets *num_spans / *num_samples to how many were recorded
+ * (call with 0 and NULL to size the arrays). */
+Dataflow_Status dataflow_ring_executor_trace_read(Dataflow_Ring_Executor *executor, Dataflow_Ring_Trace_Span *spans,
+						  int64_t max_spans, Dataflow_Ring_Trace_Memory *samples,
+						  int64_t max_samples, int64_t *num_spans, int64_t *num_samples);
+/* "forward", "weights in", ...; NULL for a value out of range. */
+const char *dataflow_ring_work_name(Dataflow_Ring_Work what);
+
 #endif
