@@ -18,10 +18,11 @@ import time
 from . import atomic, checkpoint, loss_plot
 from . import tokenizer as tokenizers
 from .corpus import Batches, read_text, split
-from .errors import BadArgumentError, DataflowError, FileFormatError, UnsupportedError
+from .errors import BadArgumentError, DataflowError, FileFormatError, OutOfMemoryError, UnsupportedError
 from .file_checks import read_json
 from .handle import Handle
-from .pretrained import (CONFIG_NAME, check_memory, check_weights, copy_weights, model_from_config, parameter_shapes,
+from .models.host_blocks import host_memory_available
+from .pretrained import (CONFIG_NAME, check_weights, copy_weights, model_from_config, model_memory, parameter_shapes,
                          validate_config)
 from .progress import Progress, duration, mib
 from .safetensors_io import read_directory
@@ -42,8 +43,11 @@ INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
 
 def open_handle(args):
-    """The host handle a command's --threads and --device-memory ask for."""
-    return Handle("host", device_memory=args.device_memory, threads=args.threads)
+    """The handle a command's --backend, --threads and --device-memory ask for."""
+    try:
+        return Handle(args.backend, device_memory=args.device_memory, threads=args.threads)
+    except DataflowError as e:
+        raise BadArgumentError(f"--backend: {args.backend} is not available here: {e}") from None
 
 
 def _preset_config(name, tokenizer):
@@ -213,6 +217,7 @@ def prepare(args):
     plan.steps = args.steps
     plan.eval_every = args.eval_every or max(1, args.steps // 10)
     plan.save_every = args.save_every
+    plan.backend, plan.device_memory, plan.host_memory = args.backend, args.device_memory, args.host_memory
     return plan
 
 
@@ -228,6 +233,10 @@ def _check_writable(directory):
 
 def resume_command(plan, remaining):
     parts = ["dataflow", "train", "--resume", plan.ckpt_dir, "--out", plan.out]
+    for flag, value in (("--backend", plan.backend), ("--device-memory", plan.device_memory),
+                        ("--host-memory", plan.host_memory)):
+        if value is not None and (flag, value) != ("--backend", "host"):
+            parts += [flag, value]
     if plan.source != EMBEDDED:
         parts += ["--data", plan.source]
     if remaining > 0:
@@ -257,8 +266,9 @@ class Interrupts:
         signal.signal(signal.SIGINT, self.previous)
 
 
-def _banner(plan, params, parts, handle, engine):
+def _banner(plan, trainer, handle, engine):
     cfg, run = plan.config, plan.run
+    params, parts = model_memory(cfg, run["dtype"], training=True, master_weights=run["master_weights"])
     tokens_per_step = run["batch"] * run["seq_len"]
     epochs = plan.steps * tokens_per_step / max(len(plan.train_tokens), 1)
     lines = [
@@ -271,9 +281,15 @@ def _banner(plan, params, parts, handle, engine):
         f"  steps: {plan.steps} x {run['batch']} x {run['seq_len']} = {plan.steps * tokens_per_step:,} tokens "
         f"({epochs:.1f} epochs), lr {run['lr']:g}, validation every {plan.eval_every} steps",
         f"  memory: model {mib(sum(parts.values()))} ({', '.join(f'{k} {mib(v)}' for k, v in parts.items())}) of "
-        f"{mib(handle.memory_capacity())} device memory; host matmul: {engine}",
+        f"{mib(handle.memory_capacity())} device memory ({handle.backend}); host matmul: {engine}",
         f"  output: {plan.ckpt_dir} (checkpoint), {os.path.join(plan.out, 'loss.png')} (loss curve)",
     ]
+    if trainer.plan is not None:
+        p = trainer.plan
+        lines.insert(4, f"  ring: training does not fit the device: {p.weight_slots} of {cfg['num_hidden_layers']} "
+                        f"layers' weights on the device at a time, {p.rounds_per_step} round(s) of "
+                        f"{p.chunks_per_round} chunk(s) of {p.chunk_tokens} tokens per step, optimizer {p.optimizer}; "
+                        f"predicted {p.predicted_step_seconds:.3g} s per step")
     if plan.resumed:
         changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in plan.changed.items()) or "no settings changed"
         lines.insert(1, f"  resuming {plan.resumed.path} at step {plan.first_step} ({changes})")
@@ -290,26 +306,38 @@ def train(args):
     plan = prepare(args)
     handle = open_handle(args)
     try:
-        params, parts = check_memory(handle, plan.config, plan.run["dtype"], plan.config_source, training=True,
-                                     master_weights=plan.run["master_weights"],
-                                     hint="; pass a larger --device-memory or a smaller --config")
         weights = None
         if plan.init_dir:
             weights = check_weights(read_directory(plan.init_dir), parameter_shapes(plan.config),
                                     plan.config["tie_word_embeddings"], plan.init_dir)
+        model, trainer = _model_and_trainer(plan, handle, Trainer, weights)
         _check_writable(plan.out)
-        _banner(plan, params, parts, handle, matmul_engine())
-        return _run(plan, handle, Trainer, weights)
+        _banner(plan, trainer, handle, matmul_engine())
+        return _run(plan, handle, model, trainer)
     finally:
         handle.close()
 
 
-def _run(plan, handle, Trainer, weights):
+def _model_and_trainer(plan, handle, Trainer, weights):
+    """The model and its Trainer: all-resident when training fits the device, else planned into
+    the ring under --device-memory and --host-memory (default: what the host has available)."""
+    run, hint = plan.run, "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
+    try:
+        model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
+        if weights:
+            copy_weights(model, weights)
+        host = host_memory_available() if plan.host_memory is None else plan.host_memory
+        trainer = Trainer(model, lr=run["lr"], **({"master_weights": True} if run["master_weights"] else {}),
+                          host_memory=host, seq_len=run["seq_len"], batch_size=run["batch"])
+    except OutOfMemoryError as e:
+        least = (f" ({mib(e.min_device_bytes)} device, {mib(e.min_host_bytes)} host)"
+                 if getattr(e, "min_device_bytes", None) else "")
+        raise OutOfMemoryError(f"{e}{least}{hint}") from None
+    return model, trainer
+
+
+def _run(plan, handle, model, trainer):
     run = plan.run
-    model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
-    if weights:
-        copy_weights(model, weights)
-    trainer = Trainer(model, lr=run["lr"], **({"master_weights": True} if run["master_weights"] else {}))
     if plan.resumed:
         checkpoint.restore_training(plan.resumed, model, trainer)
         trainer.lr = run["lr"]  # the command line's (or the checkpoint's) lr, not the one stored with the optimizer
@@ -364,7 +392,8 @@ def _run(plan, handle, Trainer, weights):
         return INTERRUPTED
     val = f", validation {val_losses[-1][1]:.4f}" if val_losses else ""
     print(f"train: {done} steps (step {trainer.step_count} in all) in {duration(elapsed)}, loss "
-          f"{losses[len(losses) - done]:.4f} -> {losses[-1]:.4f}{val}, {tokens_done / elapsed:,.0f} tok/s; "
+          f"{losses[len(losses) - done]:.4f} -> {losses[-1]:.4f}{val}, {tokens_done / elapsed:,.0f} tok/s, device "
+          f"memory peak {mib(handle.memory_peak())} of {mib(handle.memory_capacity())}; "
           f"checkpoint {plan.ckpt_dir}, loss curve {os.path.join(plan.out, 'loss.png')}\n"
           f"sample from it: dataflow generate --checkpoint {plan.ckpt_dir}", flush=True)
     return 0
