@@ -59,7 +59,8 @@ def test_a_model_too_large_for_the_device_is_held_in_host_memory():
     assert all(np.array_equal(a[n], b[n]) for n in b)
     tokens = np.arange(20) % CFG["vocab_size"]
     np.testing.assert_array_equal(held.forward(tokens), resident.forward(tokens))  # on its CPU copy
-    np.testing.assert_array_equal(held.generate(tokens[:5], 6, temperature=0), resident.generate(tokens[:5], 6, temperature=0))
+    np.testing.assert_array_equal(held.generate(tokens[:5], 6, temperature=0),
+                                  resident.generate(tokens[:5], 6, temperature=0))
     with pytest.raises(df.UnsupportedError, match=r"held in host memory .* a Trainer trains them"):
         held.named_parameters()
     assert small.memory_in_use() == 0

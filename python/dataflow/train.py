@@ -321,7 +321,8 @@ def train(args):
 def _model_and_trainer(plan, handle, Trainer, weights):
     """The model and its Trainer: all-resident when training fits the device, else planned into
     the ring under --device-memory and --host-memory (default: what the host has available)."""
-    run, hint = plan.run, "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
+    run = plan.run
+    hint = "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
     try:
         model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
         if weights:
