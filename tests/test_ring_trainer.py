@@ -117,6 +117,7 @@ def test_ring_accumulate_apply_equals_resident():
         for row in b:
             assert t.accumulate(row) == pytest.approx(ref.accumulate(row), rel=1e-6)
         assert t.apply() == pytest.approx(ref.apply(), rel=1e-6)
+        assert model.loss(b) == pytest.approx(ref.model.loss(b), rel=1e-6)  # the CPU copy follows the steps
     assert t.last_grad_norm == pytest.approx(ref.last_grad_norm, rel=1e-6)
     assert_weights_close(model.state_dict(), ref.model.state_dict())
     assert_weights_close(model.gradients(), ref.model.gradients())
@@ -170,7 +171,8 @@ def test_ring_trainer_bad_input():
     two_streams = df.Handle("host", streams=2, device_memory=low * 2)
     with pytest.raises(BadArgumentError, match=r"ring needs a handle with 4 streams .* this one has 2"):
         df.Trainer(df.models.Llama(two_streams, CFG), host_memory=HOST, seq_len=SEQ, batch_size=ROWS, profile=PROFILE)
-    with pytest.raises(OutOfMemoryError, match=r"plans that fit .* need at least"):
+    with pytest.raises(OutOfMemoryError, match=r"plans that fit .* need at least .* \(in bytes: [\d,]+ device "
+                                               r"free, 65,536 host; the smallest plan needs [\d,]+ device"):
         df.Trainer(
             df.models.Llama(df.Handle("host", device_memory=low * 2), CFG), host_memory="64KiB", seq_len=SEQ,
             batch_size=ROWS, profile=PROFILE)
@@ -220,8 +222,9 @@ def test_cli_plan_that_cannot_fit_writes_nothing(tmp_path, capsys):
             "--steps", "1", "--device-memory", "64KiB", "--host-memory", "256MiB", "--out", str(tmp_path / "run")]
     code, out, err = run_cli(args, capsys)
     assert code == 1
-    assert re.search(r"ring plan: nothing fits .* the smallest plan needs .* MiB device, .* MiB host\); pass a "
-                     r"larger --device-memory or --host-memory", err), err
+    assert re.search(r"ring plan: nothing fits .* the smallest plan needs .* \(in bytes: [\d,]+ device free, "
+                     r"268,435,456 host; the smallest plan needs [\d,]+ device, [\d,]+ host\); pass a larger "
+                     r"--device-memory or --host-memory", err), err
     assert not (tmp_path / "run").exists()
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import ring
 from ._ffi import modelslib
-from .errors import BadArgumentError
+from .errors import BadArgumentError, OutOfMemoryError
 from .handle import Handle, parse_bytes
 from .models.batch import PackedBatch, flatten_documents
 from .models.host_blocks import host_memory_available
@@ -62,9 +62,13 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile):
     if model.placement == "device" and resident_training_bytes(model, tokens) <= free:
         return None
     host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
-    return ring.plan(config, seq_len, free, host, tokens_per_step=tokens,
-                     profile=measured_profile(h.backend) if profile is None else profile, dtype=model.dtype,
-                     master_weights=model.master_weights)
+    try:
+        return ring.plan(config, seq_len, free, host, tokens_per_step=tokens,
+                         profile=measured_profile(h.backend) if profile is None else profile, dtype=model.dtype,
+                         master_weights=model.master_weights)
+    except OutOfMemoryError as e:  # the planner's GiB figures round small models to 0.00: add the bytes
+        raise OutOfMemoryError(f"{e} (in bytes: {free:,} device free, {host:,} host; the smallest plan needs "
+                               f"{e.min_device_bytes:,} device, {e.min_host_bytes:,} host)") from None
 
 
 class RingTraining:

@@ -331,9 +331,7 @@ def _model_and_trainer(plan, handle, Trainer, weights):
         trainer = Trainer(model, lr=run["lr"], **({"master_weights": True} if run["master_weights"] else {}),
                           host_memory=host, seq_len=run["seq_len"], batch_size=run["batch"])
     except OutOfMemoryError as e:
-        least = (f" ({mib(e.min_device_bytes)} device, {mib(e.min_host_bytes)} host)"
-                 if getattr(e, "min_device_bytes", None) else "")
-        raise OutOfMemoryError(f"{e}{least}{hint}") from None
+        raise OutOfMemoryError(f"{e}{hint}") from None
     return model, trainer
 
 

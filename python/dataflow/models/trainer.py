@@ -36,8 +36,9 @@ class Trainer:
     generate runs on a CPU copy, see Llama). plan: a dataflow.ring.plan to use as given.
     step, accumulate/apply, state_dict/load_state_dict behave as all-resident: a batch is split
     into chunks of whole sequences (dataflow.ring_training), a step syncs once per
-    chunks_per_round x rounds_per_step chunks. OutOfMemoryError (the planner's, naming the least
-    device and host memory) when no plan fits."""
+    chunks_per_round x rounds_per_step chunks; the executor runs on streams 0..3 of the handle
+    (the methods' stream arguments apply to all-resident training only). OutOfMemoryError (the
+    planner's, naming the least device and host memory) when no plan fits."""
 
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, host_memory=None, seq_len=None, batch_size=1,
