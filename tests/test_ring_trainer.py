@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import checkpoint, cli
+from dataflow import checkpoint, cli, ring_training
 from dataflow.errors import BadArgumentError, OutOfMemoryError
 
 CFG = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
@@ -75,12 +75,16 @@ def test_ring_step_equals_resident_step():
     """A cap just under the all-resident need: batches of one plan chunk make a ring step the same
     computation as the all-resident step."""
     ref = resident_trainer()
-    need = df.ring_training.resident_training_bytes(ref.model, SEQ * ROWS)
+    need = ring_training.resident_training_bytes(ref.model, SEQ * ROWS)
     h, model, t = ring_trainer(need - 1)
     assert t.plan is not None and model.placement == "host"
     assert t.plan.predicted_step_seconds > 0 and "device memory" in t.plan.describe()
     rows = t.plan.chunk_tokens // SEQ
     losses = [(t.step(b[:rows]), ref.step(b[:rows]), t.last_grad_norm, ref.last_grad_norm) for b in batches()]
+    rng = np.random.default_rng(7)  # ragged documents with ignored labels, packed into one chunk
+    docs = [rng.integers(0, CFG["vocab_size"], n) for n in (5, 11, rows * SEQ - 16)]
+    labels = [np.where(rng.random(d.size) < 0.3, -100, d) for d in docs]
+    losses.append((t.step(docs, labels=labels), ref.step(docs, labels=labels), t.last_grad_norm, ref.last_grad_norm))
     ring_l, ref_l, ring_n, ref_n = map(np.array, zip(*losses))
     np.testing.assert_allclose(ring_l, ref_l, rtol=1e-6, atol=0)
     np.testing.assert_allclose(ring_n, ref_n, rtol=1e-6, atol=0)
@@ -88,19 +92,21 @@ def test_ring_step_equals_resident_step():
     assert h.memory_peak() <= h.memory_capacity()
 
 
-@pytest.mark.parametrize("fraction", [2, 1])
-def test_ring_chunked_step_equals_resident_on_the_same_chunks(fraction):
-    """Smaller caps split a step into chunks; the oracle is the resident model fed the same chunks
-    (loss_scale 1 / the step's labelled tokens, gradients accumulated) and one AdamW step."""
+@pytest.mark.parametrize("fraction, batch_rows", [(2, ROWS), (1, ROWS), (1, 3 * ROWS)])
+def test_ring_chunked_step_equals_resident_on_the_same_chunks(fraction, batch_rows):
+    """Smaller caps split a step into chunks (and a batch larger than planned into several
+    executor calls); the oracle is the resident model fed the same chunks (loss_scale 1 / the
+    step's labelled tokens, gradients accumulated) and one AdamW step."""
     cap = fraction * smallest_cap() + 4096  # the handle rounds capacities down a little
     h, model, t = ring_trainer(cap)
     rows = t.plan.chunk_tokens // SEQ
     assert rows < ROWS, t.plan.describe()
     ref = resident_trainer()
     for b in batches():
+        b = np.concatenate([b] * (batch_rows // ROWS))
         ring_loss = t.step(b)
-        scale, ref_loss = 1.0 / (ROWS * (SEQ - 1)), 0.0
-        for i in range(0, ROWS, rows):
+        scale, ref_loss = 1.0 / (batch_rows * (SEQ - 1)), 0.0
+        for i in range(0, batch_rows, rows):
             ref_loss += ref.model.loss_backward(b[i:i + rows], accumulate=i > 0, loss_scale=scale)[0]
         ref._adamw(0)
         np.testing.assert_allclose(ring_loss, ref_loss, rtol=1e-6)
