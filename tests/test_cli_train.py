@@ -26,6 +26,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 class Bigram:
     """logits[b, t] = table[tokens[b, t]]: enough of a model for the command to train and sample."""
+    placement = "device"
 
     def __init__(self, config, seed):
         self.config = types.SimpleNamespace(max_position_embeddings=config["max_position_embeddings"],
@@ -65,7 +66,9 @@ class Bigram:
 class PlainSGD:
     calls = []  # (lr) of every step, to check what a resumed run trains with
 
-    def __init__(self, model, lr):
+    plan = None  # always all-resident
+
+    def __init__(self, model, lr, host_memory=None, seq_len=None, batch_size=None):
         self.model, self.lr, self.step_count = model, lr, 0
 
     def step(self, tokens):

@@ -80,11 +80,12 @@ class StandIn:
         self._shapes = shapes
         self.loaded = None
 
-    def named_parameters(self):
-        self.loaded = {}
-        return {name: types.SimpleNamespace(shape=shape, copy_from_numpy=lambda v, name=name:
-                                            self.loaded.__setitem__(name, v))
-                for name, shape in self._shapes.items()}
+    def shapes(self):
+        return dict(self._shapes)
+
+    def _write_kind(self, kind, get):
+        assert kind == 0  # the weights
+        self.loaded = {name: np.asarray(get(name), np.float32) for name in self._shapes}
 
 
 SHAPES = {"model.embed_tokens.weight": (5, 3), "model.norm.weight": (3,), "lm_head.weight": (5, 3)}
@@ -218,7 +219,7 @@ def test_parameter_shapes_are_the_models(h, change):
     assert h.memory_in_use() >= parts["weights"] + parts["gradients"]  # what creation allocated, at least
 
 
-def test_from_pretrained_checks_files_and_memory_before_allocating(tmp_path):
+def test_from_pretrained_checks_files_and_memory_before_allocating(tmp_path, monkeypatch):
     import dataflow as df
     pytest.importorskip("dataflow.models")
     small = df.Handle("host", streams=1, device_memory="1MiB")
@@ -244,6 +245,12 @@ def test_from_pretrained_checks_files_and_memory_before_allocating(tmp_path):
     with pytest.raises(df.OutOfMemoryError, match=r"config\.json: the model \(.* parameters, fp32\) needs .* MiB "
                                                   r"of device memory \(weights .*, gradients .*\) before activations, "
                                                   r"but the handle has 1\.0 MiB free"):
+        pretrained.from_pretrained(tmp_path, small, placement="device")
+    # placement "auto" would hold the weights in host memory: whatever this machine has, 1 GiB is too little
+    monkeypatch.setattr("dataflow.models.llama.host_memory_available", lambda: 2**30)
+    with pytest.raises(df.OutOfMemoryError, match=r"config\.json: Llama: the weights take [\d,]+ bytes; they fit "
+                                                  r"neither the handle's free device memory \(1,048,576 of 1,048,576 "
+                                                  r"bytes.*\) nor the host's available 1,073,741,824 bytes"):
         pretrained.from_pretrained(tmp_path, small)
     assert small.memory_in_use() == 0
     small.close()

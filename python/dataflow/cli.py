@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -23,7 +24,8 @@ from . import build_info
 from .errors import BadArgumentError, DataflowError, FileFormatError
 from .generate import stream
 from .handle import Handle, parse_bytes
-from .pretrained import CONFIG_NAME, check_memory, config_argument, from_pretrained, model_from_config, read_config, validate_config
+from .pretrained import CONFIG_NAME, config_argument, from_pretrained, model_from_config, read_config, validate_config
+from .progress import mib
 from .tokenizer import StreamDecoder
 from .train import DEFAULT_STEPS, INTERRUPTED, PRESETS, RUN_DEFAULTS, open_handle, train
 
@@ -110,7 +112,6 @@ def _load_for_generation(args, handle):
         tokenizer = (tokenizers.load(args.tokenizer) if args.tokenizer else
                      tokenizers.from_dict(ck.state.get("tokenizer"), os.path.join(ck.path, checkpoint.STATE_NAME)))
         dtype = args.dtype or ck.state.get("run", {}).get("dtype", "fp32")
-        check_memory(handle, config, dtype, where, hint="; pass a larger --device-memory")
         model = model_from_config(config, handle, dtype, where=where)
         model.load_state_dict(ck.model_state)
         return model, tokenizer, False
@@ -124,6 +125,9 @@ def generate_text(args):
     handle = open_handle(args)
     try:
         model, tokenizer, bos = _load_for_generation(args, handle)
+        if model.placement == "host":
+            print(f"dataflow generate: the model does not fit {mib(handle.memory_capacity())} of device memory; "
+                  "generating on the CPU from a host copy of its weights", file=sys.stderr, flush=True)
         if model.config.vocab_size < tokenizer.vocab_size:
             raise BadArgumentError(f"--tokenizer: {tokenizer.vocab_size} tokens, more than the model's vocab_size "
                                    f"{model.config.vocab_size}")
@@ -191,7 +195,15 @@ def _bytes(text):
     return text
 
 
+def _backend(text):
+    if not re.fullmatch(r"(host|cuda|vulkan)(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"expected host, cuda, cuda:N, vulkan or vulkan:N, got {text!r}")
+    return text
+
+
 def _add_device(p):
+    p.add_argument("--backend", type=_backend, default="host", metavar="NAME",
+                   help="device to run on: host, cuda[:N] or vulkan[:N] (default host)")
     p.add_argument("--threads", type=_integer(1), help="host worker threads (default: all cores)")
     p.add_argument("--device-memory", dest="device_memory", type=_bytes, metavar="SIZE",
                    help="device memory capacity, e.g. 512MiB (default: all the backend offers)")
@@ -294,6 +306,10 @@ def _add_train(sub):
                    help="bf16: keep fp32 master weights for AdamW (saved in checkpoints; kept on resume)")
     p.add_argument("--seed", type=_integer(0), help="weight initialisation seed of a new run (default 0)")
     _add_device(p)
+    p.add_argument("--host-memory", dest="host_memory", type=_bytes, metavar="SIZE",
+                   help="host memory the ring may use when training does not fit --device-memory (weights, "
+                        "gradients and optimizer state streamed through the device), e.g. 4GiB (default: what the "
+                        "host has available)")
     p.add_argument("--out", default="dataflow-train", help="output directory (default ./dataflow-train)")
     p.add_argument("--resume", nargs="?", const="", metavar="CHECKPOINT",
                    help="continue a run: model, optimizer, data position, losses (default CHECKPOINT: "

@@ -225,34 +225,41 @@ def check_weights(found, expected, tied, directory):
 
 def copy_weights(model, weights):
     """Copies checked {name: (Tensor, path)} into the model's parameters one tensor at a time, so the
-    host holds at most one decoded tensor beside the memory-mapped files."""
-    for name, param in model.named_parameters().items():
-        param.copy_from_numpy(np.ascontiguousarray(weights[name][0].values(), dtype=np.float32))
+    host holds at most one decoded tensor (a host-held model: one block) beside the memory-mapped files."""
+    model._write_kind(0, lambda name: weights[name][0].values())  # 0: the weights (Dataflow_Block_Kind)
     return model
 
 
 def load_weights(model, directory):
     """Loads every parameter of `model` from the directory's safetensors, converting dtypes (check_weights)."""
-    expected = {name: p.shape for name, p in model.named_parameters().items()}
+    expected = model.shapes()
     weights = check_weights(st.read_directory(directory), expected, model.config.tie_word_embeddings, directory)
     return copy_weights(model, weights)
 
 
-def model_from_config(config, handle, dtype="fp32", seed=None, where=CONFIG_NAME):
+def model_from_config(config, handle, dtype="fp32", seed=None, where=CONFIG_NAME, placement="auto"):
     """A freshly initialised Llama for an HF config dict, validated first (errors name `where`)."""
     from . import models  # lazily: models imports this module to expose it as Llama.from_pretrained
-    return models.Llama(handle, models.LlamaConfig.from_dict(validate_config(config, where)), dtype=dtype, seed=seed)
+    return models.Llama(handle, models.LlamaConfig.from_dict(validate_config(config, where)), dtype=dtype, seed=seed,
+                        placement=placement)
 
 
-def from_pretrained(path, handle, dtype="fp32"):
+def from_pretrained(path, handle, dtype="fp32", placement="auto"):
     """A Llama on `handle` from an HF model directory (config.json + single or sharded safetensors).
-    The config, the files' headers against it, and the model's memory against the handle are all
+    The config, the files' headers against it, and the model's memory against the handle (placement
+    "device") or the host (a model that does not fit the device: see Llama's placement) are all
     checked before anything is allocated."""
     path = os.fspath(path)
     config = read_config(path)
     weights = check_weights(st.read_directory(path), parameter_shapes(config), config["tie_word_embeddings"], path)
-    check_memory(handle, config, dtype, os.path.join(path, CONFIG_NAME))
-    return copy_weights(model_from_config(config, handle, dtype, where=os.path.join(path, CONFIG_NAME)), weights)
+    where = os.path.join(path, CONFIG_NAME)
+    if placement == "device":
+        check_memory(handle, config, dtype, where)
+    try:
+        model = model_from_config(config, handle, dtype, where=where, placement=placement)
+    except OutOfMemoryError as e:
+        raise OutOfMemoryError(f"{where}: {e}") from None
+    return copy_weights(model, weights)
 
 
 def save_pretrained(model, path, dtype=None):

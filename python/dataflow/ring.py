@@ -16,6 +16,7 @@ from ._ffi import ffi, modelslib, ringlib
 from .errors import BadArgumentError, check, error_for
 from .handle import Handle, parse_bytes
 from .models.config import LlamaConfig
+from .models.host_blocks import scratch_blocked_model
 
 _LLAMA3 = {"vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_key_value_heads": 8,
            "max_position_embeddings": 8192}
@@ -145,22 +146,12 @@ def _llama_config(config):
 
 
 def _ring_model(config, dtype):
-    """The planner's view of the model, from the blocked-model interface on a small host handle
-    (the blocked model allocates only its RoPE table)."""
-    c_config = config._c_config(dtype)
-    h = Handle("host", streams=1, threads=1, device_memory="1MiB", register_default_ops=False)
-    try:
-        model = ffi.new("Dataflow_Blocked_Model **")
-        check(modelslib.dataflow_llama_blocked_model_create(h._ptr(), c_config, model))
-        try:
-            n = modelslib.dataflow_blocked_model_num_blocks(model[0])
-            blocks = ffi.new("Dataflow_Ring_Block[]", n)
-            ring_model = ffi.new("Dataflow_Ring_Model *")
-            check(ringlib.dataflow_ring_model_from_blocked(model[0], blocks, n, ring_model))
-        finally:
-            modelslib.dataflow_blocked_model_destroy(model[0])
-    finally:
-        h.close()
+    """The planner's view of the model, from the blocked-model interface."""
+    with scratch_blocked_model(config._c_config(dtype)) as model:
+        n = modelslib.dataflow_blocked_model_num_blocks(model)
+        blocks = ffi.new("Dataflow_Ring_Block[]", n)
+        ring_model = ffi.new("Dataflow_Ring_Model *")
+        check(ringlib.dataflow_ring_model_from_blocked(model, blocks, n, ring_model))
     return ring_model, blocks
 
 

@@ -25,11 +25,12 @@ import time
 from . import atomic, checkpoint, distributed, launch, loss_plot
 from . import tokenizer as tokenizers
 from .corpus import Batches, read_text, split
-from .errors import BadArgumentError, DataflowError, FileFormatError, UnsupportedError
+from .errors import BadArgumentError, DataflowError, FileFormatError, OutOfMemoryError, UnsupportedError
 from .file_checks import read_json
 from .handle import Handle
-from .pretrained import (CONFIG_NAME, check_memory, check_weights, copy_weights, model_from_config, parameter_shapes,
-                         validate_config)
+from .models.host_blocks import host_memory_available
+from .pretrained import (CONFIG_NAME, check_memory, check_weights, copy_weights, model_from_config, model_memory,
+                         parameter_shapes, validate_config)
 from .progress import Progress, duration, mib
 from .safetensors_io import read_directory
 
@@ -49,8 +50,11 @@ INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
 
 def open_handle(args):
-    """The host handle a command's --threads and --device-memory ask for."""
-    return Handle("host", device_memory=args.device_memory, threads=args.threads)
+    """The handle a command's --backend, --threads and --device-memory ask for."""
+    try:
+        return Handle(args.backend, device_memory=args.device_memory, threads=args.threads)
+    except DataflowError as e:
+        raise BadArgumentError(f"--backend: {args.backend} is not available here: {e}") from None
 
 
 def _preset_config(name, tokenizer):
@@ -147,6 +151,7 @@ def prepare(args, ranks=1):
     files; writes nothing."""
     plan = Plan()
     plan.nproc, plan.shard_optimizer = args.nproc, args.shard_optimizer
+    plan.backend, plan.device_memory, plan.host_memory = args.backend, args.device_memory, args.host_memory
     plan.init_dir = None
     plan.out = args.out
     plan.ckpt_dir = os.path.join(args.out, "checkpoint")
@@ -247,6 +252,10 @@ def resume_command(plan, remaining):
         parts += ["--data", plan.source]
     if remaining > 0:
         parts += ["--steps", str(remaining)]
+    for flag, value in (("--backend", plan.backend), ("--device-memory", plan.device_memory),
+                        ("--host-memory", plan.host_memory)):
+        if value is not None and (flag, value) != ("--backend", "host"):
+            parts += [flag, value]
     if plan.nproc:
         parts += ["--nproc", str(plan.nproc)]
     if plan.shard_optimizer:
@@ -276,8 +285,9 @@ class Interrupts:
         signal.signal(signal.SIGINT, self.previous)
 
 
-def _banner(plan, params, parts, handle, engine, ranks):
+def _banner(plan, trainer, handle, engine, ranks):
     cfg, run = plan.config, plan.run
+    params, parts = model_memory(cfg, run["dtype"], training=True, master_weights=run["master_weights"])
     tokens_per_step = run["batch"] * run["seq_len"]
     epochs = plan.steps * tokens_per_step / max(len(plan.train_tokens), 1)
     lines = [
@@ -290,9 +300,15 @@ def _banner(plan, params, parts, handle, engine, ranks):
         f"  steps: {plan.steps} x {run['batch']} x {run['seq_len']} = {plan.steps * tokens_per_step:,} tokens "
         f"({epochs:.1f} epochs), lr {run['lr']:g}, validation every {plan.eval_every} steps",
         f"  memory: model {mib(sum(parts.values()))} ({', '.join(f'{k} {mib(v)}' for k, v in parts.items())}) of "
-        f"{mib(handle.memory_capacity())} device memory; host matmul: {engine}",
+        f"{mib(handle.memory_capacity())} device memory ({handle.backend}); host matmul: {engine}",
         f"  output: {plan.ckpt_dir} (checkpoint), {os.path.join(plan.out, 'loss.png')} (loss curve)",
     ]
+    if trainer.plan is not None:
+        p = trainer.plan
+        lines.insert(4, f"  ring: training does not fit the device: {p.weight_slots} of {cfg['num_hidden_layers']} "
+                        f"layers' weights on the device at a time, {p.rounds_per_step} round(s) of "
+                        f"{p.chunks_per_round} chunk(s) of {p.chunk_tokens} tokens per step, optimizer {p.optimizer}; "
+                        f"predicted {p.predicted_step_seconds:.3g} s per step")
     if ranks > 1:
         lines.insert(-1, f"  data-parallel: {ranks} ranks (mpirun), {run['batch'] // ranks} sequences each per step"
                      + (", optimizer state sharded (ZeRO-1)" if plan.shard_optimizer else ""))
@@ -327,17 +343,15 @@ def train(args):
         comm = distributed.init(handle) if ranks is not None else None
         lead = comm is None or comm.rank == 0
         with _quiet_unless(lead):
-            params, parts = check_memory(handle, plan.config, plan.run["dtype"], plan.config_source, training=True,
-                                         master_weights=plan.run["master_weights"],
-                                         hint="; pass a larger --device-memory or a smaller --config")
             weights = None
             if plan.init_dir:
                 weights = check_weights(read_directory(plan.init_dir), parameter_shapes(plan.config),
                                         plan.config["tie_word_embeddings"], plan.init_dir)
+            model, trainer = _model_and_trainer(plan, handle, Trainer, weights, comm)
             if lead:
                 _check_writable(plan.out)
-                _banner(plan, params, parts, handle, matmul_engine(), ranks or 1)
-            code = _run(plan, handle, Trainer, weights, comm)
+                _banner(plan, trainer, handle, matmul_engine(), ranks or 1)
+            code = _run(plan, handle, model, trainer, comm)
         if comm is not None:
             comm.close()  # on success only: a failed rank leaves without MPI_Finalize (cli.main)
         return code
@@ -366,16 +380,35 @@ def _stop_requested(interrupts, comm):
     return bool(comm.sum_host([float(asked)])[0] > 0)
 
 
-def _run(plan, handle, Trainer, weights, comm=None):
+def _model_and_trainer(plan, handle, Trainer, weights, comm):
+    """The model and its Trainer: all-resident when training fits the device, else planned into
+    the ring under --device-memory and --host-memory (default: what the host has available).
+    Data-parallel ranks (comm) train all-resident models only."""
     run = plan.run
-    lead = comm is None or comm.rank == 0
-    model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
-    if weights:
-        copy_weights(model, weights)
     options = {"master_weights": True} if run["master_weights"] else {}
     if comm is not None:
+        check_memory(handle, plan.config, run["dtype"], plan.config_source, training=True,
+                     master_weights=run["master_weights"],
+                     hint="; data-parallel ranks (--nproc) train all-resident: pass a larger --device-memory or "
+                          "a smaller --config")
         options.update(comm=comm, shard_optimizer=plan.shard_optimizer)
-    trainer = Trainer(model, lr=run["lr"], **options)
+    else:
+        options.update(host_memory=host_memory_available() if plan.host_memory is None else plan.host_memory,
+                       seq_len=run["seq_len"], batch_size=run["batch"])
+    hint = "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
+    try:
+        model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
+        if weights:
+            copy_weights(model, weights)
+        trainer = Trainer(model, lr=run["lr"], **options)
+    except OutOfMemoryError as e:
+        raise OutOfMemoryError(f"{e}{hint}") from None
+    return model, trainer
+
+
+def _run(plan, handle, model, trainer, comm=None):
+    run = plan.run
+    lead = comm is None or comm.rank == 0
     rows = run["batch"] // (comm.size if comm else 1)
     mine = slice(comm.rank * rows, (comm.rank + 1) * rows) if comm else slice(None)
     if plan.resumed:
@@ -439,7 +472,8 @@ def _run(plan, handle, Trainer, weights, comm=None):
         return INTERRUPTED if comm is None else 0
     val = f", validation {val_losses[-1][1]:.4f}" if val_losses else ""
     print(f"train: {done} steps (step {trainer.step_count} in all) in {duration(elapsed)}, loss "
-          f"{losses[len(losses) - done]:.4f} -> {losses[-1]:.4f}{val}, {tokens_done / elapsed:,.0f} tok/s; "
+          f"{losses[len(losses) - done]:.4f} -> {losses[-1]:.4f}{val}, {tokens_done / elapsed:,.0f} tok/s, device "
+          f"memory peak {mib(handle.memory_peak())} of {mib(handle.memory_capacity())}; "
           f"checkpoint {plan.ckpt_dir}, loss curve {os.path.join(plan.out, 'loss.png')}\n"
           f"sample from it: dataflow generate --checkpoint {plan.ckpt_dir}", flush=True)
     return 0

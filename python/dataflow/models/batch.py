@@ -15,7 +15,7 @@ from ..errors import BadArgumentError, check
 IGNORE_INDEX = -100
 
 
-def _flatten(tokens, labels, documents):
+def flatten_documents(tokens, labels, documents):
     """(flat tokens, flat labels or None, document lengths, [B, T] shape or None)."""
     if documents is not None and len(documents) and not np.isscalar(documents[0]):
         if tokens is not None:
@@ -73,7 +73,7 @@ class PackedBatch:
     .with_labels, .num_labels (labelled targets), .shape ([B, T] or None for documents)."""
 
     def __init__(self, tokens, labels, documents, vocab, with_labels):
-        flat, labels, lengths, self.shape = _flatten(tokens, labels, documents)
+        flat, labels, lengths, self.shape = flatten_documents(tokens, labels, documents)
         if flat.dtype.kind not in "iu":
             raise BadArgumentError(f"tokens: expected integer token ids, got dtype {flat.dtype}")
         bad = np.flatnonzero((flat < 0) | (flat >= vocab))

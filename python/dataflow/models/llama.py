@@ -6,15 +6,17 @@ import numpy as np
 from .. import dtypes
 from .._ffi import ffi, modelslib
 from ..array import Array
-from ..errors import BadArgumentError, check
+from ..errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
 from .batch import BatchBuffer, PackedBatch, check_tokens
 from .config import LlamaConfig
 from .device_io import fetch
+from .host_blocks import HostBlocks, Layout, host_memory_available
 from .kv_cache import KVCache
 
 # which copy of a tensor (Dataflow_Block_Kind)
 PARAM, GRAD, ADAM_M, ADAM_V, MASTER = 0, 1, 2, 3, 4
 SAVE_LEVELS = {"input": 0, "attention": 1, "all": 2}
+PLACEMENTS = ("auto", "device", "host")
 
 
 def _as_numpy(value, name):
@@ -36,18 +38,44 @@ class Llama:
     each layer's forward reruns in the backward); recompute=True is save_level="input". Every
     level gives the same gradients, bit for bit. master_weights (bf16 models): keep fp32 master
     weights that AdamW updates (the bf16 weights are their rounding), so updates smaller than
-    a bf16 step accumulate instead of being rounded away."""
+    a bf16 step accumulate instead of being rounded away.
+
+    placement: where the weights live. "device": all-resident on the handle (weights and fp32
+    gradients allocated now, AdamW state at the first step). "host": in host memory, in the
+    blocked layout; a Trainer then trains through the ring executor, which streams blocks
+    through device slots (dataflow.ring), and forward / loss / generate run on a CPU copy (see
+    _cpu_copy). "auto" (default): "device" when the weights and gradients fit in the handle's
+    free memory, else "host"; OutOfMemoryError when the weights fit neither."""
 
     def __init__(self, handle, config, dtype="fp32", seed=0, recompute=False, save_level=None,
-                 master_weights=False):
+                 master_weights=False, placement="auto"):
         if isinstance(config, dict):
             config = LlamaConfig.from_dict(config)
+        if placement not in PLACEMENTS:
+            raise BadArgumentError(f"Llama: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
         self.handle, self.config, self.dtype = handle, config, dtype
-        out = ffi.new("Dataflow_Llama **")
-        check(modelslib.dataflow_llama_create(handle._ptr(), config._c_config(dtype), out))
-        self._m = out[0]
-        self.names = [self._info(i, PARAM)[0] for i in range(modelslib.dataflow_llama_num_tensors(self._m))]
-        self._index = {n: i for i, n in enumerate(self.names)}
+        self._m = self._store = self._mirror = self._layout = None
+        self._master = False  # host-held models: whether MASTER is kept
+        if placement == "auto":
+            free = handle.memory_capacity() - handle.memory_in_use()
+            placement = "device" if self.layout.total((PARAM, GRAD)) <= free else "host"
+        if placement == "device":
+            out = ffi.new("Dataflow_Llama **")
+            check(modelslib.dataflow_llama_create(handle._ptr(), config._c_config(dtype), out))
+            self._m = out[0]
+            self._shapes = {self._info(i, PARAM)[0]: self._info(i, PARAM)[1]
+                            for i in range(modelslib.dataflow_llama_num_tensors(self._m))}
+        else:
+            need, have = self.layout.total((PARAM, MASTER) if master_weights else (PARAM,)), host_memory_available()
+            if need > have:
+                raise OutOfMemoryError(
+                    f"Llama: the weights take {need:,} bytes; they fit neither the handle's free device memory "
+                    f"({handle.memory_capacity() - handle.memory_in_use():,} of {handle.memory_capacity():,} bytes, "
+                    f"with the gradients: {self.layout.total((PARAM, GRAD)):,}) nor the host's available "
+                    f"{have:,} bytes")
+            self._store = HostBlocks(self.layout)
+            self._shapes = {name: shape for name, shape, _, _ in self.layout.tensors}
+        self.names = list(self._shapes)
         self._batches = BatchBuffer(handle)
         self._logits = None
         self._caches = weakref.WeakSet()
@@ -64,14 +92,14 @@ class Llama:
         self.load_state_dict(init)
 
     @classmethod
-    def from_pretrained(cls, path, handle=None, dtype="fp32"):
+    def from_pretrained(cls, path, handle=None, dtype="fp32", placement="auto"):
         """A Llama from a Hugging Face model directory (config.json + safetensors), see
         dataflow.pretrained; handle None: a new host handle."""
         from .. import pretrained
         if handle is None:
             from ..handle import Handle
             handle = Handle("host")
-        return pretrained.from_pretrained(path, handle, dtype)
+        return pretrained.from_pretrained(path, handle, dtype, placement)
 
     def save_pretrained(self, path, dtype=None):
         """Writes config.json + model.safetensors that transformers loads (dataflow.pretrained)."""
@@ -80,11 +108,106 @@ class Llama:
 
     def close(self):
         """Frees the model's device memory (also done when it is garbage-collected)."""
+        self._release_device()
+        self._weights_changed()
+        store, self._store = getattr(self, "_store", None), None
+        if store is not None and hasattr(store, "close"):
+            store.close()
+
+    def _release_device(self):
+        """Frees what the all-resident model holds on the device (its caches, batches, logits)."""
         for cache in list(getattr(self, "_caches", ())):
             cache.close()
+        for array in (getattr(getattr(self, "_batches", None), "array", None), getattr(self, "_logits", None)):
+            if array is not None:
+                array.free()
+        if hasattr(self, "_batches"):
+            self._batches, self._logits = BatchBuffer(self.handle), None
         m, self._m = getattr(self, "_m", None), None
         if m is not None and self.handle._alive():
             modelslib.dataflow_llama_destroy(m)
+
+    @property
+    def placement(self):
+        """"device" (all-resident) or "host" (weights in host memory; see the class docstring)."""
+        return "device" if self._m is not None else "host"
+
+    @property
+    def layout(self):
+        """The blocked layout of the model's tensors (dataflow.models.host_blocks.Layout)."""
+        if self._layout is None:
+            self._layout = Layout(self.config, self.dtype)
+        return self._layout
+
+    def _host_held(self, what):
+        """Raises UnsupportedError for device-only calls on a host-held model."""
+        if self._m is None:
+            raise UnsupportedError(f"{what}: the weights are held in host memory (placement 'host'); "
+                                   "state_dict() and load_state_dict() reach them, and a Trainer trains them")
+
+    def _weights_changed(self):
+        """Drops the CPU copy of host-held weights (made again when next needed)."""
+        mirror, self._mirror = getattr(self, "_mirror", None), None
+        if mirror is not None:
+            mirror.close()
+            mirror.handle.close()
+
+    def _cpu_copy(self):
+        """Host-held weights run forward, loss and generate on the CPU: on an all-resident copy on
+        an uncapped host-backend handle, made at first use and again after the weights change
+        (a Trainer step, load_state_dict). It takes the weights and gradients' memory once more."""
+        if self._mirror is None:
+            from ..handle import Handle
+            copy = Llama(Handle("host"), self.config, self.dtype, placement="device")
+            for block in range(len(self.layout.bytes)):
+                copy._block_array(block, PARAM).copy_from_numpy(self._store.read(block, PARAM))
+            self._mirror = copy
+        return self._mirror
+
+    def _block_array(self, block, kind):
+        """The all-resident model's block of a kind as a device uint8 Array (None: not allocated)."""
+        mem = ffi.new("Dataflow_Block_Memory *")
+        check(modelslib.dataflow_llama_block(self._m, block, mem))
+        ptr = [mem.param, mem.grad, mem.m, mem.v, mem.master][kind]
+        if ptr == ffi.NULL:
+            return None
+        return Array(self.handle, int(ffi.cast("uintptr_t", ptr)), (self.layout.bytes[block][kind],), "uint8",
+                     owner=self)
+
+    def _hand_to(self, make_executor):
+        """Moves the weights (and master weights, AdamW moments where present) into the ring
+        executor make_executor() returns (dataflow.ring_executor.RingExecutor), which holds them
+        from then on; an all-resident model frees its device memory first, so that the executor
+        can allocate there. If make_executor fails, the model keeps its weights (and master
+        weights) in host memory. Returns the executor."""
+        kinds = (PARAM, MASTER, ADAM_M, ADAM_V) if self.master_weights else (PARAM, ADAM_M, ADAM_V)
+        blocks = []
+        if self._m is not None:
+            self.handle.sync()
+        for block in range(len(self.layout.bytes)):
+            if self._m is not None:
+                arrays = {k: self._block_array(block, k) for k in kinds}
+                blocks.append({k: fetch(a, 0) for k, a in arrays.items() if a is not None})
+            else:
+                blocks.append({k: self._store.read(block, k) for k in kinds if k in self._store.kinds})
+        self._master = self.master_weights
+        self._release_device()
+        self._store = HostBlocks(self.layout)
+        try:
+            executor = make_executor()
+        except Exception:
+            if self._master:
+                self._store.add_master()
+            for block, raw in enumerate(blocks):
+                for kind in self._store.kinds:
+                    self._store.write(block, kind, raw[kind])
+            raise
+        for block, raw in enumerate(blocks):
+            for kind, data in raw.items():  # PARAM before MASTER: writing PARAM resets MASTER
+                executor.write(block, kind, data)
+        self._store = executor
+        self._weights_changed()
+        return executor
 
     def __del__(self):
         try:
@@ -100,7 +223,8 @@ class Llama:
     def save_level(self, value):
         if value not in SAVE_LEVELS:
             raise BadArgumentError(f"save_level must be one of {', '.join(SAVE_LEVELS)}, got {value!r}")
-        check(modelslib.dataflow_llama_set_save_level(self._m, SAVE_LEVELS[value]))
+        if self._m is not None:  # a host-held model trains at the levels its ring plan chooses
+            check(modelslib.dataflow_llama_set_save_level(self._m, SAVE_LEVELS[value]))
         self._save_level = value
 
     @property
@@ -115,10 +239,21 @@ class Llama:
     @property
     def master_weights(self):
         """Whether fp32 master weights are kept (see the class docstring)."""
-        return self._info(0, MASTER)[2] != 0
+        return self._info(0, MASTER)[2] != 0 if self._m is not None else self._master
 
     def enable_master_weights(self, stream=0):
         """Allocates fp32 master weights (bf16 models), exact copies of the current weights."""
+        if self._m is None:
+            if not isinstance(self._store, HostBlocks):
+                raise UnsupportedError("enable_master_weights: the model trains in a ring whose plan fixed its "
+                                       "master weights; ask for them before the Trainer (Trainer(master_weights=True))")
+            if self.dtype != "bf16":
+                raise BadArgumentError(f"enable_master_weights: master weights are for bf16 models, this one is "
+                                       f"{self.dtype}")
+            if not self._master:
+                self._store.add_master()
+                self._master = True
+            return
         self._on(stream)
         check(modelslib.dataflow_llama_enable_master_weights(self._m, stream))
         self.handle.sync(stream)
@@ -139,6 +274,7 @@ class Llama:
         return ffi.string(t.name).decode(), shape, int(ffi.cast("uintptr_t", t.ptr)), dtypes.name_of(t.dtype)
 
     def _arrays(self, kind):
+        self._host_held("device arrays of the tensors")
         out = {}
         for i in range(len(self.names)):
             name, shape, ptr, dtype = self._info(i, kind)
@@ -149,7 +285,48 @@ class Llama:
 
     def shapes(self):
         """name -> Hugging Face shape."""
-        return {n: self._info(i, PARAM)[1] for i, n in enumerate(self.names)}
+        return dict(self._shapes)
+
+    def _kind_dtype(self, kind):
+        return self.dtype if kind == PARAM else "fp32"
+
+    def _read_kind(self, kind):
+        """name -> float32 numpy values of a kind (None where the model has none), wherever it lives."""
+        if self._m is not None:
+            arrays = self._arrays(kind)
+            return None if arrays is None else {n: a.numpy() for n, a in arrays.items()}
+        if (kind == MASTER and not self._master) or (isinstance(self._store, HostBlocks) and
+                                                     kind not in self._store.kinds):
+            return None
+        out, block, raw, size = {}, None, None, self.layout.itemsize[kind]
+        for name, shape, b, offset in self.layout.tensors:  # grouped by block: each read once
+            if b != block:
+                block, raw = b, self._store.read(b, kind)
+            bits = raw[offset * size:(offset + int(np.prod(shape))) * size]
+            dtype = self._kind_dtype(kind)
+            out[name] = dtypes.decode(bits.view(dtypes.STORAGE[dtype]), dtype).reshape(shape).copy()
+        return out
+
+    def _write_kind(self, kind, get):
+        """Writes every tensor of a kind from get(name) (values, rounded to the kind's dtype),
+        wherever it lives; a host-held model's blocks are written whole, one at a time."""
+        if self._m is not None:
+            self._on(0)  # copy_from_numpy writes on stream 0
+            for name, arr in self._arrays(kind).items():
+                arr.copy_from_numpy(np.ascontiguousarray(get(name), dtype=np.float32))
+            return
+        size, dtype = self.layout.itemsize[kind], self._kind_dtype(kind)
+        block, buf = None, None
+        for name, shape, b, offset in self.layout.tensors + [(None, (), -1, 0)]:
+            if b != block:
+                if buf is not None:
+                    self._store.write(block, kind, buf)
+                if name is None:
+                    break
+                block, buf = b, np.zeros(self.layout.bytes[b][kind], np.uint8)
+            bits = dtypes.encode(np.ascontiguousarray(get(name), dtype=np.float32), dtype).view(np.uint8).reshape(-1)
+            buf[offset * size:offset * size + bits.size] = bits
+        self._weights_changed()
 
     def named_parameters(self):
         """name -> device Array (Hugging Face names and shapes, the model dtype); views of the
@@ -165,13 +342,13 @@ class Llama:
         return self._arrays(MASTER)
 
     def gradients(self):
-        """name -> numpy float32 gradient."""
-        return {n: a.numpy() for n, a in self._arrays(GRAD).items()}
+        """name -> numpy float32 gradient (None for a host-held model before it trains)."""
+        return self._read_kind(GRAD)
 
     def state_dict(self):
         """name -> numpy float32 values (bf16 weights decoded exactly). Tied models have no
         lm_head.weight, as Hugging Face's safetensors files."""
-        return {n: a.numpy() for n, a in self.named_parameters().items()}
+        return self._read_kind(PARAM)
 
     def load_state_dict(self, state):
         """Copies name -> array (numpy, anything np.asarray takes, or torch tensors) into the
@@ -180,7 +357,7 @@ class Llama:
         unknown names raise. A tied model accepts a redundant lm_head.weight equal to
         model.embed_tokens.weight."""
         state = dict(state)
-        params = self.named_parameters()
+        params = self.shapes()
         if self.config.tie_word_embeddings and "lm_head.weight" in state and "model.embed_tokens.weight" in state:
             lm, emb = _as_numpy(state.pop("lm_head.weight"), "lm_head.weight"), state["model.embed_tokens.weight"]
             if lm.shape != np.shape(emb) or not np.array_equal(lm, _as_numpy(emb, "model.embed_tokens.weight")):
@@ -192,18 +369,14 @@ class Llama:
             raise BadArgumentError(f"load_state_dict: missing tensors {missing[:5]}"
                                    f"{' ...' if len(missing) > 5 else ''}, unexpected tensors {unexpected[:5]}")
         values = {}
-        for name, arr in params.items():
+        for name, shape in params.items():
             v = _as_numpy(state[name], name)
-            if v.shape != arr.shape:
-                raise BadArgumentError(f"load_state_dict: {name}: expected shape {arr.shape}, got {v.shape}")
+            if v.shape != shape:
+                raise BadArgumentError(f"load_state_dict: {name}: expected shape {shape}, got {v.shape}")
             values[name] = v
-        masters = self._arrays(MASTER) or {}
-        self._on(0)  # copy_from_numpy writes on stream 0
-        for name, arr in params.items():
-            v = np.ascontiguousarray(values[name], dtype=np.float32)
-            arr.copy_from_numpy(v)
-            if name in masters:
-                masters[name].copy_from_numpy(v)
+        self._write_kind(PARAM, values.__getitem__)
+        if self.master_weights:
+            self._write_kind(MASTER, values.__getitem__)
 
     # ---- batches ----
     def _pack(self, tokens, labels=None, documents=None, need_labels=True):
@@ -234,6 +407,8 @@ class Llama:
     # ---- compute ----
     def forward(self, tokens, documents=None, stream=0):
         """Logits as numpy float32 [B, T, V] for tokens [B, T] (B documents) or [T] (B = 1)."""
+        if self._m is None:
+            return self._cpu_copy().forward(tokens, documents, stream)
         packed = self._pack(tokens, documents=documents, need_labels=False)
         n, vocab = packed.num_tokens, self.config.vocab_size
         if self._logits is None or self._logits.size < n * vocab:
@@ -255,6 +430,8 @@ class Llama:
     def loss(self, tokens, labels=None, documents=None, stream=0):
         """Mean cross-entropy over the labelled next-token targets (HF-style labels; default:
         the tokens), as LlamaForCausalLM(tokens, labels=labels).loss. Gradients untouched."""
+        if self._m is None:
+            return self._cpu_copy().loss(tokens, labels, documents, stream)
         packed = self._pack(tokens, labels, documents)
         if packed.num_labels == 0:
             raise BadArgumentError("loss: no labelled tokens (every target is -100)")
@@ -266,6 +443,7 @@ class Llama:
         """Forward + loss + backward into the gradients (added to them with accumulate).
         loss_scale default 1 / labelled tokens (mean loss). Returns (loss_scale * summed loss,
         number of labelled tokens)."""
+        self._host_held("loss_backward")
         packed = self._pack(tokens, labels, documents)
         if loss_scale is None:
             if packed.num_labels == 0:
@@ -276,12 +454,16 @@ class Llama:
         return self._batch_loss(losses, loss_scale), packed.num_labels
 
     def zero_grads(self, stream=0):
+        self._host_held("zero_grads")
         self._on(stream)
         check(modelslib.dataflow_llama_zero_grads(self._m, stream))
 
     # ---- inference with a KV cache ----
     def kv_cache(self, max_tokens):
-        """A KVCache for one sequence of up to max_tokens tokens."""
+        """A KVCache for one sequence of up to max_tokens tokens (of the CPU copy of a host-held
+        model, see _cpu_copy: valid until its weights change)."""
+        if self._m is None:
+            return self._cpu_copy().kv_cache(max_tokens)
         return KVCache(self, max_tokens)
 
     def generate(self, prompt_tokens, max_new_tokens, temperature=1.0, top_p=1.0, seed=None, use_cache=True,
@@ -290,7 +472,11 @@ class Llama:
         1-D prompt_tokens: greedy when temperature == 0, else temperature + top-p sampling
         (dataflow.generate.sample_next) from numpy's default_rng(seed). use_cache: prefill the
         prompt in one cached forward, then one token per step over the KV cache; False:
-        recompute the whole context with forward() at every step (same tokens)."""
+        recompute the whole context with forward() at every step (same tokens). A host-held
+        model generates on its CPU copy (see _cpu_copy)."""
+        if self._m is None:
+            return self._cpu_copy().generate(prompt_tokens, max_new_tokens, temperature, top_p, seed, use_cache,
+                                             eos_token_id, stream)
         from ..generate import check_sampling, sample_next
         check_sampling(temperature, top_p)
         prompt = check_tokens(prompt_tokens, self.config.vocab_size, "generate: prompt_tokens")

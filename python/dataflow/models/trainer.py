@@ -1,4 +1,5 @@
-"""Trainer: AdamW training of an all-resident Llama with at most one host sync per step."""
+"""Trainer: AdamW training of a Llama with at most one host sync per step: all-resident, or
+through the ring executor when the training does not fit the device (dataflow.ring_training)."""
 import numpy as np
 
 from .._ffi import ffi, modelslib
@@ -26,10 +27,27 @@ class Trainer:
     master weights), the gradients are reduce-scattered instead of all-reduced, each rank runs
     AdamW on its part and the weights are all-gathered; state_dict() and load_state_dict()
     gather and split the state (every rank must call them), so checkpoints are the same for any
-    number of ranks."""
+    number of ranks.
+
+    Larger than the device (host_memory, seq_len, batch_size, profile, plan): with host_memory
+    given ("8GiB" or bytes) or a host-held model (Llama placement "host"; host_memory then
+    defaults to what the host has available), the Trainer plans (dataflow.ring.plan) for batches
+    of batch_size sequences of seq_len tokens (default: max_position_embeddings) under the
+    handle's free device memory and host_memory, with profile's speeds (default: this machine's,
+    measured once, dataflow.ring.calibrate). When all-resident training fits, it trains
+    all-resident and .plan is None; else .plan is the plan and the model's weights move into a
+    ring executor (dataflow.ring_executor) that streams them through device slots (the model is
+    host-held from then on: state_dict, save_pretrained and checkpoints read the executor;
+    generate runs on a CPU copy, see Llama). plan: a dataflow.ring.plan to use as given.
+    step, accumulate/apply, state_dict/load_state_dict behave as all-resident: a batch is split
+    into chunks of whole sequences (dataflow.ring_training), a step syncs once per
+    chunks_per_round x rounds_per_step chunks; the executor runs on streams 0..3 of the handle
+    (the methods' stream arguments apply to all-resident training only). OutOfMemoryError (the
+    planner's, naming the least device and host memory) when no plan fits."""
 
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
-                 master_weights=None, comm=None, comm_stream=None, shard_optimizer=False):
+                 master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
+                 seq_len=None, batch_size=1, profile=None, plan=None):
         self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, tuple(betas), eps
         self.grad_clip = grad_clip or 0.0
         if master_weights:
@@ -39,7 +57,15 @@ class Trainer:
         self.step_count = 0
         self._norm, self._norm_pending = None, None  # last grad norm, or (host array, stream) not yet synced
         self._acc_loss, self._acc_labels = 0.0, 0
-        self.comm = None
+        self.comm, self.plan, self._ring = None, None, None
+        if plan is not None or host_memory is not None or model.placement == "host":
+            if comm is not None:
+                raise BadArgumentError("Trainer: comm (data-parallel) trains all-resident models only; drop "
+                                       "host_memory and plan, and place the model on the device")
+            from ..ring_training import RingTraining, choose_plan
+            self.plan = plan if plan is not None else choose_plan(model, host_memory, seq_len, batch_size, profile)
+            if self.plan is not None:
+                self._ring = RingTraining(model, self.plan)
         if comm is not None:
             self.comm = comm.on(model.handle)
             if comm_stream is None:
@@ -68,16 +94,25 @@ class Trainer:
         """Syncs the stream of the last optimizer step once, if not yet, and reads its norm."""
         if self._norm_pending is not None:
             host, stream = self._norm_pending
+            if self._ring is not None:
+                self._ring.executor.wait()
+                self._norm, self._norm_pending = self._ring.executor.grad_norm(), None
+                return
             self.model.handle.sync(stream)
             self._norm, self._norm_pending = float(host[0]), None
 
     def _adamw(self, stream):
         """Submits the AdamW step and the read-back of its gradient norm."""
         self.step_count += 1
-        self.model._on(stream)
         params = ffi.new("Dataflow_AdamW_Params *", {"lr": float(self.lr), "beta1": float(self.betas[0]),
                                                      "beta2": float(self.betas[1]), "eps": float(self.eps),
                                                      "weight_decay": float(self.weight_decay)})
+        if self._ring is not None:
+            self._ring.executor.apply(params, self.grad_clip, self.step_count)
+            self._norm_pending = (None, None)
+            self.model._weights_changed()
+            return
+        self.model._on(stream)
         check(modelslib.dataflow_llama_adamw_step(self.model._m, stream, params, float(self.grad_clip),
                                                   self.step_count))
         self._norm_pending = (self.model._read_output("grad_norm", stream), stream)
@@ -102,6 +137,14 @@ class Trainer:
         mean loss before the step."""
         if self._acc_labels:
             raise BadArgumentError("step: gradients from accumulate() are pending; call apply() first")
+        if self._ring is not None:
+            chunks = self._ring.chunks(tokens, labels, documents, "step")
+            num_labels = sum(c.num_labels for c in chunks)
+            if num_labels == 0:
+                raise BadArgumentError("step: no labelled tokens (every target is -100)")
+            losses = self._ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(stream))
+            self._wait_norm()
+            return self.model._batch_loss(losses, 1.0 / num_labels)
         _, losses, num_labels = self._loss_backward(tokens, labels, documents, False, None, stream)
         self._adamw(stream)
         self._wait_norm()  # the one sync: the losses were read back before it too
@@ -116,9 +159,14 @@ class Trainer:
         if self.comm is not None:
             raise BadArgumentError("accumulate: not supported with comm (data-parallel); use step()")
         first = self._acc_labels == 0
-        packed, losses, _ = self._loss_backward(tokens, labels, documents, not first, 1.0, stream)
-        self.model.handle.sync(stream)
-        batch_sum, n = self.model._batch_loss(losses, 1.0), packed.num_labels
+        if self._ring is not None:
+            chunks = self._ring.chunks(tokens, labels, documents, "accumulate")
+            batch_sum = self.model._batch_loss(self._ring.run(chunks, not first, 1.0), 1.0)
+            n = sum(c.num_labels for c in chunks)
+        else:
+            packed, losses, _ = self._loss_backward(tokens, labels, documents, not first, 1.0, stream)
+            self.model.handle.sync(stream)
+            batch_sum, n = self.model._batch_loss(losses, 1.0), packed.num_labels
         self._acc_loss += batch_sum
         self._acc_labels += n
         return batch_sum / n if n else float("nan")
@@ -127,8 +175,11 @@ class Trainer:
         """The optimizer step for the accumulated chunks; returns their mean loss."""
         if self._acc_labels == 0:
             raise BadArgumentError("apply: nothing accumulated (or no labelled tokens)")
-        self.model._on(stream)
-        check(modelslib.dataflow_llama_scale_grads(self.model._m, stream, 1.0 / self._acc_labels))
+        if self._ring is not None:
+            self._ring.executor.scale_grads(1.0 / self._acc_labels)
+        else:
+            self.model._on(stream)
+            check(modelslib.dataflow_llama_scale_grads(self.model._m, stream, 1.0 / self._acc_labels))
         loss = self._acc_loss / self._acc_labels
         self._acc_loss, self._acc_labels = 0.0, 0
         self._adamw(stream)
@@ -139,29 +190,29 @@ class Trainer:
         (m and v as torch.optim.AdamW names them; empty dicts before the first step), and
         "master": {name: float32 numpy} when the model keeps fp32 master weights."""
         self._shard(False)
-        m, v = self.model._arrays(ADAM_M), self.model._arrays(ADAM_V)
-        state = {"step": self.step_count,
-                 "exp_avg": {n: a.numpy() for n, a in (m or {}).items()},
-                 "exp_avg_sq": {n: a.numpy() for n, a in (v or {}).items()},
+        m, v = self.model._read_kind(ADAM_M), self.model._read_kind(ADAM_V)
+        state = {"step": self.step_count, "exp_avg": m or {}, "exp_avg_sq": v or {},
                  "hyperparameters": {"lr": self.lr, "weight_decay": self.weight_decay, "betas": list(self.betas),
                                      "eps": self.eps, "grad_clip": self.grad_clip}}
-        masters = self.model.named_master_weights()
+        masters = self.model._read_kind(MASTER)
         if masters is not None:
-            state["master"] = {n: a.numpy() for n, a in masters.items()}
+            state["master"] = masters
         self._shard(True)
         return state
 
     def _load_arrays(self, key, kind, values):
-        arrays, shapes = self.model._arrays(kind), self.model.shapes()
-        missing = [n for n in arrays if n not in values]
-        unexpected = [n for n in values if n not in arrays]
+        shapes = self.model.shapes()
+        missing = [n for n in shapes if n not in values]
+        unexpected = [n for n in values if n not in shapes]
         if missing or unexpected:
             raise BadArgumentError(f"Trainer.load_state_dict: {key}: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        for n, arr in arrays.items():
-            x = np.asarray(values[n], dtype=np.float32)
-            if x.shape != shapes[n]:
-                raise BadArgumentError(f"Trainer.load_state_dict: {key} {n}: expected shape {shapes[n]}, got {x.shape}")
-            arr.copy_from_numpy(np.ascontiguousarray(x))
+        checked = {}
+        for n, shape in shapes.items():
+            checked[n] = np.asarray(values[n], dtype=np.float32)
+            if checked[n].shape != shape:
+                raise BadArgumentError(f"Trainer.load_state_dict: {key} {n}: expected shape {shape}, "
+                                       f"got {checked[n].shape}")
+        self.model._write_kind(kind, checked.__getitem__)
 
     def load_state_dict(self, state):
         """Restores step, m and v, master weights (and hyperparameters when present) from
@@ -169,7 +220,6 @@ class Trainer:
         keeps them without any in the state keeps the copies of its current weights."""
         step = int(state["step"])
         self._shard(False)
-        self.model._on(0)  # the copies below run on stream 0
         if "master" in state:
             if not self.model.master_weights:
                 raise BadArgumentError("Trainer.load_state_dict: the state has fp32 master weights, but the model "
@@ -177,7 +227,9 @@ class Trainer:
                                        "master_weights=True))")
             self._load_arrays("master", MASTER, state["master"])
         if step > 0:
-            check(modelslib.dataflow_llama_alloc_optimizer_state(self.model._m, 0))
+            if self._ring is None:
+                self.model._on(0)
+                check(modelslib.dataflow_llama_alloc_optimizer_state(self.model._m, 0))
             self._load_arrays("exp_avg", ADAM_M, state.get("exp_avg", {}))
             self._load_arrays("exp_avg_sq", ADAM_V, state.get("exp_avg_sq", {}))
         hp = state.get("hyperparameters")

@@ -1,0 +1,122 @@
+"""The Trainer's ring mode: whether a Llama's training fits its handle all-resident, else the
+fastest ring plan (dataflow.ring) within the free device memory and a host budget, and the
+training steps through the ring executor (dataflow.ring_executor) with the all-resident
+Trainer's semantics: a step's documents are packed into chunks of whole documents (at most the
+plan's chunk_tokens each, in order), every chunk's gradient scaled by 1 / the step's labelled
+tokens, so a step is one AdamW update on the mean loss of the whole batch."""
+import numpy as np
+
+from . import ring
+from ._ffi import modelslib
+from .errors import BadArgumentError, OutOfMemoryError
+from .handle import Handle, parse_bytes
+from .models.batch import PackedBatch, flatten_documents
+from .models.host_blocks import host_memory_available
+from .models.llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, SAVE_LEVELS
+from .ring_executor import RingExecutor
+
+STREAMS = 4  # compute, inbound, outbound, optimizer (ring_executor.h)
+_PROFILES = {}  # backend -> its measured profile, calibrated once per process
+
+
+def measured_profile(backend):
+    """The speeds of this machine's `backend` device, measured once per process (about a second)
+    on an uncapped handle of it: a Trainer's default, so predicted times are this machine's."""
+    if backend not in _PROFILES:
+        h = Handle(backend, streams=2)
+        try:
+            _PROFILES[backend] = ring.calibrate(h, size=512, tokens=512, transfer_bytes=16 << 20, repeats=2)
+        finally:
+            h.close()
+    return _PROFILES[backend]
+
+
+def _positive(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise BadArgumentError(f"Trainer: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def resident_training_bytes(model, tokens):
+    """Device bytes all-resident training of `model` on batches of `tokens` tokens takes: every
+    block's weights, gradients, AdamW moments (and master weights), the activations and
+    workspace at the model's save level, the packed batch."""
+    kinds = (PARAM, GRAD, ADAM_M, ADAM_V) + ((MASTER,) if model.master_weights else ())
+    work = modelslib.dataflow_llama_workspace_bytes(model.config._c_config(model.dtype), tokens,
+                                                    SAVE_LEVELS[model.save_level])
+    return model.layout.total(kinds) + work + 4 * modelslib.dataflow_batch_buffer_numel(tokens, tokens, 1)
+
+
+def choose_plan(model, host_memory, seq_len, batch_size, profile):
+    """None when `model` is all-resident and its training on batch_size sequences of seq_len
+    tokens (default: max_position_embeddings) fits its handle; else the fastest ring plan within
+    the handle's free device memory (what an all-resident model frees included) and host_memory
+    (default: what the host has available). OutOfMemoryError (the planner's, with the least
+    device and host memory a plan needs) when none fits."""
+    h, config = model.handle, model.config
+    seq_len = _positive(config.max_position_embeddings if seq_len is None else seq_len, "seq_len")
+    tokens = seq_len * _positive(batch_size, "batch_size")
+    own = model.layout.total((PARAM, GRAD, MASTER) if model.master_weights else (PARAM, GRAD)) \
+        if model.placement == "device" else 0
+    free = h.memory_capacity() - h.memory_in_use() + own
+    if model.placement == "device" and resident_training_bytes(model, tokens) <= free:
+        return None
+    host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
+    try:
+        return ring.plan(config, seq_len, free, host, tokens_per_step=tokens,
+                         profile=measured_profile(h.backend) if profile is None else profile, dtype=model.dtype,
+                         master_weights=model.master_weights)
+    except OutOfMemoryError as e:  # the planner's GiB figures round small models to 0.00: add the bytes
+        raise OutOfMemoryError(f"{e} (in bytes: {free:,} device free, {host:,} host; the smallest plan needs "
+                               f"{e.min_device_bytes:,} device, {e.min_host_bytes:,} host)") from None
+
+
+class RingTraining:
+    """A model handed to a ring executor that trains it from `plan` (the model's weights, master
+    weights and AdamW state move into the executor)."""
+
+    def __init__(self, model, plan):
+        if model.handle.num_streams < STREAMS:
+            raise BadArgumentError(f"Trainer: training in the ring needs a handle with {STREAMS} streams (compute, "
+                                   f"inbound, outbound, optimizer); this one has {model.handle.num_streams}")
+        if bool(plan.master_weights) != model.master_weights:
+            raise BadArgumentError(f"Trainer: the plan was made {'with' if plan.master_weights else 'without'} fp32 "
+                                   f"master weights, but the model keeps {'them' if model.master_weights else 'none'}")
+        self.plan, self.vocab = plan, model.config.vocab_size
+        self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype))
+        self.max_chunks = plan.chunks_per_round * plan.rounds_per_step
+
+    def chunks(self, tokens, labels, documents, what):
+        """The batch as PackedBatch chunks of whole documents, at most chunk_tokens tokens each."""
+        flat, labels, lengths, _ = flatten_documents(tokens, labels, documents)
+        labels = None if labels is None else np.asarray(labels).reshape(-1)
+        limit, out, start, group = self.plan.chunk_tokens, [], 0, []
+        for n in lengths + [None]:
+            if n is not None and n > limit:
+                raise BadArgumentError(f"{what}: a sequence of {n} tokens is longer than the plan's chunks of "
+                                       f"{limit} tokens; plan for longer sequences (Trainer(seq_len={n}))")
+            if group and (n is None or sum(group) + n > limit):
+                end = start + sum(group)
+                docs, cut = [], start
+                for g in group:
+                    docs.append(flat[cut:cut + g])
+                    cut += g
+                out.append(PackedBatch(docs, None if labels is None else labels[start:end], None, self.vocab, True))
+                start, group = end, []
+            if n is not None:
+                group.append(n)
+        return out
+
+    def run(self, chunks, accumulate, loss_scale, then=None):
+        """Forward, loss and backward of the chunks (max_chunks per executor call, gradients
+        added after the first), then `then()` (e.g. the optimizer step) before the last wait;
+        returns the token losses of every chunk, in order, as one array."""
+        losses = []
+        for first in range(0, len(chunks), self.max_chunks):
+            group = chunks[first:first + self.max_chunks]
+            self.executor.accumulate(group, accumulate or first > 0, loss_scale)
+            if then is not None and first + self.max_chunks >= len(chunks):
+                then()
+            self.executor.wait()
+            losses += self.executor.token_losses([c.num_tokens for c in group])
+        return np.concatenate(losses)
