@@ -1,4 +1,4 @@
-"""The ring executor's trace (ring_executor.h "Trace", RingExecutor.trace): Chrome trace-event
+"""The ring executor's trace (ring_executor.h "Trace" over dataflow/trace.h, RingExecutor.trace): Chrome trace-event
 JSON with a track per stream and memory counters; spans in the executor's order on each stream,
 ordered across streams as the executor's events order the work; with a throttled link, inbound
 transfers under compute. Tracing changes no bits. Structural checks only, nothing timed."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow._ffi import ffi, ringlib
+from dataflow._ffi import ffi, lib, ringlib
 from dataflow.errors import BadArgumentError, DataflowError, check
 from dataflow.models.config import LlamaConfig
 from dataflow.ring_executor import RingExecutor
@@ -140,6 +140,6 @@ def test_trace_off_and_bad_reads():
     spans, samples = ex.trace_events()
     assert spans == [] and len(samples) == 1  # the sample at start_trace; no work, no span
     n = ffi.new("int64_t *")
-    with pytest.raises(BadArgumentError, match=r"trace_read: .* arrays for max_spans \(5\)"):
-        check(ringlib.dataflow_ring_executor_trace_read(ex._x, ffi.NULL, 5, ffi.NULL, 0, n, n))
+    with pytest.raises(BadArgumentError, match=r"trace read: .* arrays for max_spans \(5\)"):
+        check(lib.dataflow_trace_read(ex._trace._t, ffi.NULL, 5, ffi.NULL, 0, n, n))
     assert ringlib.dataflow_ring_work_name(ringlib.DATAFLOW_RING_NUM_WORK) == ffi.NULL

@@ -22,11 +22,14 @@ static Dataflow_Status sum_over_ranks(Dataflow_Llama *m, int s, int block)
 	int cs = m->grad_comm_stream;
 	if (cs != s)
 		TRY(wait_for(m->handle, cs, s));
-	if (m->shard_optimizer)
-		return llama_shard_reduce_grads(m, cs, block);
+	int64_t n = llama_block_numel(m->bm, block);
+	Dataflow_Trace_Span *span;
+	TRY(llama_span_begin(m, cs, m->shard_optimizer ? DATAFLOW_LLAMA_WORK_REDUCE_SCATTER : DATAFLOW_LLAMA_WORK_ALL_REDUCE,
+			     block, (uint64_t)n * sizeof(float), &span));
 	float *g = m->blocks[block].grad;
-	return dataflow_submit_all_reduce(m->grad_comm, cs, DATAFLOW_FP32, llama_block_numel(m->bm, block), g, g,
-					  DATAFLOW_REDUCE_SUM);
+	TRY(m->shard_optimizer ? llama_shard_reduce_grads(m, cs, block)
+			       : dataflow_submit_all_reduce(m->grad_comm, cs, DATAFLOW_FP32, n, g, g, DATAFLOW_REDUCE_SUM));
+	return llama_span_end(m, span);
 }
 
 Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dataflow_Llama_Batch *b,
@@ -60,9 +63,12 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dat
 		else
 			which = !which;
 		const Dataflow_Block_Memory *mem = &m->blocks[block];
+		Dataflow_Trace_Span *span;
+		TRY(llama_span_begin(m, s, DATAFLOW_LLAMA_WORK_BACKWARD, block, 0, &span));
 		TRY(dataflow_block_recompute(bm, block, s, mem, &a));
 		TRY(dataflow_block_backward_x(bm, block, s, mem, &a));
 		TRY(dataflow_block_backward_w(bm, block, s, mem, &a));
+		TRY(llama_span_end(m, span));
 		if (m->grad_comm)
 			TRY(sum_over_ranks(m, s, block));
 	}

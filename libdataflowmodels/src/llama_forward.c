@@ -2,13 +2,21 @@
  * resident workspace (the residual stream in the model dtype, as Hugging Face keeps it). */
 #include "llama_internal.h"
 
+/* block b's forward, a span of the trace */
+static Dataflow_Status forward_block(Dataflow_Llama *m, int b, int s, const Dataflow_Block_Args *a)
+{
+	Dataflow_Trace_Span *span;
+	TRY(llama_span_begin(m, s, DATAFLOW_LLAMA_WORK_FORWARD, b, 0, &span));
+	TRY(dataflow_block_forward(m->bm, b, s, &m->blocks[b], a));
+	return llama_span_end(m, span);
+}
+
 Dataflow_Status llama_forward_pass(Dataflow_Llama *m, int s, const Dataflow_Llama_Batch *b,
 				   const Dataflow_Llama_KV_Cache *cache, void *logits, int64_t first_row, float loss_scale)
 {
-	const Dataflow_Blocked_Model *bm = m->bm;
 	int L = (int)m->config->num_layers;
 	Dataflow_Block_Args a = llama_block_args(m, b, 0);
-	TRY(dataflow_block_forward(bm, 0, s, &m->blocks[0], &a));
+	TRY(forward_block(m, 0, s, &a));
 	for (int l = 0; l < L; l++) {
 		a = llama_block_args(m, b, 1 + l);
 		Dataflow_Block_KV kv;
@@ -20,7 +28,7 @@ Dataflow_Status llama_forward_pass(Dataflow_Llama *m, int s, const Dataflow_Llam
 						 .cu_k = cache->tables + cache->max_tokens + 2 * (past + b->num_tokens)};
 			a.kv = &kv;
 		}
-		TRY(dataflow_block_forward(bm, 1 + l, s, &m->blocks[1 + l], &a));
+		TRY(forward_block(m, 1 + l, s, &a));
 	}
 	/* the head over rows [first_row, T): a batch of those rows (the head reads no positions) */
 	Dataflow_Llama_Batch rows = *b;
@@ -36,7 +44,7 @@ Dataflow_Status llama_forward_pass(Dataflow_Llama *m, int s, const Dataflow_Llam
 		a.loss_scale = loss_scale;
 		m->last_tokens = b->num_tokens;
 	}
-	return dataflow_block_forward(bm, L + 1, s, &m->blocks[L + 1], &a);
+	return forward_block(m, L + 1, s, &a);
 }
 
 Dataflow_Status dataflow_llama_forward(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch,

@@ -35,7 +35,14 @@ struct Dataflow_Llama {
 	Dataflow_Comm *grad_comm; /* data-parallel: gradients summed over ranks (NULL: off) */
 	int grad_comm_stream;
 	int shard_optimizer; /* ZeRO-1 over grad_comm's ranks (llama_sharded_optimizer.c) */
+	Dataflow_Trace *trace;     /* the attached recorder (NULL: none) */
 };
+
+/* Tracing (llama_trace.c): a span of work on stream opens (its start stamp queued) and closes
+ * (its end stamp); *span is NULL, and nothing is queued, while not recording. */
+Dataflow_Status llama_span_begin(Dataflow_Llama *model, int stream, Dataflow_Llama_Work what, int block, uint64_t bytes,
+				 Dataflow_Trace_Span **span);
+Dataflow_Status llama_span_end(Dataflow_Llama *model, Dataflow_Trace_Span *span);
 
 /* Elements of block b's m, v and master: the block's, or the rank's shard of them. */
 int64_t llama_optimizer_state_numel(const Dataflow_Llama *model, int block);

@@ -43,6 +43,22 @@ Dataflow_Status dataflow_llama_alloc_optimizer_state(Dataflow_Llama *m, int s)
 	return DATAFLOW_OK;
 }
 
+/* clipping by the global norm, then AdamW per block */
+static Dataflow_Status adamw_blocks(Dataflow_Llama *m, int s, const Dataflow_AdamW_Params *params, double max_grad_norm,
+				    int64_t step)
+{
+	double *sumsq = (double *)m->scalars;
+	float *scale = (float *)((char *)m->scalars + 8), *norm = (float *)((char *)m->scalars + 12);
+	int clip = max_grad_norm > 0;
+	for (int b = 0; b < m->num_blocks; b++)
+		TRY(dataflow_block_grad_norm_sq(m->bm, b, s, m->blocks[b].grad, m->opt_ws, sumsq, b > 0));
+	TRY(dataflow_submit_clip_by_global_norm(m->handle, s, DATAFLOW_FP64, sumsq, clip ? max_grad_norm : 1e30, scale,
+						norm));
+	for (int b = 0; b < m->num_blocks; b++)
+		TRY(dataflow_block_adamw(m->bm, b, s, &m->blocks[b], params, clip ? scale : NULL, step));
+	return DATAFLOW_OK;
+}
+
 Dataflow_Status dataflow_llama_adamw_step(Dataflow_Llama *m, int s, const Dataflow_AdamW_Params *params,
 					  double max_grad_norm, int64_t step)
 {
@@ -55,16 +71,11 @@ Dataflow_Status dataflow_llama_adamw_step(Dataflow_Llama *m, int s, const Datafl
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama adamw_step: step must be >= 1, got %lld",
 					  (long long)step);
 	TRY(dataflow_llama_alloc_optimizer_state(m, s));
-	if (m->shard_optimizer)
-		return llama_sharded_adamw_step(m, s, params, max_grad_norm, step);
-	double *sumsq = (double *)m->scalars;
-	float *scale = (float *)((char *)m->scalars + 8), *norm = (float *)((char *)m->scalars + 12);
-	int clip = max_grad_norm > 0;
-	for (int b = 0; b < m->num_blocks; b++)
-		TRY(dataflow_block_grad_norm_sq(m->bm, b, s, m->blocks[b].grad, m->opt_ws, sumsq, b > 0));
-	TRY(dataflow_submit_clip_by_global_norm(m->handle, s, DATAFLOW_FP64, sumsq, clip ? max_grad_norm : 1e30, scale,
-						norm));
-	for (int b = 0; b < m->num_blocks; b++)
-		TRY(dataflow_block_adamw(m->bm, b, s, &m->blocks[b], params, clip ? scale : NULL, step));
+	Dataflow_Trace_Span *span;
+	TRY(llama_span_begin(m, s, DATAFLOW_LLAMA_WORK_OPTIMIZER, -1, 0, &span));
+	TRY(m->shard_optimizer ? llama_sharded_adamw_step(m, s, params, max_grad_norm, step)
+			       : adamw_blocks(m, s, params, max_grad_norm, step));
+	TRY(llama_span_end(m, span));
+	dataflow_trace_next_step(m->trace);
 	return DATAFLOW_OK;
 }

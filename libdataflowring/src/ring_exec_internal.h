@@ -45,17 +45,6 @@ typedef struct {
 	Track *tracks; /* host copies, per chunk */
 } Ring_Acts;
 
-/* The trace's recording (ring_trace.c). Spans live in pages that never move: the streams'
- * host ops stamp them in place while later spans are added. */
-typedef struct {
-	int on;
-	int64_t step;
-	Dataflow_Ring_Trace_Span **pages;
-	int64_t num_spans, num_pages;
-	Dataflow_Ring_Trace_Memory *samples;
-	int64_t num_samples;
-} Ring_Trace;
-
 struct Dataflow_Ring_Executor {
 	Dataflow_Handle *h;
 	const Dataflow_Blocked_Model *model;
@@ -102,7 +91,7 @@ struct Dataflow_Ring_Executor {
 	float *host_losses;      /* [rounds * K * T] */
 	float *host_norm;
 	int64_t last_chunks;
-	Ring_Trace trace;
+	Dataflow_Trace *trace;   /* the attached recorder (NULL: none) */
 };
 
 /* every stream waits for every other's queued work: phase changes of shared memory */
@@ -112,15 +101,11 @@ int64_t ring_opt_slot_bytes(const Dataflow_Ring_Executor *x, int b);
 Dataflow_Status track_before(Dataflow_Ring_Executor *x, Track *t, int role);
 Dataflow_Status track_after(Dataflow_Ring_Executor *x, Track *t, int role);
 
-/* Tracing: a span of work on stream role opens (its start stamp queued) and closes (its end
- * stamp); *span is NULL, and nothing is queued, while tracing is off. */
+/* Tracing (ring_trace.c): a span of work on stream role opens (its start stamp queued) and
+ * closes (its end stamp); *span is NULL, and nothing is queued, while not recording. */
 Dataflow_Status ring_span_begin(Dataflow_Ring_Executor *x, int role, Dataflow_Ring_Work what, int block, int64_t chunk,
-				uint64_t bytes, Dataflow_Ring_Trace_Span **span);
-Dataflow_Status ring_span_end(Dataflow_Ring_Executor *x, Dataflow_Ring_Trace_Span *span);
-/* a memory sample now, when tracing; the step counter after an apply */
-Dataflow_Status ring_trace_sample(Dataflow_Ring_Executor *x);
-void ring_trace_next_step(Dataflow_Ring_Executor *x);
-void ring_trace_free(Ring_Trace *t);
+				uint64_t bytes, Dataflow_Trace_Span **span);
+Dataflow_Status ring_span_end(Dataflow_Ring_Executor *x, Dataflow_Trace_Span *span);
 
 static inline int64_t ring_align64(int64_t n)
 {

@@ -419,7 +419,6 @@ void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *x)
 	free(x->gslot);
 	free(x->gslot_track);
 	free(x->blocks);
-	ring_trace_free(&x->trace);
 	free(x);
 }
 
@@ -503,7 +502,7 @@ Dataflow_Status dataflow_ring_executor_wait(Dataflow_Ring_Executor *x)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring executor wait: executor is required");
 	for (int r = 0; r < RS_NUM; r++)
 		TRY(dataflow_sync_stream(x->h, x->s[r]));
-	return ring_trace_sample(x);
+	return dataflow_trace_sample(x->trace, x->h, x->host_bytes);
 }
 
 Dataflow_Status dataflow_ring_executor_outputs(const Dataflow_Ring_Executor *x, Dataflow_Ring_Outputs *out)

@@ -20,7 +20,7 @@ Dataflow_Status dataflow_ring_executor_scale_grads(Dataflow_Ring_Executor *x, fl
 	TRY(ring_barrier(x));
 	for (int b = 0; b < x->N; b++) {
 		void *g = grad_home(&x->blocks[b]);
-		Dataflow_Ring_Trace_Span *span;
+		Dataflow_Trace_Span *span;
 		TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_SCALE_GRADS, b, -1, 0, &span));
 		TRY(dataflow_submit_add(x->h, x->s[RS_OPT], DATAFLOW_FP32, x->blocks[b].numel, factor, g, 0.0f, g, g));
 		TRY(ring_span_end(x, span));
@@ -37,7 +37,7 @@ static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Da
 	Track *t = &x->opt_track[k];
 	void *kinds[DATAFLOW_BLOCK_NUM_KINDS] = {0};
 	char *at = x->opt_slot[k];
-	Dataflow_Ring_Trace_Span *span;
+	Dataflow_Trace_Span *span;
 	TRY(track_before(x, t, RS_IN));
 	TRY(ring_span_begin(x, RS_IN, DATAFLOW_RING_WORK_OPT_IN, b, -1, (uint64_t)ring_opt_slot_bytes(x, b), &span));
 	for (int kind = 0; kind < DATAFLOW_BLOCK_NUM_KINDS; kind++) {
@@ -84,7 +84,7 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 					  max_grad_norm, (long long)step);
 	TRY(ring_barrier(x)); /* the training pass is done with the memory the scalars share */
 	int s = x->s[RS_OPT], clip = max_grad_norm > 0;
-	Dataflow_Ring_Trace_Span *span;
+	Dataflow_Trace_Span *span;
 	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_GRAD_NORM, -1, -1, 0, &span));
 	for (int b = 0; b < x->N; b++)
 		TRY(dataflow_block_grad_norm_sq(x->model, b, s, grad_home(&x->blocks[b]), x->norm_ws, x->sumsq, b > 0));
@@ -114,6 +114,6 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 	for (int i = 0; i < x->W; i++) /* slots and staging hold the old weights */
 		x->wslot_layer[i] = -1;
 	x->edge_stage_block = -1;
-	ring_trace_next_step(x);
+	dataflow_trace_next_step(x->trace);
 	return ring_barrier(x);
 }

@@ -32,7 +32,7 @@ typedef struct {
 static Dataflow_Status copy_in(Dataflow_Ring_Executor *x, Buf dst, Track *host_track, const void *src, int64_t bytes,
 			       Dataflow_Ring_Work what, int block, int64_t chunk)
 {
-	Dataflow_Ring_Trace_Span *span;
+	Dataflow_Trace_Span *span;
 	TRY(track_before(x, dst.track, RS_IN));
 	TRY(track_before(x, host_track, RS_IN));
 	TRY(ring_span_begin(x, RS_IN, what, block, chunk, (uint64_t)bytes, &span));
@@ -47,7 +47,7 @@ static Dataflow_Status copy_out(Dataflow_Ring_Executor *x, void *dst, Track *hos
 {
 	if (bytes == 0) /* e.g. the saved activations of DATAFLOW_SAVE_INPUT */
 		return DATAFLOW_OK;
-	Dataflow_Ring_Trace_Span *span;
+	Dataflow_Trace_Span *span;
 	TRY(track_before(x, src.track, RS_OUT));
 	TRY(track_before(x, host_track, RS_OUT));
 	TRY(ring_span_begin(x, RS_OUT, what, block, chunk, (uint64_t)bytes, &span));
@@ -110,7 +110,7 @@ static Dataflow_Status grad_begin(Round *r, int b)
 		return DATAFLOW_OK; /* lives on the device (zeroed at the call's start), or stays there */
 	Buf g = grad_of(x, b);
 	if (r->zero_grads) {
-		Dataflow_Ring_Trace_Span *span;
+		Dataflow_Trace_Span *span;
 		TRY(track_before(x, g.track, RS_COMPUTE));
 		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_ZERO_GRAD, b, -1, 0, &span));
 		TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], g.ptr, 0, (uint64_t)blk->bytes[DATAFLOW_BLOCK_GRAD]));
@@ -185,7 +185,7 @@ static Dataflow_Status forward_layer(Round *r, int l)
 			a.saved = (char *)stage.ptr + ring_x_bytes(x, T);
 		}
 		Buf used[3] = {in, out, stage};
-		Dataflow_Ring_Trace_Span *span;
+		Dataflow_Trace_Span *span;
 		TRY(compute_uses(x, used, 3, 0));
 		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_FORWARD, 1 + l, r->first_chunk + c, 0, &span));
 		TRY(dataflow_block_forward(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
@@ -249,7 +249,7 @@ static Dataflow_Status backward_layer(Round *r, int l, Prefetch *p, int64_t *ite
 		a.dy = dy.ptr;
 		a.dx = dx.ptr;
 		Buf used[3] = {in, dy, dx};
-		Dataflow_Ring_Trace_Span *span;
+		Dataflow_Trace_Span *span;
 		TRY(compute_uses(x, used, 3, 0));
 		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_BACKWARD, 1 + l, r->first_chunk + c, 0, &span));
 		TRY(dataflow_block_recompute(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
@@ -294,7 +294,7 @@ static Dataflow_Status head(Round *r)
 		a.loss_scale = r->loss_scale;
 		a.tied = x->tied ? &tied : NULL;
 		Buf io[2] = {in, dx};
-		Dataflow_Ring_Trace_Span *span;
+		Dataflow_Trace_Span *span;
 		TRY(compute_uses(x, io, 2, 0));
 		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_HEAD, b, r->first_chunk + c, 0, &span));
 		TRY(dataflow_block_forward(x->model, b, x->s[RS_COMPUTE], &mem, &a));
@@ -336,7 +336,7 @@ static Dataflow_Status embedding(Round *r, int backward)
 			a.dy = dy.ptr;
 		else
 			a.y = out.ptr;
-		Dataflow_Ring_Trace_Span *span;
+		Dataflow_Trace_Span *span;
 		TRY(compute_uses(x, &io, 1, 0));
 		TRY(ring_span_begin(x, RS_COMPUTE, backward ? DATAFLOW_RING_WORK_BACKWARD : DATAFLOW_RING_WORK_FORWARD, 0,
 				    r->first_chunk + c, 0, &span));
@@ -439,7 +439,7 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, con
 			Ring_Block *blk = &x->blocks[b];
 			if (!blk->dev[DATAFLOW_BLOCK_GRAD])
 				continue;
-			Dataflow_Ring_Trace_Span *span;
+			Dataflow_Trace_Span *span;
 			TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_ZERO_GRAD, b, -1, 0, &span));
 			TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], blk->dev[DATAFLOW_BLOCK_GRAD], 0,
 					     (uint64_t)blk->bytes[DATAFLOW_BLOCK_GRAD]));

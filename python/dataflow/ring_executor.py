@@ -2,10 +2,11 @@
 blocks trained from a plan, its state wherever the plan puts it (device or host memory)."""
 import numpy as np
 
-from . import ring_trace
+from . import trace as traces
 from ._ffi import ffi, modelslib, ringlib
 from .errors import BadArgumentError, DataflowError, check
 
+STREAMS = ("compute", "inbound", "outbound", "optimizer")  # Dataflow_Ring_Streams order
 KIND_DTYPES = {0: None, 1: np.float32, 2: np.float32, 3: np.float32, 4: np.float32}  # None: the model dtype
 
 
@@ -32,7 +33,7 @@ class RingExecutor:
             s = ffi.new("Dataflow_Block_Sizes *")
             check(modelslib.dataflow_blocked_model_block_sizes(self._bm, b, s))
             self._sizes.append((int(s.numel), [int(s.bytes[k]) for k in range(5)]))
-        self._tracing = False
+        self._trace = None
         if trace:
             self.start_trace()
 
@@ -105,30 +106,37 @@ class RingExecutor:
     def start_trace(self):
         """Waits for the queued work, drops any earlier recording and records from now on: the
         start and end of each unit of work on its stream, memory at each wait()."""
-        check(ringlib.dataflow_ring_executor_trace_start(self._x))
-        self._tracing = True
+        self.wait()  # queued spans stamp into the recording start() drops
+        if self._trace is None:
+            self._trace = traces.Trace()
+            check(ringlib.dataflow_ring_executor_set_trace(self._x, self._trace._t))
+        self._trace.start()
+        self.wait()  # the first memory sample
 
     def stop_trace(self):
-        check(ringlib.dataflow_ring_executor_trace_stop(self._x))
+        if self._trace is not None:
+            self._trace.stop()
 
     def trace_events(self):
-        """(spans, memory samples) recorded since start_trace (see dataflow.ring_trace.read)."""
-        if not self._tracing:
+        """(spans, memory samples) recorded since start_trace (see dataflow.trace.Trace.read),
+        streams named as STREAMS."""
+        if self._trace is None:
             raise DataflowError("ring trace: nothing recorded; create the executor with trace=True or call "
                                 "start_trace() before the steps to trace")
-        return ring_trace.read(self._x)
+        self.handle.sync()  # every span stamped, no memory sample added
+        return self._trace.read(ringlib.dataflow_ring_work_name, STREAMS.__getitem__)
 
     def trace(self, path):
         """Writes what was recorded since start_trace to `path` as Chrome trace-event JSON (opens in
         Perfetto): a track per stream, counter tracks for device and host memory; returns the dict."""
         spans, samples = self.trace_events()
         plan = self.plan
-        trace = ring_trace.chrome(spans, samples, self.num_blocks, metadata={
+        trace = traces.chrome(spans, samples, STREAMS, self.num_blocks, "dataflow ring executor", metadata={
             "plan": {"chunk_tokens": plan.chunk_tokens, "chunks_per_round": plan.chunks_per_round,
                      "rounds_per_step": plan.rounds_per_step, "weight_slots": plan.weight_slots,
                      "grad_slots": plan.grad_slots, "optimizer": plan.optimizer,
                      "predicted_step_seconds": plan.predicted_step_seconds}})
-        ring_trace.write(path, trace)
+        traces.write(path, trace)
         return trace
 
     def grad_norm(self):

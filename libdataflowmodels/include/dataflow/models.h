@@ -7,6 +7,7 @@
 #include "dataflow/comm.h"
 #include "dataflow/handle.h"
 #include "dataflow/llama_config.h"
+#include "dataflow/trace.h"
 
 /* libdataflowmodels: a Llama-3-family decoder written as explicit compositions of the default
  * ops (libdataflowops), matching Hugging Face LlamaForCausalLM's numerics, as blocks
@@ -120,6 +121,26 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *model, int stream, 
  * sum the already summed gradients again). The communicator must be bound to the model's
  * handle. */
 Dataflow_Status dataflow_llama_set_grad_comm(Dataflow_Llama *model, Dataflow_Comm *comm, int comm_stream);
+
+/* Trace (dataflow/trace.h; NULL detaches): with a recorder attached, the model's calls record a
+ * span per block's forward and per block's backward (recompute, backward_x and backward_w) on
+ * their stream, per block's gradient sum over the ranks on the communication stream (from the
+ * moment that block's gradients are complete there), and one per AdamW step on its stream
+ * (the step advances after it). Dataflow_Trace_Span.stream is the handle's stream, .what a
+ * Dataflow_Llama_Work, .bytes the gradient bytes summed. The model samples no memory: whoever
+ * waits for the steps does (dataflow_trace_sample). The caller keeps the recorder alive while
+ * attached and reads it once the handle's queued work is done. */
+typedef enum {
+	DATAFLOW_LLAMA_WORK_FORWARD,        /* a block's forward (the head's: with the loss) */
+	DATAFLOW_LLAMA_WORK_BACKWARD,       /* a block's recompute, backward_x and backward_w */
+	DATAFLOW_LLAMA_WORK_ALL_REDUCE,     /* data-parallel: a block's gradients summed over the ranks */
+	DATAFLOW_LLAMA_WORK_REDUCE_SCATTER, /* the same with a sharded optimizer: this rank's part summed */
+	DATAFLOW_LLAMA_WORK_OPTIMIZER,      /* an AdamW step: global norm, clipping, every block's update */
+	DATAFLOW_LLAMA_NUM_WORK
+} Dataflow_Llama_Work;
+Dataflow_Status dataflow_llama_set_trace(Dataflow_Llama *model, Dataflow_Trace *trace);
+/* "forward", "grad all-reduce", ...; NULL for a value out of range. */
+const char *dataflow_llama_work_name(Dataflow_Llama_Work what);
 
 /* ZeRO-1 (shard = 1; 0 undoes it): the optimizer state (m, v, fp32 master weights) sharded over
  * the ranks of the gradient communicator. Of each block of n elements, rank r of N keeps the

@@ -5,6 +5,7 @@
 
 #include "dataflow/blocked_model.h"
 #include "dataflow/ring_plan.h"
+#include "dataflow/trace.h"
 
 /* The ring executor: trains a blocked model from a plan (ring_plan.h) on any backend, through
  * the public dataflow_* calls only.
@@ -103,15 +104,15 @@ typedef struct {
 } Dataflow_Ring_Outputs;
 Dataflow_Status dataflow_ring_executor_outputs(const Dataflow_Ring_Executor *executor, Dataflow_Ring_Outputs *outputs);
 
-/* Trace (off until dataflow_ring_executor_trace_start). Each unit of work the executor submits
- * is bracketed on its stream by two host ops (dataflow_submit_host_op) that stamp the
- * CLOCK_MONOTONIC time (seconds) when the stream reaches them: start once the unit's
- * dependencies are met, end once it is done. Spans are measured by the streams themselves, so
- * work on different streams that ran at once overlaps in the trace (on CUDA a stamp includes a
- * host function's callback latency, microseconds). While tracing is off nothing is submitted.
- * Memory is sampled on the calling thread when dataflow_ring_executor_wait returns (and at
- * trace_start). A span costs ~64 bytes of host memory; a step of L layers and K chunks per
- * round records about 3 L K + 4 L spans per round. Python: RingExecutor.trace (Chrome JSON). */
+/* Trace (dataflow/trace.h): with a recorder attached, each unit of work the executor submits
+ * is a span on its stream (Dataflow_Trace_Span.stream: the role, Dataflow_Ring_Streams order:
+ * 0 compute, 1 inbound, 2 outbound, 3 optimizer; .what: a Dataflow_Ring_Work), the step
+ * advances at each apply, and memory is sampled (host_in_use: the executor's host arrays) when
+ * dataflow_ring_executor_wait returns. A step of L layers and K chunks per round records about
+ * 3 L K + 4 L spans per round. trace NULL detaches; the caller keeps the recorder alive while
+ * attached and reads it after dataflow_ring_executor_wait. Python: RingExecutor.trace. */
+Dataflow_Status dataflow_ring_executor_set_trace(Dataflow_Ring_Executor *executor, Dataflow_Trace *trace);
+
 typedef enum {
 	DATAFLOW_RING_WORK_FORWARD,       /* compute: a block's forward of a chunk (embedding, layer) */
 	DATAFLOW_RING_WORK_HEAD,          /* compute: the head's forward, loss and backward of a chunk */
@@ -132,33 +133,6 @@ typedef enum {
 	DATAFLOW_RING_NUM_WORK
 } Dataflow_Ring_Work;
 
-typedef struct {
-	int stream;          /* 0 compute, 1 inbound, 2 outbound, 3 optimizer (Dataflow_Ring_Streams order) */
-	Dataflow_Ring_Work what;
-	int block;           /* the model's block (0 embedding, 1..L layers, L + 1 head); -1: none */
-	int64_t chunk;       /* the chunk of the accumulate call; -1: none */
-	uint64_t bytes;      /* transfers: bytes moved, else 0 */
-	int64_t step;        /* 1 + the applies before it since trace_start */
-	double start, end;   /* seconds, CLOCK_MONOTONIC */
-} Dataflow_Ring_Trace_Span;
-
-typedef struct {
-	double time;         /* seconds, CLOCK_MONOTONIC */
-	int64_t step;
-	uint64_t device_in_use, device_peak; /* the handle's (dataflow_memory_info) */
-	uint64_t host_in_use;                /* the executor's host arrays */
-} Dataflow_Ring_Trace_Memory;
-
-/* Waits for the queued work, discards any recording and starts recording. */
-Dataflow_Status dataflow_ring_executor_trace_start(Dataflow_Ring_Executor *executor);
-/* Stops recording (the recording stays readable; work already queued still stamps its spans). */
-Dataflow_Status dataflow_ring_executor_trace_stop(Dataflow_Ring_Executor *executor);
-/* Waits for the queued work, copies the first max_spans spans (in submission order) and
- * max_samples memory samples, and sets *num_spans / *num_samples to how many were recorded
- * (call with 0 and NULL to size the arrays). */
-Dataflow_Status dataflow_ring_executor_trace_read(Dataflow_Ring_Executor *executor, Dataflow_Ring_Trace_Span *spans,
-						  int64_t max_spans, Dataflow_Ring_Trace_Memory *samples,
-						  int64_t max_samples, int64_t *num_spans, int64_t *num_samples);
 /* "forward", "weights in", ...; NULL for a value out of range. */
 const char *dataflow_ring_work_name(Dataflow_Ring_Work what);
 
