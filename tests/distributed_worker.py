@@ -5,6 +5,8 @@
     python distributed_worker.py kill OUTDIR       rank 1 dies in step 2; rank 0 checkpoints, then steps on
     python distributed_worker.py hang OUTDIR       rank 1 stops answering in step 2 (sleeps)
     python distributed_worker.py collectives -     each collective against numpy (exit 1 on a mismatch)
+    python distributed_worker.py trace OUTDIR      2 traced steps, the all-reduce on a comm stream: OUTDIR/rank<r>.json
+    python distributed_worker.py trace-serial OUTDIR   the same with the all-reduce on the compute stream
 """
 import time
 import os
@@ -53,6 +55,22 @@ def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=Fal
     return np.array(losses), {n: a.numpy() for n, a in model.named_parameters().items()}
 
 
+# deep enough that the upper blocks' all-reduce has lower blocks' backward to run under, even on
+# a loaded machine
+TRACE_CONFIG = dict(CONFIG, hidden_size=64, intermediate_size=128, num_hidden_layers=8)
+
+
+def traced_steps(comm, out, comm_stream):
+    """Two data-parallel steps with the trace on from the start; rank r writes out/rank<r>.json."""
+    h = df.Handle("host", streams=2, device_memory="64MiB", threads=1)
+    model = Llama(h, LlamaConfig.from_dict(TRACE_CONFIG), seed=5)
+    trainer = df.Trainer(model, lr=1e-3, comm=comm, comm_stream=comm_stream, trace=True)
+    rows = BATCH // comm.size
+    for tokens in batches()[:2]:
+        trainer.step(tokens[comm.rank * rows:(comm.rank + 1) * rows])
+    trainer.trace(os.path.join(out, f"rank{comm.rank}.json"))
+
+
 def collectives(comm):
     """Every collective on odd sizes and every reduction dtype, against numpy sums in rank order."""
     h = df.Handle("host", streams=2, device_memory="16MiB", threads=1)
@@ -87,7 +105,9 @@ def main():
     comm = df.distributed.init(timeout=float(os.environ.get("DATAFLOW_TEST_COMM_TIMEOUT", "30")))
     if mode == "collectives":
         sys.exit(0 if collectives(comm) else 1)
-    if mode in ("train", "zero"):
+    if mode in ("trace", "trace-serial"):
+        traced_steps(comm, out, comm_stream=1 if mode == "trace" else 0)
+    elif mode in ("train", "zero"):
         result = {}
         losses, weights = train(comm.rank, comm.size, comm, shard=mode == "zero", result=result)
         if comm.rank == 0:

@@ -1,6 +1,7 @@
 """Data-parallel training over MPI (dataflow.distributed, libdataflowcomm): 2 ranks on localhost,
 each a subprocess of mpirun running tests/distributed_worker.py, against single-process training
 on the whole batch (the oracle, run here)."""
+import json
 import os
 import shutil
 import subprocess
@@ -113,3 +114,44 @@ def test_sharding_needs_a_communicator():
     model = Llama(h, LlamaConfig.from_dict(worker.CONFIG), seed=5)
     with pytest.raises(df.BadArgumentError, match="shard_optimizer shards the optimizer state over the ranks of comm"):
         df.Trainer(model, shard_optimizer=True)
+
+
+def traced_spans(path):
+    """{(stream name, kind): [(start, end) µs]} of a Chrome trace file."""
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    streams = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    out = {}
+    for e in events:
+        if e["ph"] == "X":
+            out.setdefault((streams[e["tid"]], e["cat"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    return out
+
+
+def hidden_fraction(reduces, backwards):
+    """The fraction of the all-reduce time during which a backward ran (the spans on one stream
+    are disjoint, so the intersections add up)."""
+    hidden = sum(max(0.0, min(a1, b1) - max(a0, b0)) for a0, a1 in reduces for b0, b1 in backwards)
+    return hidden / sum(a1 - a0 for a0, a1 in reduces)
+
+
+@pytest.mark.parametrize("mode", ["trace", "trace-serial"])
+def test_trace_shows_the_all_reduce_overlapping_the_backward(tmp_path, mode):
+    """trace: each block's gradient all-reduce on the comm stream (1) runs while the lower blocks'
+    backward runs on the compute stream (0); trace-serial (comm_stream=0): after it, never under."""
+    rc, out = mpirun(mode, tmp_path)
+    assert rc == 0, out
+    blocks = worker.TRACE_CONFIG["num_hidden_layers"] + 2
+    for rank in range(2):
+        spans = traced_spans(tmp_path / f"rank{rank}.json")
+        compute = "stream 0: compute" if mode == "trace" else "stream 0: compute + comm"
+        comm = "stream 1: comm" if mode == "trace" else compute
+        reduces, backwards = spans[(comm, "grad all-reduce")], spans[(compute, "backward")]
+        assert len(reduces) == len(backwards) == 2 * blocks  # every block, both steps
+        assert len(spans[(compute, "forward")]) == 2 * blocks and len(spans[(compute, "adamw")]) == 2
+        overlapping = [(a, b) for a in reduces for b in backwards if max(a[0], b[0]) < min(a[1], b[1])]
+        if mode == "trace":
+            assert overlapping, (reduces, backwards)
+            print(f"rank {rank}: {hidden_fraction(reduces, backwards):.1%} of the all-reduce time under the backward")
+        else:
+            assert not overlapping, overlapping

@@ -2,8 +2,9 @@
 through the ring executor when the training does not fit the device (dataflow.ring_training)."""
 import numpy as np
 
+from .. import trace as traces
 from .._ffi import ffi, modelslib
-from ..errors import BadArgumentError, check
+from ..errors import BadArgumentError, DataflowError, check
 from .llama import ADAM_M, ADAM_V, MASTER
 
 
@@ -43,11 +44,21 @@ class Trainer:
     into chunks of whole sequences (dataflow.ring_training), a step syncs once per
     chunks_per_round x rounds_per_step chunks; the executor runs on streams 0..3 of the handle
     (the methods' stream arguments apply to all-resident training only). OutOfMemoryError (the
-    planner's, naming the least device and host memory) when no plan fits."""
+    planner's, naming the least device and host memory) when no plan fits.
+
+    Trace (trace=True, or start_trace() before the steps to trace; stop_trace() ends it):
+    trace(path) writes what the streams ran as Chrome trace-event JSON for Perfetto
+    (dataflow.trace): a track per stream, device and host memory counters sampled after each
+    step. In the ring, the executor's trace (RingExecutor.trace: compute, inbound, outbound,
+    optimizer). All-resident: per block a forward and a backward span on the compute stream,
+    data-parallel a gradient all-reduce (reduce-scatter when sharded) per block on comm_stream,
+    and the AdamW step; host memory is the process's resident memory. Recording changes no
+    result; it costs two host ops per span and ~64 bytes of host memory per span (about 2 L + 6
+    spans per step of L layers all-resident, more in the ring), so trace the steps you need."""
 
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
-                 seq_len=None, batch_size=1, profile=None, plan=None):
+                 seq_len=None, batch_size=1, profile=None, plan=None, trace=False):
         self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, tuple(betas), eps
         self.grad_clip = grad_clip or 0.0
         if master_weights:
@@ -57,7 +68,7 @@ class Trainer:
         self.step_count = 0
         self._norm, self._norm_pending = None, None  # last grad norm, or (host array, stream) not yet synced
         self._acc_loss, self._acc_labels = 0.0, 0
-        self.comm, self.plan, self._ring = None, None, None
+        self.comm, self.plan, self._ring, self._trace = None, None, None, None
         if plan is not None or host_memory is not None or model.placement == "host":
             if comm is not None:
                 raise BadArgumentError("Trainer: comm (data-parallel) trains all-resident models only; drop "
@@ -75,8 +86,69 @@ class Trainer:
         elif shard_optimizer:
             raise BadArgumentError("Trainer: shard_optimizer shards the optimizer state over the ranks of comm; "
                                    "pass comm=df.distributed.init()")
+        self.comm_stream = comm_stream if comm is not None else None
         self.shard_optimizer = bool(shard_optimizer)
         self._shard(True)
+        if trace:
+            self.start_trace()
+
+    def start_trace(self):
+        """Waits for the queued work, drops any earlier recording and records from now on."""
+        if self._ring is not None:
+            self._ring.executor.start_trace()
+            return
+        self.model.handle.sync()  # queued spans stamp into the recording start() drops
+        if self._trace is None:
+            self._trace = traces.Trace()
+            check(modelslib.dataflow_llama_set_trace(self.model._m, self._trace._t))
+            self.model._trace = self._trace  # recorded into for as long as the model lives
+        self._trace.start()
+        self._sample()
+
+    def stop_trace(self):
+        """Stops recording; trace(path) still writes what was recorded."""
+        if self._ring is not None:
+            self._ring.executor.stop_trace()
+        elif self._trace is not None:
+            self._trace.stop()
+
+    def _sample(self):
+        if self._trace is not None:
+            self._trace.sample(self.model.handle, traces.resident_bytes())
+
+    def trace_events(self):
+        """(spans, memory samples) recorded since start_trace, as dataflow.trace.Trace.read
+        gives them (all-resident: streams named "stream N: compute", "...: comm" by what ran there)."""
+        if self._ring is not None:
+            return self._ring.executor.trace_events()
+        if self._trace is None:
+            raise DataflowError("trace: nothing recorded; create the Trainer with trace=True or call "
+                                "start_trace() before the steps to trace")
+        self.model.handle.sync()  # every span stamped
+        spans, samples = self._trace.read(modelslib.dataflow_llama_work_name, int)
+        roles = {}
+        for s in spans:
+            roles.setdefault(s["stream"], set()).add("comm" if s["what"].startswith("grad ") else "compute")
+        names = {n: f"stream {n}: " + " + ".join(r for r in ("compute", "comm") if r in roles[n]) for n in roles}
+        for s in spans:
+            s["stream"] = names[s["stream"]]
+        return spans, samples
+
+    def trace(self, path):
+        """Writes what was recorded since start_trace to `path` as Chrome trace-event JSON (opens
+        in Perfetto); returns the dict."""
+        if self._ring is not None:
+            return self._ring.executor.trace(path)
+        spans, samples = self.trace_events()
+        streams = sorted({s["stream"] for s in spans}, key=lambda name: int(name.split()[1].rstrip(":")))
+        info = {"training": "all-resident"}
+        if self.comm is not None:
+            info.update(training="data-parallel", rank=self.comm.rank, ranks=self.comm.size,
+                        comm_stream=self.comm_stream, shard_optimizer=self.shard_optimizer)
+        trace = traces.chrome(spans, samples, streams, self.model.config.num_hidden_layers + 2, "dataflow trainer",
+                              metadata={"trainer": info})
+        traces.write(path, trace)
+        return trace
 
     def _shard(self, shard):
         """The optimizer state sharded over the ranks, or gathered whole (a collective)."""
@@ -148,6 +220,7 @@ class Trainer:
         _, losses, num_labels = self._loss_backward(tokens, labels, documents, False, None, stream)
         self._adamw(stream)
         self._wait_norm()  # the one sync: the losses were read back before it too
+        self._sample()
         if self.comm is None:
             return self.model._batch_loss(losses, 1.0 / num_labels)
         return float(self.comm.sum_host([self.model._batch_loss(losses, 1.0)], stream)[0] / num_labels)
@@ -166,6 +239,7 @@ class Trainer:
         else:
             packed, losses, _ = self._loss_backward(tokens, labels, documents, not first, 1.0, stream)
             self.model.handle.sync(stream)
+            self._sample()
             batch_sum, n = self.model._batch_loss(losses, 1.0), packed.num_labels
         self._acc_loss += batch_sum
         self._acc_labels += n
