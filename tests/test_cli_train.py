@@ -4,6 +4,7 @@ the real Llama through subprocesses (`python -m dataflow.cli`, what the installe
 import argparse
 import errno
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -190,6 +191,10 @@ BAD_ARGUMENTS = {  # argv -> what stderr must say (each names the flag)
     "init not a directory": (["--init", "{short}"], "--init: "),
     "resume nothing": (["--resume", "{tmp}/nothing"], "--resume: no checkpoint at"),
     "out is a file": (["--out", "{short}"], "--out: "),
+    "trace is a directory": (["--trace", "{tmp}"], "--trace: {tmp} is a directory; name a file"),
+    "trace in no directory": (["--trace", "/no/such/dir/t.json"], "--trace: cannot write to /no/such/dir"),
+    "trace-steps alone": (["--trace-steps", "3"], "--trace-steps: says how many steps --trace covers"),
+    "zero trace-steps": (["--trace", "{tmp}/t.json", "--trace-steps", "0"], "argument --trace-steps: must be >= 1"),
 }
 
 
@@ -212,7 +217,7 @@ def test_bad_arguments_write_nothing_and_name_the_flag(stand_in, trained, tmp_pa
     capsys.readouterr()
     argv, message = BAD_ARGUMENTS[case]
     argv = [a.format(short=tmp_path / "short.txt", tmp=tmp_path) for a in argv]
-    message = message.format(short=tmp_path / "short.txt")
+    message = message.format(short=tmp_path / "short.txt", tmp=tmp_path)
     out_flag = [] if "--out" in argv else ["--out", str(out)]
     code = run_cli("train", *argv, *out_flag, "--overwrite")  # even told to replace the run, a bad flag keeps it
     err = capsys.readouterr().err
@@ -319,6 +324,30 @@ def test_bf16_master_weights_resume_like_an_uninterrupted_run(tmp_path):
     assert "master" in a.optimizer_state and a.state["run"]["master_weights"] is True
     for name, value in b.model_state.items():
         np.testing.assert_array_equal(a.model_state[name], value, err_msg=name)
+
+
+def test_trace_covers_the_first_steps_and_changes_no_bits(tmp_path, capsys):
+    """--trace: the real model's first --trace-steps steps as Chrome JSON (Trainer.trace); the run
+    trains as it would untraced (the oracle); an existing trace is kept unless --overwrite."""
+    pytest.importorskip("dataflow.models")
+    (tmp_path / "micro.json").write_text(MICRO)
+    common = ("--config", str(tmp_path / "micro.json"), "--steps", "3", *SMALL)
+    trace = tmp_path / "t.json"
+    assert run_cli("train", *common, "--out", str(tmp_path / "a"), "--trace", str(trace), "--trace-steps", "2") == 0
+    assert f"trace {trace}" in capsys.readouterr().out
+    assert run_cli("train", *common, "--out", str(tmp_path / "b")) == 0
+    a, b = checkpoint.load(tmp_path / "a" / "checkpoint"), checkpoint.load(tmp_path / "b" / "checkpoint")
+    assert a.state["losses"] == b.state["losses"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert {e["args"]["step"] for e in spans if e["cat"] == "backward"} == {1, 2}
+    assert {"forward layer 0", "backward head", "adamw"} <= {e["name"] for e in spans}
+    assert [e["args"]["name"] for e in events if e["name"] == "thread_name"] == ["stream 0: compute"]
+    assert {e["name"] for e in events if e["ph"] == "C"} == {"device memory (bytes)", "host memory (bytes)"}
+    capsys.readouterr()
+    assert run_cli("train", *common, "--out", str(tmp_path / "c"), "--trace", str(trace)) == 2
+    assert f"--trace: {trace} exists; remove it, choose another path or pass --overwrite" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
 
 
 def test_sigint_saves_a_resumable_checkpoint_and_prints_the_resume_command(tmp_path):

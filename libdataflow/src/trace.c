@@ -71,12 +71,10 @@ Dataflow_Status dataflow_trace_start(Dataflow_Trace *t)
 	return DATAFLOW_OK;
 }
 
-Dataflow_Status dataflow_trace_stop(Dataflow_Trace *t)
+void dataflow_trace_stop(Dataflow_Trace *t)
 {
-	if (!t)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "trace stop: trace is required");
-	t->on = 0;
-	return DATAFLOW_OK;
+	if (t)
+		t->on = 0;
 }
 
 int dataflow_trace_recording(const Dataflow_Trace *t)

@@ -27,7 +27,7 @@ from .handle import Handle, parse_bytes
 from .pretrained import CONFIG_NAME, config_argument, from_pretrained, model_from_config, read_config, validate_config
 from .progress import mib
 from .tokenizer import StreamDecoder
-from .train import DEFAULT_STEPS, INTERRUPTED, PRESETS, RUN_DEFAULTS, open_handle, train
+from .train import DEFAULT_STEPS, INTERRUPTED, PRESETS, RUN_DEFAULTS, TRACE_STEPS, open_handle, train
 
 SCALE_SOURCE = r"""
 #include "dataflow/host_kernel.h"
@@ -325,6 +325,12 @@ def _add_train(sub):
                         "resume with any N")
     p.add_argument("--shard-optimizer", dest="shard_optimizer", action="store_true",
                    help="with several ranks: each keeps 1/N of the optimizer state (ZeRO-1)")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write a Chrome trace (Perfetto) of the first --trace-steps steps to FILE (a new file, or "
+                        "with --overwrite): a track per stream, memory counters per step; rank 0's in a job")
+    p.add_argument("--trace-steps", dest="trace_steps", type=_integer(1), metavar="N",
+                   help=f"steps the --trace covers, from the first of this run (default {TRACE_STEPS}); the file "
+                        "is written after them, while training goes on")
     p.set_defaults(run=train)
 
 

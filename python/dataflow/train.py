@@ -12,6 +12,12 @@ reads the same windows of the token stream and trains on its own --batch / N row
 the loss is the mean over all the rows, so a step equals one process's step on the whole batch
 (to rounding). A checkpoint holds the stream position of the whole batch, so it resumes with any
 number of ranks. Rank 0 alone prints, validates, saves and plots; the others stay quiet.
+
+Trace (`--trace FILE`): the first --trace-steps steps of this run (default TRACE_STEPS) as Chrome
+trace-event JSON (Trainer.trace), written once they are done (or the run ends sooner) while
+training goes on: a bounded file, since the recording grows with every step (all-resident about
+2 L + 6 spans a step, the ring about 3 L K + 4 L a round), and the first steps show the overlap.
+In a job, rank 0 records and writes its own streams.
 """
 import contextlib
 import math
@@ -47,6 +53,7 @@ DEFAULT_STEPS = 800
 RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 2e-3, "dtype": "fp32", "seed": 0, "master_weights": False}
 EMBEDDED = "embedded"
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
+TRACE_STEPS = 20
 
 
 def open_handle(args):
@@ -233,17 +240,34 @@ def prepare(args, ranks=1):
     plan.steps = args.steps
     plan.eval_every = args.eval_every or max(1, args.steps // 10)
     plan.save_every = args.save_every
+    plan.trace, plan.trace_steps = args.trace, args.trace_steps or TRACE_STEPS
+    if args.trace is None and args.trace_steps is not None:
+        raise BadArgumentError("--trace-steps: says how many steps --trace covers; add --trace FILE")
+    if args.trace is not None:
+        if os.path.isdir(args.trace):
+            raise BadArgumentError(f"--trace: {args.trace} is a directory; name a file, e.g. "
+                                   f"{os.path.join(args.trace, 'trace.json')}")
+        if os.path.exists(args.trace) and not args.overwrite:
+            raise BadArgumentError(f"--trace: {args.trace} exists; remove it, choose another path or pass --overwrite")
     return plan
 
 
-def _check_writable(directory):
-    """Creates the output directory and proves a file can be written there, before any training."""
+def _check_writable(directory, flag="--out", create=True):
+    """Creates the output directory (when create) and proves a file can be written there, before
+    any training."""
     try:
-        os.makedirs(directory, exist_ok=True)
+        if create:
+            os.makedirs(directory, exist_ok=True)
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as e:
-        raise BadArgumentError(f"--out: cannot write to {directory}: {e.strerror or e}") from None
+        raise BadArgumentError(f"{flag}: cannot write to {directory}: {e.strerror or e}") from None
+
+
+def _check_outputs(plan):
+    _check_writable(plan.out)
+    if plan.trace is not None:
+        _check_writable(os.path.dirname(os.path.abspath(plan.trace)), "--trace", create=False)
 
 
 def resume_command(plan, remaining):
@@ -327,9 +351,9 @@ def train(args):
     from .build_info import matmul_engine
     ranks = distributed.launcher_size()
     if ranks is None and args.nproc and args.nproc > 1:
-        prepare(args, args.nproc)  # every flag checked once, here, before any rank starts
+        plan = prepare(args, args.nproc)  # every flag checked once, here, before any rank starts
         command = launch.mpirun_command(args.nproc, args.argv)
-        _check_writable(args.out)
+        _check_outputs(plan)
         code, interrupted = launch.run(command)
         return INTERRUPTED if interrupted else code
     if ranks is not None and args.nproc not in (None, ranks):
@@ -349,7 +373,7 @@ def train(args):
                                         plan.config["tie_word_embeddings"], plan.init_dir)
             model, trainer = _model_and_trainer(plan, handle, Trainer, weights, comm)
             if lead:
-                _check_writable(plan.out)
+                _check_outputs(plan)
                 _banner(plan, trainer, handle, matmul_engine(), ranks or 1)
             code = _run(plan, handle, model, trainer, comm)
         if comm is not None:
@@ -438,6 +462,19 @@ def _run(plan, handle, model, trainer, comm=None):
     def validate():
         return float(model.loss(plan.validation)) if len(plan.validation) else None
 
+    tracing = plan.trace is not None and lead  # until the trace is written
+
+    def write_trace():
+        nonlocal tracing
+        tracing = False
+        trainer.stop_trace()
+        try:
+            trainer.trace(plan.trace)
+        except OSError as e:
+            raise DataflowError(f"--trace: cannot write {plan.trace}: {e.strerror or e}") from None
+
+    if tracing:
+        trainer.start_trace()
     progress = Progress(plan.steps, plan.first_step)
     started, tokens_done, done, stopped = time.perf_counter(), 0, 0, False
     with Interrupts(progress) as interrupts:
@@ -454,6 +491,8 @@ def _run(plan, handle, model, trainer, comm=None):
                                     f"{plan.ckpt_dir} keeps the last saved state")
             losses.append(loss)
             tokens_done += inputs.size
+            if tracing and done == plan.trace_steps:
+                write_trace()
             val = validate() if lead and (done % plan.eval_every == 0 or done == plan.steps) else None
             if val is not None:
                 val_losses.append([step, val])
@@ -463,6 +502,8 @@ def _run(plan, handle, model, trainer, comm=None):
                 break
             if plan.save_every and done % plan.save_every == 0 and done != plan.steps:
                 save()
+        if tracing:
+            write_trace()
         save()
     elapsed = time.perf_counter() - started
     if stopped and done < plan.steps:
@@ -474,6 +515,7 @@ def _run(plan, handle, model, trainer, comm=None):
     print(f"train: {done} steps (step {trainer.step_count} in all) in {duration(elapsed)}, loss "
           f"{losses[len(losses) - done]:.4f} -> {losses[-1]:.4f}{val}, {tokens_done / elapsed:,.0f} tok/s, device "
           f"memory peak {mib(handle.memory_peak())} of {mib(handle.memory_capacity())}; "
-          f"checkpoint {plan.ckpt_dir}, loss curve {os.path.join(plan.out, 'loss.png')}\n"
+          f"checkpoint {plan.ckpt_dir}, loss curve {os.path.join(plan.out, 'loss.png')}"
+          f"{f', trace {plan.trace}' if plan.trace is not None else ''}\n"
           f"sample from it: dataflow generate --checkpoint {plan.ckpt_dir}", flush=True)
     return 0

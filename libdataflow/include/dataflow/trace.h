@@ -40,8 +40,8 @@ Dataflow_Status dataflow_trace_create(Dataflow_Trace **trace);
 void dataflow_trace_destroy(Dataflow_Trace *trace);
 /* Discards any recording and records from now on, from step 1. */
 Dataflow_Status dataflow_trace_start(Dataflow_Trace *trace);
-/* Stops recording (the recording stays readable; spans already queued still get stamped). */
-Dataflow_Status dataflow_trace_stop(Dataflow_Trace *trace);
+/* Stops recording (the recording stays readable; spans already queued still get stamped). NULL: no-op. */
+void dataflow_trace_stop(Dataflow_Trace *trace);
 /* 1 while recording; 0 when stopped or NULL. */
 int dataflow_trace_recording(const Dataflow_Trace *trace);
 
