@@ -6,7 +6,10 @@ for Llama-3-8B on H100s over NCCL.
 Measured (2 ranks here, rank 0 prints): the step time with each block's all-reduce on a
 communication stream (overlapped), on the compute stream right after the block (serialized),
 and the all-reduce of every block's gradients alone. overlap = (serialized - overlapped) /
-all-reduce: the fraction of the all-reduce time hidden behind the backward. The peer is the
+all-reduce: the fraction of the all-reduce time hidden behind the backward. From a trace of the
+overlapped steps (Trainer.trace_events): the time the comm stream spent in all-reduce spans (a
+rank waiting for the other included) and the part of it during which the compute stream ran a
+block's backward (overlap_traced: their ratio, no subtraction of noisy step times). The peer is the
 same model stepped without communication (the compute alone). ZeRO-1 (shard_optimizer): its
 step time, and the device memory a model, its trainer and one step take on a fresh handle of
 rank 0, against plain data-parallel (the optimizer state, m and v, is 8 bytes a parameter).
@@ -49,6 +52,21 @@ def memory_and_step(comm, cfg, tokens, steps, shard):
     return h.memory_in_use(), median_step(trainer, tokens, steps)
 
 
+def traced_overlap(comm, h, cfg, tokens, steps):
+    """Seconds per step of all-reduce spans and of their intersection with backward spans, from a
+    trace of `steps` overlapped steps (after one untraced warm-up step)."""
+    trainer = df.Trainer(Llama(h, cfg), comm=comm, comm_stream=1)
+    trainer.step(tokens)
+    trainer.start_trace()
+    for _ in range(steps):
+        trainer.step(tokens)
+    spans, _ = trainer.trace_events()
+    reduces = [(s["start"], s["end"]) for s in spans if s["what"] == "grad all-reduce"]
+    backwards = [(s["start"], s["end"]) for s in spans if s["what"] == "backward"]
+    hidden = sum(max(0.0, min(a1, b1) - max(a0, b0)) for a0, a1 in reduces for b0, b1 in backwards)
+    return sum(a1 - a0 for a0, a1 in reduces) / steps, hidden / steps
+
+
 def estimate(overlap):
     out = {}
     for n, busbw in BUSBW.items():
@@ -72,6 +90,8 @@ def main():
     for name, comm_stream in (("overlapped", 1), ("serialized", 0)):
         times[name] = median_step(df.Trainer(Llama(h, cfg), comm=comm, comm_stream=comm_stream), tokens, args.steps)
     times["compute_only"] = median_step(df.Trainer(Llama(h, cfg)), tokens, args.steps)
+    times["traced_allreduce"], times["traced_hidden"] = traced_overlap(comm, h, cfg, tokens, args.steps)
+    traced = times["traced_hidden"] / times["traced_allreduce"]
     memory = {}
     for name, shard in (("plain", False), ("zero1", True)):
         memory[name], times[f"{name}_step"] = memory_and_step(comm, cfg, tokens, args.steps, shard)
@@ -88,11 +108,13 @@ def main():
     memory["optimizer_state"] = 8 * sum(a.size for a in model.named_parameters().values())
     if comm.rank == 0:
         print(json.dumps({"ranks": comm.size, "seconds": times, "overlap": overlap, "overlap_raw": raw,
+                          "overlap_traced": traced,
                           "memory_rank0": memory, "estimate": estimate(overlap)}, indent=1))
         e = estimate(overlap)
         print(f"summary: {comm.size} ranks: step {times['overlapped'] * 1e3:.1f} ms overlapped vs "
               f"{times['serialized'] * 1e3:.1f} ms serialized vs {times['compute_only'] * 1e3:.1f} ms compute alone; "
-              f"all-reduce {times['allreduce'] * 1e3:.1f} ms, {overlap:.0%} hidden; Llama-3-8B estimate "
+              f"all-reduce {times['allreduce'] * 1e3:.1f} ms, {overlap:.0%} hidden (trace: {traced:.0%} of "
+              f"{times['traced_allreduce'] * 1e3:.1f} ms of all-reduce spans under backward); Llama-3-8B estimate "
               f"{e['8xH100']['tokens_per_s']:.0f} tok/s on 8 H100, {e['64xH100']['tokens_per_s']:.0f} on 64; ZeRO-1: "
               f"rank 0 {memory['zero1'] / 2**20:.2f} MiB vs {memory['plain'] / 2**20:.2f} MiB (optimizer state "
               f"{memory['optimizer_state'] / 2**20:.2f} MiB), step {times['zero1_step'] * 1e3:.1f} ms vs "

@@ -55,9 +55,10 @@ def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=Fal
     return np.array(losses), {n: a.numpy() for n, a in model.named_parameters().items()}
 
 
-# deep enough that the upper blocks' all-reduce has lower blocks' backward to run under, even on
-# a loaded machine
+# 8 layers of ~10 ms of backward each (256 tokens a rank): the upper blocks' all-reduce has lower
+# blocks' backward to run under, even where a woken stream waits milliseconds for a core
 TRACE_CONFIG = dict(CONFIG, hidden_size=64, intermediate_size=128, num_hidden_layers=8)
+TRACE_BATCH = (8, 64)
 
 
 def traced_steps(comm, out, comm_stream):
@@ -65,8 +66,9 @@ def traced_steps(comm, out, comm_stream):
     h = df.Handle("host", streams=2, device_memory="64MiB", threads=1)
     model = Llama(h, LlamaConfig.from_dict(TRACE_CONFIG), seed=5)
     trainer = df.Trainer(model, lr=1e-3, comm=comm, comm_stream=comm_stream, trace=True)
-    rows = BATCH // comm.size
-    for tokens in batches()[:2]:
+    rng, rows = np.random.default_rng(11), TRACE_BATCH[0] // comm.size
+    for _ in range(2):
+        tokens = rng.integers(0, CONFIG["vocab_size"], size=TRACE_BATCH)
         trainer.step(tokens[comm.rank * rows:(comm.rank + 1) * rows])
     trainer.trace(os.path.join(out, f"rank{comm.rank}.json"))
 

@@ -113,8 +113,10 @@ Dataflow_Status dataflow_trace_span_begin(Dataflow_Trace *t, Dataflow_Handle *h,
 		return st;
 	*s = (Dataflow_Trace_Span){track, what, block, chunk, bytes, t->step, 0, 0};
 	st = dataflow_submit_host_op(h, stamp, &s->start, stream);
-	if (st != DATAFLOW_OK)
+	if (st != DATAFLOW_OK) {
+		t->num_spans--; /* never stamped: not recorded */
 		return st;
+	}
 	*span = s;
 	return DATAFLOW_OK;
 }
