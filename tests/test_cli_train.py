@@ -347,6 +347,8 @@ def test_trace_covers_the_first_steps_and_changes_no_bits(tmp_path, capsys):
     capsys.readouterr()
     assert run_cli("train", *common, "--out", str(tmp_path / "c"), "--trace", str(trace)) == 2
     assert f"--trace: {trace} exists; remove it, choose another path or pass --overwrite" in capsys.readouterr().err
+    assert run_cli("train", *common, "--out", str(tmp_path / "c"), "--trace", "/no/such/dir/t.json") == 2
+    assert "--trace: cannot write to /no/such/dir: No such file or directory" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
 
 

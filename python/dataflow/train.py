@@ -265,9 +265,9 @@ def _check_writable(directory, flag="--out", create=True):
 
 
 def _check_outputs(plan):
-    _check_writable(plan.out)
-    if plan.trace is not None:
+    if plan.trace is not None:  # first: --out's directory is created
         _check_writable(os.path.dirname(os.path.abspath(plan.trace)), "--trace", create=False)
+    _check_writable(plan.out)
 
 
 def resume_command(plan, remaining):
