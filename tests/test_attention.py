@@ -20,8 +20,8 @@ DTYPES = ("fp32", "bf16", "fp16")
 LENGTHS = [1, 7, 33, 64, 5, 130]
 
 
-h = handle_fixture("h", ("attention", "attention_kv", "attention_bwd_delta", "attention_bwd"), streams=2,
-                   device_memory="1GiB")
+h = handle_fixture("h", ("attention", "attention_kv", "attention_bwd_delta", "attention_bwd", "attention_kv_bwd"),
+                   streams=2, device_memory="1GiB")
 
 
 def offsets(lengths):

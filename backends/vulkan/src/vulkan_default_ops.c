@@ -86,9 +86,9 @@ VULKAN_LAUNCH(cross_entropy, Dataflow_Cross_Entropy_Args, a.tokens * a.vocab, a.
 VULKAN_LAUNCH(grad_norm_sq_partials, Dataflow_Grad_Norm_Sq_Partials_Args, a.n, GRAD_NORM_BLOCKS(a.n), 4)
 VULKAN_LAUNCH(grad_norm_sq_reduce, Dataflow_Grad_Norm_Sq_Reduce_Args, a.num_blocks, 1, 1)
 
-/* attention, attention_kv: one workgroup per (query head, query); attention_bwd (below): per
- * (kv head, key) and per (query head, query); attention_bwd_delta: one invocation per
- * (token, head) row, ATTN_GROUP per workgroup */
+/* attention, attention_kv: one workgroup per (query head, query); attention_bwd and
+ * attention_kv_bwd (below): per (kv head, key) and per (query head, query);
+ * attention_bwd_delta: one invocation per (token, head) row, ATTN_GROUP per workgroup */
 #define ATTN_GROUP 64 /* local_size_x of attention_bwd_delta */
 VULKAN_LAUNCH(attention, Dataflow_Attention_Args, a.total_tokens * a.num_q_heads * a.head_dim,
 	      a.total_tokens * a.num_q_heads, 1)
@@ -215,24 +215,18 @@ Dataflow_Status dataflow_vulkan_adamw_step(Dataflow_Handle *handle, int stream_i
 	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, &k, config.grid);
 }
 
-/* ---- attention_bwd: an external op, so that its arguments fit 128 bytes of push constants ----
- * (the least a device may offer): its int64 scalars go as 32-bit words, which the kernel
- * (DATAFLOW_ATTENTION_BWD_PARAMS_NARROW) reads as uint: all are below 2^32 (the catalogue
- * bounds total_tokens and num_seqs, the 32-bit index check the heads and head_dim). */
+/* ---- attention_bwd, attention_kv_bwd: external ops, so that their arguments fit 128 bytes of
+ * push constants (the least a device may offer): their int64 scalars go as 32-bit words, which
+ * the kernels (DATAFLOW_<OP>_PARAMS_NARROW, shaders/attention_bwd.glsl) read as uint: all are
+ * below 2^32 (the catalogue bounds the token counts and num_seqs, the 32-bit index check the
+ * heads and head_dim). One workgroup per (kv head, key) and per (query head, query). */
 
-Dataflow_Status dataflow_vulkan_attention_bwd_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
-						   Dataflow_Op_State *state)
+static Dataflow_Status attention_bwd_dispatch(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state,
+					      int64_t q_rows, int64_t k_rows, int64_t head_dim)
 {
-	(void)handle;
-	return variant_kernel(skeleton, 1, (const int[]){DATAFLOW_ATTENTION_BWD_ARG_Q}, state);
-}
-
-Dataflow_Status dataflow_vulkan_attention_bwd(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
-{
-	Dataflow_Attention_Bwd_Args a = dataflow_attention_bwd_args(op->op_args);
-	int64_t items = a.total_tokens * (a.num_q_heads + a.num_kv_heads);
-	if (fits_32_bits(op, LARGER(a.total_tokens * a.num_q_heads * a.head_dim, items),
-			 "total_tokens * num_q_heads * head_dim, total_tokens * (num_q_heads + num_kv_heads)") != DATAFLOW_OK)
+	int64_t items = q_rows + k_rows;
+	if (fits_32_bits(op, LARGER(LARGER(q_rows, k_rows) * head_dim, items),
+			 "(tokens * heads) * head_dim of q and of k, and their sum of rows") != DATAFLOW_OK)
 		return dataflow_last_status();
 	Op k = *op;
 	int32_t narrow[DATAFLOW_MAX_OP_ARGS];
@@ -246,3 +240,23 @@ Dataflow_Status dataflow_vulkan_attention_bwd(Dataflow_Handle *handle, int strea
 	groups_for(items, 1, &config);
 	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, &k, config.grid);
 }
+
+/* The external op OP (its arguments as `a`, of type Args): its init picks the variant's kernel
+ * by q's dtype; q_rows and k_rows are its (token, head) rows of q and of k. */
+#define VULKAN_ATTENTION_BWD(OP, Args, ARG_Q, q_rows, k_rows)                                                \
+	Dataflow_Status dataflow_vulkan_##OP##_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,     \
+						    Dataflow_Op_State *state)                                 \
+	{                                                                                                    \
+		(void)handle;                                                                                \
+		return variant_kernel(skeleton, 1, (const int[]){ARG_Q}, state);                             \
+	}                                                                                                    \
+	Dataflow_Status dataflow_vulkan_##OP(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state) \
+	{                                                                                                    \
+		Args a = dataflow_##OP##_args(op->op_args);                                                  \
+		return attention_bwd_dispatch(handle, stream_id, op, op_state, (q_rows), (k_rows), a.head_dim); \
+	}
+
+VULKAN_ATTENTION_BWD(attention_bwd, Dataflow_Attention_Bwd_Args, DATAFLOW_ATTENTION_BWD_ARG_Q,
+		     a.total_tokens * a.num_q_heads, a.total_tokens * a.num_kv_heads)
+VULKAN_ATTENTION_BWD(attention_kv_bwd, Dataflow_Attention_Kv_Bwd_Args, DATAFLOW_ATTENTION_KV_BWD_ARG_Q,
+		     a.total_q * a.num_q_heads, a.total_k * a.num_kv_heads)
