@@ -6,9 +6,10 @@
 // no atomics: lane j computes the score of the block's key (query) j, then each lane
 // accumulates the output dimensions k = lane mod ATTN_BLOCK over the block in order. It skips
 // the keys (queries) that causality masks, which add exactly 0 on the host. Per lane, loops
-// run about (keys / ATTN_BLOCK) * (head_dim + 5 ATTN_BLOCK) iterations: lavapipe ends every
+// run about (keys / ATTN_BLOCK) * (head_dim + 4 ATTN_BLOCK) iterations: lavapipe ends every
 // loop of a shader invocation after 65535 iterations in all (LP_MAX_TGSI_LOOP_ITERATIONS),
-// which bounds sequences there to about 8k keys (head_dim 128).
+// so the launches refuse more keys than that there (about 10.5k at head_dim 128: the loop
+// counts of vulkan_default_ops.c).
 #define ATTN_BLOCK 64
 #define ATTN_DIMS (DATAFLOW_ATTENTION_MAX_HEAD_DIM / ATTN_BLOCK) // output dimensions per lane
 layout(local_size_x = ATTN_BLOCK) in;

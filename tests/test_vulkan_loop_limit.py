@@ -1,0 +1,105 @@
+"""Lavapipe's loop bound (backends/vulkan/src/vulkan_backend.h): Mesa's llvmpipe stops the loops
+of a kernel invocation after 65535 iterations in all, silently. Each case is an op with a shape
+just inside what the vulkan backend accepts there, which must compute right (numpy), and one
+past where lavapipe stops, which must compute right or, on llvmpipe only, raise an
+UnsupportedError naming the op, the arguments, the count, the bound and the driver: never
+wrong numbers."""
+import numpy as np
+import pytest
+
+import dataflow as df
+from conftest import backend_unavailable, missing_op
+
+OPS = ["embedding_bwd_w", "cross_entropy", "matmul", "attention_kv", "rms_norm"]
+pytestmark = pytest.mark.skipif(bool(backend_unavailable("vulkan") or missing_op("vulkan", OPS)),
+                                reason=str(backend_unavailable("vulkan") or missing_op("vulkan", OPS)))
+
+
+@pytest.fixture(scope="module")
+def h():
+    with df.Handle("vulkan", streams=1) as handle:
+        yield handle
+
+
+def llvmpipe():
+    import dataflow.vulkan
+    return dataflow.vulkan.list_devices()[0]["name"].startswith("llvmpipe")
+
+
+def embedding_bwd_w(h, n):
+    """n tokens of ones into one row: the row must count them all (fp32 counts exactly)."""
+    ids, d_out = np.zeros(n, np.int32), np.ones((n, 1), np.float32)
+    return df.ops.embedding_bwd_w(h, h.from_numpy(ids), h.from_numpy(d_out), vocab=1).numpy()[0, 0] == n
+
+
+def cross_entropy(h, vocab):
+    """One row whose label is its last logit, the largest."""
+    x = np.random.default_rng(1).standard_normal((1, vocab)).astype(np.float32)
+    x[0, -1] = 8.0
+    loss, dlogits = df.ops.cross_entropy(h, h.from_numpy(x), h.from_numpy(np.array([vocab - 1], np.int32)))
+    xd = x.astype(np.float64)
+    lse = xd.max() + np.log(np.exp(xd - xd.max()).sum())
+    want = np.exp(xd - lse)
+    want[0, -1] -= 1
+    return abs(loss.numpy()[0] - (lse - xd[0, -1])) < 1e-4 * abs(lse) and np.abs(dlogits.numpy() - want).max() < 1e-6
+
+
+def matmul(h, k):
+    """(1 x K) ones @ (K x 1) ones = K exactly."""
+    a, b = np.ones((1, k), np.float32), np.ones((k, 1), np.float32)
+    return df.ops.matmul(h, h.from_numpy(a), h.from_numpy(b)).numpy()[0, 0] == k
+
+
+def attention_kv(h, keys, d=128):
+    """One query over `keys` keys (head_dim d), the last of which dominates the softmax."""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 1, d)).astype(np.float32)
+    k = (0.1 * rng.standard_normal((keys, 1, d))).astype(np.float32)
+    k[-1, 0] = q[0, 0]
+    v = rng.standard_normal((keys, 1, d)).astype(np.float32)
+    out, _ = df.ops.attention_kv(h, h.from_numpy(q), h.from_numpy(k), h.from_numpy(v), np.array([0, 1], np.int32),
+                                 np.array([0, keys], np.int32), causal=False)
+    s = k[:, 0].astype(np.float64) @ q[0, 0].astype(np.float64) / d ** 0.5
+    p = np.exp(s - s.max())
+    return np.abs(out.numpy()[0, 0] - (p / p.sum()) @ v[:, 0]).max() < 1e-4
+
+
+def rms_norm(h, hidden):
+    """One row whose last element is the largest."""
+    x = np.random.default_rng(4).standard_normal((1, hidden)).astype(np.float32)
+    x[0, -1] = 300.0
+    y, _ = df.ops.rms_norm(h, h.from_numpy(x), h.from_numpy(np.ones(hidden, np.float32)))
+    xd = x.astype(np.float64)
+    want = xd / np.sqrt((xd ** 2).mean() + 1e-6)
+    return np.abs(y.numpy() - want).max() < 1e-5 * np.abs(want).max()
+
+
+# (op, check, the largest shape vulkan accepts on llvmpipe, a shape past where llvmpipe stops, the
+# arguments the error names, as a regular expression). matmul's "inside" is past the K where
+# llvmpipe stopped before matmul.comp unrolled its inner loops (174768), as far as a test can
+# afford (a 64 x 64 tile per 16 of K).
+CASES = [
+    ("embedding_bwd_w", embedding_bwd_w, 65531, 65536, "num_tokens = 65536"),
+    ("cross_entropy", cross_entropy, 1047424, 1048064, "vocab = 1048064, tokens = 1"),
+    ("matmul", matmul, 176000, 1048576, "K = 1048576"),
+    ("attention_kv", attention_kv, 10560, 10688,
+     r"total_k = 10688, head_dim = 128, num_seqs = 1, total_q \* num_q_heads = 1"),
+    ("rms_norm", rms_norm, 524042, 560000, "hidden = 560000, rows = 1"),
+]
+
+
+@pytest.mark.parametrize("op, check, inside, past, what", CASES, ids=[c[0] for c in CASES])
+def test_shape_inside_the_bound_computes(h, op, check, inside, past, what):
+    assert check(h, inside)
+
+
+@pytest.mark.parametrize("op, check, inside, past, what", CASES, ids=[c[0] for c in CASES])
+def test_shape_past_the_bound_is_right_or_refused(h, op, check, inside, past, what):
+    if not llvmpipe():
+        assert check(h, past)  # other drivers have no such bound
+        return
+    message = (rf"(^|: ){op} \(vulkan\): {what} needs \d+ loop iterations in one kernel invocation, more than "
+               r"the 65535 that this device's driver runs \(llvmpipe .*LP_MAX_TGSI")
+    with pytest.raises(df.UnsupportedError, match=message):
+        check(h, past)
+
