@@ -10,7 +10,7 @@ import pytest
 import dataflow as df
 from conftest import backend_unavailable, missing_op
 
-OPS = ["embedding_bwd_w", "cross_entropy", "matmul", "attention_kv", "rms_norm"]
+OPS = ["embedding_bwd_w", "cross_entropy", "matmul", "attention_kv", "rms_norm", "attention_bwd"]
 pytestmark = pytest.mark.skipif(bool(backend_unavailable("vulkan") or missing_op("vulkan", OPS)),
                                 reason=str(backend_unavailable("vulkan") or missing_op("vulkan", OPS)))
 
@@ -64,6 +64,25 @@ def attention_kv(h, keys, d=128):
     return np.abs(out.numpy()[0, 0] - (p / p.sum()) @ v[:, 0]).max() < 1e-4
 
 
+def attention_bwd(h, tokens, group=82, d=256):
+    """One causal sequence of `tokens`, `group` query heads over one kv head: a key's gradients
+    loop over every query of every head of its group, over d twice per query. out and lse, the
+    backward's inputs, from numpy."""
+    rng = np.random.default_rng(5)
+    q, do = (rng.standard_normal((tokens, group, d)) for _ in range(2))
+    k, v = (rng.standard_normal((tokens, d)) for _ in range(2))
+    s = np.where(np.tri(tokens, dtype=bool), np.einsum("ihd,jd->hij", q, k) / d ** 0.5, -np.inf)
+    lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
+    p = np.exp(s - lse[..., None])
+    out = np.einsum("hij,jd->ihd", p, v)
+    dp = np.einsum("ihd,jd->hij", do, v)
+    ds = p * (dp - np.einsum("hij,hij->hi", p, dp)[..., None]) / d ** 0.5
+    want = (np.einsum("hij,jd->ihd", ds, k), np.einsum("hij,ihd->jd", ds, q), np.einsum("hij,ihd->jd", p, do))
+    dev = [h.from_numpy(a.astype(np.float32)) for a in (do, q, k[:, None], v[:, None], out, lse)]
+    got = df.ops.attention_bwd(h, *dev, np.array([0, tokens], np.int32))
+    return all(np.abs(g.numpy().reshape(w.shape) - w).max() < 1e-4 * np.abs(w).max() for g, w in zip(got, want))
+
+
 def rms_norm(h, hidden):
     """One row whose last element is the largest."""
     x = np.random.default_rng(4).standard_normal((1, hidden)).astype(np.float32)
@@ -85,6 +104,8 @@ CASES = [
     ("attention_kv", attention_kv, 10560, 10688,
      r"total_k = 10688, head_dim = 128, num_seqs = 1, total_q \* num_q_heads = 1"),
     ("rms_norm", rms_norm, 524042, 560000, "hidden = 560000, rows = 1"),
+    ("attention_bwd", attention_bwd, 64, 65,
+     "total_tokens = 65, head_dim = 256, num_q_heads / num_kv_heads = 82, num_seqs = 1"),
 ]
 
 
