@@ -5,12 +5,14 @@
 // query (forward, dq) or one key (dk, dv) of one head and is the only writer of its rows, so
 // no atomics: lane j computes the score of the block's key (query) j, then each lane
 // accumulates the output dimensions k = lane mod ATTN_BLOCK over the block in order. It skips
-// the keys (queries) that causality masks, which add exactly 0 on the host. Per lane, loops
-// run about (keys / ATTN_BLOCK) * (head_dim + 4 ATTN_BLOCK) iterations: lavapipe ends every
-// loop of a shader invocation after 65535 iterations in all (LP_MAX_TGSI_LOOP_ITERATIONS),
-// so the launches refuse more keys than that there (about 10.5k at head_dim 128: the loop
-// counts of vulkan_default_ops.c).
+// the keys (queries) that causality masks, which add exactly 0 on the host. Lavapipe ends
+// every loop of a shader invocation after 65535 passes in all (LP_MAX_TGSI_LOOP_ITERATIONS),
+// so the launches refuse more keys than fit there (vulkan_default_ops.c counts the passes);
+// the forward's inner loops take ATTN_UNROLL iterations a pass (about 68k keys at head_dim
+// 128, 10.5k before), the backward's one (about 10k tokens / group).
+#extension GL_EXT_control_flow_attributes : require
 #define ATTN_BLOCK 64
+#define ATTN_UNROLL 8 // the forward's inner loops: iterations per pass ([[unroll]])
 #define ATTN_DIMS (DATAFLOW_ATTENTION_MAX_HEAD_DIM / ATTN_BLOCK) // output dimensions per lane
 layout(local_size_x = ATTN_BLOCK) in;
 #define ATTN_MAX_D DATAFLOW_ATTENTION_MAX_HEAD_DIM
