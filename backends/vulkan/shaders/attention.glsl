@@ -8,11 +8,16 @@
 // the keys (queries) that causality masks, which add exactly 0 on the host. Lavapipe ends
 // every loop of a shader invocation after 65535 passes in all (LP_MAX_TGSI_LOOP_ITERATIONS),
 // so the launches refuse more keys than fit there (vulkan_default_ops.c counts the passes);
-// the forward's inner loops take ATTN_UNROLL iterations a pass (about 68k keys at head_dim
-// 128, 10.5k before), the backward's one (about 10k tokens / group).
+// the forward's inner loops take ATTN_UNROLL iterations a pass (ATTN_FOR_EACH).
 #extension GL_EXT_control_flow_attributes : require
 #define ATTN_BLOCK 64
-#define ATTN_UNROLL 8 // the forward's inner loops: iterations per pass ([[unroll]])
+#define ATTN_UNROLL 8
+// for (uint i = 0; i < n; i++) BODY, in that order, ATTN_UNROLL iterations per loop pass: the
+// forward's inner loops, so that lavapipe's bound on passes (above) goes 8 times as far
+#define ATTN_FOR_EACH(i, n)                                                                         \
+	for (uint i##_0 = 0; i##_0 < (n); i##_0 += ATTN_UNROLL)                                    \
+		[[unroll]] for (uint i = i##_0, i##_u = 0; i##_u < ATTN_UNROLL; i++, i##_u++)      \
+			if (i < (n))
 #define ATTN_DIMS (DATAFLOW_ATTENTION_MAX_HEAD_DIM / ATTN_BLOCK) // output dimensions per lane
 layout(local_size_x = ATTN_BLOCK) in;
 #define ATTN_MAX_D DATAFLOW_ATTENTION_MAX_HEAD_DIM

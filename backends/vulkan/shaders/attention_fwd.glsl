@@ -35,39 +35,29 @@ void main()
 			if (lane < nk) {
 				uint krow = ((kb + lane) * hkv + hk) * d;
 				precise float acc = 0.0;
-				uint k = 0;
-				for (; k + ATTN_UNROLL <= d; k += ATTN_UNROLL)
-					[[unroll]] for (uint u = 0; u < ATTN_UNROLL; u++)
-						acc = fma(LOAD(DT_dtype, p.k.v[krow + k + u]), qs[k + u], acc);
-				for (; k < d; k++)
+				ATTN_FOR_EACH(k, d)
 					acc = fma(LOAD(DT_dtype, p.k.v[krow + k]), qs[k], acc);
 				ps[lane] = acc;
 			}
 			barrier();
 			if (lane == 0) {
 				precise float mnew = m;
-				for (uint j0 = 0; j0 < nk; j0 += ATTN_UNROLL)
-					[[unroll]] for (uint j = j0, u = 0; u < ATTN_UNROLL; j++, u++)
-						if (j < nk)
-							mnew = ps[j] > mnew ? ps[j] : mnew;
+				ATTN_FOR_EACH(j, nk)
+					mnew = ps[j] > mnew ? ps[j] : mnew;
 				float alpha = attn_exp2(m - mnew);
 				l *= alpha;
-				for (uint j0 = 0; j0 < nk; j0 += ATTN_UNROLL)
-					[[unroll]] for (uint j = j0, u = 0; u < ATTN_UNROLL; j++, u++)
-						if (j < nk) {
-							ps[j] = attn_exp2(ps[j] - mnew);
-							l += ps[j];
-						}
+				ATTN_FOR_EACH(j, nk) {
+					ps[j] = attn_exp2(ps[j] - mnew);
+					l += ps[j];
+				}
 				m = mnew;
 				block_alpha = alpha;
 			}
 			barrier();
 			for (uint c = 0, k = lane; k < d; c++, k += ATTN_BLOCK) {
 				o[c] *= block_alpha;
-				for (uint j0 = 0; j0 < nk; j0 += ATTN_UNROLL)
-					[[unroll]] for (uint j = j0, u = 0; u < ATTN_UNROLL; j++, u++)
-						if (j < nk)
-							o[c] = fma(ps[j], LOAD(DT_dtype, p.v.v[((kb + j) * hkv + hk) * d + k]), o[c]);
+				ATTN_FOR_EACH(j, nk)
+					o[c] = fma(ps[j], LOAD(DT_dtype, p.v.v[((kb + j) * hkv + hk) * d + k]), o[c]);
 			}
 			barrier(); // ps is read before the next block writes it
 		}

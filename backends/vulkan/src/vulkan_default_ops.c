@@ -156,16 +156,16 @@ VULKAN_LAUNCH(grad_norm_sq_reduce, Dataflow_Grad_Norm_Sq_Reduce_Args, a.num_bloc
  * Their loops (shaders/attention.glsl, attention_fwd.glsl, attention_bwd.comp), per item: the
  * search for the item's sequence (at most num_seqs), the head dimensions a lane owns (d / 64,
  * rounded up; ATTN_DIMS at most), and per block of 64 keys (queries) the dot products over d
- * and the block's 64 weights (the forward's ATTN_UNROLL at a time); the sequence's length is
+ * and the block's 64 weights (the forward's ATTN_UNROLL a pass); the sequence's length is
  * bounded by all the keys (the offsets are on the device). */
 #define ATTN_GROUP 64 /* local_size_x of attention_bwd_delta */
 #define ATTN_BLOCK 64 /* shaders/attention.glsl */
 #define ATTN_DIMS (DATAFLOW_ATTENTION_MAX_HEAD_DIM / ATTN_BLOCK)
 #define ATTN_ITEM_LOOPS(num_seqs, d) (LOOP(num_seqs, 0) + LOOP(ATTN_DIMS, 0) + 2 * LOOP(CDIV(d, ATTN_BLOCK), 0))
-#define ATTN_UNROLL 8  /* the forward's inner loops: iterations per pass (shaders/attention.glsl) */
-#define ATTN_FWD_BLOCK(d)                                                                                    \
-	(LOOP((d) / ATTN_UNROLL, 0) + LOOP((d) % ATTN_UNROLL, 0) + 2 * LOOP(ATTN_BLOCK / ATTN_UNROLL, 0) +  \
-	 LOOP(CDIV(d, ATTN_BLOCK), LOOP(ATTN_BLOCK / ATTN_UNROLL, 0)))
+#define ATTN_UNROLL 8  /* the forward's inner loops' iterations per pass (ATTN_FOR_EACH) */
+#define ATTN_INNER(n) LOOP(CDIV(n, ATTN_UNROLL), 0)
+#define ATTN_FWD_BLOCK(d) \
+	(ATTN_INNER(d) + 2 * ATTN_INNER(ATTN_BLOCK) + LOOP(CDIV(d, ATTN_BLOCK), ATTN_INNER(ATTN_BLOCK)))
 #define ATTN_FWD_LOOPS(keys, num_seqs, d)                                                                    \
 	(ATTN_ITEM_LOOPS(num_seqs, d) + LOOP(CDIV(keys, ATTN_BLOCK), ATTN_FWD_BLOCK(d)))
 VULKAN_LAUNCH(attention, Dataflow_Attention_Args, a.total_tokens * a.num_q_heads * a.head_dim,
