@@ -40,8 +40,9 @@ static void groups_for(int64_t items, int64_t per_group, Dataflow_Launch_Config 
  * The most passes through the ends of loops one invocation of a kernel makes, all its loops
  * together, as Mesa counts them (vulkan_backend.h): a loop of n iterations whose body makes b
  * costs LOOP(n, b), n passes plus one to leave, and a pass more per iteration where its body
- * holds loops (b > 0): measured on lavapipe (attention_kv, head_dim 1 to 192: a pass per key
- * block more than its loops' iterations; matmul's loop over K, with none inside: none more).
+ * holds loops (b > 0): measured on lavapipe (attention_kv's forward with one iteration a pass,
+ * head_dim 1 to 192: a pass per key block more than that; matmul's loop over K, with none
+ * inside: none more). The forward as it is now runs a pass per block less than counted.
  * Loops are counted as the shader writes them, constant trip counts too, except those it marks
  * [[unroll]]; a lane that loops less is counted as the busiest (lanes run in SIMD batches).
  * In double: absurd shapes pass 2^64. */
