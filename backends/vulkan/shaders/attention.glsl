@@ -5,11 +5,19 @@
 // query (forward, dq) or one key (dk, dv) of one head and is the only writer of its rows, so
 // no atomics: lane j computes the score of the block's key (query) j, then each lane
 // accumulates the output dimensions k = lane mod ATTN_BLOCK over the block in order. It skips
-// the keys (queries) that causality masks, which add exactly 0 on the host. Per lane, loops
-// run about (keys / ATTN_BLOCK) * (head_dim + 5 ATTN_BLOCK) iterations: lavapipe ends every
-// loop of a shader invocation after 65535 iterations in all (LP_MAX_TGSI_LOOP_ITERATIONS),
-// which bounds sequences there to about 8k keys (head_dim 128).
+// the keys (queries) that causality masks, which add exactly 0 on the host. Lavapipe ends
+// every loop of a shader invocation after 65535 passes in all (LP_MAX_TGSI_LOOP_ITERATIONS),
+// so the launches refuse more keys than fit there (vulkan_default_ops.c counts the passes);
+// the forward's inner loops take ATTN_UNROLL iterations a pass (ATTN_FOR_EACH).
+#extension GL_EXT_control_flow_attributes : require
 #define ATTN_BLOCK 64
+#define ATTN_UNROLL 8
+// for (uint i = 0; i < n; i++) BODY, in that order, ATTN_UNROLL iterations per loop pass: the
+// forward's inner loops, so that lavapipe's bound on passes (above) goes 8 times as far
+#define ATTN_FOR_EACH(i, n)                                                                         \
+	for (uint i##_0 = 0; i##_0 < (n); i##_0 += ATTN_UNROLL)                                    \
+		[[unroll]] for (uint i = i##_0, i##_u = 0; i##_u < ATTN_UNROLL; i++, i##_u++)      \
+			if (i < (n))
 #define ATTN_DIMS (DATAFLOW_ATTENTION_MAX_HEAD_DIM / ATTN_BLOCK) // output dimensions per lane
 layout(local_size_x = ATTN_BLOCK) in;
 #define ATTN_MAX_D DATAFLOW_ATTENTION_MAX_HEAD_DIM

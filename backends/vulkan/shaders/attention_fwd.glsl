@@ -35,18 +35,18 @@ void main()
 			if (lane < nk) {
 				uint krow = ((kb + lane) * hkv + hk) * d;
 				precise float acc = 0.0;
-				for (uint k = 0; k < d; k++)
+				ATTN_FOR_EACH(k, d)
 					acc = fma(LOAD(DT_dtype, p.k.v[krow + k]), qs[k], acc);
 				ps[lane] = acc;
 			}
 			barrier();
 			if (lane == 0) {
 				precise float mnew = m;
-				for (uint j = 0; j < nk; j++)
+				ATTN_FOR_EACH(j, nk)
 					mnew = ps[j] > mnew ? ps[j] : mnew;
 				float alpha = attn_exp2(m - mnew);
 				l *= alpha;
-				for (uint j = 0; j < nk; j++) {
+				ATTN_FOR_EACH(j, nk) {
 					ps[j] = attn_exp2(ps[j] - mnew);
 					l += ps[j];
 				}
@@ -56,7 +56,7 @@ void main()
 			barrier();
 			for (uint c = 0, k = lane; k < d; c++, k += ATTN_BLOCK) {
 				o[c] *= block_alpha;
-				for (uint j = 0; j < nk; j++)
+				ATTN_FOR_EACH(j, nk)
 					o[c] = fma(ps[j], LOAD(DT_dtype, p.v.v[((kb + j) * hkv + hk) * d + k]), o[c]);
 			}
 			barrier(); // ps is read before the next block writes it

@@ -4,6 +4,9 @@
 // beta != 0 and may be D.
 // Tiled: a workgroup of 16 x 16 threads computes a 64 x 64 tile of D, 4 x 4 per thread, over
 // K in steps of 16 whose A and B tiles are staged (converted to fp32) in shared memory.
+// Every loop but the one over K is unrolled: lavapipe bounds an invocation's loop iterations
+// in all (vulkan_backend.h), so K can reach 16 times that bound.
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "op_params.glsl"
 #define TILE 64
@@ -33,12 +36,13 @@ void main()
 	uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, t = ty * 16 + tx;
 	uint row0 = uint(gl_WorkGroupID.y) * TILE, col0 = uint(gl_WorkGroupID.x) * TILE;
 	float acc[4][4];
-	for (int i = 0; i < 4; i++)
-		for (int j = 0; j < 4; j++)
+	[[unroll]] for (int i = 0; i < 4; i++)
+		[[unroll]] for (int j = 0; j < 4; j++)
 			acc[i][j] = 0.0;
 	for (uint k0 = 0; k0 < uint(p.K); k0 += KT) {
 		// 256 threads stage 16 x 64 elements of each tile, 4 each
-		for (uint e = t; e < KT * TILE; e += 256) {
+		[[unroll]] for (uint s = 0; s < KT * TILE / 256; s++) {
+			uint e = t + s * 256;
 			uint kk = e / TILE, mm = e % TILE;
 			// A is read along m for trans_a (contiguous there), along k otherwise
 			uint ka = p.trans_a != 0 ? kk : e % KT, ma = p.trans_a != 0 ? mm : e / KT;
@@ -47,21 +51,21 @@ void main()
 			Bs[kb][nb] = b_at(k0 + kb, col0 + nb);
 		}
 		barrier();
-		for (uint kk = 0; kk < KT; kk++) {
+		[[unroll]] for (uint kk = 0; kk < KT; kk++) {
 			float a[4], b[4];
-			for (int i = 0; i < 4; i++) {
+			[[unroll]] for (int i = 0; i < 4; i++) {
 				a[i] = As[kk][ty + 16 * i];
 				b[i] = Bs[kk][tx + 16 * i];
 			}
-			for (int i = 0; i < 4; i++)
-				for (int j = 0; j < 4; j++)
+			[[unroll]] for (int i = 0; i < 4; i++)
+				[[unroll]] for (int j = 0; j < 4; j++)
 					acc[i][j] += a[i] * b[j];
 		}
 		barrier();
 	}
-	for (int i = 0; i < 4; i++) {
+	[[unroll]] for (int i = 0; i < 4; i++) {
 		uint m = row0 + ty + 16 * i;
-		for (int j = 0; j < 4; j++) {
+		[[unroll]] for (int j = 0; j < 4; j++) {
 			uint n = col0 + tx + 16 * j;
 			if (m < uint(p.M) && n < uint(p.N)) {
 				float r = p.alpha * acc[i][j];

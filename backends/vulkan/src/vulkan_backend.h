@@ -32,6 +32,16 @@
 #define VULKAN_ALIGN 256
 #define VULKAN_BLOCK_BYTES (64ull << 20) /* allocations below half of this share blocks */
 
+/* Mesa's llvmpipe (lavapipe) bounds the loops of a shader: LP_MAX_TGSI_LOOP_ITERATIONS, 65535,
+ * "shared between every loop" (src/gallium/auxiliary/gallivm/lp_bld_limits.h). One counter per
+ * shader invocation, set to it at the start (lp_exec_mask_function_init, lp_bld_ir_common.c) and
+ * decremented at every pass through the end of any loop (lp_exec_endloop), which leaves the loop
+ * once it reaches 0: so iterations add up over sequential loops and multiply over nested ones,
+ * and loops whose trip count is a constant that NIR unrolls do not count. The invocation goes on
+ * with the rest of its work undone, without an error. Measured here (Mesa 22.3, embedding_bwd_w
+ * with one loop over the tokens): 65535 tokens sum right, 65536 sum 65535 of them. */
+#define VULKAN_LLVMPIPE_MAX_LOOP_ITERATIONS 65535
+
 
 /* The device shared by the handles of one physical device. */
 typedef struct Vulkan_Device {
@@ -43,6 +53,11 @@ typedef struct Vulkan_Device {
 	VkPhysicalDeviceProperties props;
 	VkPhysicalDeviceMemoryProperties memory;
 	int float64; /* shaderFloat64: enabled where the device has it */
+	/* The most loop iterations one kernel invocation may run, all its loops together; 0: no
+	 * limit. Mesa's llvmpipe (lavapipe) ends every loop of an invocation silently once they
+	 * have run LP_MAX_TGSI_LOOP_ITERATIONS (65535) in all, so the default ops' launches refuse
+	 * shapes past it there (vulkan_default_ops.c) rather than compute wrong numbers. */
+	uint32_t max_loop_iterations;
 	uint32_t compute_family, transfer_family; /* transfer_family == compute_family: none apart */
 	uint32_t num_compute_queues, num_transfer_queues;
 	VkQueue *compute_queues, *transfer_queues;

@@ -1,5 +1,6 @@
 #include <dlfcn.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,6 +16,7 @@
 #define GROUP 256         /* local_size_x of the 1-D kernels */
 #define MAX_GROUPS 65535  /* kernels loop over the rest (grid-stride) */
 #define MATMUL_TILE 64    /* matmul.comp's TILE */
+#define MATMUL_KT 16      /* and its KT */
 
 /* Indices in the kernels are 32-bit: an op whose tensors have 2^32 elements or more is refused. */
 static Dataflow_Status fits_32_bits(const Op *op, int64_t elements, const char *what)
@@ -34,74 +36,158 @@ static void groups_for(int64_t items, int64_t per_group, Dataflow_Launch_Config 
 	c->grid[1] = c->grid[2] = 1;
 }
 
+/* ---- loop counts, for devices that bound them (Vulkan_Device.max_loop_iterations: lavapipe) ----
+ * The most passes through the ends of loops one invocation of a kernel makes, all its loops
+ * together, as Mesa counts them (vulkan_backend.h): a loop of n iterations whose body makes b
+ * costs LOOP(n, b), n passes plus one to leave, and a pass more per iteration where its body
+ * holds loops (b > 0): measured on lavapipe (attention_kv's forward with one iteration a pass,
+ * head_dim 1 to 192: a pass per key block more than that; matmul's loop over K, with none
+ * inside: none more). The forward as it is now runs a pass per block less than counted.
+ * Loops are counted as the shader writes them, constant trip counts too, except those it marks
+ * [[unroll]]; a lane that loops less is counted as the busiest (lanes run in SIMD batches).
+ * In double: absurd shapes pass 2^64. */
+#define LOOP(n, body) ((double)(n) * ((body) + ((body) > 0 ? 2.0 : 1.0)) + 1.0)
+#define CDIV(x, y) (((x) + (y) - 1) / (y))
+
+/* Iterations of a kernel's grid-stride loop over `items`, per_group per workgroup (groups_for). */
+static double grid_passes(int64_t items, int64_t per_group)
+{
+	if (items <= 0)
+		return 0;
+	int64_t groups = CDIV(items, per_group);
+	groups = groups < MAX_GROUPS ? groups : MAX_GROUPS;
+	return (double)CDIV(items, groups * per_group);
+}
+
+/* Refuses a launch whose kernel would loop more than the device allows; `shape` (printf) names
+ * the arguments that set the count. */
+static Dataflow_Status loops_fit(Dataflow_Handle *handle, const Op *op, double loops, const char *shape, ...)
+{
+	const Vulkan_Device *dev = vulkan_of(handle)->dev;
+	if (dev->max_loop_iterations == 0 || loops <= dev->max_loop_iterations)
+		return DATAFLOW_OK;
+	char what[160];
+	va_list ap;
+	va_start(ap, shape);
+	vsnprintf(what, sizeof(what), shape, ap);
+	va_end(ap);
+	return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+				  "%s (vulkan): %s needs %.0f loop iterations in one kernel invocation, more than the %u "
+				  "that this device's driver runs (%s: Mesa's llvmpipe ends a shader's loops after "
+				  "LP_MAX_TGSI_LOOP_ITERATIONS in all, silently) - make the shape smaller or use another "
+				  "device",
+				  op->skeleton.nickname, what, loops, dev->max_loop_iterations, dev->props.deviceName);
+}
+
 /* The launch function of op OP (its arguments as `a`, of type Args): `size` is its largest
- * tensor in elements, `items` the kernel's work items, `per_group` per workgroup. */
-#define VULKAN_LAUNCH(OP, Args, size, items, per_group)                                                      \
+ * tensor in elements, `items` the kernel's work items, `per_group` per workgroup, `loops` the
+ * kernel's loop count (G: the grid-stride passes) and the rest the shape that sets it. */
+#define VULKAN_LAUNCH(OP, Args, size, items, per_group, loops, ...)                                           \
 	Dataflow_Status dataflow_vulkan_##OP##_launch(Dataflow_Handle *handle, const Op *op, void *op_state,   \
 						      Dataflow_Launch_Config *config)                  \
 	{                                                                                          \
-		(void)handle, (void)op_state;                                                      \
-		Args a = dataflow_##OP##_args(op->op_args);                      \
+		(void)op_state;                                                                    \
+		Args a = dataflow_##OP##_args(op->op_args);                                        \
 		if (fits_32_bits(op, (size), #size) != DATAFLOW_OK)                                \
+			return dataflow_last_status();                                             \
+		double G = grid_passes((items), (per_group)); /* unused by a kernel without one */ \
+		(void)G;                                                                           \
+		if (loops_fit(handle, op, (loops), __VA_ARGS__) != DATAFLOW_OK)                    \
 			return dataflow_last_status();                                             \
 		groups_for((items), (per_group), config);                                          \
 		return DATAFLOW_OK;                                                                \
 	}
 
-/* elementwise: one invocation per element of n, GROUP per workgroup */
-VULKAN_LAUNCH(add, Dataflow_Add_Args, a.n, a.n, GROUP)
-VULKAN_LAUNCH(scale, Dataflow_Scale_Args, a.n, a.n, GROUP)
-VULKAN_LAUNCH(cast, Dataflow_Cast_Args, a.n, a.n, GROUP)
-VULKAN_LAUNCH(set_mem, Dataflow_Set_Mem_Args, a.n, a.n, GROUP)
+/* elementwise: one invocation per element of n, GROUP per workgroup (FOR_EACH_INDEX) */
+VULKAN_LAUNCH(add, Dataflow_Add_Args, a.n, a.n, GROUP, LOOP(G, 0), "n = %lld", (long long)a.n)
+VULKAN_LAUNCH(scale, Dataflow_Scale_Args, a.n, a.n, GROUP, LOOP(G, 0), "n = %lld", (long long)a.n)
+VULKAN_LAUNCH(cast, Dataflow_Cast_Args, a.n, a.n, GROUP, LOOP(G, 0), "n = %lld", (long long)a.n)
+VULKAN_LAUNCH(set_mem, Dataflow_Set_Mem_Args, a.n, a.n, GROUP, LOOP(G, 0), "n = %lld", (long long)a.n)
 
-/* rms_norm forward and bwd_x: ROW_GROUP rows of 16 lanes per workgroup (shaders/row_sum.glsl);
- * bwd_w: one invocation per (block, column), then per column */
+/* rms_norm forward and bwd_x: ROW_GROUP rows of 16 lanes per workgroup (shaders/row_sum.glsl:
+ * ROW_SUM, then a pass over the row); bwd_w: one invocation per (block, column), then per column */
 #define ROW_GROUP 4
-#define BWD_W_BLOCKS(a) (((a).rows + DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS - 1) / DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS)
-VULKAN_LAUNCH(rms_norm, Dataflow_Rms_Norm_Args, a.rows * a.hidden, a.rows, ROW_GROUP)
-VULKAN_LAUNCH(rms_norm_bwd_x, Dataflow_Rms_Norm_Bwd_X_Args, a.rows * a.hidden, a.rows, ROW_GROUP)
-VULKAN_LAUNCH(rms_norm_bwd_w_partials, Dataflow_Rms_Norm_Bwd_W_Partials_Args, a.rows * a.hidden, BWD_W_BLOCKS(a) * a.hidden, GROUP)
-VULKAN_LAUNCH(rms_norm_bwd_w_reduce, Dataflow_Rms_Norm_Bwd_W_Reduce_Args, BWD_W_BLOCKS(a) * a.hidden, a.hidden, GROUP)
+#define ROW_LOOPS(h) (LOOP((h) / 16, 0) + LOOP(8, 0) + LOOP(4, 0) + LOOP((h) % 16, 0) + LOOP(CDIV(h, 16), 0))
+#define BWD_W_BLOCKS(a) CDIV((a).rows, DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS)
+VULKAN_LAUNCH(rms_norm, Dataflow_Rms_Norm_Args, a.rows * a.hidden, a.rows, ROW_GROUP, LOOP(G, ROW_LOOPS(a.hidden)),
+	      "hidden = %lld, rows = %lld", (long long)a.hidden, (long long)a.rows)
+VULKAN_LAUNCH(rms_norm_bwd_x, Dataflow_Rms_Norm_Bwd_X_Args, a.rows * a.hidden, a.rows, ROW_GROUP,
+	      LOOP(G, ROW_LOOPS(a.hidden)), "hidden = %lld, rows = %lld", (long long)a.hidden, (long long)a.rows)
+VULKAN_LAUNCH(rms_norm_bwd_w_partials, Dataflow_Rms_Norm_Bwd_W_Partials_Args, a.rows * a.hidden,
+	      BWD_W_BLOCKS(a) * a.hidden, GROUP, LOOP(G, LOOP(DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS, 0)),
+	      "rows = %lld, hidden = %lld", (long long)a.rows, (long long)a.hidden)
+VULKAN_LAUNCH(rms_norm_bwd_w_reduce, Dataflow_Rms_Norm_Bwd_W_Reduce_Args, BWD_W_BLOCKS(a) * a.hidden, a.hidden, GROUP,
+	      LOOP(G, LOOP(BWD_W_BLOCKS(a), 0)), "rows = %lld", (long long)a.rows)
 
 /* swiglu: one invocation per element; rope: per (i, i + head_dim/2) pair of each token and
  * head; embedding: per element of out; embedding_bwd_w: per column (each walks the tokens) */
-VULKAN_LAUNCH(swiglu, Dataflow_Swiglu_Args, a.rows * a.ffn, a.rows * a.ffn, GROUP)
-VULKAN_LAUNCH(swiglu_bwd, Dataflow_Swiglu_Bwd_Args, a.rows * a.ffn, a.rows * a.ffn, GROUP)
-VULKAN_LAUNCH(rope, Dataflow_Rope_Args, a.num_tokens * a.num_heads * a.head_dim,
-	      a.num_tokens * a.num_heads * (a.head_dim / 2), GROUP)
-VULKAN_LAUNCH(rope_bwd, Dataflow_Rope_Bwd_Args, a.num_tokens * a.num_heads * a.head_dim,
-	      a.num_tokens * a.num_heads * (a.head_dim / 2), GROUP)
+VULKAN_LAUNCH(swiglu, Dataflow_Swiglu_Args, a.rows * a.ffn, a.rows * a.ffn, GROUP, LOOP(G, 0), "rows * ffn = %lld",
+	      (long long)(a.rows * a.ffn))
+VULKAN_LAUNCH(swiglu_bwd, Dataflow_Swiglu_Bwd_Args, a.rows * a.ffn, a.rows * a.ffn, GROUP, LOOP(G, 0),
+	      "rows * ffn = %lld", (long long)(a.rows * a.ffn))
+#define ROPE_ITEMS(a) ((a).num_tokens * (a).num_heads * ((a).head_dim / 2))
+VULKAN_LAUNCH(rope, Dataflow_Rope_Args, a.num_tokens * a.num_heads * a.head_dim, ROPE_ITEMS(a), GROUP, LOOP(G, 0),
+	      "num_tokens * num_heads * head_dim / 2 = %lld", (long long)ROPE_ITEMS(a))
+VULKAN_LAUNCH(rope_bwd, Dataflow_Rope_Bwd_Args, a.num_tokens * a.num_heads * a.head_dim, ROPE_ITEMS(a), GROUP,
+	      LOOP(G, 0), "num_tokens * num_heads * head_dim / 2 = %lld", (long long)ROPE_ITEMS(a))
 #define LARGER(x, y) ((x) > (y) ? (x) : (y))
 VULKAN_LAUNCH(embedding, Dataflow_Embedding_Args, LARGER(a.vocab, a.num_tokens) * a.hidden, a.num_tokens * a.hidden,
-	      GROUP)
+	      GROUP, LOOP(G, 0), "num_tokens * hidden = %lld", (long long)(a.num_tokens * a.hidden))
 VULKAN_LAUNCH(embedding_bwd_w, Dataflow_Embedding_Bwd_W_Args, LARGER(a.vocab, a.num_tokens) * a.hidden, a.hidden,
-	      GROUP)
+	      GROUP, LOOP(G, LOOP(a.num_tokens, 0)), "num_tokens = %lld", (long long)a.num_tokens)
 
-/* cross_entropy: one workgroup per row */
-VULKAN_LAUNCH(cross_entropy, Dataflow_Cross_Entropy_Args, a.tokens * a.vocab, a.tokens, 1)
+/* cross_entropy: one workgroup per row: two passes over the row's vocab / 32 elements per lane,
+ * and lane 0's two over the 32 lanes */
+VULKAN_LAUNCH(cross_entropy, Dataflow_Cross_Entropy_Args, a.tokens * a.vocab, a.tokens, 1,
+	      LOOP(G, 2 * LOOP(CDIV(a.vocab, 32), 0) + LOOP(31, 0) + LOOP(32, 0)), "vocab = %lld, tokens = %lld",
+	      (long long)a.vocab, (long long)a.tokens)
 
-/* grad_norm_sq: partials 4 blocks per workgroup, then one invocation sums them in order;
- * clip_by_global_norm: one invocation */
-#define GRAD_NORM_BLOCKS(n) (((n) + DATAFLOW_GRAD_NORM_BLOCK - 1) / DATAFLOW_GRAD_NORM_BLOCK)
-VULKAN_LAUNCH(grad_norm_sq_partials, Dataflow_Grad_Norm_Sq_Partials_Args, a.n, GRAD_NORM_BLOCKS(a.n), 4)
-VULKAN_LAUNCH(grad_norm_sq_reduce, Dataflow_Grad_Norm_Sq_Reduce_Args, a.num_blocks, 1, 1)
+/* grad_norm_sq: partials 4 blocks per workgroup (16 lanes over a block, lane 0 folds the 16),
+ * then one invocation sums them in order; clip_by_global_norm: one invocation */
+#define GRAD_NORM_BLOCKS(n) CDIV(n, DATAFLOW_GRAD_NORM_BLOCK)
+VULKAN_LAUNCH(grad_norm_sq_partials, Dataflow_Grad_Norm_Sq_Partials_Args, a.n, GRAD_NORM_BLOCKS(a.n), 4,
+	      LOOP(G, LOOP(DATAFLOW_GRAD_NORM_BLOCK / 16, 0) + LOOP(16, 0) + LOOP(4, LOOP(8, 0))), "n = %lld",
+	      (long long)a.n)
+VULKAN_LAUNCH(grad_norm_sq_reduce, Dataflow_Grad_Norm_Sq_Reduce_Args, a.num_blocks, 1, 1, LOOP(a.num_blocks, 0),
+	      "num_blocks = %lld", (long long)a.num_blocks)
 
 /* attention, attention_kv: one workgroup per (query head, query); attention_bwd and
- * attention_kv_bwd (below): per (kv head, key) and per (query head, query);
- * attention_bwd_delta: one invocation per (token, head) row, ATTN_GROUP per workgroup */
+ * attention_kv_bwd (below): per (kv head, key) and per (query head, query); attention_bwd_delta: one invocation per
+ * (token, head) row, ATTN_GROUP per workgroup.
+ * Their loops (shaders/attention.glsl, attention_fwd.glsl, attention_bwd.glsl), per item: the
+ * search for the item's sequence (at most num_seqs), the head dimensions a lane owns (d / 64,
+ * rounded up; ATTN_DIMS at most), and per block of 64 keys (queries) the dot products over d
+ * and the block's 64 weights (the forward's ATTN_UNROLL a pass); the sequence's length is
+ * bounded by all the keys (the offsets are on the device). */
 #define ATTN_GROUP 64 /* local_size_x of attention_bwd_delta */
+#define ATTN_BLOCK 64 /* shaders/attention.glsl */
+#define ATTN_DIMS (DATAFLOW_ATTENTION_MAX_HEAD_DIM / ATTN_BLOCK)
+#define ATTN_ITEM_LOOPS(num_seqs, d) (LOOP(num_seqs, 0) + LOOP(ATTN_DIMS, 0) + 2 * LOOP(CDIV(d, ATTN_BLOCK), 0))
+#define ATTN_UNROLL 8  /* the forward's inner loops' iterations per pass (ATTN_FOR_EACH) */
+#define ATTN_INNER(n) LOOP(CDIV(n, ATTN_UNROLL), 0)
+#define ATTN_FWD_BLOCK(d) \
+	(ATTN_INNER(d) + 2 * ATTN_INNER(ATTN_BLOCK) + LOOP(CDIV(d, ATTN_BLOCK), ATTN_INNER(ATTN_BLOCK)))
+#define ATTN_FWD_LOOPS(keys, num_seqs, d)                                                                    \
+	(ATTN_ITEM_LOOPS(num_seqs, d) + LOOP(CDIV(keys, ATTN_BLOCK), ATTN_FWD_BLOCK(d)))
 VULKAN_LAUNCH(attention, Dataflow_Attention_Args, a.total_tokens * a.num_q_heads * a.head_dim,
-	      a.total_tokens * a.num_q_heads, 1)
+	      a.total_tokens * a.num_q_heads, 1, LOOP(G, ATTN_FWD_LOOPS(a.total_tokens, a.num_seqs, a.head_dim)),
+	      "total_tokens = %lld, head_dim = %lld, num_seqs = %lld", (long long)a.total_tokens,
+	      (long long)a.head_dim, (long long)a.num_seqs)
 VULKAN_LAUNCH(attention_kv, Dataflow_Attention_Kv_Args,
-	      LARGER(a.total_q * a.num_q_heads, a.total_k * a.num_kv_heads) * a.head_dim, a.total_q * a.num_q_heads, 1)
+	      LARGER(a.total_q * a.num_q_heads, a.total_k * a.num_kv_heads) * a.head_dim, a.total_q * a.num_q_heads, 1,
+	      LOOP(G, ATTN_FWD_LOOPS(a.total_k, a.num_seqs, a.head_dim)),
+	      "total_k = %lld, head_dim = %lld, num_seqs = %lld, total_q * num_q_heads = %lld", (long long)a.total_k,
+	      (long long)a.head_dim, (long long)a.num_seqs, (long long)(a.total_q * a.num_q_heads))
 VULKAN_LAUNCH(attention_bwd_delta, Dataflow_Attention_Bwd_Delta_Args, a.total_tokens * a.num_q_heads * a.head_dim,
-	      a.total_tokens * a.num_q_heads, ATTN_GROUP)
+	      a.total_tokens * a.num_q_heads, ATTN_GROUP, LOOP(G, LOOP(a.head_dim, 0)),
+	      "total_tokens * num_q_heads = %lld, head_dim = %lld", (long long)(a.total_tokens * a.num_q_heads),
+	      (long long)a.head_dim)
 
 Dataflow_Status dataflow_vulkan_clip_by_global_norm_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 							   Dataflow_Launch_Config *config)
 {
 	(void)handle, (void)op, (void)op_state;
-	groups_for(1, 1, config);
+	groups_for(1, 1, config); /* no loops */
 	return DATAFLOW_OK;
 }
 
@@ -164,6 +250,9 @@ Dataflow_Status dataflow_vulkan_matmul(Dataflow_Handle *handle, int stream_id, c
 					  "matmul (vulkan): M = %lld, N = %lld need %lld x %lld workgroups; the device "
 					  "allows %u x %u",
 					  (long long)a.M, (long long)a.N, (long long)gx, (long long)gy, max[0], max[1]);
+	/* the loop over K in steps of 16; matmul.comp unrolls the rest */
+	if (loops_fit(handle, op, LOOP(CDIV(a.K, MATMUL_KT), 0), "K = %lld", (long long)a.K) != DATAFLOW_OK)
+		return dataflow_last_status();
 	const uint32_t groups[3] = {(uint32_t)gx, (uint32_t)gy, 1};
 	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, op, groups);
 }
@@ -210,6 +299,8 @@ Dataflow_Status dataflow_vulkan_adamw_step(Dataflow_Handle *handle, int stream_i
 	}
 	k.skeleton.arg_dtypes[ADAMW_TENSOR_ARGS + ADAMW_FLOATS] = DATAFLOW_INT32_SCALAR;
 	k.op_args[ADAMW_TENSOR_ARGS + ADAMW_FLOATS] = &lerp_small;
+	if (loops_fit(handle, op, LOOP(grid_passes(a.n, GROUP), 0), "n = %lld", (long long)a.n) != DATAFLOW_OK)
+		return dataflow_last_status();
 	Dataflow_Launch_Config config;
 	groups_for(a.n, GROUP, &config);
 	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, &k, config.grid);
@@ -221,13 +312,21 @@ Dataflow_Status dataflow_vulkan_adamw_step(Dataflow_Handle *handle, int stream_i
  * below 2^32 (the catalogue bounds the token counts and num_seqs, the 32-bit index check the
  * heads and head_dim). One workgroup per (kv head, key) and per (query head, query). */
 
-static Dataflow_Status attention_bwd_dispatch(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state,
-					      int64_t q_rows, int64_t k_rows, int64_t head_dim)
+/* The loop passes of one invocation: a key's item walks, per query head of its group, the
+ * blocks of queries (the dot products and the block's weights); a query's item the blocks of
+ * keys (ATTN_ITEM_LOOPS, ATTN_FWD_BLOCK). */
+static double attention_bwd_loops(int64_t q_tokens, int64_t k_tokens, int64_t group, int64_t num_seqs,
+				  int64_t head_dim, int64_t items)
 {
-	int64_t items = q_rows + k_rows;
-	if (fits_32_bits(op, LARGER(LARGER(q_rows, k_rows) * head_dim, items),
-			 "(tokens * heads) * head_dim of q and of k, and their sum of rows") != DATAFLOW_OK)
-		return dataflow_last_status();
+	double block = 2 * LOOP(head_dim, 0) + LOOP(CDIV(head_dim, ATTN_BLOCK), LOOP(ATTN_BLOCK, 0));
+	double key = LOOP(group, LOOP(CDIV(q_tokens, ATTN_BLOCK), block));
+	double query = LOOP(CDIV(k_tokens, ATTN_BLOCK), block);
+	return LOOP(grid_passes(items, 1), ATTN_ITEM_LOOPS(num_seqs, head_dim) + LARGER(key, query));
+}
+
+static Dataflow_Status attention_bwd_dispatch(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state,
+					      int64_t items)
+{
 	Op k = *op;
 	int32_t narrow[DATAFLOW_MAX_OP_ARGS];
 	for (int i = 0; i < op->skeleton.num_args; i++)
@@ -242,8 +341,9 @@ static Dataflow_Status attention_bwd_dispatch(Dataflow_Handle *handle, int strea
 }
 
 /* The external op OP (its arguments as `a`, of type Args): its init picks the variant's kernel
- * by q's dtype; q_rows and k_rows are its (token, head) rows of q and of k. */
-#define VULKAN_ATTENTION_BWD(OP, Args, ARG_Q, q_rows, k_rows)                                                \
+ * by q's dtype; q_tokens and k_tokens are its query and key token counts; SHAPE and what
+ * follows describe the shape in the error of a loop bound it passes. */
+#define VULKAN_ATTENTION_BWD(OP, Args, ARG_Q, q_tokens, k_tokens, ...)                                        \
 	Dataflow_Status dataflow_vulkan_##OP##_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,     \
 						    Dataflow_Op_State *state)                                 \
 	{                                                                                                    \
@@ -253,10 +353,23 @@ static Dataflow_Status attention_bwd_dispatch(Dataflow_Handle *handle, int strea
 	Dataflow_Status dataflow_vulkan_##OP(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state) \
 	{                                                                                                    \
 		Args a = dataflow_##OP##_args(op->op_args);                                                  \
-		return attention_bwd_dispatch(handle, stream_id, op, op_state, (q_rows), (k_rows), a.head_dim); \
+		int64_t q_rows = (q_tokens) * a.num_q_heads, k_rows = (k_tokens) * a.num_kv_heads;           \
+		if (fits_32_bits(op, LARGER(LARGER(q_rows, k_rows) * a.head_dim, q_rows + k_rows),           \
+				 "(tokens * heads) * head_dim of q and of k, and their sum of rows") != DATAFLOW_OK) \
+			return dataflow_last_status();                                                       \
+		double loops = attention_bwd_loops((q_tokens), (k_tokens), a.num_q_heads / a.num_kv_heads,   \
+						   a.num_seqs, a.head_dim, q_rows + k_rows);                  \
+		if (loops_fit(handle, op, loops, __VA_ARGS__) != DATAFLOW_OK)                                \
+			return dataflow_last_status();                                                       \
+		return attention_bwd_dispatch(handle, stream_id, op, op_state, q_rows + k_rows);             \
 	}
 
-VULKAN_ATTENTION_BWD(attention_bwd, Dataflow_Attention_Bwd_Args, DATAFLOW_ATTENTION_BWD_ARG_Q,
-		     a.total_tokens * a.num_q_heads, a.total_tokens * a.num_kv_heads)
-VULKAN_ATTENTION_BWD(attention_kv_bwd, Dataflow_Attention_Kv_Bwd_Args, DATAFLOW_ATTENTION_KV_BWD_ARG_Q,
-		     a.total_q * a.num_q_heads, a.total_k * a.num_kv_heads)
+VULKAN_ATTENTION_BWD(attention_bwd, Dataflow_Attention_Bwd_Args, DATAFLOW_ATTENTION_BWD_ARG_Q, a.total_tokens,
+		     a.total_tokens, "total_tokens = %lld, head_dim = %lld, num_q_heads / num_kv_heads = %lld, num_seqs = %lld",
+		     (long long)a.total_tokens, (long long)a.head_dim, (long long)(a.num_q_heads / a.num_kv_heads),
+		     (long long)a.num_seqs)
+VULKAN_ATTENTION_BWD(attention_kv_bwd, Dataflow_Attention_Kv_Bwd_Args, DATAFLOW_ATTENTION_KV_BWD_ARG_Q, a.total_q,
+		     a.total_k,
+		     "total_q = %lld, total_k = %lld, head_dim = %lld, num_q_heads / num_kv_heads = %lld, num_seqs = %lld",
+		     (long long)a.total_q, (long long)a.total_k, (long long)a.head_dim,
+		     (long long)(a.num_q_heads / a.num_kv_heads), (long long)a.num_seqs)

@@ -218,6 +218,10 @@ static Dataflow_Status device_create(const Vulkan_Functions *vk, int index, Vulk
 	d->physical = pds[index];
 	vk->vkGetPhysicalDeviceProperties(d->physical, &d->props);
 	vk->vkGetPhysicalDeviceMemoryProperties(d->physical, &d->memory);
+	VkPhysicalDeviceDriverProperties driver = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+	VkPhysicalDeviceProperties2 props2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &driver};
+	vk->vkGetPhysicalDeviceProperties2(d->physical, &props2);
+	d->max_loop_iterations = driver.driverID == VK_DRIVER_ID_MESA_LLVMPIPE ? VULKAN_LLVMPIPE_MAX_LOOP_ITERATIONS : 0;
 	pick_families(vk, d);
 	d->device_local_type = memory_type(&d->memory, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
 	d->staging_type = memory_type(&d->memory,
