@@ -312,7 +312,19 @@ Dataflow_Status vulkan_streams_create(Vulkan_Handle *h, int num_streams)
 	return DATAFLOW_OK;
 }
 
-/* libdataflow has waited for the streams' work. */
+/* Waits until the queue has let go of everything submitted to it (its lock held). */
+static void queue_idle(const Vulkan_Functions *vk, VkQueue queue, pthread_mutex_t *lock)
+{
+	pthread_mutex_lock(lock);
+	vk->vkQueueWaitIdle(queue);
+	pthread_mutex_unlock(lock);
+}
+
+/* libdataflow has waited for the streams' work. A stream's submissions may wait on another
+ * stream's timeline, and a driver can still hold such a wait after the value it signals is
+ * reached (lavapipe releases its timeline wait points on its queue thread after the signal: it
+ * crashed in that list when a semaphore went first), so every worker stops and every queue is
+ * idle before any semaphore or pool goes. */
 void vulkan_streams_destroy(Vulkan_Handle *h)
 {
 	const Vulkan_Functions *vk = h->vk;
@@ -330,6 +342,16 @@ void vulkan_streams_destroy(Vulkan_Handle *h)
 					    .pSemaphores = &s->timeline, .pValues = &last};
 		if (s->timeline)
 			vk->vkWaitSemaphores(dev, &wait, UINT64_MAX);
+	}
+	for (int i = 0; i < h->num_streams; i++) {
+		Vulkan_Stream *s = &h->streams[i];
+		if (s->queue)
+			queue_idle(vk, s->queue, s->queue_lock);
+		if (s->transfer_queue)
+			queue_idle(vk, s->transfer_queue, s->transfer_lock);
+	}
+	for (int i = 0; i < h->num_streams; i++) {
+		Vulkan_Stream *s = &h->streams[i];
 		sweep(s, 1);
 		if (s->pool)
 			vk->vkDestroyCommandPool(dev, s->pool, NULL);
