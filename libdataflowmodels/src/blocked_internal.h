@@ -7,12 +7,7 @@
 #include "dataflow/blocked_model.h"
 #include "dataflow/ops.h"
 
-#define TRY(expr)                                          \
-	do {                                               \
-		Dataflow_Status st_ = (expr);              \
-		if (st_ != DATAFLOW_OK)                    \
-			return st_;                        \
-	} while (0)
+#define TRY(expr) DATAFLOW_TRY(expr)
 
 /* a layer block's tensors, in block order */
 enum { LLAMA_Q, LLAMA_K, LLAMA_V, LLAMA_O, LLAMA_GATE, LLAMA_UP, LLAMA_DOWN, LLAMA_LN1, LLAMA_LN2,

@@ -7,12 +7,7 @@
 #include "dataflow/ops.h"
 #include "dataflow/ring_executor.h"
 
-#define TRY(expr)                                          \
-	do {                                               \
-		Dataflow_Status st_ = (expr);              \
-		if (st_ != DATAFLOW_OK)                    \
-			return st_;                        \
-	} while (0)
+#define TRY(expr) DATAFLOW_TRY(expr)
 
 enum { RS_COMPUTE, RS_IN, RS_OUT, RS_OPT, RS_NUM };
 

@@ -31,4 +31,13 @@ Dataflow_Status dataflow_set_error(Dataflow_Status status, const char *fmt, ...)
 #endif
 	;
 
+/* Returns expr's status from the enclosing function unless it is DATAFLOW_OK (the message
+ * stays the one expr recorded). */
+#define DATAFLOW_TRY(expr)                                 \
+	do {                                               \
+		Dataflow_Status st_ = (expr);              \
+		if (st_ != DATAFLOW_OK)                    \
+			return st_;                        \
+	} while (0)
+
 #endif
