@@ -137,7 +137,7 @@ def main():
     dtype = "bf16"
 
     h = df.Handle("host", threads=args.threads)
-    profile = df.ring.calibrate(h)
+    profile = df.ring.calibrate(h, config=cfg, seq_len=seq, dtype=dtype)
     throttle = profile.peak_flops_bf16 * PCIE5_BYTES_PER_S / H100_BF16_FLOPS
 
     # the peer: all-resident, no cap

@@ -92,6 +92,60 @@ def test_calibrate_measures_the_handle():
     assert p.predicted_step_seconds > 0
 
 
+@pytest.mark.parametrize("true_s,true_half", [(0.3, 0.0), (0.4, 300.0), (2.5, 50.0)])
+def test_fit_rates_recovers_the_scale_and_falloff(true_s, true_half):
+    # layer times made by the planner's own formula from a known scale and falloff: the fit
+    # must give them back, and plans under the fitted profile must predict those times
+    from dataflow.ring import _fit_rates, _ring_model
+    base = ring.Profile.named("a100-sxm")
+    _, blocks = _ring_model(ring._llama_config(TINY), "bf16")
+    layer, S = blocks[1], 64
+    R = base.peak_flops_bf16 * base.matmul_fraction
+
+    def seconds(T):
+        pairs = T / S * S * (S + 1) / 2
+        return (3 * layer.matmul_flops_per_token * (T + true_half) / R
+                + 3.5 * pairs * layer.attention_flops_per_pair / (base.peak_flops_bf16 * base.attention_fraction)
+                + 3 * layer.memory_bytes_per_token * T / base.memory_bytes_per_sec) / true_s
+
+    fitted = ring.Profile.named("a100-sxm")
+    s, half = _fit_rates(fitted._c, layer, "bf16", S, seconds(S), seconds(4 * S))
+    assert s == pytest.approx(true_s, rel=1e-9) and half == pytest.approx(true_half, abs=1e-6)
+    rate = fitted.peak_flops_bf16 * fitted.matmul_fraction
+    assert rate == pytest.approx(R * true_s, rel=1e-9) and 0 < fitted.attention_fraction <= 1
+    assert fitted.matmul_fraction <= 1 and fitted.matmul_half_tokens == half
+
+
+def test_fit_rates_without_a_visible_fixed_cost_uses_the_large_chunk():
+    # measured times growing faster than the model (noise): no negative falloff, the 4 x chunk's rate
+    from dataflow.ring import _fit_rates, _ring_model
+    _, blocks = _ring_model(ring._llama_config(TINY), "bf16")
+    fitted = ring.Profile.named("a100-sxm")
+    s, half = _fit_rates(fitted._c, blocks[1], "bf16", 64, 1e-6, 1e-3)
+    assert half == 0 and 0 < s < 1
+
+
+def test_calibrate_fits_to_a_model():
+    h = df.Handle("host", streams=2, threads=1)
+    try:
+        prof = ring.calibrate(h, size=128, tokens=128, transfer_bytes=1 << 20, repeats=1, config=TINY, seq_len=32,
+                              dtype="fp32")
+        big = ring.calibrate(h, size=128, tokens=128, transfer_bytes=1 << 20, repeats=1, config="llama3-8b",
+                             seq_len=8192)  # minutes of CPU: refused, said so
+        assert "not fitted to the model: measuring its layers would take" in big.source
+        assert big.matmul_fraction == 1
+        with pytest.raises(df.BadArgumentError, match="seq_len must be a positive integer, got 0"):
+            ring.calibrate(h, config=TINY, seq_len=0)
+        with pytest.raises(df.BadArgumentError, match="dtype must be 'bf16' or 'fp32', got 'fp8'"):
+            ring.calibrate(h, config=TINY, seq_len=32, dtype="fp8")
+    finally:
+        h.close()
+    assert "fitted to a fp32 layer of this model" in prof.source, prof.source
+    assert 0 < prof.matmul_fraction <= 1 and 0 < prof.attention_fraction <= 1 and prof.matmul_half_tokens >= 0
+    p = ring.plan(TINY, 32, "1GiB", "1GiB", tokens_per_step=128, profile=prof, dtype="fp32")
+    assert p.predicted_step_seconds > 0
+
+
 def test_cli_plan_prints_the_plan(capsys):
     assert cli.main(["plan", "--config", "llama3-8b", "--seq-len", "8192", "--tokens-per-step", "65536",
                      "--device-memory", "24GiB", "--host-memory", "128GiB", "--profile", "h100-sxm"]) == 0

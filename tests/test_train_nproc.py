@@ -72,6 +72,8 @@ def test_checkpoints_resume_with_any_number_of_processes(tmp_path):
     (["--nproc", "2", "--batch", "3"], "--batch: 3 sequences per step do not split evenly over 2 ranks; pass a "
                                        "multiple of 2"),
     (["--shard-optimizer"], "--shard-optimizer: shards the optimizer state over several ranks; add --nproc N"),
+    (["--nproc", "2", "--host-memory", "1GiB"], "--host-memory: data-parallel ranks (2) train all-resident and use "
+                                                 "no host memory budget"),
 ])
 def test_nproc_is_checked_before_anything_starts(stand_in, tmp_path, capsys, argv, message):  # noqa: F811
     assert run_cli("train", *SMALL, *argv, "--out", str(tmp_path / "run")) == 2

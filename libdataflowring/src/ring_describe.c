@@ -44,8 +44,8 @@ const char *dataflow_ring_optimizer_name(Dataflow_Ring_Optimizer o)
 {
 	static const char *names[DATAFLOW_RING_NUM_OPT] = {"device (resident state)",
 							   "device (state streamed through slots after the backward)",
-							   "device (state streamed under the next step's forward)",
-							   "host (under the next step's forward)"};
+							   "device (state streamed through slots of its own)",
+							   "host"};
 	return (int)o >= 0 && o < DATAFLOW_RING_NUM_OPT ? names[o] : "?";
 }
 

@@ -42,7 +42,8 @@ static inline uint64_t ring_clamp_bytes(double b)
 /* Fills plan's memory maps for c; returns 1 when it fits both capacities. */
 int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *device_peak,
 		double *host_total);
-/* Fills plan's timeline, transfer totals, step time, tokens/s and MFU for c; returns the step time. */
-double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan);
+/* Fills plan's timeline, transfer totals, step time, tokens/s and MFU for c (plan may be NULL);
+ * returns the step time, and the bytes a step moves over the link (in + out) in *link_bytes. */
+double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *link_bytes);
 
 #endif

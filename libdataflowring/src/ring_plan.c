@@ -183,10 +183,27 @@ static int slot_choices(int L, int *out)
 
 typedef struct {
 	int found;
-	double seconds;
+	double seconds, bytes; /* the best's predicted step and link bytes (in + out) */
 	Ring_Candidate best;
 	double min_device, min_device_host, min_host_fitting_device;
 } Search;
+
+/* Whether a candidate taking t seconds and moving bytes over the link beats the best so far.
+ * The model of time is an estimate (bench/ring.py measures it within ~20%), so a plan moving
+ * more bytes must be predicted faster by more than DATAFLOW_RING_TIE_MARGIN to win, and one
+ * moving fewer wins unless slower by more; equal bytes: the faster, then (equal times, e.g.
+ * nothing to transfer) fewer rounds, then larger chunks. */
+static int preferred(const Search *s, const Ring_Candidate *c, double t, double bytes)
+{
+	if (!s->found)
+		return 1;
+	if (fabs(t - s->seconds) > DATAFLOW_RING_TIE_MARGIN * s->seconds || bytes == s->bytes) {
+		if (fabs(t - s->seconds) > 1e-12 * s->seconds)
+			return t < s->seconds;
+		return c->rounds < s->best.rounds || (c->rounds == s->best.rounds && c->chunk > s->best.chunk);
+	}
+	return bytes < s->bytes;
+}
 
 /* With c's slots, as many layers' activations on the device as fit (more is never slower).
  * Returns 0 when even none fit the device: more slots will not either. */
@@ -221,13 +238,12 @@ static int try_candidate(const Ring_Context *x, Ring_Candidate c, Search *s)
 		s->min_host_fitting_device = host;
 	if (!fits)
 		return 1;
-	/* equal times (e.g. nothing to transfer): fewer rounds, then larger chunks */
-	double t = ring_time(x, &c, NULL);
-	int tie = s->found && fabs(t - s->seconds) <= 1e-12 * s->seconds &&
-		  (c.rounds < s->best.rounds || (c.rounds == s->best.rounds && c.chunk > s->best.chunk));
-	if (!s->found || t < s->seconds || tie) {
+	double bytes, t = ring_time(x, &c, NULL, &bytes);
+	int better = preferred(s, &c, t, bytes);
+	if (better) {
 		s->found = 1;
 		s->seconds = t;
+		s->bytes = bytes;
 		s->best = c;
 	}
 	return 1;
@@ -242,7 +258,9 @@ static void search_shape(const Ring_Context *x, Search *s, int64_t C, int64_t K,
 		for (int opt = 0; opt < DATAFLOW_RING_NUM_OPT; opt++)
 			for (int edge = 0; edge < 4; edge++) {
 				if ((x->model->tied && edge != 0 && edge != both) || /* a tied head reads the embedding */
-				    (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && edge != both))
+				    (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && edge != both) ||
+				    /* runs as the streamed one (nothing overlaps the next forward yet), in more memory */
+				    opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED)
 					continue;
 				for (int si = 0; si < num_slots; si++) {
 					int w = slots[si];
@@ -286,7 +304,7 @@ Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflo
 	Dataflow_Status st = setup(request, &x);
 	if (st != DATAFLOW_OK)
 		return st;
-	Search s = {0, 0, {0}, INFINITY, INFINITY, INFINITY};
+	Search s = {0, 0, 0, {0}, INFINITY, INFINITY, INFINITY};
 	search(&x, &s);
 	plan->device_capacity = request->device_bytes;
 	plan->host_capacity = request->host_bytes;
@@ -329,7 +347,8 @@ Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflo
 	}
 	plan->optimizer = c->opt;
 	plan->master_weights = request->master_weights;
-	plan->step_seconds = ring_time(&x, c, plan);
+	double link_bytes;
+	plan->step_seconds = ring_time(&x, c, plan, &link_bytes);
 	plan->tokens_per_second = (double)request->tokens_per_step / plan->step_seconds;
 	/* MFU: 6 N per token (N: weights met in matmuls, = matmul_flops_per_token / 2) plus 3x the
 	 * causal attention forward, over the step time at the dtype's peak */

@@ -3,8 +3,10 @@
  * in the backward, its offloaded activations and partial gradient), outbound offloading this
  * layer's activations (forward) or gradient (backward); the layer takes the longest of the
  * three (slots let a transfer run one layer ahead, not more, in this model: conservative).
- * The first layer's fetch is not hidden. Phases are summed over rounds; an optimizer that
- * overlaps the next step's forward is drawn under this step's forward (steady state). */
+ * The first layer's fetch is not hidden. Phases are summed over rounds. The optimizer runs
+ * after the backward, as the executor runs it (its apply ends with every stream waiting for the
+ * update, so no optimizer overlaps the next step's forward yet): per block, its transfers in
+ * and out and its update (device or host AdamW) run concurrently, blocks one after another. */
 #include <string.h>
 
 #include "ring_internal.h"
@@ -52,7 +54,7 @@ static void phase(Dataflow_Ring_Plan *plan, const char *name, const Span *s, dou
 	*clock += s->seconds;
 }
 
-double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan)
+double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *link_bytes)
 {
 	const Dataflow_Ring_Model *m = x->model;
 	const Dataflow_Ring_Block *emb = &m->blocks[0], *head = &m->blocks[m->num_blocks - 1];
@@ -119,11 +121,7 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 #undef IN
 #undef OUT
 
-	/* AdamW reads param, grad, m, v (master) and writes param, m, v (master). Overlapped (host,
-	 * or device streaming under the next step's forward, which waits for a block's update
-	 * before it uses the block), only the first block and what outlasts the forward's free
-	 * inbound time add to the step. */
-	double first = 0, total = 0;
+	/* AdamW reads param, grad, m, v (master) and writes param, m, v (master) */
 	for (int b = 0; b < m->num_blocks; b++) {
 		const Dataflow_Ring_Block *blk = &m->blocks[b];
 		int layer = b > 0 && b < m->num_blocks - 1;
@@ -132,38 +130,26 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 		double state = (double)(blk->sizes.bytes[DATAFLOW_BLOCK_ADAM_M] + blk->sizes.bytes[DATAFLOW_BLOCK_ADAM_V] +
 					(x->master ? blk->sizes.bytes[DATAFLOW_BLOCK_MASTER] : 0));
 		double p = (double)blk->sizes.bytes[DATAFLOW_BLOCK_PARAM], g = (double)blk->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-		double touched = 2 * p + g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate, host = 0;
-		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out */
-			in = res ? p : 0, out = gres ? g : 0, compute = 0, host = touched / x->host_adamw;
+		double touched = 2 * p + g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate;
+		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out;
+							  * the host's update counts as the phase's compute */
+			in = res ? p : 0, out = gres ? g : 0, compute = touched / x->host_adamw;
 		} else if (c->opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
 			in = state + (res ? 0 : p) + (gres ? 0 : g), out = state + (res ? 0 : p);
 		}
 		in_bytes += in, out_bytes += out;
 		add(&opt, in / x->h2d, compute, out / x->d2h);
-		double block = max3(in / x->h2d, compute > host ? compute : host, out / x->d2h);
-		first = b == 0 ? block : first;
-		total += block;
-	}
-	/* Overlapped, the timeline is a steady-state step: the previous step's optimizer runs from
-	 * its start, under a forward it holds back by what does not hide. */
-	int overlapped = c->opt == DATAFLOW_RING_OPT_HOST || c->opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED;
-	if (overlapped) {
-		double extra = total - (fwd.seconds - fwd.in);
-		fwd.seconds += extra > first ? extra : first;
-		opt.seconds = total;
 	}
 	if (plan) {
-		double clock = 0, start = 0;
+		double clock = 0;
 		plan->num_phases = 0;
-		if (overlapped)
-			phase(plan, "optimizer (previous step)", &opt, &start);
 		phase(plan, "forward", &fwd, &clock);
 		phase(plan, "head (turn)", &turn, &clock);
 		phase(plan, "backward", &bwd, &clock);
-		if (!overlapped)
-			phase(plan, "optimizer", &opt, &clock);
+		phase(plan, "optimizer", &opt, &clock);
 		plan->inbound_bytes = ring_clamp_bytes(in_bytes);
 		plan->outbound_bytes = ring_clamp_bytes(out_bytes);
 	}
-	return fwd.seconds + turn.seconds + bwd.seconds + (overlapped ? 0 : opt.seconds);
+	*link_bytes = in_bytes + out_bytes;
+	return fwd.seconds + turn.seconds + bwd.seconds + opt.seconds;
 }

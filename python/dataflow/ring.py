@@ -83,21 +83,35 @@ def _best_seconds(fn, h, repeats):
     return best
 
 
-def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_bytes=64 << 20, repeats=3):
+def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_bytes=64 << 20, repeats=3,
+              config=None, seq_len=None, dtype="bf16", fit_seconds=10.0):
     """The `host` profile of a handle, measured: a bf16 and an fp32 matmul (size^3) and a bf16 one
     of size / 16 rows give the peaks (matmul_fraction 1: the planner predicts what these ops
     reach) and matmul_half_tokens (the row count at half rate), a causal attention over
     `tokens` tokens its fraction of the bf16 matmul rate, an fp32 add (3 arrays of size^2 x 4
-    elements) the memory-bound speed, transfers of transfer_bytes each way the link. About a second."""
+    elements) the memory-bound speed, transfers of transfer_bytes each way the link. About a second.
+
+    config (a preset, HF config dict or LlamaConfig): then fitted to that model, whose small
+    shapes run far from these large-op rates (see _fit_to_model): a two-layer model of its
+    shapes trains on one and on four sequences of seq_len tokens (default: its
+    max_position_embeddings), in `dtype`, when that is predicted to take at most fit_seconds
+    (else the profile's source says it was not fitted)."""
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"calibrate: handle must be a dataflow.Handle, got {type(handle).__name__}")
+    cfg = None if config is None else _llama_config(config)
+    if cfg is not None:
+        seq_len = cfg.max_position_embeddings if seq_len is None else seq_len
+        if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len <= 0:
+            raise BadArgumentError(f"calibrate: seq_len must be a positive integer, got {seq_len!r}")
+        if dtype not in ("bf16", "fp32"):
+            raise BadArgumentError(f"calibrate: dtype must be 'bf16' or 'fp32', got {dtype!r}")
     h, rng = handle, np.random.default_rng(0)
     x = rng.standard_normal((size, size), dtype=np.float32)
     rates = {}
-    for dtype in ("bf16", "fp32"):
-        a, out = h.from_numpy(x, dtype=dtype), h.empty((size, size), "fp32")
+    for kind in ("bf16", "fp32"):
+        a, out = h.from_numpy(x, dtype=kind), h.empty((size, size), "fp32")
         t = _best_seconds(lambda: ops.matmul(h, a, a, out=out, transpose_b=True), h, repeats)
-        rates[dtype] = 2.0 * size**3 / t
+        rates[kind] = 2.0 * size**3 / t
     # the falloff with rows: rate(T) = R T / (T + half) through (size / 16, size) rows, bf16
     rows = max(1, size // 16)
     a, w, out = h.from_numpy(x[:rows], dtype="bf16"), h.from_numpy(x, dtype="bf16"), h.empty((rows, size), "fp32")
@@ -129,7 +143,101 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_byt
                                f"causal attention {tokens} tokens x {heads} heads x {head_dim}, add of "
                                f"{big.nbytes >> 20} MiB, {host.nbytes} byte transfers".encode())
     c.source = source
+    if cfg is None:
+        return Profile(c, keep=source)
+    fit = _fit_to_model(h, c, cfg, int(seq_len), dtype, repeats, fit_seconds)
+    source = ffi.new("char[]", ffi.string(source) + f"; {fit}".encode())
+    c.source = source
     return Profile(c, keep=source)
+
+
+def _layer_seconds(h, cfg, seq_len, dtype, rows, repeats):
+    """{r: seconds of a layer's forward + backward (save level "all")} when a two-layer model of
+    cfg's shapes trains on r sequences of seq_len tokens, for each r in rows, from the model's
+    trace: the sizes take turns, so load coming and going on a shared machine hits all alike,
+    and the least loaded step of each counts (this machine's speed, not its neighbours')."""
+    from .models.llama import Llama
+    from .models.trainer import Trainer
+    small = LlamaConfig.from_dict({**cfg.to_dict(), "num_hidden_layers": 2,
+                                   "max_position_embeddings": max(seq_len, cfg.max_position_embeddings)})
+    model = Llama(h, small, dtype=dtype, seed=0, save_level="all")
+    rng = np.random.default_rng(0)
+    batches = {r: rng.integers(0, small.vocab_size, (r, seq_len)) for r in rows}
+    order = [r for _ in range(repeats) for r in rows]
+    try:
+        trainer = Trainer(model, lr=1e-6)
+        for r in rows:  # warm-up: first-use costs (kernel setup, primitive caches)
+            trainer.step(batches[r])
+        trainer.start_trace()
+        for r in order:
+            trainer.step(batches[r])
+        spans, _ = trainer.trace_events()
+        trainer.stop_trace()
+    finally:
+        model.close()
+    per_step = {}
+    for s in spans:
+        if 1 <= s["block"] <= 2 and s["what"] in ("forward", "backward"):
+            per_step[s["step"]] = per_step.get(s["step"], 0.0) + (s["end"] - s["start"]) / 2
+    best = {}
+    for r, step in zip(order, sorted(per_step)):
+        best[r] = min(best.get(r, np.inf), per_step[step])
+    return best
+
+
+def _fit_to_model(h, c, cfg, seq_len, dtype, repeats, budget):
+    """Fits the measured profile c to the model (see _fit_rates) from a layer's forward + backward
+    measured at T = seq_len and 4 x seq_len tokens, unless that would take more than budget
+    seconds; returns what was done, for the profile's source."""
+    ring_model, blocks = _ring_model(cfg, dtype)
+    layer = blocks[1]
+    # steps (warm-up + 2 x repeats) x 2 layers x both sizes; small shapes ran 3x slower than
+    # the large ops here: 4x is the margin
+    estimate = (1 + 2 * repeats) * 2 * sum(_layer_model_seconds(c, layer, dtype, seq_len, T)
+                                           for T in (seq_len, 4 * seq_len)) * 4
+    if estimate > budget:
+        return f"not fitted to the model: measuring its layers would take ~{estimate:.0f} s (budget {budget:g} s)"
+    measured = _layer_seconds(h, cfg, seq_len, dtype, (1, 4), 2 * repeats)
+    s, half = _fit_rates(c, layer, dtype, seq_len, measured[1], measured[4])
+    del ring_model
+    return (f"fitted to a {dtype} layer of this model: forward + backward {measured[1] * 1e3:.2f} ms at {seq_len} "
+            f"tokens, {measured[4] * 1e3:.2f} ms at {4 * seq_len}; rates x{s:.3g}, matmul_half_tokens {half:.0f}")
+
+
+def _layer_model_seconds(c, layer, dtype, seq_len, T):
+    """The planner's time (ring_time.c) for a layer's forward + backward at save level all over a
+    chunk of T tokens (whole sequences of seq_len), without the matmul falloff."""
+    peak = c.peak_flops_bf16 if dtype == "bf16" else c.peak_flops_fp32
+    pairs = T / seq_len * seq_len * (seq_len + 1) / 2
+    return (3 * layer.matmul_flops_per_token * T / (peak * c.matmul_fraction)
+            + 3.5 * pairs * layer.attention_flops_per_pair / (peak * c.attention_fraction)
+            + 3 * layer.memory_bytes_per_token * T / c.memory_bytes_per_sec)
+
+
+def _fit_rates(c, layer, dtype, seq_len, q1, q2):
+    """Scales profile c's rates so that the planner's time for a layer's forward + backward over
+    a chunk of T tokens (ring_time.c, save level all),
+        (P(T) + 3 F half / R) / s,   P(T): _layer_model_seconds,
+    is q1 at T = seq_len and q2 at 4 x seq_len (F: the layer's matmul flops per token, R: the
+    matmul rate). s scales every rate (the model's shapes against the large ops measured) and
+    half is matmul_half_tokens, which absorbs what a chunk costs whatever its size (op launches,
+    small-shape kernels). s > 1 raises the peaks (fractions stay <= 1). Returns (s, half)."""
+    R = (c.peak_flops_bf16 if dtype == "bf16" else c.peak_flops_fp32) * c.matmul_fraction
+    F = layer.matmul_flops_per_token
+    p1, p2 = (_layer_model_seconds(c, layer, dtype, seq_len, T) for T in (seq_len, 4 * seq_len))
+    s = (p2 - p1) / (q2 - q1) if q2 > q1 else 0.0
+    half = (s * q1 - p1) * R / (3 * F) if s > 0 else -1.0
+    if not half >= 0:  # noise, or no fixed cost to see: the large chunk's rate alone
+        s, half = p2 / q2, 0.0
+    if s <= 1:
+        c.matmul_fraction *= s
+        c.attention_fraction *= s
+    else:
+        c.peak_flops_bf16 *= s
+        c.peak_flops_fp32 *= s
+    c.memory_bytes_per_sec *= s
+    c.matmul_half_tokens = half
+    return s, half
 
 
 def _llama_config(config):

@@ -4,6 +4,8 @@ training steps through the ring executor (dataflow.ring_executor) with the all-r
 Trainer's semantics: a step's documents are packed into chunks of whole documents (at most the
 plan's chunk_tokens each, in order), every chunk's gradient scaled by 1 / the step's labelled
 tokens, so a step is one AdamW update on the mean loss of the whole batch."""
+import json
+
 import numpy as np
 
 from . import ring
@@ -16,19 +18,22 @@ from .models.llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, SAVE_LEVELS
 from .ring_executor import RingExecutor
 
 STREAMS = 4  # compute, inbound, outbound, optimizer (ring_executor.h)
-_PROFILES = {}  # backend -> its measured profile, calibrated once per process
+_PROFILES = {}  # (backend, model, seq_len, dtype) -> its measured profile, calibrated once per process
 
 
-def measured_profile(backend):
-    """The speeds of this machine's `backend` device, measured once per process (about a second)
-    on an uncapped handle of it: a Trainer's default, so predicted times are this machine's."""
-    if backend not in _PROFILES:
+def measured_profile(backend, config, seq_len, dtype):
+    """The speeds of this machine's `backend` device on `config`'s layers, measured once per
+    process on an uncapped handle of it (a second or two; fitted to the model where that is
+    quick, dataflow.ring.calibrate): a Trainer's default, so predicted times are this machine's."""
+    key = (backend, json.dumps(config.to_dict(), sort_keys=True), seq_len, dtype)
+    if key not in _PROFILES:
         h = Handle(backend, streams=2)
         try:
-            _PROFILES[backend] = ring.calibrate(h, size=512, tokens=512, transfer_bytes=16 << 20, repeats=2)
+            _PROFILES[key] = ring.calibrate(h, size=512, tokens=512, transfer_bytes=16 << 20, repeats=2,
+                                            config=config, seq_len=seq_len, dtype=dtype, fit_seconds=5.0)
         finally:
             h.close()
-    return _PROFILES[backend]
+    return _PROFILES[key]
 
 
 def _positive(value, name):
@@ -62,9 +67,10 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile):
     if model.placement == "device" and resident_training_bytes(model, tokens) <= free:
         return None
     host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
+    if profile is None:
+        profile = measured_profile(h.backend, config, seq_len, model.dtype)
     try:
-        return ring.plan(config, seq_len, free, host, tokens_per_step=tokens,
-                         profile=measured_profile(h.backend) if profile is None else profile, dtype=model.dtype,
+        return ring.plan(config, seq_len, free, host, tokens_per_step=tokens, profile=profile, dtype=model.dtype,
                          master_weights=model.master_weights)
     except OutOfMemoryError as e:  # the planner's GiB figures round small models to 0.00: add the bytes
         raise OutOfMemoryError(f"{e} (in bytes: {free:,} device free, {host:,} host; the smallest plan needs "

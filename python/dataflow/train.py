@@ -207,6 +207,9 @@ def prepare(args, ranks=1):
     if args.shard_optimizer and ranks == 1:
         raise BadArgumentError("--shard-optimizer: shards the optimizer state over several ranks; add --nproc N "
                                "(N >= 2) or run under mpirun -n N")
+    if args.host_memory is not None and ranks > 1:  # the ring (its only user) is single-rank for now
+        raise BadArgumentError(f"--host-memory: data-parallel ranks ({ranks}) train all-resident and use no host "
+                               "memory budget; drop --host-memory, or train on one rank to plan into the ring")
     if plan.run["batch"] % ranks:
         raise BadArgumentError(f"--batch: {plan.run['batch']} sequences per step do not split evenly over {ranks} "
                                f"ranks; pass a multiple of {ranks}")

@@ -2,7 +2,7 @@
  * on hand-made models: everything fits -> all resident and no transfers, with the memory map
  * and the flops recomputed here from the config; shrinking device memory -> slots and offload
  * appear, every memory map stays within its capacities and the predicted step never gets
- * faster; nothing fits -> an error whose minimum numbers are themselves enough; hostile
+ * faster (by more than the 2% a plan moving fewer link bytes may lose to one moving more); nothing fits -> an error whose minimum numbers are themselves enough; hostile
  * requests -> errors naming the field, never a crash. */
 #include <math.h>
 #include <stdio.h>
@@ -183,12 +183,13 @@ static void test_shrinking_device(const Model *m, const Dataflow_Device_Profile 
 			r.device_bytes = p->min_device_bytes;
 			CHECK(dataflow_ring_plan(&r, p));
 			expect_within_capacity(p, "at the minimum");
-			EXPECT_THAT(p->step_seconds >= last, "minimum plan %g no faster than %g", p->step_seconds, last);
+			EXPECT_THAT(p->step_seconds >= last * (1 - DATAFLOW_RING_TIE_MARGIN),
+				    "minimum plan %g no faster than %g", p->step_seconds, last);
 			break;
 		}
 		expect_within_capacity(p, "shrinking");
-		EXPECT_THAT(p->step_seconds >= last * (1 - 1e-12), "at %.2f GiB: %g s < %g s", (double)device / GIB,
-		       p->step_seconds, last);
+		EXPECT_THAT(p->step_seconds >= last * (1 - DATAFLOW_RING_TIE_MARGIN), "at %.2f GiB: %g s < %g s",
+			    (double)device / GIB, p->step_seconds, last);
 		last = p->step_seconds;
 		if (p->optimizer == DATAFLOW_RING_OPT_DEVICE_RESIDENT) /* it updates every block in place */
 			EXPECT_THAT(p->weight_slots == 32 && p->grad_slots == 32 && p->embedding_resident && p->head_resident,

@@ -27,9 +27,10 @@
  *   Layers keeping theirs on the device are the LAST ones (the backward needs them first).
  *   The optimizer (after the global gradient norm is known) runs on the device with every
  *   block's state resident; on the device streaming param, grad, m, v (and master) through
- *   optimizer slots, either after the backward in the ring's memory or under the next
- *   step's forward (block by block, the forward waiting for a block's update) in slots of
- *   its own; or on the host, also under the next step's forward.
+ *   optimizer slots, in the ring's memory (STREAMED) or in slots of their own (OVERLAPPED:
+ *   meant to run under the next step's forward; the executor runs it after the backward like
+ *   STREAMED, so the planner does not choose it); or on the host. Every optimizer runs after
+ *   the backward: the executor's apply ends with all its streams waiting for the update.
  *
  * How the executor (next) consumes a plan, on any backend through the public dataflow_* calls:
  *   - refuse a plan made for another model: num_layers and model_param_bytes must match the
@@ -52,18 +53,22 @@
  * outbound run concurrently and a layer takes the longest of the three; compute =
  * matmul flops / (peak * matmul_fraction) + attention flops / (peak * attention_fraction) +
  * memory-bound bytes / memory_bytes_per_sec; backward = 2x forward matmul and memory,
- * 2.5x forward attention, plus the recompute its save level asks for.
+ * 2.5x forward attention, plus the recompute its save level asks for; the optimizer after
+ * the backward. The fastest plan wins, but one moving more bytes over the link must be
+ * predicted faster by more than DATAFLOW_RING_TIE_MARGIN than one moving fewer.
  * MFU = (6 * N * tokens + 3 * attention forward flops) / (step seconds * peak), N = the
  * weights tokens meet in matmuls (layers and LM head, not the embedding gather), attention
  * flops counted over the causal window: the model's flops, recompute excluded. */
 
+/* A plan moving more bytes over the link wins only when predicted faster by more than this */
+#define DATAFLOW_RING_TIE_MARGIN 0.02
 #define DATAFLOW_RING_MAX_LAYERS 1024
 #define DATAFLOW_RING_NAME_MAX 48
 
 typedef enum {
 	DATAFLOW_RING_OPT_DEVICE_RESIDENT = 0,
 	DATAFLOW_RING_OPT_DEVICE_STREAMED = 1,    /* after the backward, in the ring's memory */
-	DATAFLOW_RING_OPT_DEVICE_OVERLAPPED = 2,  /* under the next step's forward, in its own slots */
+	DATAFLOW_RING_OPT_DEVICE_OVERLAPPED = 2,  /* in its own slots (not chosen: see above) */
 	DATAFLOW_RING_OPT_HOST = 3,
 	DATAFLOW_RING_NUM_OPT = 4
 } Dataflow_Ring_Optimizer;
