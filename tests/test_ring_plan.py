@@ -162,6 +162,16 @@ def test_cli_plan_json_and_config_file(tmp_path, capsys):
     assert out["weight_slots"] == 3 and out["step_seconds"] > 0 and len(out["phases"]) == 4
 
 
+def test_cli_plan_on_this_host_fits_the_model(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", **TINY}))
+    assert cli.main(["plan", "--config", str(path), "--seq-len", "32", "--tokens-per-step", "128", "--device-memory",
+                     "1GiB", "--host-memory", "1GiB", "--dtype", "fp32", "--profile", "host", "--threads", "1",
+                     "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "fitted to a fp32 layer of this model" in out["profile"] and out["step_seconds"] > 0
+
+
 def test_cli_plan_timeline_picture(tmp_path, capsys):
     path = tmp_path / "timeline.png"
     argv = ["plan", "--config", "llama3-8b", "--seq-len", "8192", "--tokens-per-step", "131072",

@@ -236,7 +236,7 @@ def plan(args):
     if args.profile == "host":
         handle = Handle("host", streams=2, threads=args.threads)
         try:
-            profile = ring.calibrate(handle)
+            profile = ring.calibrate(handle, config=config, seq_len=seq_len, dtype=args.dtype)
         finally:
             handle.close()
     elif args.profile in ring.profile_names():
@@ -255,7 +255,8 @@ def plan(args):
                           "rounds_per_step": p.rounds_per_step, "weight_slots": p.weight_slots,
                           "grad_slots": p.grad_slots, "optimizer": p.optimizer, "save_levels": p.save_levels,
                           "activations_on_device": p.activations_on_device, "device_memory": p.device_memory,
-                          "host_memory": p.host_memory, "phases": p.phases}, indent=2))
+                          "host_memory": p.host_memory, "phases": p.phases,
+                          "profile": profile.source if isinstance(profile, ring.Profile) else profile}, indent=2))
     else:
         print(p.describe(), end="")
     return 0
@@ -270,7 +271,8 @@ def _add_plan(sub):
     p.add_argument("--device-memory", dest="device_memory", required=True, help="device capacity, e.g. 24GiB")
     p.add_argument("--host-memory", dest="host_memory", required=True, help="host memory to use, e.g. 60GiB")
     p.add_argument("--profile", default="h100-sxm",
-                   help=f"device speeds: {', '.join(ring.profile_names())} or host (measured now; default h100-sxm)")
+                   help=f"device speeds: {', '.join(ring.profile_names())} or host (measured now, fitted to the "
+                        "model when that is quick; default h100-sxm)")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="model dtype (default bf16)")
     p.add_argument("--master-weights", dest="master_weights", action="store_true",
                    help="bf16: fp32 master weights for AdamW")
