@@ -38,6 +38,7 @@ typedef struct {
 	int64_t stride;
 	char *base; /* device or host: chunk c at base + c * stride */
 	Track *tracks; /* host copies, per chunk */
+	char *kv_k, *kv_v; /* plan.kv_context: the round's keys and values [K * T, kvd] on the device */
 } Ring_Acts;
 
 struct Dataflow_Ring_Executor {
@@ -47,6 +48,7 @@ struct Dataflow_Ring_Executor {
 	int s[RS_NUM];
 	int L, N;                /* layers, blocks */
 	int64_t T, K, H, es;     /* chunk tokens, chunks per round, hidden size, bytes per element */
+	int64_t kvd;             /* a token's key (or value) elements: num_kv_heads * head_dim */
 	int tied, master;
 	Ring_Block *blocks;
 	/* device */
@@ -68,6 +70,7 @@ struct Dataflow_Ring_Executor {
 	void *recomputed, *dacts, *workspace, *head_saved;
 	int32_t **dev_batch;
 	Track *batch_track;
+	float *ctx_dk, *ctx_dv;  /* plan.kv_context: a document's dK, dV [seq_len, kvd] fp32 */
 	float *dev_losses;       /* [K * T] */
 	Track losses_track;
 	void *opt_slot[2];       /* streamed optimizer */

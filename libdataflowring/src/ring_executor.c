@@ -140,6 +140,14 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 			a->base = carve(&training, x->K * a->stride);
 		else
 			max_stride = max_i64(max_stride, a->stride);
+		if (p->kv_context) { /* check_plan: only with the activations on the device */
+			a->kv_k = carve(&training, x->K * x->T * x->kvd * x->es);
+			a->kv_v = carve(&training, x->K * x->T * x->kvd * x->es);
+		}
+	}
+	if (p->kv_context) {
+		x->ctx_dk = carve(&training, p->seq_len * x->kvd * 4);
+		x->ctx_dv = carve(&training, p->seq_len * x->kvd * 4);
 	}
 	dataflow_block_acts_bytes(x->model, x->N - 1, DATAFLOW_SAVE_ALL, x->T, &head_saved, NULL, &head_dacts);
 	for (int i = 0; i < 3; i++)
@@ -216,11 +224,13 @@ static Dataflow_Status check_plan(Dataflow_Ring_Executor *x, const Dataflow_Ring
 					  "optimizer %d)",
 					  (long long)p->chunk_tokens, (long long)p->chunks_per_round,
 					  (long long)p->rounds_per_step, p->weight_slots, p->grad_slots, x->L, (int)p->optimizer);
-	if (p->kv_context)
-		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
-					  "ring executor: the plan splits sequences of %lld tokens into chunks of %lld over a "
-					  "K/V context, which the executor does not run yet; plan with more device memory",
-					  (long long)p->seq_len, (long long)p->chunk_tokens);
+	for (int l = 0; l < x->L && p->kv_context; l++)
+		if (!p->activations_on_device[l])
+			return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+						  "ring executor: the plan splits sequences of %lld tokens into chunks of %lld "
+						  "over a K/V context and offloads layer %d's activations, which the executor "
+						  "does not run yet (a K/V context needs every layer's activations on the device)",
+						  (long long)p->seq_len, (long long)p->chunk_tokens, l);
 	if (p->master_weights && x->blocks[1].bytes[DATAFLOW_BLOCK_MASTER] == 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring executor: the plan keeps fp32 master weights, but the model is not bf16");
@@ -297,6 +307,7 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	x->L = x->N - 2;
 	x->tied = cfg->tie_embeddings;
 	x->H = cfg->hidden_size;
+	x->kvd = cfg->num_kv_heads * cfg->head_dim;
 	x->es = cfg->dtype == DATAFLOW_BF16 ? 2 : 4;
 	x->blocks = calloc((size_t)x->N, sizeof(Ring_Block));
 	if (!x->blocks)
@@ -315,9 +326,10 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	x->K = plan->chunks_per_round;
 	x->W = plan->weight_slots;
 	x->G = plan->grad_slots;
-	/* chunks hold whole sequences: up to T / seq_len documents, and some slack for ragged ones */
+	/* chunks hold whole sequences: up to T / seq_len documents, and some slack for ragged ones;
+	 * a K/V context's {0, past + T} (Dataflow_Block_KV.cu_k) after the batch */
 	int64_t docs = x->T / plan->seq_len + 64;
-	x->batch_numel = dataflow_batch_buffer_numel(x->T, docs < x->T ? docs : x->T, 1);
+	x->batch_numel = dataflow_batch_buffer_numel(x->T, docs < x->T ? docs : x->T, 1) + (plan->kv_context ? 2 : 0);
 	int64_t K = x->K;
 	x->wslot = calloc((size_t)x->W, sizeof(void *));
 	x->wslot_layer = malloc((size_t)x->W * sizeof(int));

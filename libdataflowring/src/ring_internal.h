@@ -18,6 +18,13 @@ typedef struct {
 	int device_layers;   /* the last device_layers layers keep activations on the device */
 } Ring_Candidate;
 
+/* Chunks are pieces of sequences attending over a K/V context (the executor keeps every
+ * layer's keys and values of the round on the device: all activations stay there). */
+static inline int ring_kv_context(const Dataflow_Ring_Request *r, const Ring_Candidate *c)
+{
+	return c->chunk < r->seq_len;
+}
+
 /* Validated request and the figures derived from it once. */
 typedef struct {
 	const Dataflow_Ring_Request *req;
@@ -27,6 +34,7 @@ typedef struct {
 	double matmul_rate, attention_rate, memory_rate, peak;
 	double max_param, max_grad;  /* of a layer: a slot's bytes */
 	int master;                  /* the MASTER kind counts */
+	double kv_grad_ratio;        /* a K/V context's fp32 gradient bytes per byte of keys and values */
 } Ring_Context;
 
 static inline const Dataflow_Ring_Block *ring_layer(const Ring_Context *x, int l)

@@ -13,10 +13,12 @@ static double opt_state_bytes(const Ring_Context *x, const Dataflow_Ring_Block *
 	       (x->master ? kind_bytes(b, DATAFLOW_BLOCK_MASTER) : 0);
 }
 
-/* a layer's input and saved activations for one chunk, with 64-byte alignment per array */
+/* a layer's input and saved activations for one chunk, with 64-byte alignment per array; with
+ * a K/V context also the chunk's keys and values, kept from the forward to the backward */
 static double layer_chunk_acts(const Ring_Context *x, const Dataflow_Ring_Block *b, const Ring_Candidate *c)
 {
-	return (double)(b->sizes.saved_bytes_per_token[c->level] + x->model->hidden_bytes_per_token) *
+	double kv = ring_kv_context(x->req, c) ? (double)b->kv_bytes_per_token : 0;
+	return ((double)(b->sizes.saved_bytes_per_token[c->level] + x->model->hidden_bytes_per_token) + kv) *
 		       (double)c->chunk + 16 * 64;
 }
 
@@ -82,11 +84,11 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 	dev[DATAFLOW_RING_DEV_OFFLOAD_STAGING] = c->device_layers < L ? 3 * max_stage : 0;
 	/* one chunk's recomputed, dacts, workspace and head activations; every chunk of the round's
 	 * last hidden state, dy and dx (layer-major: a layer's backward runs all chunks); the
-	 * round's packed batches and token losses; a layer's K/V context and its gradient */
+	 * round's packed batches and token losses; the fp32 dK, dV of one sequence (K/V context) */
 	double kv = 0;
-	for (int l = 0; l < L && c->chunk < x->req->seq_len; l++)
-		if (4 * (double)ring_layer(x, l)->kv_bytes_per_token * (double)x->req->seq_len > kv)
-			kv = 4 * (double)ring_layer(x, l)->kv_bytes_per_token * (double)x->req->seq_len;
+	for (int l = 0; l < L && ring_kv_context(x->req, c); l++)
+		if (x->kv_grad_ratio * (double)ring_layer(x, l)->kv_bytes_per_token * (double)x->req->seq_len + 2 * 64 > kv)
+			kv = x->kv_grad_ratio * (double)ring_layer(x, l)->kv_bytes_per_token * (double)x->req->seq_len + 2 * 64;
 	dev[DATAFLOW_RING_DEV_CHUNK_WORKING] =
 		(max_recomputed + max_dacts + (double)head->sizes.saved_bytes_per_token[c->level]) * T +
 		(double)m->workspace_fixed_bytes + (double)m->workspace_bytes_per_token * T + 3 * K * H * T +
