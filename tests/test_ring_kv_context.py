@@ -13,7 +13,7 @@ import pytest
 
 import dataflow as df
 from dataflow._ffi import ffi, modelslib
-from dataflow.errors import BadArgumentError, OutOfMemoryError, UnsupportedError
+from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
 from dataflow.ring_executor import RingExecutor
@@ -50,15 +50,15 @@ def assert_close(got, want, rtol):
     assert np.abs(got - want).max() <= rtol * np.abs(want).max(), (np.abs(got - want).max(), np.abs(want).max())
 
 
-def train_both(cap, dtype="fp32", master=False, steps=4, grad_rtol=1e-5, plan=None):
+def train_both(cap, dtype="fp32", master=False, steps=4, grad_rtol=1e-5, plan=None, bandwidth=None):
     """Ring (handle capped at cap) on pieces vs the resident model on whole sequences, every
     step's gradients compared (max-relative grad_rtol); returns (ring losses, resident losses,
     ring weights, resident weights, handle, executor, plan). plan: the planner's for cap unless
-    given."""
+    given; bandwidth: the handle's link throttle."""
     plan = plan or plan_for(cap, dtype, master)
     ref_h = df.Handle("host")
     ref = df.models.Llama(ref_h, CFG, dtype=dtype, seed=1, master_weights=master)
-    h = df.Handle("host", device_memory=cap)
+    h = df.Handle("host", device_memory=cap, transfer_bandwidth=bandwidth)
     ex = RingExecutor(h, LlamaConfig.from_dict(CFG), plan, dtype)
     for b in range(ex.num_blocks):
         for kind in (0, 4) if master else (0,):
@@ -95,27 +95,31 @@ def train_both(cap, dtype="fp32", master=False, steps=4, grad_rtol=1e-5, plan=No
 def kv_caps(dtype="fp32", master=False):
     """The smallest plan's cap and larger ones whose plans still split sequences."""
     low = smallest_cap(dtype, master)
-    return [cap for cap in (low, low * 11 // 10, low * 5 // 4, low * 3 // 2)
+    return [cap for cap in (low, low * 21 // 20, low * 11 // 10, low * 5 // 4, low * 3 // 2)
             if plan_for(cap, dtype, master).kv_context]
 
 
 def test_plans_split_sequences_at_small_caps():
     """The caps the tests below use: the smallest plan and larger ones split sequences, over
-    several rounds, with streamed weights and more than one optimizer placement (else the
-    equality tests would not exercise them); a large cap runs whole sequences."""
+    several rounds, with streamed weights, activations (and K/V) offloaded or kept, more than
+    one optimizer placement and save level (else the equality tests would not exercise them);
+    a large cap runs whole sequences."""
     caps = kv_caps()
-    assert len(caps) >= 4 and caps[0] == smallest_cap(), caps
+    assert len(caps) == 5 and caps[0] == smallest_cap(), caps
     plans = [plan_for(cap) for cap in caps]
-    assert all(p.chunk_tokens < SEQ and all(p.activations_on_device) for p in plans)
+    assert all(p.chunk_tokens < SEQ for p in plans)
+    assert {all(p.activations_on_device) for p in plans} == {False, True}
     assert any(p.rounds_per_step > 1 for p in plans) and any(p.weight_slots < CFG["num_hidden_layers"] for p in plans)
-    assert len({p.optimizer for p in plans}) >= 2
+    assert len({p.optimizer for p in plans}) >= 2 and len({p.save_levels[0] for p in plans}) == 2
     assert not plan_for("64MiB").kv_context
 
 
-@pytest.mark.parametrize("which", range(4))
-def test_fp32_ring_over_a_context_equals_whole_sequences(which):
+@pytest.mark.parametrize("which, bandwidth", [(0, None), (0, 20e6), (1, None), (2, None), (3, None), (4, None)])
+def test_fp32_ring_over_a_context_equals_whole_sequences(which, bandwidth):
+    """bandwidth: a slow link, so the K/V rows going out and coming in lag behind compute (a
+    missing event between them shows)."""
     cap = kv_caps()[which]
-    ring_l, ref_l, ring_w, ref_w, h, ex, plan = train_both(cap)
+    ring_l, ref_l, ring_w, ref_w, h, ex, plan = train_both(cap, bandwidth=bandwidth)
     assert plan.kv_context
     np.testing.assert_allclose(ring_l, ref_l, rtol=1e-5, atol=0)
     for a, b in zip(ring_w, ref_w):
@@ -124,14 +128,18 @@ def test_fp32_ring_over_a_context_equals_whole_sequences(which):
     assert ex.host_bytes() <= plan.host_capacity
 
 
-def test_every_save_level_and_rounds_of_several_sequences():
+@pytest.mark.parametrize("on_device", [(0, 0, 0), (0, 1, 1), (1, 1, 1)])
+def test_every_save_level_and_rounds_of_several_sequences(on_device):
     """The smallest plan regrouped into one round of both sequences (4 chunks: a layer's K/V
     holds two documents), its layers at SAVE_ALL, SAVE_ATTENTION and SAVE_INPUT (recompute
-    reads the context, or rewrites its own rows, or does nothing), on an uncapped handle."""
+    does nothing, or rewrites its own rows, or reads the context), activations offloaded by
+    every layer, by the first (its K/V through one staging pair), or none, on an uncapped
+    handle."""
     plan = plan_for(smallest_cap())
     plan._c.chunks_per_round, plan._c.rounds_per_step = plan.chunks_per_round * plan.rounds_per_step, 1
     for layer, level in enumerate((2, 1, 0)):
         plan._c.save_level[layer] = level
+        plan._c.activations_on_device[layer] = on_device[layer]
     plan._c.device_capacity = 64 << 20
     assert plan.chunks_per_round * plan.chunk_tokens == 2 * SEQ
     ring_l, ref_l, ring_w, ref_w, h, ex, plan = train_both("64MiB", steps=3, plan=plan)
@@ -179,11 +187,3 @@ def test_pieces_that_do_not_continue_are_refused():
         whole.accumulate([second], False, 1.0)
     with pytest.raises(BadArgumentError, match=r"past: expected 0, or a positive count .* ONE document"):
         PackedBatch([row[:4], row[4:8]], None, None, vocab, True, past=4)
-
-
-def test_offloaded_activations_with_a_context_are_refused():
-    """Not yet supported: the executor refuses, the planner never returns such a plan."""
-    plan = plan_for(smallest_cap())
-    plan._c.activations_on_device[0] = 0
-    with pytest.raises(UnsupportedError, match=r"over a K/V context and offloads layer 0's activations"):
-        RingExecutor(df.Handle("host"), LlamaConfig.from_dict(CFG), plan, "fp32")

@@ -38,7 +38,12 @@ typedef struct {
 	int64_t stride;
 	char *base; /* device or host: chunk c at base + c * stride */
 	Track *tracks; /* host copies, per chunk */
-	char *kv_k, *kv_v; /* plan.kv_context: the round's keys and values [K * T, kvd] on the device */
+	/* plan.kv_context: the round's keys and values [K * T, kvd] on the device (a layer that
+	 * offloads: one of two K/V staging pairs, by layer parity, and a host mirror) */
+	char *kv_k, *kv_v;
+	Track *kv_tracks;          /* staging: per chunk, its rows (NULL: the layer's own, compute only) */
+	char *host_k, *host_v;     /* offloading: the mirror */
+	Track host_kv_track;
 } Ring_Acts;
 
 struct Dataflow_Ring_Executor {
@@ -64,6 +69,7 @@ struct Dataflow_Ring_Executor {
 	Ring_Acts *acts;         /* per layer */
 	void *stage[3];          /* offload staging */
 	Track stage_track[3];
+	Track *kv_stage_tracks[2]; /* K/V staging (kv_context and offloading): per chunk */
 	int64_t stage_next;
 	void **hid[2];           /* per chunk hidden states / gradients, two sets of K */
 	Track *hid_track[2];

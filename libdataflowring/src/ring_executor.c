@@ -140,10 +140,21 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 			a->base = carve(&training, x->K * a->stride);
 		else
 			max_stride = max_i64(max_stride, a->stride);
-		if (p->kv_context) { /* check_plan: only with the activations on the device */
-			a->kv_k = carve(&training, x->K * x->T * x->kvd * x->es);
-			a->kv_v = carve(&training, x->K * x->T * x->kvd * x->es);
+	}
+	/* K/V: a layer keeping its activations has its own; offloading ones share two pairs, by
+	 * parity, so one layer's keys go out (in) while the next layer's are written (read) */
+	char *kv_stage[2][2] = {{NULL, NULL}, {NULL, NULL}};
+	int64_t kv_bytes = x->K * x->T * x->kvd * x->es;
+	for (int l = 0; l < L && p->kv_context; l++) {
+		Ring_Acts *a = &x->acts[l];
+		int pair = l % 2;
+		if (!a->on_device && !kv_stage[pair][0]) {
+			kv_stage[pair][0] = carve(&training, kv_bytes);
+			kv_stage[pair][1] = carve(&training, kv_bytes);
 		}
+		a->kv_k = a->on_device ? carve(&training, kv_bytes) : kv_stage[pair][0];
+		a->kv_v = a->on_device ? carve(&training, kv_bytes) : kv_stage[pair][1];
+		a->kv_tracks = a->on_device ? NULL : x->kv_stage_tracks[pair];
 	}
 	if (p->kv_context) {
 		x->ctx_dk = carve(&training, p->seq_len * x->kvd * 4);
@@ -224,13 +235,6 @@ static Dataflow_Status check_plan(Dataflow_Ring_Executor *x, const Dataflow_Ring
 					  "optimizer %d)",
 					  (long long)p->chunk_tokens, (long long)p->chunks_per_round,
 					  (long long)p->rounds_per_step, p->weight_slots, p->grad_slots, x->L, (int)p->optimizer);
-	for (int l = 0; l < x->L && p->kv_context; l++)
-		if (!p->activations_on_device[l])
-			return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
-						  "ring executor: the plan splits sequences of %lld tokens into chunks of %lld "
-						  "over a K/V context and offloads layer %d's activations, which the executor "
-						  "does not run yet (a K/V context needs every layer's activations on the device)",
-						  (long long)p->seq_len, (long long)p->chunk_tokens, l);
 	if (p->master_weights && x->blocks[1].bytes[DATAFLOW_BLOCK_MASTER] == 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring executor: the plan keeps fp32 master weights, but the model is not bf16");
@@ -280,8 +284,13 @@ static Dataflow_Status host_arrays(Dataflow_Ring_Executor *x)
 				blk->host[k] = host_alloc(x, blk->bytes[k], &st);
 	}
 	for (int l = 0; l < x->L; l++)
-		if (!x->acts[l].on_device)
+		if (!x->acts[l].on_device) {
 			x->acts[l].base = host_alloc(x, x->K * x->acts[l].stride, &st);
+			if (x->plan.kv_context) {
+				x->acts[l].host_k = host_alloc(x, x->K * x->T * x->kvd * x->es, &st);
+				x->acts[l].host_v = host_alloc(x, x->K * x->T * x->kvd * x->es, &st);
+			}
+		}
 	int64_t chunks = x->K * x->plan.rounds_per_step;
 	x->host_batches = host_alloc(x, chunks * x->batch_numel * 4, &st);
 	x->host_losses = host_alloc(x, chunks * x->T * 4, &st);
@@ -339,12 +348,13 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	x->acts = calloc((size_t)x->L, sizeof(Ring_Acts));
 	x->dev_batch = calloc((size_t)K, sizeof(int32_t *));
 	x->batch_track = calloc((size_t)K, sizeof(Track));
-	x->host_allocs = calloc((size_t)(5 * x->N + x->L + 8), sizeof(void *));
+	x->host_allocs = calloc((size_t)(5 * x->N + 3 * x->L + 8), sizeof(void *));
 	for (int set = 0; set < 2; set++) {
 		x->hid[set] = calloc((size_t)K, sizeof(void *));
 		x->hid_track[set] = calloc((size_t)K, sizeof(Track));
+		x->kv_stage_tracks[set] = calloc((size_t)K, sizeof(Track));
 	}
-	if (!x->wslot || !x->wslot_layer || !x->wslot_track || !x->gslot || !x->gslot_track || !x->acts ||
+	if (!x->kv_stage_tracks[0] || !x->kv_stage_tracks[1] || !x->wslot || !x->wslot_layer || !x->wslot_track || !x->gslot || !x->gslot_track || !x->acts ||
 	    !x->dev_batch || !x->batch_track || !x->host_allocs || !x->hid[0] || !x->hid[1] || !x->hid_track[0] ||
 	    !x->hid_track[1])
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring executor: host allocation failed");
@@ -420,6 +430,7 @@ void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *x)
 	for (int set = 0; set < 2; set++) {
 		free(x->hid[set]);
 		free(x->hid_track[set]);
+		free(x->kv_stage_tracks[set]);
 	}
 	free(x->host_allocs);
 	free(x->acts);

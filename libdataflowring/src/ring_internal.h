@@ -18,8 +18,8 @@ typedef struct {
 	int device_layers;   /* the last device_layers layers keep activations on the device */
 } Ring_Candidate;
 
-/* Chunks are pieces of sequences attending over a K/V context (the executor keeps every
- * layer's keys and values of the round on the device: all activations stay there). */
+/* Chunks are pieces of sequences attending over a K/V context: each layer's keys and values of
+ * the round are kept (on the device, or offloaded with the layer's other activations). */
 static inline int ring_kv_context(const Dataflow_Ring_Request *r, const Ring_Candidate *c)
 {
 	return c->chunk < r->seq_len;
@@ -40,6 +40,14 @@ typedef struct {
 static inline const Dataflow_Ring_Block *ring_layer(const Ring_Context *x, int l)
 {
 	return &x->model->blocks[1 + l];
+}
+
+/* Bytes per token a layer keeps from its forward to its backward (on the device or offloaded):
+ * its input, what its save level saves, and its keys and values with a K/V context. */
+static inline double ring_kept_bytes_per_token(const Ring_Context *x, const Ring_Candidate *c, const Dataflow_Ring_Block *b)
+{
+	return (double)(b->sizes.saved_bytes_per_token[c->level] + x->model->hidden_bytes_per_token) +
+	       (ring_kv_context(x->req, c) ? (double)b->kv_bytes_per_token : 0);
 }
 
 static inline uint64_t ring_clamp_bytes(double b)

@@ -189,14 +189,13 @@ typedef struct {
 	double min_device, min_device_host, min_host_fitting_device;
 } Search;
 
-/* With c's slots, as many layers' activations on the device as fit (more is never slower; a
- * K/V context: all of them). Returns 0 when the fewest do not fit the device: more slots will
- * not either. */
+/* With c's slots, as many layers' activations on the device as fit (more is never slower).
+ * Returns 0 when even none fit the device: more slots will not either. */
 static int try_candidate(const Ring_Context *x, Ring_Candidate c, Search *s)
 {
 	int L = x->num_layers;
 	double dev, host;
-	c.device_layers = ring_kv_context(x->req, &c) ? L : 0;
+	c.device_layers = 0;
 	ring_memory(x, &c, NULL, &dev, &host);
 	if (dev < s->min_device || (dev == s->min_device && host < s->min_device_host)) {
 		s->min_device = dev;

@@ -181,6 +181,35 @@ static int in_context(Round *r, int l, int64_t c, Dataflow_Block_KV *kv)
 	return 1;
 }
 
+/* compute is about to use (after: has used) layer l's K/V rows of chunk c's document up to c,
+ * where they are staging shared with other layers (else only compute touches them) */
+static Dataflow_Status kv_uses(Round *r, int l, int64_t c, int after)
+{
+	Track *t = r->x->acts[l].kv_tracks;
+	for (int64_t i = r->doc_first[c]; t && i <= c; i++)
+		TRY(after ? track_after(r->x, &t[i], RS_COMPUTE) : track_before(r->x, &t[i], RS_COMPUTE));
+	return DATAFLOW_OK;
+}
+
+/* Chunk c's own rows of layer l's keys and values: out to the layer's host mirror after its
+ * forward, back in before its backward (an offloading layer). */
+static Dataflow_Status kv_rows_move(Round *r, int l, int64_t c, int in)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	Ring_Acts *a = &x->acts[l];
+	int64_t row = (r->doc_first[c] * x->T + r->chunks[c].past) * x->kvd * x->es;
+	int64_t bytes = r->batch[c].num_tokens * x->kvd * x->es;
+	char *dev[2] = {a->kv_k + row, a->kv_v + row}, *host[2] = {a->host_k + row, a->host_v + row};
+	for (int i = 0; i < 2; i++) {
+		Buf rows = {dev[i], &a->kv_tracks[c]};
+		TRY(in ? copy_in(x, rows, &a->host_kv_track, host[i], bytes, DATAFLOW_RING_WORK_ACTS_IN, 1 + l,
+				 r->first_chunk + c)
+		       : copy_out(x, host[i], &a->host_kv_track, rows, bytes, DATAFLOW_RING_WORK_ACTS_OUT, 1 + l,
+				  r->first_chunk + c));
+	}
+	return DATAFLOW_OK;
+}
+
 static Dataflow_Status forward_layer(Round *r, int l)
 {
 	Dataflow_Ring_Executor *x = r->x;
@@ -207,16 +236,22 @@ static Dataflow_Status forward_layer(Round *r, int l)
 		Buf used[3] = {in, out, stage};
 		Dataflow_Trace_Span *span;
 		TRY(compute_uses(x, used, 3, 0));
+		if (a.kv)
+			TRY(kv_uses(r, l, c, 0));
 		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_FORWARD, 1 + l, r->first_chunk + c, 0, &span));
 		TRY(dataflow_block_forward(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
 		TRY(ring_span_end(x, span));
 		TRY(compute_uses(x, used, 3, 1));
+		if (a.kv)
+			TRY(kv_uses(r, l, c, 1));
 		if (!acts->on_device) { /* offload x and saved to the chunk's host copy */
 			char *home = acts->base + c * acts->stride;
 			Track *t = &acts->tracks[c];
 			TRY(copy_out(x, home, t, in, T * x->H * x->es, DATAFLOW_RING_WORK_ACTS_OUT, 1 + l, r->first_chunk + c));
 			TRY(copy_out(x, home + ring_x_bytes(x, T), t, (Buf){a.saved, stage.track}, saved_bytes(x, l, T),
 				     DATAFLOW_RING_WORK_ACTS_OUT, 1 + l, r->first_chunk + c));
+			if (a.kv)
+				TRY(kv_rows_move(r, l, c, 0));
 		}
 	}
 	return compute_uses(x, &w, 1, 1);
@@ -254,6 +289,11 @@ static Dataflow_Status backward_layer(Round *r, int l, Prefetch *p, int64_t *ite
 	Buf wg[2] = {w, g};
 	TRY(compute_uses(x, wg, 2, 0));
 	Dataflow_Block_Memory mem = {.param = w.ptr, .grad = g.ptr};
+	for (int64_t c = 0; c < r->num && !acts->on_device; c++) { /* the layer's keys and values back */
+		Dataflow_Block_KV kv;
+		if (in_context(r, l, c, &kv))
+			TRY(kv_rows_move(r, l, c, 1));
+	}
 	for (int64_t i = 0; i < r->num; i++) {
 		int64_t c = r->order[i], T = r->batch[c].num_tokens;
 		Buf in = hidden(x, l, c), dy = {x->hid[r->dcur][c], &x->hid_track[r->dcur][c]};
@@ -273,6 +313,8 @@ static Dataflow_Status backward_layer(Round *r, int l, Prefetch *p, int64_t *ite
 		Buf used[3] = {in, dy, dx};
 		Dataflow_Trace_Span *span;
 		TRY(compute_uses(x, used, 3, 0));
+		if (a.kv)
+			TRY(kv_uses(r, l, c, 0));
 		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_BACKWARD, 1 + l, r->first_chunk + c, 0, &span));
 		if (a.kv && (c + 1 >= r->num || r->chunks[c + 1].past == 0)) { /* a document's last piece: first back */
 			uint64_t bytes = (uint64_t)((kv.past + T) * x->kvd * 4);
@@ -284,6 +326,8 @@ static Dataflow_Status backward_layer(Round *r, int l, Prefetch *p, int64_t *ite
 		TRY(dataflow_block_backward_w(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
 		TRY(ring_span_end(x, span));
 		TRY(compute_uses(x, used, 3, 1));
+		if (a.kv)
+			TRY(kv_uses(r, l, c, 1));
 		if (!acts->on_device)
 			TRY(prefetch_upto(r, p, ++*item + 1));
 	}

@@ -38,15 +38,16 @@
  *
  * Long sequences (plan.kv_context): a document longer than a chunk comes as consecutive chunks
  * (Dataflow_Ring_Chunk.past), all in one round (a round ends early rather than split one).
- * Each layer keeps, on the device, the keys and values of every token of the round (one K and
- * one V array per layer, a document's pieces at consecutive rows from its first chunk's): its
- * forward writes them (blocked_model.h, Dataflow_Block_KV) and its backward reads them as they
- * are, so nothing is rebuilt. The backward runs a document's pieces in reverse (its other
- * chunks in order), accumulating dK/dV in one fp32 pair of seq_len rows that every layer and
- * document reuses, zeroed before each. A chunk that is neither continued nor continuing runs
- * without context, as in any plan.
- * Not yet: a K/V context with a layer's activations offloaded to the host (refused at create
- * as UNSUPPORTED; the planner keeps every layer's activations on the device in such plans). */
+ * Each layer keeps the keys and values of every token of the round (a K and a V array of
+ * K * T rows, a document's pieces at consecutive rows from its first chunk's) from its
+ * forward, which writes them (blocked_model.h, Dataflow_Block_KV), to its backward, which reads
+ * them as they are: nothing is rebuilt. A layer keeping its activations on the device has its
+ * own arrays; layers that offload share two staging pairs by parity, each chunk's rows going to
+ * a host copy after its forward and all of them coming back before the layer's backward
+ * (ordered per chunk's rows, so one layer's move under the next layer's compute). The
+ * backward runs a document's pieces in reverse (other chunks in order), accumulating dK/dV
+ * in one fp32 pair of seq_len rows every layer and document reuses, zeroed before each. A
+ * chunk neither continued nor continuing runs without context, as in any plan. */
 
 typedef struct Dataflow_Ring_Executor Dataflow_Ring_Executor;
 
@@ -70,8 +71,7 @@ typedef struct {
 /* Checks that the plan is for this model (num_layers and model_param_bytes), allocates and
  * registers everything (m, v and gradients zeroed; parameters zero until written). streams
  * NULL: {0, 1, 2, 3}. Errors: INVALID_ARGUMENT naming the mismatch, OUT_OF_MEMORY with the
- * bytes the plan needs against the capacity, UNSUPPORTED for K/V-context plans that offload
- * activations. */
+ * bytes the plan needs against the capacity. */
 Dataflow_Status dataflow_ring_executor_create(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
 					      const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
 					      Dataflow_Ring_Executor **executor);
