@@ -2,8 +2,9 @@
  * round's chunks (weights prefetched into the slot the finished layer frees, activations kept
  * or offloaded), the head at the turn, the layers back down (slots reversed, offloaded
  * activations prefetched through the staging ring, gradients zeroed or brought back before a
- * layer and sent home after it) and the embedding's gradient. Everything is enqueued; streams
- * wait only on the tracks of the buffers they use. */
+ * layer and sent home after it) and the embedding's gradient. With a K/V context, a document's
+ * pieces attend over the keys and values of their earlier ones and go back down in reverse.
+ * Everything is enqueued; streams wait only on the tracks of the buffers they use. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
