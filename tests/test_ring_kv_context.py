@@ -20,7 +20,7 @@ from dataflow.ring_executor import RingExecutor
 from test_ring_executor import as_float, block_bytes
 from tolerances import TOLERANCES
 
-CFG = {"vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
+CFG = {"vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 5,
        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024,
        "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
 SEQ, ROWS, HOST = 512, 2, "64MiB"  # the planner splits sequences into pieces of >= 256 tokens
@@ -95,7 +95,7 @@ def train_both(cap, dtype="fp32", master=False, steps=4, grad_rtol=1e-5, plan=No
 def kv_caps(dtype="fp32", master=False):
     """The smallest plan's cap and larger ones whose plans still split sequences."""
     low = smallest_cap(dtype, master)
-    return [cap for cap in (low, low * 21 // 20, low * 11 // 10, low * 5 // 4, low * 3 // 2)
+    return [cap for cap in (low, low * 11 // 10, low * 5 // 4, low * 3 // 2, 2 * low)
             if plan_for(cap, dtype, master).kv_context]
 
 
@@ -128,16 +128,16 @@ def test_fp32_ring_over_a_context_equals_whole_sequences(which, bandwidth):
     assert ex.host_bytes() <= plan.host_capacity
 
 
-@pytest.mark.parametrize("on_device", [(0, 0, 0), (0, 1, 1), (1, 1, 1)])
+@pytest.mark.parametrize("on_device", [(0, 0, 0, 0, 0), (0, 0, 0, 1, 1), (0, 1, 1, 1, 1), (1, 1, 1, 1, 1)])
 def test_every_save_level_and_rounds_of_several_sequences(on_device):
     """The smallest plan regrouped into one round of both sequences (4 chunks: a layer's K/V
     holds two documents), its layers at SAVE_ALL, SAVE_ATTENTION and SAVE_INPUT (recompute
     does nothing, or rewrites its own rows, or reads the context), activations offloaded by
-    every layer, by the first (its K/V through one staging pair), or none, on an uncapped
-    handle."""
+    every layer, the first three, the first (its K/V through one staging pair) or none, on an
+    uncapped handle."""
     plan = plan_for(smallest_cap())
     plan._c.chunks_per_round, plan._c.rounds_per_step = plan.chunks_per_round * plan.rounds_per_step, 1
-    for layer, level in enumerate((2, 1, 0)):
+    for layer, level in enumerate((2, 1, 0, 1, 0)):
         plan._c.save_level[layer] = level
         plan._c.activations_on_device[layer] = on_device[layer]
     plan._c.device_capacity = 64 << 20
@@ -154,8 +154,8 @@ def test_bf16_ring_over_a_context_equals_whole_sequences():
                                                            grad_rtol=TOLERANCES["bf16"]["rtol"])
     assert plan.kv_context
     np.testing.assert_allclose(ring_l, ref_l, **TOLERANCES["bf16"])
-    for a, b in zip(ring_w, ref_w):
-        np.testing.assert_allclose(a, b, **TOLERANCES["bf16"])
+    for a, b in zip(ring_w, ref_w):  # pieces round to bf16 apart from the whole: as the gradients
+        assert_close(a, b, TOLERANCES["bf16"]["rtol"])
     assert h.memory_peak() <= cap and ex.device_bytes() <= plan.device_peak_bytes
 
 

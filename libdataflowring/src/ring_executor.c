@@ -144,13 +144,15 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 	/* K/V: a layer keeping its activations has its own; offloading ones share two pairs, by
 	 * parity, so one layer's keys go out (in) while the next layer's are written (read) */
 	char *kv_stage[2][2] = {{NULL, NULL}, {NULL, NULL}};
+	int kv_staged[2] = {0, 0}; /* carved (NULL pointers while sizing) */
 	int64_t kv_bytes = x->K * x->T * x->kvd * x->es;
 	for (int l = 0; l < L && p->kv_context; l++) {
 		Ring_Acts *a = &x->acts[l];
 		int pair = l % 2;
-		if (!a->on_device && !kv_stage[pair][0]) {
+		if (!a->on_device && !kv_staged[pair]) {
 			kv_stage[pair][0] = carve(&training, kv_bytes);
 			kv_stage[pair][1] = carve(&training, kv_bytes);
+			kv_staged[pair] = 1;
 		}
 		a->kv_k = a->on_device ? carve(&training, kv_bytes) : kv_stage[pair][0];
 		a->kv_v = a->on_device ? carve(&training, kv_bytes) : kv_stage[pair][1];
