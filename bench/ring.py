@@ -14,15 +14,15 @@ H100's (its memory moves ~0.1 byte per matmul FLOP, an H100's HBM 0.003), which 
 ring more compute to hide transfers behind than an H100 would have.
 
 Peer: df.Trainer on the all-resident Llama (no cap, nothing to transfer), one step per batch.
-Ring: RingExecutor from df.ring.plan(profile = the calibrated host profile, link = the throttle,
-host AdamW speed = the measured memory speed) on a handle capped at the plan's capacity and
-throttled; a step = accumulate the step's chunks, apply (AdamW, clip 1.0), wait (one host
-sync, as Trainer.step). Configurations: caps as fractions of what the all-resident plan needs
-("min": the smallest plan), at throttle multipliers; the executor does not run plans that split
-a sequence over a K/V context yet, so a cap whose plan does is raised by 5% steps until its plan
-does not (the cap used is reported). Time: per configuration, --steps steps of the
-peer and of the ring taking turns after a warm-up step each (the load of this shared machine
-hits both alike), medians (and best steps: ratio_best, error_best, less exposed to that load). ratio = ring tokens/s / resident tokens/s (goal >= 0.9 at the headline, the
+Ring: RingExecutor from df.ring.plan(profile = this host's, calibrated and fitted to the model's
+layers (df.ring.calibrate(config=)), link = the throttle, host AdamW speed = the fitted memory
+speed) on a handle capped at the plan's capacity and throttled; a step = accumulate the step's
+chunks, apply (AdamW, clip 1.0), wait (one host sync, as Trainer.step). Configurations: caps as
+fractions of what the all-resident plan needs ("min": the smallest plan), at throttle
+multipliers (a plan may split sequences over a K/V context). Time: per configuration, --steps
+steps of the peer and of the ring taking turns after a warm-up step each (the load of this
+shared machine hits both alike), medians (and best steps: ratio_best, error_best, less exposed
+to that load). ratio = ring tokens/s / resident tokens/s (goal >= 0.9 at the headline, the
 first capped configuration); error = measured / predicted step time - 1 (goal within 20%);
 error_vs_uncapped = the same with both times divided by the uncapped ring's (what the cap costs,
 measured vs predicted, free of the calibration's absolute compute rate).
@@ -69,6 +69,21 @@ def block_bytes(df, model, block, nbytes):
     out = np.empty(nbytes, np.uint8)
     lib.dataflow_submit_outbound_transfer(model.handle._ptr(), 0, ffi.from_buffer(out), mem.param, nbytes)
     model.handle.sync()
+    return out
+
+
+def step_chunks(PackedBatch, tokens, T, vocab):
+    """A step's rows as the plan's chunks: T // seq whole rows each, or (a K/V-context plan) each
+    row as consecutive pieces of T tokens (positions continuing, labels over the whole row)."""
+    rows, seq = tokens.shape
+    if T >= seq:
+        return [PackedBatch(tokens[j * T // seq:(j + 1) * T // seq], None, None, vocab, True)
+                for j in range(rows * seq // T)]
+    out = []
+    for row in tokens:
+        targets = np.append(row[1:], -100).astype(np.int32)
+        out += [PackedBatch(row[p:p + T], targets[p:p + T], None, vocab, True, past=p, aligned=True)
+                for p in range(0, seq, T)]
     return out
 
 
@@ -168,9 +183,6 @@ def main():
         cap = smallest if fraction == "min" else max(smallest, int(full.device_peak_bytes * fraction))
         bw = throttle * mult
         plan = plan_for(cap, bw)
-        while plan.kv_context:
-            cap = cap * 21 // 20
-            plan = plan_for(cap, bw)
         hr = df.Handle("host", threads=args.threads, device_memory=cap, transfer_bandwidth=int(bw))
         ex = RingExecutor(hr, df.models.LlamaConfig.from_dict(cfg), plan, dtype)
         for b in range(ex.num_blocks):
@@ -181,8 +193,7 @@ def main():
         def step():
             tokens = batches[count[0] % len(batches)]
             count[0] += 1
-            chunks = [PackedBatch(tokens[j * T // seq:(j + 1) * T // seq], None, None, cfg["vocab_size"], True)
-                      for j in range(tokens_per_step // T)]
+            chunks = step_chunks(PackedBatch, tokens, T, cfg["vocab_size"])
             ex.accumulate(chunks, False, 1.0 / sum(c.num_labels for c in chunks))
             ex.apply(params, CLIP, count[0])
             ex.wait()

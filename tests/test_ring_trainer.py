@@ -192,6 +192,38 @@ def test_ring_trainer_bad_input():
         t.step(np.zeros(8, np.int64), labels=np.full(8, -100))
 
 
+def test_ring_trainer_splits_sequences_over_a_context():
+    """A cap whose plan splits sequences (kv_context): the Trainer cuts each document longer than
+    a chunk into pieces (and keeps a document's pieces in one executor call and round) and
+    trains as the all-resident Trainer on the whole sequences, ragged documents included (fp32
+    within 1e-5 relative to the largest magnitude: only the order of fp32 sums differs)."""
+    cfg, seq, kw = {**CFG, "vocab_size": 256, "num_hidden_layers": 3, "max_position_embeddings": 1024}, 512, \
+        {**KW, "lr": 1e-3}  # AdamW's update is ~lr where a gradient is near 0, whatever its error
+    with pytest.raises(OutOfMemoryError) as e:
+        df.ring.plan(cfg, seq, 1024, HOST, tokens_per_step=2 * seq, dtype="fp32")
+    h = df.Handle("host", device_memory=e.value.min_device_bytes + 4096)
+    model = df.models.Llama(h, cfg, seed=1)
+    t = df.Trainer(model, **kw, host_memory=HOST, seq_len=seq, batch_size=2, profile=PROFILE)
+    assert t.plan.kv_context and t.plan.chunk_tokens < seq, t.plan.describe()
+    ref = df.Trainer(df.models.Llama(df.Handle("host"), cfg, seed=1, placement="device"), **kw)
+    rng = np.random.default_rng(3)
+    steps = [rng.integers(0, cfg["vocab_size"], (2, seq)) for _ in range(3)]
+    docs = [rng.integers(0, cfg["vocab_size"], n) for n in (40, 300, 500, 100)]  # pieces across calls
+    labels = [np.where(rng.random(d.size) < 0.2, -100, d) for d in docs]
+    losses = [(t.step(b), ref.step(b)) for b in steps]
+    losses.append((t.step(docs, labels=labels), ref.step(docs, labels=labels)))
+    ring_l, ref_l = map(np.array, zip(*losses))
+    np.testing.assert_allclose(ring_l, ref_l, rtol=1e-5, atol=0)
+    assert t.last_grad_norm == pytest.approx(ref.last_grad_norm, rel=1e-5)
+    got, want = model.state_dict(), ref.model.state_dict()
+    for name in want:
+        assert np.abs(got[name] - want[name]).max() <= 1e-5 * np.abs(want[name]).max(), name
+    assert h.memory_peak() <= h.memory_capacity()
+    with pytest.raises(BadArgumentError, match=r"a sequence of 513 tokens is longer than the plan's sequences of "
+                                               r"512 tokens"):
+        t.step(np.zeros(seq + 1, np.int64))
+
+
 # ---- dataflow train / generate ----
 
 def run_cli(argv, capsys):

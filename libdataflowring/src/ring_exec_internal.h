@@ -38,6 +38,12 @@ typedef struct {
 	int64_t stride;
 	char *base; /* device or host: chunk c at base + c * stride */
 	Track *tracks; /* host copies, per chunk */
+	/* plan.kv_context: the round's keys and values [K * T, kvd] on the device (a layer that
+	 * offloads: one of two K/V staging pairs, by layer parity, and a host mirror) */
+	char *kv_k, *kv_v;
+	Track *kv_tracks;          /* staging: per chunk, its rows (NULL: the layer's own, compute only) */
+	char *host_k, *host_v;     /* offloading: the mirror */
+	Track host_kv_track;
 } Ring_Acts;
 
 struct Dataflow_Ring_Executor {
@@ -47,6 +53,7 @@ struct Dataflow_Ring_Executor {
 	int s[RS_NUM];
 	int L, N;                /* layers, blocks */
 	int64_t T, K, H, es;     /* chunk tokens, chunks per round, hidden size, bytes per element */
+	int64_t kvd;             /* a token's key (or value) elements: num_kv_heads * head_dim */
 	int tied, master;
 	Ring_Block *blocks;
 	/* device */
@@ -62,12 +69,14 @@ struct Dataflow_Ring_Executor {
 	Ring_Acts *acts;         /* per layer */
 	void *stage[3];          /* offload staging */
 	Track stage_track[3];
+	Track *kv_stage_tracks[2]; /* K/V staging (kv_context and offloading): per chunk */
 	int64_t stage_next;
 	void **hid[2];           /* per chunk hidden states / gradients, two sets of K */
 	Track *hid_track[2];
 	void *recomputed, *dacts, *workspace, *head_saved;
 	int32_t **dev_batch;
 	Track *batch_track;
+	float *ctx_dk, *ctx_dv;  /* plan.kv_context: a document's dK, dV [seq_len, kvd] fp32 */
 	float *dev_losses;       /* [K * T] */
 	Track losses_track;
 	void *opt_slot[2];       /* streamed optimizer */

@@ -141,6 +141,27 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 		else
 			max_stride = max_i64(max_stride, a->stride);
 	}
+	/* K/V: a layer keeping its activations has its own; offloading ones share two pairs, by
+	 * parity, so one layer's keys go out (in) while the next layer's are written (read) */
+	char *kv_stage[2][2] = {{NULL, NULL}, {NULL, NULL}};
+	int kv_staged[2] = {0, 0}; /* carved (NULL pointers while sizing) */
+	int64_t kv_bytes = x->K * x->T * x->kvd * x->es;
+	for (int l = 0; l < L && p->kv_context; l++) {
+		Ring_Acts *a = &x->acts[l];
+		int pair = l % 2;
+		if (!a->on_device && !kv_staged[pair]) {
+			kv_stage[pair][0] = carve(&training, kv_bytes);
+			kv_stage[pair][1] = carve(&training, kv_bytes);
+			kv_staged[pair] = 1;
+		}
+		a->kv_k = a->on_device ? carve(&training, kv_bytes) : kv_stage[pair][0];
+		a->kv_v = a->on_device ? carve(&training, kv_bytes) : kv_stage[pair][1];
+		a->kv_tracks = a->on_device ? NULL : x->kv_stage_tracks[pair];
+	}
+	if (p->kv_context) {
+		x->ctx_dk = carve(&training, p->seq_len * x->kvd * 4);
+		x->ctx_dv = carve(&training, p->seq_len * x->kvd * 4);
+	}
 	dataflow_block_acts_bytes(x->model, x->N - 1, DATAFLOW_SAVE_ALL, x->T, &head_saved, NULL, &head_dacts);
 	for (int i = 0; i < 3; i++)
 		x->stage[i] = max_stride ? carve(&training, max_stride) : NULL;
@@ -216,11 +237,6 @@ static Dataflow_Status check_plan(Dataflow_Ring_Executor *x, const Dataflow_Ring
 					  "optimizer %d)",
 					  (long long)p->chunk_tokens, (long long)p->chunks_per_round,
 					  (long long)p->rounds_per_step, p->weight_slots, p->grad_slots, x->L, (int)p->optimizer);
-	if (p->kv_context)
-		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
-					  "ring executor: the plan splits sequences of %lld tokens into chunks of %lld over a "
-					  "K/V context, which the executor does not run yet; plan with more device memory",
-					  (long long)p->seq_len, (long long)p->chunk_tokens);
 	if (p->master_weights && x->blocks[1].bytes[DATAFLOW_BLOCK_MASTER] == 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring executor: the plan keeps fp32 master weights, but the model is not bf16");
@@ -270,8 +286,13 @@ static Dataflow_Status host_arrays(Dataflow_Ring_Executor *x)
 				blk->host[k] = host_alloc(x, blk->bytes[k], &st);
 	}
 	for (int l = 0; l < x->L; l++)
-		if (!x->acts[l].on_device)
+		if (!x->acts[l].on_device) {
 			x->acts[l].base = host_alloc(x, x->K * x->acts[l].stride, &st);
+			if (x->plan.kv_context) {
+				x->acts[l].host_k = host_alloc(x, x->K * x->T * x->kvd * x->es, &st);
+				x->acts[l].host_v = host_alloc(x, x->K * x->T * x->kvd * x->es, &st);
+			}
+		}
 	int64_t chunks = x->K * x->plan.rounds_per_step;
 	x->host_batches = host_alloc(x, chunks * x->batch_numel * 4, &st);
 	x->host_losses = host_alloc(x, chunks * x->T * 4, &st);
@@ -297,6 +318,7 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	x->L = x->N - 2;
 	x->tied = cfg->tie_embeddings;
 	x->H = cfg->hidden_size;
+	x->kvd = cfg->num_kv_heads * cfg->head_dim;
 	x->es = cfg->dtype == DATAFLOW_BF16 ? 2 : 4;
 	x->blocks = calloc((size_t)x->N, sizeof(Ring_Block));
 	if (!x->blocks)
@@ -315,9 +337,10 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	x->K = plan->chunks_per_round;
 	x->W = plan->weight_slots;
 	x->G = plan->grad_slots;
-	/* chunks hold whole sequences: up to T / seq_len documents, and some slack for ragged ones */
+	/* chunks hold whole sequences: up to T / seq_len documents, and some slack for ragged ones;
+	 * a K/V context's {0, past + T} (Dataflow_Block_KV.cu_k) after the batch */
 	int64_t docs = x->T / plan->seq_len + 64;
-	x->batch_numel = dataflow_batch_buffer_numel(x->T, docs < x->T ? docs : x->T, 1);
+	x->batch_numel = dataflow_batch_buffer_numel(x->T, docs < x->T ? docs : x->T, 1) + (plan->kv_context ? 2 : 0);
 	int64_t K = x->K;
 	x->wslot = calloc((size_t)x->W, sizeof(void *));
 	x->wslot_layer = malloc((size_t)x->W * sizeof(int));
@@ -327,12 +350,13 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	x->acts = calloc((size_t)x->L, sizeof(Ring_Acts));
 	x->dev_batch = calloc((size_t)K, sizeof(int32_t *));
 	x->batch_track = calloc((size_t)K, sizeof(Track));
-	x->host_allocs = calloc((size_t)(5 * x->N + x->L + 8), sizeof(void *));
+	x->host_allocs = calloc((size_t)(5 * x->N + 3 * x->L + 8), sizeof(void *));
 	for (int set = 0; set < 2; set++) {
 		x->hid[set] = calloc((size_t)K, sizeof(void *));
 		x->hid_track[set] = calloc((size_t)K, sizeof(Track));
+		x->kv_stage_tracks[set] = calloc((size_t)K, sizeof(Track));
 	}
-	if (!x->wslot || !x->wslot_layer || !x->wslot_track || !x->gslot || !x->gslot_track || !x->acts ||
+	if (!x->kv_stage_tracks[0] || !x->kv_stage_tracks[1] || !x->wslot || !x->wslot_layer || !x->wslot_track || !x->gslot || !x->gslot_track || !x->acts ||
 	    !x->dev_batch || !x->batch_track || !x->host_allocs || !x->hid[0] || !x->hid[1] || !x->hid_track[0] ||
 	    !x->hid_track[1])
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring executor: host allocation failed");
@@ -408,6 +432,7 @@ void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *x)
 	for (int set = 0; set < 2; set++) {
 		free(x->hid[set]);
 		free(x->hid_track[set]);
+		free(x->kv_stage_tracks[set]);
 	}
 	free(x->host_allocs);
 	free(x->acts);

@@ -18,6 +18,13 @@ typedef struct {
 	int device_layers;   /* the last device_layers layers keep activations on the device */
 } Ring_Candidate;
 
+/* Chunks are pieces of sequences attending over a K/V context: each layer's keys and values of
+ * the round are kept (on the device, or offloaded with the layer's other activations). */
+static inline int ring_kv_context(const Dataflow_Ring_Request *r, const Ring_Candidate *c)
+{
+	return c->chunk < r->seq_len;
+}
+
 /* Validated request and the figures derived from it once. */
 typedef struct {
 	const Dataflow_Ring_Request *req;
@@ -27,11 +34,20 @@ typedef struct {
 	double matmul_rate, attention_rate, memory_rate, peak;
 	double max_param, max_grad;  /* of a layer: a slot's bytes */
 	int master;                  /* the MASTER kind counts */
+	double kv_grad_ratio;        /* a K/V context's fp32 gradient bytes per byte of keys and values */
 } Ring_Context;
 
 static inline const Dataflow_Ring_Block *ring_layer(const Ring_Context *x, int l)
 {
 	return &x->model->blocks[1 + l];
+}
+
+/* Bytes per token a layer keeps from its forward to its backward (on the device or offloaded):
+ * its input, what its save level saves, and its keys and values with a K/V context. */
+static inline double ring_kept_bytes_per_token(const Ring_Context *x, const Ring_Candidate *c, const Dataflow_Ring_Block *b)
+{
+	return (double)(b->sizes.saved_bytes_per_token[c->level] + x->model->hidden_bytes_per_token) +
+	       (ring_kv_context(x->req, c) ? (double)b->kv_bytes_per_token : 0);
 }
 
 static inline uint64_t ring_clamp_bytes(double b)

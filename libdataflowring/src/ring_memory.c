@@ -43,7 +43,8 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 	}
 	dev[DATAFLOW_RING_DEV_EDGE_BLOCKS] += staging;
 
-	double max_opt_block = 0, max_dacts = 0, max_recomputed = 0, max_stage = 0;
+	double max_opt_block = 0, max_dacts = 0, max_recomputed = 0, max_stage = 0, max_kv = 0;
+	int kv_context = ring_kv_context(x->req, c), offloading = 0;
 	for (int b = 0; b < m->num_blocks; b++) {
 		const Dataflow_Ring_Block *blk = &m->blocks[b];
 		int layer = b > 0 && b < m->num_blocks - 1;
@@ -68,25 +69,32 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 			continue;
 		if ((double)blk->sizes.recomputed_bytes_per_token[c->level] > max_recomputed)
 			max_recomputed = (double)blk->sizes.recomputed_bytes_per_token[c->level];
-		double acts = K * layer_chunk_acts(x, blk, c);
-		if (b - 1 >= L - c->device_layers)
+		/* with a K/V context, the round's keys and values too (two arrays) */
+		double kv = kv_context ? K * T * (double)blk->kv_bytes_per_token + 2 * 64 : 0;
+		double acts = K * layer_chunk_acts(x, blk, c) + kv;
+		if (b - 1 >= L - c->device_layers) {
 			dev[DATAFLOW_RING_DEV_ACTIVATIONS] += acts;
-		else
+		} else {
 			host[DATAFLOW_RING_HOST_ACTIVATIONS] += acts;
+			offloading++;
+			max_kv = kv > max_kv ? kv : max_kv;
+		}
 		if (layer_chunk_acts(x, blk, c) > max_stage)
 			max_stage = layer_chunk_acts(x, blk, c);
 	}
 	dev[DATAFLOW_RING_DEV_WEIGHT_SLOTS] = (double)c->weight_slots * x->max_param;
 	dev[DATAFLOW_RING_DEV_GRAD_SLOTS] = (double)c->grad_slots * x->max_grad;
-	/* one chunk being written, one going out, one coming in */
-	dev[DATAFLOW_RING_DEV_OFFLOAD_STAGING] = c->device_layers < L ? 3 * max_stage : 0;
+	/* one chunk being written, one going out, one coming in; offloading layers' keys and values
+	 * in two sets (one layer's going out or coming in while the next one's are used) */
+	dev[DATAFLOW_RING_DEV_OFFLOAD_STAGING] =
+		(c->device_layers < L ? 3 * max_stage : 0) + (offloading < 2 ? offloading : 2) * max_kv;
 	/* one chunk's recomputed, dacts, workspace and head activations; every chunk of the round's
 	 * last hidden state, dy and dx (layer-major: a layer's backward runs all chunks); the
-	 * round's packed batches and token losses; a layer's K/V context and its gradient */
+	 * round's packed batches and token losses; the fp32 dK, dV of one sequence (K/V context) */
 	double kv = 0;
-	for (int l = 0; l < L && c->chunk < x->req->seq_len; l++)
-		if (4 * (double)ring_layer(x, l)->kv_bytes_per_token * (double)x->req->seq_len > kv)
-			kv = 4 * (double)ring_layer(x, l)->kv_bytes_per_token * (double)x->req->seq_len;
+	for (int l = 0; l < L && ring_kv_context(x->req, c); l++)
+		if (x->kv_grad_ratio * (double)ring_layer(x, l)->kv_bytes_per_token * (double)x->req->seq_len + 2 * 64 > kv)
+			kv = x->kv_grad_ratio * (double)ring_layer(x, l)->kv_bytes_per_token * (double)x->req->seq_len + 2 * 64;
 	dev[DATAFLOW_RING_DEV_CHUNK_WORKING] =
 		(max_recomputed + max_dacts + (double)head->sizes.saved_bytes_per_token[c->level]) * T +
 		(double)m->workspace_fixed_bytes + (double)m->workspace_bytes_per_token * T + 3 * K * H * T +

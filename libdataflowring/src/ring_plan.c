@@ -118,6 +118,7 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 	x->attention_rate = x->peak * p->attention_fraction;
 	x->memory_rate = p->memory_bytes_per_sec;
 	x->master = r->master_weights;
+	x->kv_grad_ratio = bf16 ? 2 : 1;
 	for (int l = 0; l < x->num_layers; l++) {
 		const Dataflow_Ring_Block *b = ring_layer(x, l);
 		if ((double)b->sizes.bytes[DATAFLOW_BLOCK_PARAM] > x->max_param)
@@ -331,7 +332,7 @@ Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflo
 	plan->chunk_tokens = c->chunk;
 	plan->chunks_per_round = c->chunks_per_round;
 	plan->rounds_per_step = c->rounds;
-	plan->kv_context = c->chunk < request->seq_len;
+	plan->kv_context = ring_kv_context(request, c);
 	plan->num_layers = x.num_layers;
 	double params = 0;
 	for (int b = 0; b < x.model->num_blocks; b++)

@@ -2,8 +2,9 @@
  * round's chunks (weights prefetched into the slot the finished layer frees, activations kept
  * or offloaded), the head at the turn, the layers back down (slots reversed, offloaded
  * activations prefetched through the staging ring, gradients zeroed or brought back before a
- * layer and sent home after it) and the embedding's gradient. Everything is enqueued; streams
- * wait only on the tracks of the buffers they use. */
+ * layer and sent home after it) and the embedding's gradient. With a K/V context, a document's
+ * pieces attend over the keys and values of their earlier ones and go back down in reverse.
+ * Everything is enqueued; streams wait only on the tracks of the buffers they use. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,8 @@ typedef struct {
 	int64_t num;                          /* chunks in this round */
 	const Dataflow_Ring_Chunk *chunks;    /* this round's */
 	Dataflow_Llama_Batch *batch;          /* per chunk, filled at the round's start */
+	int64_t *doc_first;                   /* per chunk: the round's chunk its document starts in */
+	int64_t *order;                       /* the backward's chunk order (a document's pieces reversed) */
 	int zero_grads;                       /* first round of a call that does not accumulate */
 	int first_round, last_round;          /* of the call */
 	float loss_scale;
@@ -163,6 +166,51 @@ static Dataflow_Block_Args args_for(Round *r, int64_t c, Dataflow_Save_Level lev
 				     .dacts = x->dacts, .workspace = x->workspace};
 }
 
+/* Whether chunk c is a piece of a document split over chunks (plan.kv_context), and if so its
+ * context in layer l: the document's rows of the layer's K/V from its first chunk's, the shared
+ * dK/dV, {0, past + T} after the chunk's batch. */
+static int in_context(Round *r, int l, int64_t c, Dataflow_Block_KV *kv)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	const Dataflow_Ring_Chunk *ch = &r->chunks[c];
+	if (ch->past == 0 && (c + 1 >= r->num || r->chunks[c + 1].past == 0))
+		return 0;
+	int64_t row = r->doc_first[c] * x->T * x->kvd * x->es;
+	*kv = (Dataflow_Block_KV){.k = x->acts[l].kv_k + row, .v = x->acts[l].kv_v + row, .past = ch->past,
+				  .cu_k = x->dev_batch[c] + dataflow_batch_buffer_numel(ch->num_tokens, ch->num_docs, 1),
+				  .dk = x->ctx_dk, .dv = x->ctx_dv};
+	return 1;
+}
+
+/* compute is about to use (after: has used) layer l's K/V rows of chunk c's document up to c,
+ * where they are staging shared with other layers (else only compute touches them) */
+static Dataflow_Status kv_uses(Round *r, int l, int64_t c, int after)
+{
+	Track *t = r->x->acts[l].kv_tracks;
+	for (int64_t i = r->doc_first[c]; t && i <= c; i++)
+		TRY(after ? track_after(r->x, &t[i], RS_COMPUTE) : track_before(r->x, &t[i], RS_COMPUTE));
+	return DATAFLOW_OK;
+}
+
+/* Chunk c's own rows of layer l's keys and values: out to the layer's host mirror after its
+ * forward, back in before its backward (an offloading layer). */
+static Dataflow_Status kv_rows_move(Round *r, int l, int64_t c, int in)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	Ring_Acts *a = &x->acts[l];
+	int64_t row = (r->doc_first[c] * x->T + r->chunks[c].past) * x->kvd * x->es;
+	int64_t bytes = r->batch[c].num_tokens * x->kvd * x->es;
+	char *dev[2] = {a->kv_k + row, a->kv_v + row}, *host[2] = {a->host_k + row, a->host_v + row};
+	for (int i = 0; i < 2; i++) {
+		Buf rows = {dev[i], &a->kv_tracks[c]};
+		TRY(in ? copy_in(x, rows, &a->host_kv_track, host[i], bytes, DATAFLOW_RING_WORK_ACTS_IN, 1 + l,
+				 r->first_chunk + c)
+		       : copy_out(x, host[i], &a->host_kv_track, rows, bytes, DATAFLOW_RING_WORK_ACTS_OUT, 1 + l,
+				  r->first_chunk + c));
+	}
+	return DATAFLOW_OK;
+}
+
 static Dataflow_Status forward_layer(Round *r, int l)
 {
 	Dataflow_Ring_Executor *x = r->x;
@@ -175,6 +223,8 @@ static Dataflow_Status forward_layer(Round *r, int l)
 		int64_t T = r->batch[c].num_tokens;
 		Buf in = hidden(x, l, c), out = hidden(x, l + 1, c), stage = {0};
 		Dataflow_Block_Args a = args_for(r, c, acts->level);
+		Dataflow_Block_KV kv;
+		a.kv = in_context(r, l, c, &kv) ? &kv : NULL;
 		a.x = in.ptr;
 		a.y = out.ptr;
 		if (acts->on_device) {
@@ -187,16 +237,22 @@ static Dataflow_Status forward_layer(Round *r, int l)
 		Buf used[3] = {in, out, stage};
 		Dataflow_Trace_Span *span;
 		TRY(compute_uses(x, used, 3, 0));
+		if (a.kv)
+			TRY(kv_uses(r, l, c, 0));
 		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_FORWARD, 1 + l, r->first_chunk + c, 0, &span));
 		TRY(dataflow_block_forward(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
 		TRY(ring_span_end(x, span));
 		TRY(compute_uses(x, used, 3, 1));
+		if (a.kv)
+			TRY(kv_uses(r, l, c, 1));
 		if (!acts->on_device) { /* offload x and saved to the chunk's host copy */
 			char *home = acts->base + c * acts->stride;
 			Track *t = &acts->tracks[c];
 			TRY(copy_out(x, home, t, in, T * x->H * x->es, DATAFLOW_RING_WORK_ACTS_OUT, 1 + l, r->first_chunk + c));
 			TRY(copy_out(x, home + ring_x_bytes(x, T), t, (Buf){a.saved, stage.track}, saved_bytes(x, l, T),
 				     DATAFLOW_RING_WORK_ACTS_OUT, 1 + l, r->first_chunk + c));
+			if (a.kv)
+				TRY(kv_rows_move(r, l, c, 0));
 		}
 	}
 	return compute_uses(x, &w, 1, 1);
@@ -234,8 +290,13 @@ static Dataflow_Status backward_layer(Round *r, int l, Prefetch *p, int64_t *ite
 	Buf wg[2] = {w, g};
 	TRY(compute_uses(x, wg, 2, 0));
 	Dataflow_Block_Memory mem = {.param = w.ptr, .grad = g.ptr};
-	for (int64_t c = 0; c < r->num; c++) {
-		int64_t T = r->batch[c].num_tokens;
+	for (int64_t c = 0; c < r->num && !acts->on_device; c++) { /* the layer's keys and values back */
+		Dataflow_Block_KV kv;
+		if (in_context(r, l, c, &kv))
+			TRY(kv_rows_move(r, l, c, 1));
+	}
+	for (int64_t i = 0; i < r->num; i++) {
+		int64_t c = r->order[i], T = r->batch[c].num_tokens;
 		Buf in = hidden(x, l, c), dy = {x->hid[r->dcur][c], &x->hid_track[r->dcur][c]};
 		Buf dx = {x->hid[!r->dcur][c], &x->hid_track[!r->dcur][c]};
 		if (!acts->on_device) {
@@ -244,6 +305,8 @@ static Dataflow_Status backward_layer(Round *r, int l, Prefetch *p, int64_t *ite
 			in = (Buf){x->stage[st], &x->stage_track[st]};
 		}
 		Dataflow_Block_Args a = args_for(r, c, acts->level);
+		Dataflow_Block_KV kv;
+		a.kv = in_context(r, l, c, &kv) ? &kv : NULL;
 		a.x = in.ptr;
 		a.saved = (char *)in.ptr + ring_x_bytes(x, T);
 		a.dy = dy.ptr;
@@ -251,12 +314,21 @@ static Dataflow_Status backward_layer(Round *r, int l, Prefetch *p, int64_t *ite
 		Buf used[3] = {in, dy, dx};
 		Dataflow_Trace_Span *span;
 		TRY(compute_uses(x, used, 3, 0));
+		if (a.kv)
+			TRY(kv_uses(r, l, c, 0));
 		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_BACKWARD, 1 + l, r->first_chunk + c, 0, &span));
+		if (a.kv && (c + 1 >= r->num || r->chunks[c + 1].past == 0)) { /* a document's last piece: first back */
+			uint64_t bytes = (uint64_t)((kv.past + T) * x->kvd * 4);
+			TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], x->ctx_dk, 0, bytes));
+			TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], x->ctx_dv, 0, bytes));
+		}
 		TRY(dataflow_block_recompute(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
 		TRY(dataflow_block_backward_x(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
 		TRY(dataflow_block_backward_w(x->model, 1 + l, x->s[RS_COMPUTE], &mem, &a));
 		TRY(ring_span_end(x, span));
 		TRY(compute_uses(x, used, 3, 1));
+		if (a.kv)
+			TRY(kv_uses(r, l, c, 1));
 		if (!acts->on_device)
 			TRY(prefetch_upto(r, p, ++*item + 1));
 	}
@@ -356,9 +428,10 @@ static Dataflow_Status run_round(Round *r, Prefetch *p)
 		const Dataflow_Ring_Chunk *ch = &r->chunks[c];
 		int32_t *host = x->host_batches + (r->first_chunk + c) * x->batch_numel;
 		Buf dev = {x->dev_batch[c], &x->batch_track[c]};
-		TRY(copy_in(x, dev, &x->host_batch_track, host,
-			    dataflow_batch_buffer_numel(ch->num_tokens, ch->num_docs, 1) * 4, DATAFLOW_RING_WORK_BATCH_IN, -1,
+		int64_t numel = dataflow_batch_buffer_numel(ch->num_tokens, ch->num_docs, 1) + (x->plan.kv_context ? 2 : 0);
+		TRY(copy_in(x, dev, &x->host_batch_track, host, numel * 4, DATAFLOW_RING_WORK_BATCH_IN, -1,
 			    r->first_chunk + c));
+		r->doc_first[c] = ch->past > 0 ? r->doc_first[c - 1] : c;
 		TRY(dataflow_batch_from_buffer(dev.ptr, ch->num_tokens, ch->num_docs, 1, &r->batch[c]));
 		TRY(track_before(x, dev.track, RS_COMPUTE));
 	}
@@ -371,12 +444,18 @@ static Dataflow_Status run_round(Round *r, Prefetch *p)
 		}
 	}
 	TRY(head(r));
+	for (int64_t c = 0, end = 0; c < r->num; c = ++end) { /* each document's pieces in reverse */
+		while (end + 1 < r->num && r->chunks[end + 1].past > 0)
+			end++;
+		for (int64_t i = end; i >= c; i--)
+			r->order[c + end - i] = i;
+	}
 	p->count = p->issued = 0;
 	p->first_stage = x->stage_next;
 	for (int l = x->L - 1; l >= 0; l--)
-		for (int64_t c = 0; c < r->num && !x->acts[l].on_device; c++) {
+		for (int64_t i = 0; i < r->num && !x->acts[l].on_device; i++) {
 			p->layer[p->count] = l;
-			p->chunk[p->count++] = c;
+			p->chunk[p->count++] = r->order[i];
 		}
 	TRY(prefetch_upto(r, p, 1));
 	int64_t item = 0;
@@ -394,6 +473,37 @@ static Dataflow_Status run_round(Round *r, Prefetch *p)
 	return DATAFLOW_OK;
 }
 
+/* Chunk i continues the document of chunk i - 1 (past > 0) correctly; a document is at most
+ * seq_len tokens in at most chunks_per_round pieces. */
+static Dataflow_Status check_piece(const Dataflow_Ring_Executor *x, const Dataflow_Ring_Chunk *chunks, int64_t i)
+{
+	const Dataflow_Ring_Chunk *c = &chunks[i], *prev = i > 0 ? &chunks[i - 1] : NULL;
+	if (c->past < 0 || (c->past > 0 && !x->plan.kv_context))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring accumulate: chunk %lld has past %lld; past must be 0 %s",
+					  (long long)i, (long long)c->past,
+					  x->plan.kv_context ? "or more" : "(the plan has no K/V context to continue a document in)");
+	if (c->past > 0 && (!prev || c->num_docs != 1 || prev->num_docs != 1 || prev->past + prev->num_tokens != c->past))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring accumulate: chunk %lld continues a document at token %lld, but %s; a continuing "
+					  "chunk holds one document and follows the chunk holding its tokens before",
+					  (long long)i, (long long)c->past,
+					  !prev ? "no chunk precedes it in the call"
+					  : c->num_docs != 1 ? "it holds several documents"
+					  : prev->num_docs != 1 ? "the chunk before it holds several documents"
+								: "the chunk before it ends elsewhere");
+	int64_t pieces = 1, first = i;
+	while (first > 0 && chunks[first].past > 0)
+		first--, pieces++;
+	if (c->past > 0 && (c->past + c->num_tokens > x->plan.seq_len || pieces > x->K))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring accumulate: the document of chunks %lld..%lld reaches %lld tokens in %lld "
+					  "chunks; the plan's K/V context holds %lld tokens in at most %lld chunks",
+					  (long long)first, (long long)i, (long long)(c->past + c->num_tokens), (long long)pieces,
+					  (long long)x->plan.seq_len, (long long)x->K);
+	return DATAFLOW_OK;
+}
+
 static Dataflow_Status check_chunks(const Dataflow_Ring_Executor *x, const Dataflow_Ring_Chunk *chunks, int64_t n,
 				    float loss_scale)
 {
@@ -406,8 +516,9 @@ static Dataflow_Status check_chunks(const Dataflow_Ring_Executor *x, const Dataf
 	if (!(loss_scale > 0) || !isfinite(loss_scale))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring accumulate: loss_scale must be finite and > 0, got %g", loss_scale);
+	int64_t context = x->plan.kv_context ? 2 : 0; /* cu_k after the batch */
 	int64_t max_docs = dataflow_batch_buffer_numel(x->T, 1, 1) >= 0
-				   ? x->batch_numel - dataflow_batch_buffer_numel(x->T, 0, 1)
+				   ? x->batch_numel - context - dataflow_batch_buffer_numel(x->T, 0, 1)
 				   : 0;
 	for (int64_t i = 0; i < n; i++) {
 		const Dataflow_Ring_Chunk *c = &chunks[i];
@@ -419,8 +530,24 @@ static Dataflow_Status check_chunks(const Dataflow_Ring_Executor *x, const Dataf
 						  "documents",
 						  (long long)i, (long long)x->T, (long long)max_docs - 1,
 						  (long long)c->num_tokens, (long long)c->num_docs);
+		TRY(check_piece(x, chunks, i));
 	}
 	return DATAFLOW_OK;
+}
+
+/* Chunks of the next round: up to K, whole documents (check_piece: none has more than K pieces). */
+static int64_t round_size(const Dataflow_Ring_Chunk *chunks, int64_t n, int64_t K)
+{
+	int64_t size = 0;
+	while (size < n) {
+		int64_t end = size + 1;
+		while (end < n && chunks[end].past > 0)
+			end++;
+		if (end > K)
+			break;
+		size = end;
+	}
+	return size;
 }
 
 Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, const Dataflow_Ring_Chunk *chunks,
@@ -430,9 +557,15 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, con
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring accumulate: executor is required");
 	TRY(check_chunks(x, chunks, num_chunks, loss_scale));
 	TRY(dataflow_sync_stream(x->h, x->s[RS_IN])); /* the last call's batches are up: their host copy is free */
-	for (int64_t i = 0; i < num_chunks; i++)
-		memcpy(x->host_batches + i * x->batch_numel, chunks[i].buffer,
-		       (size_t)dataflow_batch_buffer_numel(chunks[i].num_tokens, chunks[i].num_docs, 1) * 4);
+	for (int64_t i = 0; i < num_chunks; i++) {
+		int64_t numel = dataflow_batch_buffer_numel(chunks[i].num_tokens, chunks[i].num_docs, 1);
+		int32_t *host = x->host_batches + i * x->batch_numel;
+		memcpy(host, chunks[i].buffer, (size_t)numel * 4);
+		if (x->plan.kv_context) { /* cu_k of the chunk's context */
+			host[numel] = 0;
+			host[numel + 1] = (int32_t)(chunks[i].past + chunks[i].num_tokens);
+		}
+	}
 	TRY(ring_barrier(x)); /* after the optimizer's phase */
 	if (!accumulate_grads)
 		for (int b = 0; b < x->N; b++) {
@@ -451,18 +584,22 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, con
 	p.layer = malloc((size_t)items * sizeof(int));
 	p.chunk = malloc((size_t)items * sizeof(int64_t));
 	Dataflow_Llama_Batch *batches = malloc((size_t)x->K * sizeof(Dataflow_Llama_Batch));
-	Dataflow_Status st = p.layer && p.chunk && batches
+	int64_t *doc_first = malloc((size_t)x->K * sizeof(int64_t)), *order = malloc((size_t)x->K * sizeof(int64_t));
+	Dataflow_Status st = p.layer && p.chunk && batches && doc_first && order
 				     ? DATAFLOW_OK
 				     : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring accumulate: host allocation failed");
-	for (int64_t first = 0; st == DATAFLOW_OK && first < num_chunks; first += x->K) {
-		Round r = {.x = x, .first_chunk = first, .num = num_chunks - first < x->K ? num_chunks - first : x->K,
-			   .chunks = chunks + first, .batch = batches, .zero_grads = !accumulate_grads && first == 0,
-			   .first_round = first == 0, .last_round = first + x->K >= num_chunks, .loss_scale = loss_scale};
+	for (int64_t first = 0, num; st == DATAFLOW_OK && first < num_chunks; first += num) {
+		num = round_size(chunks + first, num_chunks - first, x->K);
+		Round r = {.x = x, .first_chunk = first, .num = num, .chunks = chunks + first, .batch = batches,
+			   .doc_first = doc_first, .order = order, .zero_grads = !accumulate_grads && first == 0,
+			   .first_round = first == 0, .last_round = first + num >= num_chunks, .loss_scale = loss_scale};
 		st = run_round(&r, &p);
 	}
 	free(p.layer);
 	free(p.chunk);
 	free(batches);
+	free(doc_first);
+	free(order);
 	x->last_chunks = num_chunks;
 	return st;
 }

@@ -77,7 +77,7 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 	for (int l = 0; l < L; l++) {
 		const Dataflow_Ring_Block *b = ring_layer(x, l);
 		int on_device = l >= L - c->device_layers;
-		double acts = tokens * (double)(b->sizes.saved_bytes_per_token[c->level] + m->hidden_bytes_per_token);
+		double acts = tokens * ring_kept_bytes_per_token(x, c, b);
 		forward_parts(x, b, c, parts);
 		double next = !weights_resident && l + 1 < L ? (double)ring_layer(x, l + 1)->sizes.bytes[DATAFLOW_BLOCK_PARAM] : 0;
 		add(&fwd, IN(next), parts[0] + parts[1] + parts[2], on_device ? 0 : OUT(acts));
@@ -89,7 +89,7 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 	/* meanwhile the last layer's offloaded activations and partial gradient come in */
 	const Dataflow_Ring_Block *last = ring_layer(x, L - 1);
 	if (c->device_layers == 0)
-		head_in += tokens * (double)(last->sizes.saved_bytes_per_token[c->level] + m->hidden_bytes_per_token);
+		head_in += tokens * ring_kept_bytes_per_token(x, c, last);
 	if (!grads_resident)
 		head_in += partial * (double)last->sizes.bytes[DATAFLOW_BLOCK_GRAD];
 	add(&turn, IN(head_in), 3 * parts[0] + 3 * parts[2],
@@ -106,7 +106,7 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 			if (!weights_resident && l - 1 < L - c->weight_slots)
 				in += (double)p->sizes.bytes[DATAFLOW_BLOCK_PARAM];
 			if (l - 1 < L - c->device_layers)
-				in += tokens * (double)(p->sizes.saved_bytes_per_token[c->level] + m->hidden_bytes_per_token);
+				in += tokens * ring_kept_bytes_per_token(x, c, p);
 			if (!grads_resident)
 				in += partial * (double)p->sizes.bytes[DATAFLOW_BLOCK_GRAD];
 		}

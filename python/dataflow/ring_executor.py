@@ -76,13 +76,14 @@ class RingExecutor:
         check(ringlib.dataflow_ring_executor_write(self._x, block, kind, ffi.from_buffer(data)))
 
     def accumulate(self, packed_chunks, accumulate, loss_scale):
-        """Submits forward/backward of PackedBatch chunks (at most chunks_per_round x rounds)."""
+        """Submits forward/backward of PackedBatch chunks (at most chunks_per_round x rounds; a
+        chunk with .past > 0 continues the document of the one before it: plan.kv_context)."""
         chunks = ffi.new("Dataflow_Ring_Chunk[]", len(packed_chunks))
         keep = []
         for c, p in zip(chunks, packed_chunks):
             buf = ffi.from_buffer("int32_t[]", p.buffer)
             keep.append(buf)
-            c.buffer, c.num_tokens, c.num_docs = buf, p.num_tokens, p.num_docs
+            c.buffer, c.num_tokens, c.num_docs, c.past = buf, p.num_tokens, p.num_docs, p.past
         check(ringlib.dataflow_ring_executor_accumulate(self._x, chunks, len(packed_chunks), int(bool(accumulate)),
                                                         float(loss_scale)))
 

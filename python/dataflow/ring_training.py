@@ -2,8 +2,9 @@
 fastest ring plan (dataflow.ring) within the free device memory and a host budget, and the
 training steps through the ring executor (dataflow.ring_executor) with the all-resident
 Trainer's semantics: a step's documents are packed into chunks of whole documents (at most the
-plan's chunk_tokens each, in order), every chunk's gradient scaled by 1 / the step's labelled
-tokens, so a step is one AdamW update on the mean loss of the whole batch."""
+plan's chunk_tokens each, in order; a document longer than that, when the plan has a K/V
+context, as consecutive pieces of one chunk each), every chunk's gradient scaled by 1 / the
+step's labelled tokens, so a step is one AdamW update on the mean loss of the whole batch."""
 import json
 
 import numpy as np
@@ -12,7 +13,7 @@ from . import ring
 from ._ffi import modelslib
 from .errors import BadArgumentError, OutOfMemoryError
 from .handle import Handle, parse_bytes
-from .models.batch import PackedBatch, flatten_documents
+from .models.batch import PackedBatch, aligned_labels, flatten_documents
 from .models.host_blocks import host_memory_available
 from .models.llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, SAVE_LEVELS
 from .ring_executor import RingExecutor
@@ -93,15 +94,18 @@ class RingTraining:
         self.max_chunks = plan.chunks_per_round * plan.rounds_per_step
 
     def chunks(self, tokens, labels, documents, what):
-        """The batch as PackedBatch chunks of whole documents, at most chunk_tokens tokens each."""
+        """The batch as PackedBatch chunks of whole documents, at most chunk_tokens tokens each; a
+        longer document (plan.kv_context, up to seq_len tokens) as pieces continuing each other."""
         flat, labels, lengths, _ = flatten_documents(tokens, labels, documents)
         labels = None if labels is None else np.asarray(labels).reshape(-1)
         limit, out, start, group = self.plan.chunk_tokens, [], 0, []
+        longest = self.plan.seq_len if self.plan.kv_context else limit
         for n in lengths + [None]:
-            if n is not None and n > limit:
-                raise BadArgumentError(f"{what}: a sequence of {n} tokens is longer than the plan's chunks of "
-                                       f"{limit} tokens; plan for longer sequences (Trainer(seq_len={n}))")
-            if group and (n is None or sum(group) + n > limit):
+            if n is not None and n > longest:
+                raise BadArgumentError(f"{what}: a sequence of {n} tokens is longer than the plan's "
+                                       f"{'sequences' if self.plan.kv_context else 'chunks'} of {longest} tokens; "
+                                       f"plan for longer sequences (Trainer(seq_len={n}))")
+            if group and (n is None or n > limit or sum(group) + n > limit):
                 end = start + sum(group)
                 docs, cut = [], start
                 for g in group:
@@ -109,20 +113,34 @@ class RingTraining:
                     cut += g
                 out.append(PackedBatch(docs, None if labels is None else labels[start:end], None, self.vocab, True))
                 start, group = end, []
-            if n is not None:
+            if n is not None and n > limit:
+                out += self._pieces(flat[start:start + n], None if labels is None else labels[start:start + n])
+                start += n
+            elif n is not None:
                 group.append(n)
         return out
+
+    def _pieces(self, doc, labels):
+        """One document as consecutive chunks of chunk_tokens (the last shorter), each attending
+        over the K/V of the ones before: labels aligned over the whole document first."""
+        limit, targets = self.plan.chunk_tokens, aligned_labels(doc, labels, [0, doc.size], self.vocab)
+        return [PackedBatch(doc[p:p + limit], targets[p:p + limit], None, self.vocab, True, past=p, aligned=True)
+                for p in range(0, doc.size, limit)]
 
     def run(self, chunks, accumulate, loss_scale, then=None):
         """Forward, loss and backward of the chunks (max_chunks per executor call, gradients
         added after the first), then `then()` (e.g. the optimizer step) before the last wait;
         returns the token losses of every chunk, in order, as one array."""
-        losses = []
-        for first in range(0, len(chunks), self.max_chunks):
-            group = chunks[first:first + self.max_chunks]
+        losses, first = [], 0
+        while first < len(chunks):
+            end = min(first + self.max_chunks, len(chunks))
+            while end < len(chunks) and chunks[end].past:  # a document's pieces stay in one call
+                end -= 1
+            group = chunks[first:end]
             self.executor.accumulate(group, accumulate or first > 0, loss_scale)
-            if then is not None and first + self.max_chunks >= len(chunks):
+            if then is not None and end >= len(chunks):
                 then()
             self.executor.wait()
             losses += self.executor.token_losses([c.num_tokens for c in group])
+            first = end
         return np.concatenate(losses)

@@ -36,7 +36,18 @@
  * the device (resident state), streamed through two optimizer slots (device, streamed or
  * overlapped: both run after the backward here), or over host memory (host).
  *
- * Not yet: chunks of a sequence over a K/V context (plans with kv_context are refused). */
+ * Long sequences (plan.kv_context): a document longer than a chunk comes as consecutive chunks
+ * (Dataflow_Ring_Chunk.past), all in one round (a round ends early rather than split one).
+ * Each layer keeps the keys and values of every token of the round (a K and a V array of
+ * K * T rows, a document's pieces at consecutive rows from its first chunk's) from its
+ * forward, which writes them (blocked_model.h, Dataflow_Block_KV), to its backward, which reads
+ * them as they are: nothing is rebuilt. A layer keeping its activations on the device has its
+ * own arrays; layers that offload share two staging pairs by parity, each chunk's rows going to
+ * a host copy after its forward and all of them coming back before the layer's backward
+ * (ordered per chunk's rows, so one layer's move under the next layer's compute). The
+ * backward runs a document's pieces in reverse (other chunks in order), accumulating dK/dV
+ * in one fp32 pair of seq_len rows every layer and document reuses, zeroed before each. A
+ * chunk neither continued nor continuing runs without context, as in any plan. */
 
 typedef struct Dataflow_Ring_Executor Dataflow_Ring_Executor;
 
@@ -46,16 +57,21 @@ typedef struct {
 } Dataflow_Ring_Streams;
 
 /* One chunk of a step: a packed batch with labels in host memory (dataflow_batch_buffer_numel
- * layout), 1 <= num_tokens <= plan.chunk_tokens. */
+ * layout), 1 <= num_tokens <= plan.chunk_tokens. past > 0: the chunk continues the document of
+ * the chunk before it in the same call (plan.kv_context only; both num_docs 1), whose tokens
+ * are that chunk's past + num_tokens; its positions continue from past and the previous
+ * chunk's last label is this one's first token. A document's pieces (at most
+ * plan.chunks_per_round, past + num_tokens <= plan.seq_len) run in one round. */
 typedef struct {
 	const int32_t *buffer;
 	int64_t num_tokens, num_docs;
+	int64_t past;  /* tokens of the chunk's document in the chunks before it; 0: it starts one */
 } Dataflow_Ring_Chunk;
 
 /* Checks that the plan is for this model (num_layers and model_param_bytes), allocates and
  * registers everything (m, v and gradients zeroed; parameters zero until written). streams
  * NULL: {0, 1, 2, 3}. Errors: INVALID_ARGUMENT naming the mismatch, OUT_OF_MEMORY with the
- * bytes the plan needs against the capacity, UNSUPPORTED for K/V-context plans. */
+ * bytes the plan needs against the capacity. */
 Dataflow_Status dataflow_ring_executor_create(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
 					      const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
 					      Dataflow_Ring_Executor **executor);
@@ -78,11 +94,13 @@ Dataflow_Status dataflow_ring_executor_write(Dataflow_Ring_Executor *executor, i
 					     const void *src);
 
 /* Forward, loss and backward of num_chunks chunks (at most plan.chunks_per_round *
- * plan.rounds_per_step; chunks_per_round per round), gradients of
+ * plan.rounds_per_step; up to chunks_per_round per round, a round ending before a document
+ * that would not fit in it whole), gradients of
  * loss_scale * sum of the token losses added to the gradients (accumulate_grads) or written
  * over them (0). The chunks' buffers are copied before the call returns. Token losses land in
  * the executor's host array (dataflow_ring_executor_outputs) once dataflow_ring_executor_wait
- * returns. */
+ * returns. Bad chunks (INVALID_ARGUMENT naming the chunk, nothing queued): sizes out of
+ * range, or a continuing chunk that does not follow its predecessor (see Dataflow_Ring_Chunk). */
 Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *executor, const Dataflow_Ring_Chunk *chunks,
 						  int64_t num_chunks, int accumulate_grads, float loss_scale);
 /* Gradients *= factor (every block, wherever they live). */

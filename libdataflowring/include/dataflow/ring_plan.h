@@ -14,7 +14,11 @@
  *   A step is rounds_per_step rounds; a round is chunks_per_round chunks of chunk_tokens
  *   tokens, run layer-major: every chunk of the round passes through a layer before the next
  *   layer. A chunk holds whole sequences (chunk_tokens a multiple of seq_len) or, when
- *   kv_context, a piece of one sequence attending over the K/V of its earlier pieces.
+ *   kv_context, a piece of one sequence attending over the K/V of its earlier pieces: every
+ *   layer then keeps the keys and values of the round's tokens from its forward to its
+ *   backward with its other activations (on the device, or offloaded: through two K/V
+ *   staging pairs on the device, each a round's keys and values, alternating by layer, and
+ *   a host copy), and one sequence's fp32 dK/dV are the chunk working set's.
  *   Layer weights live in weight_slots device slots: the forward prefetches layer l + 1 into
  *   the slot layer l + 1 - weight_slots left; the last weight_slots layers stay across the
  *   turn so the backward starts without refetching them. Gradients accumulate in grad_slots
@@ -39,9 +43,11 @@
  *     embedding/head blocks (or one staging buffer), weight_slots layer buffers of the largest
  *     layer's PARAM bytes, grad_slots fp32 ones, for each layer with activations_on_device its
  *     chunks_per_round inputs and saved buffers (dataflow_block_acts_bytes at save_level[l] and
- *     chunk_tokens), three offload staging buffers, the chunk working set (recomputed, dacts,
- *     dataflow_blocked_model_workspace_bytes, dx/dy and last hidden state per chunk, packed
- *     batches, token losses, K/V context when kv_context), two optimizer slots; the host side
+ *     chunk_tokens; with kv_context also the chunk's keys and values), three offload staging
+ *     buffers (and, kv_context, up to two K/V staging pairs for layers that offload), the
+ *     chunk working set (recomputed, dacts, dataflow_blocked_model_workspace_bytes,
+ *     dx/dy and last hidden state per chunk, packed batches, token losses, a sequence's fp32
+ *     dK/dV when kv_context), two optimizer slots; the host side
  *     as host_bytes says, registered for transfers (enable_access_to_host_mem);
  *   - enqueue a whole step ahead on three streams (inbound, compute, outbound) in the order of
  *     blocked_model.h's "How a ring drives it", each slot reuse ordered by an event of the
@@ -53,8 +59,11 @@
  * outbound run concurrently and a layer takes the longest of the three; compute =
  * matmul flops / (peak * matmul_fraction) + attention flops / (peak * attention_fraction) +
  * memory-bound bytes / memory_bytes_per_sec; backward = 2x forward matmul and memory,
- * 2.5x forward attention, plus the recompute its save level asks for; the optimizer after
- * the backward. The fastest plan wins, but one moving more bytes over the link must be
+ * 2.5x forward attention, plus the recompute its save level asks for. A K/V context changes
+ * no compute: attention is counted over each sequence's causal window either way, and the
+ * keys and values the backward reads were kept from the forward, not rebuilt; an offloading
+ * layer's keys and values travel with its activations. The optimizer runs after the
+ * backward. The fastest plan wins, but one moving more bytes over the link must be
  * predicted faster by more than DATAFLOW_RING_TIE_MARGIN than one moving fewer.
  * MFU = (6 * N * tokens + 3 * attention forward flops) / (step seconds * peak), N = the
  * weights tokens meet in matmuls (layers and LM head, not the embedding gather), attention
@@ -95,9 +104,9 @@ typedef enum {
 	DATAFLOW_RING_DEV_OPTIMIZER_STATE,  /* m, v, master of every block (resident optimizer) */
 	DATAFLOW_RING_DEV_WEIGHT_SLOTS,
 	DATAFLOW_RING_DEV_GRAD_SLOTS,
-	DATAFLOW_RING_DEV_ACTIVATIONS,      /* inputs + saved activations kept on the device */
-	DATAFLOW_RING_DEV_OFFLOAD_STAGING,  /* buffers offloaded activations pass through */
-	DATAFLOW_RING_DEV_CHUNK_WORKING,    /* recomputed, dacts, workspace, dx/dy, head, batch, K/V */
+	DATAFLOW_RING_DEV_ACTIVATIONS,      /* inputs + saved activations (+ K/V) kept on the device */
+	DATAFLOW_RING_DEV_OFFLOAD_STAGING,  /* buffers offloaded activations (and K/V) pass through */
+	DATAFLOW_RING_DEV_CHUNK_WORKING,    /* recomputed, dacts, workspace, dx/dy, head, batch, dK/dV */
 	DATAFLOW_RING_DEV_OPTIMIZER_SLOTS,  /* streamed optimizer: 2 blocks' param, grad, m, v, master
 					     * (optimizer phase; with the training's for the overlapped one) */
 	DATAFLOW_RING_DEV_NUM

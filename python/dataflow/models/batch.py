@@ -41,7 +41,7 @@ def flatten_documents(tokens, labels, documents):
     return flat, labels, lengths, shape
 
 
-def _aligned_labels(flat, labels, cu, vocab):
+def aligned_labels(flat, labels, cu, vocab):
     lab = flat if labels is None else np.asarray(labels).reshape(-1)
     if lab.size != flat.size or lab.dtype.kind not in "iu":
         raise BadArgumentError(f"labels: expected {flat.size} integer labels like the tokens, got {lab.size} of "
@@ -53,6 +53,15 @@ def _aligned_labels(flat, labels, cu, vocab):
     for s, e in zip(cu[:-1], cu[1:]):
         aligned[s:e - 1] = lab[s + 1:e]
     return aligned
+
+
+def _given_labels(labels, n, vocab):
+    """Labels given already aligned (a piece of a document: the caller shifted the whole)."""
+    lab = None if labels is None else np.asarray(labels).reshape(-1)
+    if lab is None or lab.size != n or lab.dtype.kind not in "iu" or \
+            np.any(((lab < 0) | (lab >= vocab)) & (lab != IGNORE_INDEX)):
+        raise BadArgumentError(f"labels: aligned=True needs {n} integer labels, each in [0, {vocab}) or -100")
+    return lab.astype(np.int32)
 
 
 def check_tokens(tokens, vocab, what):
@@ -70,10 +79,19 @@ def check_tokens(tokens, vocab, what):
 
 class PackedBatch:
     """A batch on the host, packed: .buffer (int32, the C layout), .num_tokens, .num_docs,
-    .with_labels, .num_labels (labelled targets), .shape ([B, T] or None for documents)."""
+    .with_labels, .num_labels (labelled targets), .shape ([B, T] or None for documents).
+    A piece of a longer document (one document, split by the caller): past = the document's
+    tokens before it (positions start there; .past) and aligned=True: `labels` are already
+    aligned targets (labels[t] the token the logits at t predict, the last one the next
+    piece's first token, or -100), as only the caller who sees the whole document can shift."""
 
-    def __init__(self, tokens, labels, documents, vocab, with_labels):
+    def __init__(self, tokens, labels, documents, vocab, with_labels, past=0, aligned=False):
         flat, labels, lengths, self.shape = flatten_documents(tokens, labels, documents)
+        if isinstance(past, bool) or not isinstance(past, (int, np.integer)) or past < 0 or \
+                (past and len(lengths) != 1):
+            raise BadArgumentError(f"past: expected 0, or a positive count of earlier tokens of ONE document, got "
+                                   f"{past!r} with {len(lengths)} documents")
+        self.past = int(past)
         if flat.dtype.kind not in "iu":
             raise BadArgumentError(f"tokens: expected integer token ids, got dtype {flat.dtype}")
         bad = np.flatnonzero((flat < 0) | (flat >= vocab))
@@ -87,11 +105,12 @@ class PackedBatch:
         # the layout is C's: point a batch at the host buffer and fill each field where it lands
         base = int(ffi.cast("uintptr_t", ffi.from_buffer(self.buffer)))
         host = self.c_batch(base)
-        fields = {"tokens": flat, "positions": np.concatenate([np.arange(n, dtype=np.int32) for n in lengths]),
-                  "cu_seqlens": cu}
+        fields = {"tokens": flat, "cu_seqlens": cu,
+                  "positions": np.concatenate([np.arange(n, dtype=np.int32) for n in lengths]) + self.past}
         self.num_labels = 0
         if self.with_labels:
-            fields["labels"] = _aligned_labels(flat, labels, cu, vocab)
+            fields["labels"] = _given_labels(labels, flat.size, vocab) if aligned else \
+                aligned_labels(flat, labels, cu, vocab)
             self.num_labels = int(np.count_nonzero(fields["labels"] != IGNORE_INDEX))
         for name, values in fields.items():
             offset = (int(ffi.cast("uintptr_t", getattr(host, name))) - base) // 4
