@@ -109,7 +109,7 @@ def test_fit_rates_recovers_the_scale_and_falloff(true_s, true_half):
                 + 3 * layer.memory_bytes_per_token * T / base.memory_bytes_per_sec) / true_s
 
     fitted = ring.Profile.named("a100-sxm")
-    s, half = _fit_rates(fitted._c, layer, "bf16", S, seconds(S), seconds(4 * S))
+    s, half = _fit_rates(fitted._c, layer, "bf16", S, 8, seconds(S), seconds(8 * S))
     assert s == pytest.approx(true_s, rel=1e-9) and half == pytest.approx(true_half, abs=1e-6)
     rate = fitted.peak_flops_bf16 * fitted.matmul_fraction
     assert rate == pytest.approx(R * true_s, rel=1e-9) and 0 < fitted.attention_fraction <= 1
@@ -121,7 +121,7 @@ def test_fit_rates_without_a_visible_fixed_cost_uses_the_large_chunk():
     from dataflow.ring import _fit_rates, _ring_model
     _, blocks = _ring_model(ring._llama_config(TINY), "bf16")
     fitted = ring.Profile.named("a100-sxm")
-    s, half = _fit_rates(fitted._c, blocks[1], "bf16", 64, 1e-6, 1e-3)
+    s, half = _fit_rates(fitted._c, blocks[1], "bf16", 64, 4, 1e-6, 1e-3)
     assert half == 0 and 0 < s < 1
 
 
@@ -136,6 +136,9 @@ def test_calibrate_fits_to_a_model():
         assert big.matmul_fraction == 1
         with pytest.raises(df.BadArgumentError, match="seq_len must be a positive integer, got 0"):
             ring.calibrate(h, config=TINY, seq_len=0)
+        with pytest.raises(df.BadArgumentError, match="tokens_per_step must be a multiple of seq_len .32., at "
+                                                      "least two sequences, got 48"):
+            ring.calibrate(h, config=TINY, seq_len=32, tokens_per_step=48)
         with pytest.raises(df.BadArgumentError, match="dtype must be 'bf16' or 'fp32', got 'fp8'"):
             ring.calibrate(h, config=TINY, seq_len=32, dtype="fp8")
     finally:

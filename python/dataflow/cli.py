@@ -236,7 +236,8 @@ def plan(args):
     if args.profile == "host":
         handle = Handle("host", streams=2, threads=args.threads)
         try:
-            profile = ring.calibrate(handle, config=config, seq_len=seq_len, dtype=args.dtype)
+            profile = ring.calibrate(handle, config=config, seq_len=seq_len, dtype=args.dtype,
+                                     tokens_per_step=max(tokens, 2 * seq_len) if tokens else None)
         finally:
             handle.close()
     elif args.profile in ring.profile_names():

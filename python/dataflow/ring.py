@@ -84,7 +84,7 @@ def _best_seconds(fn, h, repeats):
 
 
 def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_bytes=64 << 20, repeats=3,
-              config=None, seq_len=None, dtype="bf16", fit_seconds=10.0):
+              config=None, seq_len=None, dtype="bf16", tokens_per_step=None, fit_seconds=10.0):
     """The `host` profile of a handle, measured: a bf16 and an fp32 matmul (size^3) and a bf16 one
     of size / 16 rows give the peaks (matmul_fraction 1: the planner predicts what these ops
     reach) and matmul_half_tokens (the row count at half rate), a causal attention over
@@ -93,9 +93,10 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_byt
 
     config (a preset, HF config dict or LlamaConfig): then fitted to that model, whose small
     shapes run far from these large-op rates (see _fit_to_model): a two-layer model of its
-    shapes trains on one and on four sequences of seq_len tokens (default: its
-    max_position_embeddings), in `dtype`, when that is predicted to take at most fit_seconds
-    (else the profile's source says it was not fitted)."""
+    shapes trains on one sequence of seq_len tokens (default: its max_position_embeddings) and
+    on tokens_per_step (whole sequences, at least two; default four), the smallest and largest
+    chunks of whole sequences a plan runs, in `dtype`, when that is predicted to take at most
+    fit_seconds (else the profile's source says it was not fitted)."""
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"calibrate: handle must be a dataflow.Handle, got {type(handle).__name__}")
     cfg = None if config is None else _llama_config(config)
@@ -103,6 +104,10 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_byt
         seq_len = cfg.max_position_embeddings if seq_len is None else seq_len
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len <= 0:
             raise BadArgumentError(f"calibrate: seq_len must be a positive integer, got {seq_len!r}")
+        fit_rows = 4 if tokens_per_step is None else tokens_per_step // seq_len
+        if isinstance(tokens_per_step, bool) or fit_rows < 2 or (tokens_per_step or 0) % seq_len:
+            raise BadArgumentError(f"calibrate: tokens_per_step must be a multiple of seq_len ({seq_len}), at least "
+                                   f"two sequences, got {tokens_per_step!r}")
         if dtype not in ("bf16", "fp32"):
             raise BadArgumentError(f"calibrate: dtype must be 'bf16' or 'fp32', got {dtype!r}")
     h, rng = handle, np.random.default_rng(0)
@@ -145,7 +150,7 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_byt
     c.source = source
     if cfg is None:
         return Profile(c, keep=source)
-    fit = _fit_to_model(h, c, cfg, int(seq_len), dtype, repeats, fit_seconds)
+    fit = _fit_to_model(h, c, cfg, int(seq_len), int(fit_rows), dtype, repeats, fit_seconds)
     source = ffi.new("char[]", ffi.string(source) + f"; {fit}".encode())
     c.source = source
     return Profile(c, keep=source)
@@ -185,23 +190,23 @@ def _layer_seconds(h, cfg, seq_len, dtype, rows, repeats):
     return best
 
 
-def _fit_to_model(h, c, cfg, seq_len, dtype, repeats, budget):
+def _fit_to_model(h, c, cfg, seq_len, n, dtype, repeats, budget):
     """Fits the measured profile c to the model (see _fit_rates) from a layer's forward + backward
-    measured at T = seq_len and 4 x seq_len tokens, unless that would take more than budget
+    measured on 1 and n sequences of seq_len tokens, unless that would take more than budget
     seconds; returns what was done, for the profile's source."""
     ring_model, blocks = _ring_model(cfg, dtype)
     layer = blocks[1]
     # steps (warm-up + 2 x repeats) x 2 layers x both sizes; small shapes ran 3x slower than
     # the large ops here: 4x is the margin
-    estimate = (1 + 2 * repeats) * 2 * sum(_layer_model_seconds(c, layer, dtype, seq_len, T)
-                                           for T in (seq_len, 4 * seq_len)) * 4
+    estimate = (1 + 4 * repeats) * 2 * sum(_layer_model_seconds(c, layer, dtype, seq_len, T)
+                                           for T in (seq_len, n * seq_len)) * 4
     if estimate > budget:
         return f"not fitted to the model: measuring its layers would take ~{estimate:.0f} s (budget {budget:g} s)"
-    measured = _layer_seconds(h, cfg, seq_len, dtype, (1, 4), 2 * repeats)
-    s, half = _fit_rates(c, layer, dtype, seq_len, measured[1], measured[4])
+    measured = _layer_seconds(h, cfg, seq_len, dtype, (1, n), 4 * repeats)
+    s, half = _fit_rates(c, layer, dtype, seq_len, n, measured[1], measured[n])
     del ring_model
     return (f"fitted to a {dtype} layer of this model: forward + backward {measured[1] * 1e3:.2f} ms at {seq_len} "
-            f"tokens, {measured[4] * 1e3:.2f} ms at {4 * seq_len}; rates x{s:.3g}, matmul_half_tokens {half:.0f}")
+            f"tokens, {measured[n] * 1e3:.2f} ms at {n * seq_len}; rates x{s:.3g}, matmul_half_tokens {half:.0f}")
 
 
 def _layer_model_seconds(c, layer, dtype, seq_len, T):
@@ -214,17 +219,17 @@ def _layer_model_seconds(c, layer, dtype, seq_len, T):
             + 3 * layer.memory_bytes_per_token * T / c.memory_bytes_per_sec)
 
 
-def _fit_rates(c, layer, dtype, seq_len, q1, q2):
+def _fit_rates(c, layer, dtype, seq_len, n, q1, q2):
     """Scales profile c's rates so that the planner's time for a layer's forward + backward over
     a chunk of T tokens (ring_time.c, save level all),
         (P(T) + 3 F half / R) / s,   P(T): _layer_model_seconds,
-    is q1 at T = seq_len and q2 at 4 x seq_len (F: the layer's matmul flops per token, R: the
+    is q1 at T = seq_len and q2 at n x seq_len (F: the layer's matmul flops per token, R: the
     matmul rate). s scales every rate (the model's shapes against the large ops measured) and
     half is matmul_half_tokens, which absorbs what a chunk costs whatever its size (op launches,
     small-shape kernels). s > 1 raises the peaks (fractions stay <= 1). Returns (s, half)."""
     R = (c.peak_flops_bf16 if dtype == "bf16" else c.peak_flops_fp32) * c.matmul_fraction
     F = layer.matmul_flops_per_token
-    p1, p2 = (_layer_model_seconds(c, layer, dtype, seq_len, T) for T in (seq_len, 4 * seq_len))
+    p1, p2 = (_layer_model_seconds(c, layer, dtype, seq_len, T) for T in (seq_len, n * seq_len))
     s = (p2 - p1) / (q2 - q1) if q2 > q1 else 0.0
     half = (s * q1 - p1) * R / (3 * F) if s > 0 else -1.0
     if not half >= 0:  # noise, or no fixed cost to see: the large chunk's rate alone

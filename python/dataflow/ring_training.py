@@ -19,19 +19,20 @@ from .models.llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, SAVE_LEVELS
 from .ring_executor import RingExecutor
 
 STREAMS = 4  # compute, inbound, outbound, optimizer (ring_executor.h)
-_PROFILES = {}  # (backend, model, seq_len, dtype) -> its measured profile, calibrated once per process
+_PROFILES = {}  # (backend, model, seq_len, tokens, dtype) -> its measured profile, calibrated once per process
 
 
-def measured_profile(backend, config, seq_len, dtype):
+def measured_profile(backend, config, seq_len, tokens, dtype):
     """The speeds of this machine's `backend` device on `config`'s layers, measured once per
     process on an uncapped handle of it (a second or two; fitted to the model where that is
     quick, dataflow.ring.calibrate): a Trainer's default, so predicted times are this machine's."""
-    key = (backend, json.dumps(config.to_dict(), sort_keys=True), seq_len, dtype)
+    key = (backend, json.dumps(config.to_dict(), sort_keys=True), seq_len, tokens, dtype)
     if key not in _PROFILES:
         h = Handle(backend, streams=2)
         try:
             _PROFILES[key] = ring.calibrate(h, size=512, tokens=512, transfer_bytes=16 << 20, repeats=2,
-                                            config=config, seq_len=seq_len, dtype=dtype, fit_seconds=5.0)
+                                            config=config, seq_len=seq_len, dtype=dtype,
+                                            tokens_per_step=max(tokens, 2 * seq_len), fit_seconds=5.0)
         finally:
             h.close()
     return _PROFILES[key]
@@ -69,7 +70,7 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile):
         return None
     host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
     if profile is None:
-        profile = measured_profile(h.backend, config, seq_len, model.dtype)
+        profile = measured_profile(h.backend, config, seq_len, tokens, model.dtype)
     try:
         return ring.plan(config, seq_len, free, host, tokens_per_step=tokens, profile=profile, dtype=model.dtype,
                          master_weights=model.master_weights)
