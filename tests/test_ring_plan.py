@@ -94,22 +94,23 @@ def test_calibrate_measures_the_handle():
 
 @pytest.mark.parametrize("true_s,true_half", [(0.3, 0.0), (0.4, 300.0), (2.5, 50.0)])
 def test_fit_rates_recovers_the_scale_and_falloff(true_s, true_half):
-    # layer times made by the planner's own formula from a known scale and falloff: the fit
-    # must give them back, and plans under the fitted profile must predict those times
+    # layer times made by the planner's own formula from a known scale and falloff, at a
+    # short-sequence chunk and a many-sequence one: the fit must give them back
     from dataflow.ring import _fit_rates, _ring_model
     base = ring.Profile.named("a100-sxm")
     _, blocks = _ring_model(ring._llama_config(TINY), "bf16")
     layer, S = blocks[1], 64
     R = base.peak_flops_bf16 * base.matmul_fraction
 
-    def seconds(T):
-        pairs = T / S * S * (S + 1) / 2
+    def seconds(T, seq):
+        pairs = T / seq * seq * (seq + 1) / 2
         return (3 * layer.matmul_flops_per_token * (T + true_half) / R
                 + 3.5 * pairs * layer.attention_flops_per_pair / (base.peak_flops_bf16 * base.attention_fraction)
                 + 3 * layer.memory_bytes_per_token * T / base.memory_bytes_per_sec) / true_s
 
     fitted = ring.Profile.named("a100-sxm")
-    s, half = _fit_rates(fitted._c, layer, "bf16", S, 8, seconds(S), seconds(8 * S))
+    s, half = _fit_rates(fitted._c, layer, "bf16", [(S // 2, S // 2, seconds(S // 2, S // 2)),
+                                                    (8 * S, S, seconds(8 * S, S))])
     assert s == pytest.approx(true_s, rel=1e-9) and half == pytest.approx(true_half, abs=1e-6)
     rate = fitted.peak_flops_bf16 * fitted.matmul_fraction
     assert rate == pytest.approx(R * true_s, rel=1e-9) and 0 < fitted.attention_fraction <= 1
@@ -121,7 +122,7 @@ def test_fit_rates_without_a_visible_fixed_cost_uses_the_large_chunk():
     from dataflow.ring import _fit_rates, _ring_model
     _, blocks = _ring_model(ring._llama_config(TINY), "bf16")
     fitted = ring.Profile.named("a100-sxm")
-    s, half = _fit_rates(fitted._c, blocks[1], "bf16", 64, 4, 1e-6, 1e-3)
+    s, half = _fit_rates(fitted._c, blocks[1], "bf16", [(64, 64, 1e-6), (256, 64, 1e-3)])
     assert half == 0 and 0 < s < 1
 
 

@@ -93,10 +93,10 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_byt
 
     config (a preset, HF config dict or LlamaConfig): then fitted to that model, whose small
     shapes run far from these large-op rates (see _fit_to_model): a two-layer model of its
-    shapes trains on one sequence of seq_len tokens (default: its max_position_embeddings) and
-    on tokens_per_step (whole sequences, at least two; default four), the smallest and largest
-    chunks of whole sequences a plan runs, in `dtype`, when that is predicted to take at most
-    fit_seconds (else the profile's source says it was not fitted)."""
+    shapes trains on one sequence of min(seq_len, 256) tokens (seq_len default: its
+    max_position_embeddings) and on tokens_per_step (whole sequences, at least two; default
+    four), the smallest and largest chunks a plan runs, in `dtype`, when that is predicted to
+    take at most fit_seconds (else the profile's source says it was not fitted)."""
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"calibrate: handle must be a dataflow.Handle, got {type(handle).__name__}")
     cfg = None if config is None else _llama_config(config)
@@ -156,26 +156,26 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_byt
     return Profile(c, keep=source)
 
 
-def _layer_seconds(h, cfg, seq_len, dtype, rows, repeats):
-    """{r: seconds of a layer's forward + backward (save level "all")} when a two-layer model of
-    cfg's shapes trains on r sequences of seq_len tokens, for each r in rows, from the model's
-    trace: the sizes take turns, so load coming and going on a shared machine hits all alike,
-    and the least loaded step of each counts (this machine's speed, not its neighbours')."""
+def _layer_seconds(h, cfg, dtype, shapes, repeats):
+    """{(rows, seq): seconds of a layer's forward + backward (save level "all")} when a two-layer
+    model of cfg's shapes trains on `rows` sequences of `seq` tokens, for each shape, from the
+    model's trace: the shapes take turns, so load coming and going on a shared machine hits all
+    alike, and the least loaded step of each counts (this machine's speed, not its neighbours')."""
     from .models.llama import Llama
     from .models.trainer import Trainer
-    small = LlamaConfig.from_dict({**cfg.to_dict(), "num_hidden_layers": 2,
-                                   "max_position_embeddings": max(seq_len, cfg.max_position_embeddings)})
+    small = LlamaConfig.from_dict({**cfg.to_dict(), "num_hidden_layers": 2, "max_position_embeddings": max(
+        [seq for _, seq in shapes] + [cfg.max_position_embeddings])})
     model = Llama(h, small, dtype=dtype, seed=0, save_level="all")
     rng = np.random.default_rng(0)
-    batches = {r: rng.integers(0, small.vocab_size, (r, seq_len)) for r in rows}
-    order = [r for _ in range(repeats) for r in rows]
+    batches = {shape: rng.integers(0, small.vocab_size, shape) for shape in shapes}
+    order = [shape for _ in range(repeats) for shape in shapes]
     try:
         trainer = Trainer(model, lr=1e-6)
-        for r in rows:  # warm-up: first-use costs (kernel setup, primitive caches)
-            trainer.step(batches[r])
+        for shape in shapes:  # warm-up: first-use costs (kernel setup, primitive caches)
+            trainer.step(batches[shape])
         trainer.start_trace()
-        for r in order:
-            trainer.step(batches[r])
+        for shape in order:
+            trainer.step(batches[shape])
         spans, _ = trainer.trace_events()
         trainer.stop_trace()
     finally:
@@ -185,28 +185,35 @@ def _layer_seconds(h, cfg, seq_len, dtype, rows, repeats):
         if 1 <= s["block"] <= 2 and s["what"] in ("forward", "backward"):
             per_step[s["step"]] = per_step.get(s["step"], 0.0) + (s["end"] - s["start"]) / 2
     best = {}
-    for r, step in zip(order, sorted(per_step)):
-        best[r] = min(best.get(r, np.inf), per_step[step])
+    for shape, step in zip(order, sorted(per_step)):
+        best[shape] = min(best.get(shape, np.inf), per_step[step])
     return best
+
+
+SMALLEST_PIECE = 256  # the smallest chunk the planner cuts a long sequence into (ring_plan.c)
 
 
 def _fit_to_model(h, c, cfg, seq_len, n, dtype, repeats, budget):
     """Fits the measured profile c to the model (see _fit_rates) from a layer's forward + backward
-    measured on 1 and n sequences of seq_len tokens, unless that would take more than budget
-    seconds; returns what was done, for the profile's source."""
+    measured at the smallest and the largest chunk a plan runs: one sequence of
+    min(seq_len, SMALLEST_PIECE) tokens and n sequences of seq_len, unless that would take more
+    than budget seconds; returns what was done, for the profile's source."""
     ring_model, blocks = _ring_model(cfg, dtype)
     layer = blocks[1]
-    # steps (warm-up + 2 x repeats) x 2 layers x both sizes; small shapes ran 3x slower than
+    shapes = [(1, min(seq_len, SMALLEST_PIECE)), (n, seq_len)]
+    # steps (warm-up + 4 x repeats) x 2 layers x both shapes; small shapes ran 3x slower than
     # the large ops here: 4x is the margin
-    estimate = (1 + 4 * repeats) * 2 * sum(_layer_model_seconds(c, layer, dtype, seq_len, T)
-                                           for T in (seq_len, n * seq_len)) * 4
+    estimate = (1 + 4 * repeats) * 2 * 4 * sum(_layer_model_seconds(c, layer, dtype, seq, rows * seq)
+                                               for rows, seq in shapes)
     if estimate > budget:
         return f"not fitted to the model: measuring its layers would take ~{estimate:.0f} s (budget {budget:g} s)"
-    measured = _layer_seconds(h, cfg, seq_len, dtype, (1, n), 4 * repeats)
-    s, half = _fit_rates(c, layer, dtype, seq_len, n, measured[1], measured[n])
+    measured = _layer_seconds(h, cfg, dtype, shapes, 4 * repeats)
+    points = [(rows * seq, seq, measured[(rows, seq)]) for rows, seq in shapes]
+    s, half = _fit_rates(c, layer, dtype, points)
     del ring_model
-    return (f"fitted to a {dtype} layer of this model: forward + backward {measured[1] * 1e3:.2f} ms at {seq_len} "
-            f"tokens, {measured[n] * 1e3:.2f} ms at {n * seq_len}; rates x{s:.3g}, matmul_half_tokens {half:.0f}")
+    return (f"fitted to a {dtype} layer of this model: forward + backward " +
+            ", ".join(f"{t * 1e3:.2f} ms at {T} tokens" for T, _, t in points) +
+            f"; rates x{s:.3g}, matmul_half_tokens {half:.0f}")
 
 
 def _layer_model_seconds(c, layer, dtype, seq_len, T):
@@ -219,17 +226,19 @@ def _layer_model_seconds(c, layer, dtype, seq_len, T):
             + 3 * layer.memory_bytes_per_token * T / c.memory_bytes_per_sec)
 
 
-def _fit_rates(c, layer, dtype, seq_len, n, q1, q2):
+def _fit_rates(c, layer, dtype, points):
     """Scales profile c's rates so that the planner's time for a layer's forward + backward over
     a chunk of T tokens (ring_time.c, save level all),
         (P(T) + 3 F half / R) / s,   P(T): _layer_model_seconds,
-    is q1 at T = seq_len and q2 at n x seq_len (F: the layer's matmul flops per token, R: the
-    matmul rate). s scales every rate (the model's shapes against the large ops measured) and
-    half is matmul_half_tokens, which absorbs what a chunk costs whatever its size (op launches,
-    small-shape kernels). s > 1 raises the peaks (fractions stay <= 1). Returns (s, half)."""
+    equals the measured seconds at both points [(T, seq_len, seconds), ...], the smaller chunk
+    first (F: the layer's matmul flops per token, R: the matmul rate). s scales every rate (the
+    model's shapes against the large ops measured) and half is matmul_half_tokens, which absorbs
+    what a chunk costs whatever its size (op launches, small-shape kernels). s > 1 raises the
+    peaks (fractions stay <= 1). Returns (s, half)."""
     R = (c.peak_flops_bf16 if dtype == "bf16" else c.peak_flops_fp32) * c.matmul_fraction
     F = layer.matmul_flops_per_token
-    p1, p2 = (_layer_model_seconds(c, layer, dtype, seq_len, T) for T in (seq_len, n * seq_len))
+    (T1, S1, q1), (T2, S2, q2) = points
+    p1, p2 = _layer_model_seconds(c, layer, dtype, S1, T1), _layer_model_seconds(c, layer, dtype, S2, T2)
     s = (p2 - p1) / (q2 - q1) if q2 > q1 else 0.0
     half = (s * q1 - p1) * R / (3 * F) if s > 0 else -1.0
     if not half >= 0:  # noise, or no fixed cost to see: the large chunk's rate alone
