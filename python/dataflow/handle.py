@@ -116,14 +116,15 @@ class Handle:
         """Waits for queued work and releases the device; arrays of this handle become invalid.
         Raises (and the handle stays open) when called from the handle's own queued work.
         Exceptions of Python callbacks that no sync reported are dropped."""
-        if self._alive():
-            h, self._h = self._h, None
-            status = lib.dataflow_handle_destroy(h)
-            if status != lib.DATAFLOW_OK:
-                self._h = h
-                check(status)
-            self._work.clear()
-            self._python_ops.clear()  # C destroyed every record; nothing can call them now
+        h = getattr(self, "_h", None)
+        if h is None:
+            return
+        # the handle stays usable until C destroyed it: a refused close (from the handle's own
+        # work; another close under way) must not look closed to the threads still using it
+        check(lib.dataflow_handle_destroy(h))
+        self._h = None
+        self._work.clear()
+        self._python_ops.clear()  # C destroyed every record; nothing can call them now
 
     def __enter__(self):
         return self
