@@ -126,6 +126,19 @@ def test_fit_rates_without_a_visible_fixed_cost_uses_the_large_chunk():
     assert half == 0 and 0 < s < 1
 
 
+def test_layer_seconds_rejects_bad_arguments():
+    from dataflow._ffi import ffi, ringlib
+    _, blocks = ring._ring_model(ring._llama_config(TINY), "bf16")
+    prof, out = ring.Profile.named("a100-sxm"), ffi.new("double *")
+    layer = ffi.addressof(blocks, 1)
+    bf16 = df.dtypes.enum("bf16")
+    assert ringlib.dataflow_ring_layer_seconds(prof._c, layer, bf16, 64, 128, out) == 0 and out[0] > 0
+    for args, message in (((prof._c, layer, bf16, 0, 128, out), "seq_len and tokens > 0, got dtype .*, 0 and 128"),
+                          ((prof._c, ffi.NULL, bf16, 64, 128, out), "layer and seconds are required")):
+        with pytest.raises(df.BadArgumentError, match=message):
+            df.errors.check(ringlib.dataflow_ring_layer_seconds(*args))
+
+
 def test_calibrate_fits_to_a_model():
     h = df.Handle("host", streams=2, threads=1)
     try:

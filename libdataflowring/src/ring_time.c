@@ -15,16 +15,50 @@ typedef struct {
 	double in, compute, out, seconds;
 } Span;
 
-/* one forward of a block over a round: matmul, attention, memory-bound parts (seconds) */
+/* one forward of a block over `tokens` tokens (whole sequences of S) in chunks of T: matmul,
+ * attention, memory-bound parts (seconds) */
+static void block_parts(const Dataflow_Ring_Block *b, double tokens, double T, double S, double half,
+			double matmul_rate, double attention_rate, double memory_rate, double parts[3])
+{
+	double pairs = tokens / S * S * (S + 1) / 2;
+	parts[0] = tokens * b->matmul_flops_per_token / (matmul_rate * T / (T + half));
+	parts[1] = pairs * b->attention_flops_per_pair / attention_rate;
+	parts[2] = tokens * b->memory_bytes_per_token / memory_rate;
+}
+
+/* a layer's backward given its forward's parts (recompute not included) */
+static double backward_seconds(const double parts[3])
+{
+	return 2 * parts[0] + 2.5 * parts[1] + 2 * parts[2];
+}
+
+/* one forward of a block over a round (a round holds whole sequences) */
 static void forward_parts(const Ring_Context *x, const Dataflow_Ring_Block *b, const Ring_Candidate *c,
 			  double parts[3])
 {
-	double tokens = (double)(c->chunk * c->chunks_per_round), S = (double)x->req->seq_len;
-	double pairs = tokens / S * S * (S + 1) / 2; /* a round holds whole sequences */
-	double T = (double)c->chunk, half = x->req->profile->matmul_half_tokens;
-	parts[0] = tokens * b->matmul_flops_per_token / (x->matmul_rate * T / (T + half));
-	parts[1] = pairs * b->attention_flops_per_pair / x->attention_rate;
-	parts[2] = tokens * b->memory_bytes_per_token / x->memory_rate;
+	block_parts(b, (double)(c->chunk * c->chunks_per_round), (double)c->chunk, (double)x->req->seq_len,
+		    x->req->profile->matmul_half_tokens, x->matmul_rate, x->attention_rate, x->memory_rate, parts);
+}
+
+Dataflow_Status dataflow_ring_layer_seconds(const Dataflow_Device_Profile *profile, const Dataflow_Ring_Block *layer,
+					    DataflowDatatype dtype, int64_t seq_len, int64_t tokens, double *seconds)
+{
+	if (!layer || !seconds)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring layer seconds: layer and seconds are required");
+	Dataflow_Status st = dataflow_device_profile_check(profile);
+	if (st != DATAFLOW_OK)
+		return st;
+	if ((dtype != DATAFLOW_BF16 && dtype != DATAFLOW_FP32) || seq_len <= 0 || tokens <= 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring layer seconds: dtype must be bf16 or fp32, seq_len and tokens > 0, got "
+					  "dtype %d, %lld and %lld",
+					  (int)dtype, (long long)seq_len, (long long)tokens);
+	double peak = dataflow_device_profile_peak(profile, dtype), parts[3];
+	block_parts(layer, (double)tokens, (double)tokens, (double)seq_len, profile->matmul_half_tokens,
+		    peak * profile->matmul_fraction, peak * profile->attention_fraction, profile->memory_bytes_per_sec,
+		    parts);
+	*seconds = parts[0] + parts[1] + parts[2] + backward_seconds(parts);
+	return DATAFLOW_OK;
 }
 
 static double max3(double a, double b, double c)
@@ -99,7 +133,7 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 		forward_parts(x, b, c, parts);
 		double recompute = c->level == DATAFLOW_SAVE_INPUT ? parts[0] + parts[1] + parts[2]
 				   : c->level == DATAFLOW_SAVE_ATTENTION ? parts[0] + parts[2] : 0;
-		double compute = 2 * parts[0] + 2.5 * parts[1] + 2 * parts[2] + recompute;
+		double compute = backward_seconds(parts) + recompute;
 		double in = 0;
 		if (l > 0) { /* prefetch for the layer below: weights not kept over the turn, activations */
 			const Dataflow_Ring_Block *p = ring_layer(x, l - 1);

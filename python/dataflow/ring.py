@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from . import ops
+from . import dtypes, ops
 from ._ffi import ffi, modelslib, ringlib
 from .errors import BadArgumentError, check, error_for
 from .handle import Handle, parse_bytes
@@ -198,7 +198,7 @@ def _fit_to_model(h, c, cfg, seq_len, n, dtype, repeats, budget):
     measured at the smallest and the largest chunk a plan runs: one sequence of
     min(seq_len, SMALLEST_PIECE) tokens and n sequences of seq_len, unless that would take more
     than budget seconds; returns what was done, for the profile's source."""
-    ring_model, blocks = _ring_model(cfg, dtype)
+    _, blocks = _ring_model(cfg, dtype)
     layer = blocks[1]
     shapes = [(1, min(seq_len, SMALLEST_PIECE)), (n, seq_len)]
     # steps (warm-up + 4 x repeats) x 2 layers x both shapes; small shapes ran 3x slower than
@@ -210,20 +210,19 @@ def _fit_to_model(h, c, cfg, seq_len, n, dtype, repeats, budget):
     measured = _layer_seconds(h, cfg, dtype, shapes, 4 * repeats)
     points = [(rows * seq, seq, measured[(rows, seq)]) for rows, seq in shapes]
     s, half = _fit_rates(c, layer, dtype, points)
-    del ring_model
     return (f"fitted to a {dtype} layer of this model: forward + backward " +
             ", ".join(f"{t * 1e3:.2f} ms at {T} tokens" for T, _, t in points) +
             f"; rates x{s:.3g}, matmul_half_tokens {half:.0f}")
 
 
 def _layer_model_seconds(c, layer, dtype, seq_len, T):
-    """The planner's time (ring_time.c) for a layer's forward + backward at save level all over a
-    chunk of T tokens (whole sequences of seq_len), without the matmul falloff."""
-    peak = c.peak_flops_bf16 if dtype == "bf16" else c.peak_flops_fp32
-    pairs = T / seq_len * seq_len * (seq_len + 1) / 2
-    return (3 * layer.matmul_flops_per_token * T / (peak * c.matmul_fraction)
-            + 3.5 * pairs * layer.attention_flops_per_pair / (peak * c.attention_fraction)
-            + 3 * layer.memory_bytes_per_token * T / c.memory_bytes_per_sec)
+    """The planner's time (dataflow_ring_layer_seconds) for a layer's forward + backward at save
+    level all over a chunk of T tokens (whole sequences of seq_len), without the matmul falloff."""
+    flat = ffi.new("Dataflow_Device_Profile *", c[0])
+    flat.matmul_half_tokens = 0
+    seconds = ffi.new("double *")
+    check(ringlib.dataflow_ring_layer_seconds(flat, ffi.addressof(layer), dtypes.enum(dtype), seq_len, T, seconds))
+    return seconds[0]
 
 
 def _fit_rates(c, layer, dtype, points):

@@ -167,6 +167,12 @@ typedef struct {
  * with the minimum device and host memory in the message and in plan->min_*_bytes. */
 Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflow_Ring_Plan *plan);
 
+/* The model of time's seconds for a layer's forward + backward at save level all (no
+ * recompute) over one chunk of `tokens` tokens (whole sequences of seq_len), at `dtype`'s peak:
+ * what dataflow.ring.calibrate fits a profile to. Bad arguments: INVALID_ARGUMENT. */
+Dataflow_Status dataflow_ring_layer_seconds(const Dataflow_Device_Profile *profile, const Dataflow_Ring_Block *layer,
+					    DataflowDatatype dtype, int64_t seq_len, int64_t tokens, double *seconds);
+
 /* Human-readable plan: placement table, memory maps, timeline, step time, tokens/s, MFU.
  * Writes at most size bytes (NUL-terminated); returns the length the whole text needs. */
 int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *plan, char *out, int64_t size);
