@@ -166,6 +166,12 @@ static Dataflow_Block_Args args_for(Round *r, int64_t c, Dataflow_Save_Level lev
 				     .dacts = x->dacts, .workspace = x->workspace};
 }
 
+/* Whether the round's chunk after c continues c's document (so c is not its last piece) */
+static int continued(const Round *r, int64_t c)
+{
+	return c + 1 < r->num && r->chunks[c + 1].past > 0;
+}
+
 /* Whether chunk c is a piece of a document split over chunks (plan.kv_context), and if so its
  * context in layer l: the document's rows of the layer's K/V from its first chunk's, the shared
  * dK/dV, {0, past + T} after the chunk's batch. */
@@ -173,7 +179,7 @@ static int in_context(Round *r, int l, int64_t c, Dataflow_Block_KV *kv)
 {
 	Dataflow_Ring_Executor *x = r->x;
 	const Dataflow_Ring_Chunk *ch = &r->chunks[c];
-	if (ch->past == 0 && (c + 1 >= r->num || r->chunks[c + 1].past == 0))
+	if (ch->past == 0 && !continued(r, c))
 		return 0;
 	int64_t row = r->doc_first[c] * x->T * x->kvd * x->es;
 	*kv = (Dataflow_Block_KV){.k = x->acts[l].kv_k + row, .v = x->acts[l].kv_v + row, .past = ch->past,
@@ -317,7 +323,7 @@ static Dataflow_Status backward_layer(Round *r, int l, Prefetch *p, int64_t *ite
 		if (a.kv)
 			TRY(kv_uses(r, l, c, 0));
 		TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_BACKWARD, 1 + l, r->first_chunk + c, 0, &span));
-		if (a.kv && (c + 1 >= r->num || r->chunks[c + 1].past == 0)) { /* a document's last piece: first back */
+		if (a.kv && !continued(r, c)) { /* a document's last piece: first back */
 			uint64_t bytes = (uint64_t)((kv.past + T) * x->kvd * 4);
 			TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], x->ctx_dk, 0, bytes));
 			TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], x->ctx_dv, 0, bytes));
@@ -445,7 +451,7 @@ static Dataflow_Status run_round(Round *r, Prefetch *p)
 	}
 	TRY(head(r));
 	for (int64_t c = 0, end = 0; c < r->num; c = ++end) { /* each document's pieces in reverse */
-		while (end + 1 < r->num && r->chunks[end + 1].past > 0)
+		while (continued(r, end))
 			end++;
 		for (int64_t i = end; i >= c; i--)
 			r->order[c + end - i] = i;
