@@ -21,7 +21,7 @@ from dataflow.models import Llama, LlamaConfig
 
 CONFIG = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5)
-BATCH, SEQ, STEPS = 4, 12, 5
+BATCH, SEQ, STEPS, LR = 4, 12, 5, 1e-3
 
 
 def batches():
@@ -35,7 +35,7 @@ def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=Fal
     the final optimizer state."""
     h = df.Handle("host", streams=2, device_memory="64MiB", threads=1)
     model = Llama(h, LlamaConfig.from_dict(CONFIG), seed=5)
-    trainer = df.Trainer(model, lr=1e-3, weight_decay=0.1, grad_clip=0.5, comm=comm, shard_optimizer=shard)
+    trainer = df.Trainer(model, lr=LR, weight_decay=0.1, grad_clip=0.5, comm=comm, shard_optimizer=shard)
     rows = BATCH // size
     losses = []
     for step, tokens in enumerate(batches()):

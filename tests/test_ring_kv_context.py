@@ -4,9 +4,10 @@ The oracle is the all-resident Llama (itself checked against Hugging Face in tes
 each step's sequences WHOLE (one chunk, no context) with loss_scale = 1 / the step's labelled
 tokens and one AdamW step with clipping: the ring, running every sequence as consecutive pieces
 that attend over the keys and values of the earlier ones and accumulate dK/dV in reverse, must
-give the same losses, gradients and weights over several steps (fp32 within 1e-5 relative to
-the largest magnitude, as test_llama_block.c's chunks: only the order of fp32 sums over pieces
-differs; bf16 within the bf16 tolerance), at every cap whose plan splits sequences down to the
+give the same losses and gradients over several steps (fp32 within 1e-5 relative to the
+largest magnitude, as test_llama_block.c's chunks: only the order of fp32 sums over pieces
+differs; bf16 within the bf16 tolerance) and so the same weights (as
+tolerances.assert_trained_weights_close), at every cap whose plan splits sequences down to the
 smallest plan, with the device high-water mark under the cap."""
 import numpy as np
 import pytest
@@ -17,13 +18,15 @@ from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
 from dataflow.ring_executor import RingExecutor
+from dataflow.models.host_blocks import Layout
 from test_ring_executor import as_float, block_bytes
-from tolerances import TOLERANCES
+from tolerances import TOLERANCES, TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 
 CFG = {"vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 5,
        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024,
        "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
 SEQ, ROWS, HOST = 512, 2, "64MiB"  # the planner splits sequences into pieces of >= 256 tokens
+LR, STEPS = 1e-3, 4
 
 
 def plan_for(cap, dtype="fp32", master=False):
@@ -50,10 +53,10 @@ def assert_close(got, want, rtol):
     assert np.abs(got - want).max() <= rtol * np.abs(want).max(), (np.abs(got - want).max(), np.abs(want).max())
 
 
-def train_both(cap, dtype="fp32", master=False, steps=4, grad_rtol=1e-5, plan=None, bandwidth=None):
+def train_both(cap, dtype="fp32", master=False, steps=STEPS, grad_rtol=1e-5, plan=None, bandwidth=None):
     """Ring (handle capped at cap) on pieces vs the resident model on whole sequences, every
     step's gradients compared (max-relative grad_rtol); returns (ring losses, resident losses,
-    ring weights, resident weights, handle, executor, plan). plan: the planner's for cap unless
+    ring weights, resident weights ({name: array} each), handle, executor, plan). plan: the planner's for cap unless
     given; bandwidth: the handle's link throttle."""
     plan = plan or plan_for(cap, dtype, master)
     ref_h = df.Handle("host")
@@ -63,9 +66,7 @@ def train_both(cap, dtype="fp32", master=False, steps=4, grad_rtol=1e-5, plan=No
     for b in range(ex.num_blocks):
         for kind in (0, 4) if master else (0,):
             ex.write(b, kind, block_bytes(ref_h, ref, b, kind, ex.block_bytes(b, kind)))
-    # AdamW normalizes each update to about lr whatever the gradient's size: where a gradient is
-    # near 0 its relative error (and so the update's) is large, bounded by lr per step
-    params = ffi.new("Dataflow_AdamW_Params *", {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
+    params = ffi.new("Dataflow_AdamW_Params *", {"lr": LR, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
                                                  "weight_decay": 0.1})
     rng = np.random.default_rng(0)
     ring_losses, ref_losses = [], []
@@ -87,9 +88,10 @@ def train_both(cap, dtype="fp32", master=False, steps=4, grad_rtol=1e-5, plan=No
                          block_bytes(ref_h, ref, b, 1, ex.block_bytes(b, 1)).view(np.float32), grad_rtol)
         ex.apply(params, 1.0, step)
         modelslib.dataflow_llama_adamw_step(ref._m, 0, params, 1.0, step)
-    ring_w = [as_float(ex.read(b, 0), dtype) for b in range(ex.num_blocks)]
-    ref_w = [as_float(block_bytes(ref_h, ref, b, 0, ex.block_bytes(b, 0)), dtype) for b in range(ex.num_blocks)]
-    return ring_losses, ref_losses, ring_w, ref_w, h, ex, plan
+    blocks = [as_float(ex.read(b, 0), dtype) for b in range(ex.num_blocks)]
+    ring_w = {name: blocks[b][at:at + int(np.prod(shape))].reshape(shape)
+              for name, shape, b, at in Layout(LlamaConfig.from_dict(CFG), dtype).tensors}
+    return ring_losses, ref_losses, ring_w, ref.state_dict(), h, ex, plan
 
 
 def kv_caps(dtype="fp32", master=False):
@@ -122,8 +124,7 @@ def test_fp32_ring_over_a_context_equals_whole_sequences(which, bandwidth):
     ring_l, ref_l, ring_w, ref_w, h, ex, plan = train_both(cap, bandwidth=bandwidth)
     assert plan.kv_context
     np.testing.assert_allclose(ring_l, ref_l, rtol=1e-5, atol=0)
-    for a, b in zip(ring_w, ref_w):
-        assert_close(a, b, 1e-5)
+    assert_trained_weights_close(ring_w, ref_w, TRAINED_WEIGHTS_RTOL["fp32"], LR, len(ring_l))
     assert h.memory_peak() <= cap and ex.device_bytes() <= plan.device_peak_bytes
     assert ex.host_bytes() <= plan.host_capacity
 
@@ -144,8 +145,7 @@ def test_every_save_level_and_rounds_of_several_sequences(on_device):
     assert plan.chunks_per_round * plan.chunk_tokens == 2 * SEQ
     ring_l, ref_l, ring_w, ref_w, h, ex, plan = train_both("64MiB", steps=3, plan=plan)
     np.testing.assert_allclose(ring_l, ref_l, rtol=1e-5, atol=0)
-    for a, b in zip(ring_w, ref_w):
-        assert_close(a, b, 1e-5)
+    assert_trained_weights_close(ring_w, ref_w, TRAINED_WEIGHTS_RTOL["fp32"], LR, len(ring_l))
 
 
 def test_bf16_ring_over_a_context_equals_whole_sequences():
@@ -154,8 +154,7 @@ def test_bf16_ring_over_a_context_equals_whole_sequences():
                                                            grad_rtol=TOLERANCES["bf16"]["rtol"])
     assert plan.kv_context
     np.testing.assert_allclose(ring_l, ref_l, **TOLERANCES["bf16"])
-    for a, b in zip(ring_w, ref_w):  # pieces round to bf16 apart from the whole: as the gradients
-        assert_close(a, b, TOLERANCES["bf16"]["rtol"])
+    assert_trained_weights_close(ring_w, ref_w, TRAINED_WEIGHTS_RTOL["bf16"])
     assert h.memory_peak() <= cap and ex.device_bytes() <= plan.device_peak_bytes
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dataflow import checkpoint
+from tolerances import TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 from test_cli_train import MICRO, SMALL, _dataflow, _env, run_cli, stand_in  # noqa: F401 (a fixture)
 
 MPIRUN = shutil.which("mpirun")
@@ -32,15 +33,14 @@ def _mpirun(ranks, *args, cwd):
 
 def _assert_continues(run, reference):
     """run's losses and weights equal the uninterrupted single-process run's (the sums over ranks
-    add in another order: the tolerance of tests/test_distributed.py)."""
+    add in another order: the weights as tolerances.assert_trained_weights_close)."""
     assert run.state["step"] == reference.state["step"]
     assert run.state["data"]["position"] == reference.state["data"]["position"]
     np.testing.assert_allclose(run.state["losses"], reference.state["losses"], rtol=1e-6, atol=0)
     np.testing.assert_allclose([v for _, v in run.state["val_losses"]],
                                [v for _, v in reference.state["val_losses"]], rtol=1e-6, atol=0)
-    for name, want in reference.model_state.items():
-        err = np.linalg.norm(run.model_state[name] - want) / np.linalg.norm(want)
-        assert err <= 1e-6, f"{name}: relative difference {err:.3g}"
+    assert_trained_weights_close(run.model_state, reference.model_state, TRAINED_WEIGHTS_RTOL["fp32"],
+                                 reference.optimizer_state["hyperparameters"]["lr"], reference.state["step"])
 
 
 @needs_mpirun

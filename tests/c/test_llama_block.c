@@ -6,9 +6,9 @@
  * block's gradients bit for bit, and the per-block calls must not wait for the device.
  * Untied fp32, and tied bf16 (the head reads the embedding block and adds into its gradient).
  * Long sequences: a document split into chunks, each layer's chunks attending over a K/V
- * context and the backward accumulating its dK/dV over the chunks in reverse, trains (losses,
- * every gradient, weights after AdamW, three steps at the three save levels) within 1e-5 of
- * the resident model training on the whole document (fp32). */
+ * context and the backward accumulating its dK/dV over the chunks in reverse, trains as the
+ * resident model on the whole document (fp32; three steps at the three save levels): losses and
+ * every gradient within 1e-5, weights after AdamW as trained_weights_close. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -421,18 +421,44 @@ static int close_to(const char *what, int step, const void *got, const void *wan
 	return 0;
 }
 
-/* Every block's gradients (GRAD) or fp32 weights (PARAM) close_to within 1e-5. */
-static int blocks_close(const Dataflow_Blocked_Model *bm, int step, const Dataflow_Block_Memory *got,
-			const Dataflow_Block_Memory *want, Dataflow_Block_Kind kind)
+/* Every block's gradients close_to within 1e-5. */
+static int grads_close(const Dataflow_Blocked_Model *bm, int step, const Dataflow_Block_Memory *got,
+		       const Dataflow_Block_Memory *want)
 {
 	int ok = 1;
 	for (int b = 0; b < dataflow_blocked_model_num_blocks(bm); b++) {
 		Dataflow_Block_Sizes sizes;
 		CHECK(dataflow_blocked_model_block_sizes(bm, b, &sizes));
 		char what[64];
-		snprintf(what, sizeof(what), "block %d's %s", b, kind == DATAFLOW_BLOCK_GRAD ? "gradient" : "weights");
-		ok &= kind == DATAFLOW_BLOCK_GRAD ? close_to(what, step, got[b].grad, want[b].grad, sizes.numel, 1e-5)
-						  : close_to(what, step, got[b].param, want[b].param, sizes.numel, 1e-5);
+		snprintf(what, sizeof(what), "block %d's gradient", b);
+		ok &= close_to(what, step, got[b].grad, want[b].grad, sizes.numel, 1e-5);
+	}
+	return ok;
+}
+
+/* fp32 weights after `steps` AdamW steps of lr from gradients summed in another order, per
+ * tensor: ||got - want|| / sqrt(numel) <= 1e-3 * lr * steps, as tests/tolerances.py's
+ * assert_trained_weights_close (AdamW turns a gradient's relative error into the same relative
+ * error of a step of about lr, large where the gradient is within rounding noise of zero; which
+ * elements those are depends on the CPU's summation order, so no elementwise bound holds). */
+static int trained_weights_close(const Dataflow_Blocked_Model *bm, const Dataflow_Block_Memory *got,
+				 const Dataflow_Block_Memory *want, double lr, int steps)
+{
+	int ok = 1;
+	for (int i = 0; i < dataflow_blocked_model_num_tensors(bm); i++) {
+		Dataflow_Llama_Tensor t;
+		CHECK(dataflow_blocked_model_tensor(bm, i, &t));
+		float *g = to_host((const float *)got[t.block].param + t.offset, t.numel * 4);
+		float *w = to_host((const float *)want[t.block].param + t.offset, t.numel * 4);
+		double sum = 0;
+		for (int64_t j = 0; j < t.numel; j++)
+			sum += ((double)g[j] - w[j]) * ((double)g[j] - w[j]);
+		free(g), free(w);
+		double rms = sqrt(sum / (double)t.numel), bound = 1e-3 * lr * steps;
+		if (!(rms <= bound)) {
+			fprintf(stderr, "chunks: %s differs by %g RMS after %d steps (bound %g)\n", t.name, rms, steps, bound);
+			ok = 0;
+		}
 	}
 	return ok;
 }
@@ -452,8 +478,6 @@ static int chunked(const Dataflow_Llama_Config *config)
 	int nb = dataflow_blocked_model_num_blocks(bm);
 	Dataflow_Block_Memory *mem = calloc((size_t)nb, sizeof(*mem)), *want = calloc((size_t)nb, sizeof(*want));
 	Context x = alloc_context(config);
-	/* AdamW normalizes each update to about lr, whatever the gradient's size: where a gradient
-	 * is near 0 its relative error (and so the update's) is large, bounded by lr per step */
 	Dataflow_AdamW_Params adamw = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
 	float loss_scale = 1.0f / 140; /* labelled tokens: 149 minus every 17th from 5 */
 	float *doc_losses = malloc(DOC * 4);
@@ -485,7 +509,7 @@ static int chunked(const Dataflow_Llama_Config *config)
 			fprintf(stderr, "chunks, step %d: loss %.8f, whole document %.8f\n", step, got_loss, want_loss);
 			ok = 0;
 		}
-		ok &= blocks_close(bm, step, mem, want, DATAFLOW_BLOCK_GRAD);
+		ok &= grads_close(bm, step, mem, want);
 		CHECK(dataflow_llama_adamw_step(whole_model, 0, &adamw, 1.0, step));
 		CHECK(dataflow_llama_adamw_step(chunked_model, 0, &adamw, 1.0, step));
 		for (int c = 0; c < CHUNKS; c++)
@@ -494,7 +518,7 @@ static int chunked(const Dataflow_Llama_Config *config)
 			printf("c_llama_block chunks: %s (%d chunks of a %d-token document, %d steps, loss %.6f)\n",
 			       ok ? "ok" : "MISMATCH", CHUNKS, DOC, STEPS, want_loss);
 	}
-	ok &= blocks_close(bm, STEPS, mem, want, DATAFLOW_BLOCK_PARAM);
+	ok &= trained_weights_close(bm, mem, want, adamw.lr, STEPS);
 	free_context(&x, (int)config->num_layers);
 	for (int c = 0; c < CHUNKS; c++)
 		dataflow_free_mem(h, chunk_buffers[c]);
