@@ -7,6 +7,13 @@ import dataflow as df
 BACKENDS = ("host", "cuda", "vulkan")
 
 
+def pytest_report_header(config):
+    """What decides the host's fp32 summation orders here (test_summation_orders.py reruns the
+    training comparisons under lower caps)."""
+    from dataflow.build_info import cpu_report
+    return [cpu_report()]
+
+
 @functools.lru_cache(maxsize=None)
 def backend_unavailable(backend):
     """None if a handle of this backend can be created here, else the reason (once per session)."""

@@ -32,6 +32,44 @@ def matmul_engine():
     return f"oneDNN {info()['onednn']} ({info()['onednn_source']})"
 
 
+# The /proc/cpuinfo flags that choose a host summation order: the host kernels' vector path
+# and the oneDNN kernels (VNNI, BF16 and AMX ones included).
+_ORDER_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_report():
+    """One line naming what decides the host backend's fp32 summation order on this machine: the
+    CPU and its vector features, the host kernels' SIMD path (DATAFLOW_SIMD caps it) and the
+    host matmul's engine with the ISA oneDNN runs (ONEDNN_MAX_CPU_ISA caps it)."""
+    import ctypes
+    import platform
+    from ._ffi import ffi, lib
+    from .handle import Handle
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    name = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    simd = ("scalar", "avx2", "avx512")[lib.dataflow_simd_level()]
+    engine = matmul_engine()
+    if info()["onednn"] and os.environ.get("DATAFLOW_HOST_MATMUL") != "fallback":
+        with Handle("host", streams=1, register_default_ops=False) as h:
+            ops = ffi.string(lib.dataflow_handle_default_ops_library(h._ptr())).decode()
+        isa = ctypes.CDLL(ops).dataflow_host_onednn_isa
+        isa.restype = ctypes.c_char_p
+        engine += f", ISA {isa().decode().removeprefix('cpu_isa_')}"
+    features = " ".join(f for f in _ORDER_FLAGS if f in flags) or "unknown"
+    return f"CPU {name} ({features}); host kernels: {simd}; host matmul: {engine}"
+
+
 def load_pip_onednn():
     """Loads pip's libdnnl.so.3 (onednn-cpu-gomp) into the process when this build linked against it, so
     the host backend finds it whatever the install layout; the libraries' rpath covers the usual ones."""

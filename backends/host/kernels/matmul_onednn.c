@@ -297,6 +297,11 @@ Dataflow_Status matmul_onednn_create(Matmul_Onednn **onednn)
 	return DATAFLOW_OK;
 }
 
+const char *dataflow_host_onednn_isa(void)
+{
+	return dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
+}
+
 void matmul_onednn_destroy(Matmul_Onednn *o)
 {
 	if (!o)
@@ -314,6 +319,13 @@ void matmul_onednn_destroy(Matmul_Onednn *o)
 	pthread_mutex_destroy(&o->lock);
 	dnnl_engine_destroy(o->engine);
 	free(o);
+}
+
+#else
+
+const char *dataflow_host_onednn_isa(void)
+{
+	return "";
 }
 
 #endif

@@ -16,6 +16,11 @@
  * external ops that parallelize themselves (the matmul). Exported by libdataflow_host. */
 int dataflow_host_compute_threads(Dataflow_Handle *handle);
 
+/* The instruction set oneDNN's kernels run on this CPU (after ONEDNN_MAX_CPU_ISA), e.g.
+ * "avx512_core_bf16"; "" in a build without oneDNN. It decides the host matmul's summation
+ * order, so test reports print it. Exported by libdataflow_host_ops. */
+const char *dataflow_host_onednn_isa(void);
+
 /* Splits [0, n) into num_parts contiguous ranges whose boundaries are multiples of align
  * (except the end) and returns part's range in [*begin, *end). */
 static inline void dataflow_part_range(int64_t n, int part, int num_parts, int64_t align, int64_t *begin,
