@@ -149,9 +149,7 @@ float dataflow_fp8e5m2_to_fp32(uint8_t x)
 }
 
 /* ---------------------------------------------------------------------------------------
- * vector paths: the same integer arithmetic, 16 (AVX-512) or 8 (AVX2) lanes at a time.
- * Each bulk function converts the largest multiple of its width and returns that count;
- * the scalar code does the rest. Magnitudes are < 2^31, so signed compares are safe. */
+ * vector paths: the same integer arithmetic, 16 (AVX-512) or 8 (AVX2) lanes at a time. */
 
 int dataflow_simd_level(void)
 {
@@ -175,257 +173,151 @@ int dataflow_simd_level(void)
 	return level;
 }
 
-/* ---- AVX-512 ---- */
+/* ---- one body per ISA (simd.h): Vu_##isa lanes are uint32, compares give all-ones lanes ---- */
 
-SIMD_TARGET_AVX512 static inline __m512i round_magnitude_avx512(__m512i a, int bias, int mbits)
+/* m ? yes : no per lane, m a compare's result (all ones or zero); yes or no may be a scalar */
+#define USEL(m, yes, no) (((m) & (yes)) | (~(m) & (no)))
+
+/* the per-ISA loads and stores the bodies need: bytes widened to lanes and back, and fp16
+ * bits (one per lane) widened to fp32 by vcvtph2ps */
+SIMD_ISA_INLINE(avx512) Vu_avx512 vload_u8_avx512(const uint8_t *p)
 {
-	const int drop = 23 - mbits;
-	const __m512i one = _mm512_set1_epi32(1);
-	__m512i r = _mm512_sub_epi32(a, _mm512_set1_epi32((127 - bias) << 23));
-	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(r, drop), one);
-	__m512i normal = _mm512_srli_epi32(
-		_mm512_add_epi32(_mm512_add_epi32(r, _mm512_set1_epi32((1 << (drop - 1)) - 1)), lsb), drop);
-
-	__m512i m24 = _mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32(0x7fffff)), _mm512_set1_epi32(0x800000));
-	__m512i shift = _mm512_min_epu32(_mm512_sub_epi32(_mm512_set1_epi32(151 - bias - mbits), _mm512_srli_epi32(a, 23)),
-					 _mm512_set1_epi32(25));
-	__m512i q = _mm512_srlv_epi32(m24, shift);
-	__m512i rem = _mm512_and_si512(m24, _mm512_sub_epi32(_mm512_sllv_epi32(one, shift), one));
-	__m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(shift, one));
-	__mmask16 up = _mm512_cmpgt_epi32_mask(_mm512_add_epi32(rem, _mm512_and_si512(q, one)), half);
-	__m512i sub = _mm512_mask_add_epi32(q, up, q, one);
-
-	__mmask16 is_normal = _mm512_cmpge_epi32_mask(a, _mm512_set1_epi32((128 - bias) << 23));
-	return _mm512_mask_blend_epi32(is_normal, sub, normal);
+	return (Vu_avx512)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
 }
 
-SIMD_TARGET_AVX512 static size_t encode_bf16_avx512(void *dst, const float *src, size_t n)
+SIMD_ISA_INLINE(avx2) Vu_avx2 vload_u8_avx2(const uint8_t *p)
 {
-	size_t i = 0;
-	for (; i + 16 <= n; i += 16)
-		simd_store_bf16_avx512((uint16_t *)dst + i, _mm512_loadu_ps(src + i));
-	return i;
+	return (Vu_avx2)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
 }
 
-SIMD_TARGET_AVX512 static size_t decode_bf16_avx512(float *dst, const void *src, size_t n)
+/* lanes < 2^8 */
+SIMD_ISA_INLINE(avx512) void vstore_u8_avx512(uint8_t *p, Vu_avx512 x)
 {
-	size_t i = 0;
-	for (; i + 16 <= n; i += 16)
-		_mm512_storeu_ps(dst + i, simd_load_bf16_avx512((const uint16_t *)src + i));
-	return i;
+	_mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8((__m512i)x));
 }
 
-SIMD_TARGET_AVX512 static size_t encode_fp16_avx512(void *dst, const float *src, size_t n)
+SIMD_ISA_INLINE(avx2) void vstore_u8_avx2(uint8_t *p, Vu_avx2 x)
 {
-	size_t i = 0;
-	for (; i + 16 <= n; i += 16)
-		simd_store_fp16_avx512((uint16_t *)dst + i, _mm512_loadu_ps(src + i));
-	return i;
+	__m128i w = simd_narrow16_avx2((__m256i)x);
+	_mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
 }
 
-/* vcvtph2ps, with NaN lanes rebuilt so a signalling NaN stays signalling (numpy) */
-
-SIMD_TARGET_AVX512 static size_t decode_fp16_avx512(float *dst, const void *src, size_t n)
+/* lanes < 2^16 */
+SIMD_ISA_INLINE(avx512) Vf_avx512 vwiden_fp16_avx512(Vu_avx512 bits)
 {
-	size_t i = 0;
-	for (; i + 16 <= n; i += 16)
-		_mm512_storeu_ps(dst + i, simd_load_fp16_avx512((const uint16_t *)src + i));
-	return i;
+	return _mm512_cvtph_ps(_mm512_cvtepi32_epi16((__m512i)bits));
 }
 
-SIMD_TARGET_AVX512 static size_t encode_fp8e4m3_avx512(void *dst, const float *src, size_t n)
+SIMD_ISA_INLINE(avx2) Vf_avx2 vwiden_fp16_avx2(Vu_avx2 bits)
 {
-	uint8_t *d = dst;
-	size_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
-		__m512i r = round_magnitude_avx512(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), 7, 3);
-		r = _mm512_min_epu32(r, _mm512_set1_epi32(0x7f));
-		r = _mm512_or_si512(r, _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
-		_mm_storeu_si128((__m128i *)(d + i), _mm512_cvtepi32_epi8(r));
+	return _mm256_cvtph_ps(simd_narrow16_avx2((__m256i)bits));
+}
+
+/* round_magnitude of the scalar reference, per lane. The subnormal shift is clamped to
+ * [1, 25] (lanes outside it take the normal result, so the clamp changes no output and keeps
+ * every vector shift count below 32). */
+#define ROUND_MAGNITUDE(isa)                                                                         \
+	SIMD_ISA_INLINE(isa) Vu_##isa round_magnitude_##isa(Vu_##isa a, uint32_t bias, uint32_t mbits)    \
+	{                                                                                            \
+		const uint32_t drop = 23 - mbits;                                                    \
+		Vu_##isa r = a - ((127 - bias) << 23);                                               \
+		Vu_##isa normal = (r + ((1u << (drop - 1)) - 1) + ((r >> drop) & 1)) >> drop;        \
+		Vu_##isa m24 = (a & 0x7fffff) | 0x800000;                                            \
+		Vu_##isa shift = (151 - bias - mbits) - (a >> 23);                                   \
+		shift = USEL((Vu_##isa)(shift - 1 > 24), 25, shift);                                 \
+		Vu_##isa one = (Vu_##isa){0} + 1;                                                    \
+		Vu_##isa q = m24 >> shift;                                                           \
+		Vu_##isa rem = m24 & ((one << shift) - 1);                                           \
+		Vu_##isa sub = q - (Vu_##isa)(rem + (q & 1) > (one << (shift - 1)));                 \
+		return USEL((Vu_##isa)(a >= ((128 - bias) << 23)), normal, sub);                     \
 	}
-	return i;
-}
+SIMD_EACH_ISA(ROUND_MAGNITUDE)
 
-SIMD_TARGET_AVX512 static size_t decode_fp8e4m3_avx512(float *dst, const void *src, size_t n)
-{
-	const uint8_t *s = src;
-	size_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
-		__m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
-		__m512i normal = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
-		__m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(7))),
-					   _mm512_set1_ps(0x1p-9f));
-		__m512i r = _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), normal,
-						    _mm512_castps_si512(sub));
-		r = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), r,
-					    _mm512_set1_epi32(0x7fc00000));
-		r = _mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24));
-		_mm512_storeu_si512(dst + i, r);
+/* Each bulk function converts the largest multiple of VL_##isa elements and returns that
+ * count; the scalar code does the rest. */
+#define BULK_CONVERSIONS(isa)                                                                        \
+	SIMD_TARGET_##isa static size_t encode_bf16_##isa(void *dst, const float *src, size_t n)      \
+	{                                                                                            \
+		size_t i = 0;                                                                        \
+		for (; i + VL_##isa <= n; i += VL_##isa)                                             \
+			simd_store_bf16_##isa((uint16_t *)dst + i, vloadf_##isa(src + i));           \
+		return i;                                                                            \
+	}                                                                                            \
+	SIMD_TARGET_##isa static size_t decode_bf16_##isa(float *dst, const void *src, size_t n)      \
+	{                                                                                            \
+		size_t i = 0;                                                                        \
+		for (; i + VL_##isa <= n; i += VL_##isa)                                             \
+			vstoref_##isa(dst + i, simd_load_bf16_##isa((const uint16_t *)src + i));     \
+		return i;                                                                            \
+	}                                                                                            \
+	SIMD_TARGET_##isa static size_t encode_fp16_##isa(void *dst, const float *src, size_t n)      \
+	{                                                                                            \
+		size_t i = 0;                                                                        \
+		for (; i + VL_##isa <= n; i += VL_##isa)                                             \
+			simd_store_fp16_##isa((uint16_t *)dst + i, vloadf_##isa(src + i));           \
+		return i;                                                                            \
+	}                                                                                            \
+	/* vcvtph2ps, with NaN lanes rebuilt so a signalling NaN stays signalling (numpy) */         \
+	SIMD_TARGET_##isa static size_t decode_fp16_##isa(float *dst, const void *src, size_t n)      \
+	{                                                                                            \
+		size_t i = 0;                                                                        \
+		for (; i + VL_##isa <= n; i += VL_##isa)                                             \
+			vstoref_##isa(dst + i, simd_load_fp16_##isa((const uint16_t *)src + i));     \
+		return i;                                                                            \
+	}                                                                                            \
+	/* past 448 rounds to 0x7f, NaN; so do Inf and NaN */                                        \
+	SIMD_TARGET_##isa static size_t encode_fp8e4m3_##isa(void *dst, const float *src, size_t n)   \
+	{                                                                                            \
+		size_t i = 0;                                                                        \
+		for (; i + VL_##isa <= n; i += VL_##isa) {                                           \
+			Vu_##isa u = (Vu_##isa)vloadf_##isa(src + i);                                \
+			Vu_##isa r = round_magnitude_##isa(u & 0x7fffffff, 7, 3);                    \
+			r = USEL((Vu_##isa)(r > 0x7f), 0x7f, r) | ((u >> 24) & 0x80);                \
+			vstore_u8_##isa((uint8_t *)dst + i, r);                                      \
+		}                                                                                    \
+		return i;                                                                            \
+	}                                                                                            \
+	/* normal: rebias the exponent (7 -> 127); subnormal: m * 2^-9, exact in fp32 */             \
+	SIMD_TARGET_##isa static size_t decode_fp8e4m3_##isa(float *dst, const void *src, size_t n)   \
+	{                                                                                            \
+		size_t i = 0;                                                                        \
+		for (; i + VL_##isa <= n; i += VL_##isa) {                                           \
+			Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);                       \
+			Vu_##isa mag = b & 0x7f;                                                     \
+			Vu_##isa normal = (mag << 20) + (120u << 23);                                \
+			Vu_##isa sub = (Vu_##isa)(__builtin_convertvector(b & 7, Vf_##isa) * 0x1p-9f); \
+			Vu_##isa r = USEL((Vu_##isa)(mag < 8), sub, normal);                         \
+			r = USEL((Vu_##isa)(mag == 0x7f), 0x7fc00000, r) | ((b & 0x80) << 24);       \
+			vstoref_##isa(dst + i, (Vf_##isa)r);                                         \
+		}                                                                                    \
+		return i;                                                                            \
+	}                                                                                            \
+	SIMD_TARGET_##isa static size_t encode_fp8e5m2_##isa(void *dst, const float *src, size_t n)   \
+	{                                                                                            \
+		size_t i = 0;                                                                        \
+		for (; i + VL_##isa <= n; i += VL_##isa) {                                           \
+			Vu_##isa u = (Vu_##isa)vloadf_##isa(src + i);                                \
+			Vu_##isa a = u & 0x7fffffff;                                                 \
+			Vu_##isa r = round_magnitude_##isa(a, 15, 2);                                \
+			r = USEL((Vu_##isa)(r > 0x7c), 0x7c, r);                                     \
+			r = USEL((Vu_##isa)(a > 0x7f800000), 0x7e, r) | ((u >> 24) & 0x80);          \
+			vstore_u8_##isa((uint8_t *)dst + i, r);                                      \
+		}                                                                                    \
+		return i;                                                                            \
+	}                                                                                            \
+	/* e5m2 widened to fp16 is exact; its NaNs become the canonical quiet NaN */                 \
+	SIMD_TARGET_##isa static size_t decode_fp8e5m2_##isa(float *dst, const void *src, size_t n)   \
+	{                                                                                            \
+		size_t i = 0;                                                                        \
+		for (; i + VL_##isa <= n; i += VL_##isa) {                                           \
+			Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);                       \
+			Vu_##isa r = (Vu_##isa)vwiden_fp16_##isa(b << 8);                            \
+			r = USEL((Vu_##isa)((b & 0x7f) > 0x7c), ((b & 0x80) << 24) | 0x7fc00000, r);  \
+			vstoref_##isa(dst + i, (Vf_##isa)r);                                         \
+		}                                                                                    \
+		return i;                                                                            \
 	}
-	return i;
-}
-
-SIMD_TARGET_AVX512 static size_t encode_fp8e5m2_avx512(void *dst, const float *src, size_t n)
-{
-	uint8_t *d = dst;
-	size_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
-		__m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-		__m512i r = _mm512_min_epu32(round_magnitude_avx512(a, 15, 2), _mm512_set1_epi32(0x7c));
-		r = _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7f800000)), r,
-					    _mm512_set1_epi32(0x7e));
-		r = _mm512_or_si512(r, _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
-		_mm_storeu_si128((__m128i *)(d + i), _mm512_cvtepi32_epi8(r));
-	}
-	return i;
-}
-
-/* e5m2 widened to fp16 is exact; its NaNs become the canonical quiet NaN */
-SIMD_TARGET_AVX512 static size_t decode_fp8e5m2_avx512(float *dst, const void *src, size_t n)
-{
-	const uint8_t *s = src;
-	size_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
-		__m512 x = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_slli_epi32(b, 8)));
-		__m512i qnan = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24),
-					       _mm512_set1_epi32(0x7fc00000));
-		x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, _mm512_castsi512_ps(qnan));
-		_mm512_storeu_ps(dst + i, x);
-	}
-	return i;
-}
-
-/* ---- AVX2 ---- */
-
-SIMD_TARGET_AVX2 static inline __m256i round_magnitude_avx2(__m256i a, int bias, int mbits)
-{
-	const int drop = 23 - mbits;
-	const __m256i one = _mm256_set1_epi32(1);
-	__m256i r = _mm256_sub_epi32(a, _mm256_set1_epi32((127 - bias) << 23));
-	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(r, drop), one);
-	__m256i normal = _mm256_srli_epi32(
-		_mm256_add_epi32(_mm256_add_epi32(r, _mm256_set1_epi32((1 << (drop - 1)) - 1)), lsb), drop);
-
-	__m256i m24 = _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0x7fffff)), _mm256_set1_epi32(0x800000));
-	__m256i shift = _mm256_min_epu32(_mm256_sub_epi32(_mm256_set1_epi32(151 - bias - mbits), _mm256_srli_epi32(a, 23)),
-					 _mm256_set1_epi32(25));
-	__m256i q = _mm256_srlv_epi32(m24, shift);
-	__m256i rem = _mm256_and_si256(m24, _mm256_sub_epi32(_mm256_sllv_epi32(one, shift), one));
-	__m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(shift, one));
-	__m256i up = _mm256_cmpgt_epi32(_mm256_add_epi32(rem, _mm256_and_si256(q, one)), half);
-	__m256i sub = _mm256_sub_epi32(q, up); /* up is -1 where rounding up */
-
-	__m256i is_normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(((128 - bias) << 23) - 1));
-	return _mm256_blendv_epi8(sub, normal, is_normal);
-}
-
-/* 8 x uint32 (each < 2^16) -> 8 x uint16 */
-/* 8 x uint32 (each < 2^8) -> 8 x uint8 in the low 64 bits */
-SIMD_TARGET_AVX2 static inline __m128i narrow8_avx2(__m256i r)
-{
-	__m128i w = simd_narrow16_avx2(r);
-	return _mm_packus_epi16(w, w);
-}
-
-SIMD_TARGET_AVX2 static size_t encode_bf16_avx2(void *dst, const float *src, size_t n)
-{
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		simd_store_bf16_avx2((uint16_t *)dst + i, _mm256_loadu_ps(src + i));
-	return i;
-}
-
-SIMD_TARGET_AVX2 static size_t decode_bf16_avx2(float *dst, const void *src, size_t n)
-{
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(dst + i, simd_load_bf16_avx2((const uint16_t *)src + i));
-	return i;
-}
-
-SIMD_TARGET_AVX2 static size_t encode_fp16_avx2(void *dst, const float *src, size_t n)
-{
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		simd_store_fp16_avx2((uint16_t *)dst + i, _mm256_loadu_ps(src + i));
-	return i;
-}
-
-
-SIMD_TARGET_AVX2 static size_t decode_fp16_avx2(float *dst, const void *src, size_t n)
-{
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(dst + i, simd_load_fp16_avx2((const uint16_t *)src + i));
-	return i;
-}
-
-SIMD_TARGET_AVX2 static size_t encode_fp8e4m3_avx2(void *dst, const float *src, size_t n)
-{
-	uint8_t *d = dst;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		__m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
-		__m256i r = round_magnitude_avx2(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), 7, 3);
-		r = _mm256_min_epu32(r, _mm256_set1_epi32(0x7f));
-		r = _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
-		_mm_storel_epi64((__m128i *)(d + i), narrow8_avx2(r));
-	}
-	return i;
-}
-
-SIMD_TARGET_AVX2 static size_t decode_fp8e4m3_avx2(float *dst, const void *src, size_t n)
-{
-	const uint8_t *s = src;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		__m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + i)));
-		__m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
-		__m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
-		__m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(7))),
-					   _mm256_set1_ps(0x1p-9f));
-		__m256i r = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub),
-					       _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag));
-		r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f)));
-		r = _mm256_or_si256(r, _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24));
-		_mm256_storeu_si256((__m256i *)(dst + i), r);
-	}
-	return i;
-}
-
-SIMD_TARGET_AVX2 static size_t encode_fp8e5m2_avx2(void *dst, const float *src, size_t n)
-{
-	uint8_t *d = dst;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		__m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
-		__m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-		__m256i r = _mm256_min_epu32(round_magnitude_avx2(a, 15, 2), _mm256_set1_epi32(0x7c));
-		r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7e), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
-		r = _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
-		_mm_storel_epi64((__m128i *)(d + i), narrow8_avx2(r));
-	}
-	return i;
-}
-
-SIMD_TARGET_AVX2 static size_t decode_fp8e5m2_avx2(float *dst, const void *src, size_t n)
-{
-	const uint8_t *s = src;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		__m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + i)));
-		__m256 x = _mm256_cvtph_ps(simd_narrow16_avx2(_mm256_slli_epi32(b, 8)));
-		__m256i qnan = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24),
-					       _mm256_set1_epi32(0x7fc00000));
-		x = _mm256_blendv_ps(x, _mm256_castsi256_ps(qnan), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-		_mm256_storeu_ps(dst + i, x);
-	}
-	return i;
-}
+SIMD_EACH_ISA(BULK_CONVERSIONS)
 
 /* ---------------------------------------------------------------------------------------
  * dispatch */
