@@ -233,90 +233,54 @@ SIMD_ISA_INLINE(avx2) Vf_avx2 vwiden_fp16_avx2(Vu_avx2 bits)
 	}
 SIMD_EACH_ISA(ROUND_MAGNITUDE)
 
-/* Each bulk function converts the largest multiple of VL_##isa elements and returns that
- * count; the scalar code does the rest. */
-#define BULK_CONVERSIONS(isa)                                                                        \
-	SIMD_TARGET_##isa static size_t encode_bf16_##isa(void *dst, const float *src, size_t n)      \
-	{                                                                                            \
-		size_t i = 0;                                                                        \
-		for (; i + VL_##isa <= n; i += VL_##isa)                                             \
-			simd_store_bf16_##isa((uint16_t *)dst + i, vloadf_##isa(src + i));           \
-		return i;                                                                            \
-	}                                                                                            \
-	SIMD_TARGET_##isa static size_t decode_bf16_##isa(float *dst, const void *src, size_t n)      \
-	{                                                                                            \
-		size_t i = 0;                                                                        \
-		for (; i + VL_##isa <= n; i += VL_##isa)                                             \
-			vstoref_##isa(dst + i, simd_load_bf16_##isa((const uint16_t *)src + i));     \
-		return i;                                                                            \
-	}                                                                                            \
-	SIMD_TARGET_##isa static size_t encode_fp16_##isa(void *dst, const float *src, size_t n)      \
-	{                                                                                            \
-		size_t i = 0;                                                                        \
-		for (; i + VL_##isa <= n; i += VL_##isa)                                             \
-			simd_store_fp16_##isa((uint16_t *)dst + i, vloadf_##isa(src + i));           \
-		return i;                                                                            \
-	}                                                                                            \
-	/* vcvtph2ps, with NaN lanes rebuilt so a signalling NaN stays signalling (numpy) */         \
-	SIMD_TARGET_##isa static size_t decode_fp16_##isa(float *dst, const void *src, size_t n)      \
-	{                                                                                            \
-		size_t i = 0;                                                                        \
-		for (; i + VL_##isa <= n; i += VL_##isa)                                             \
-			vstoref_##isa(dst + i, simd_load_fp16_##isa((const uint16_t *)src + i));     \
-		return i;                                                                            \
-	}                                                                                            \
-	/* past 448 rounds to 0x7f, NaN; so do Inf and NaN */                                        \
-	SIMD_TARGET_##isa static size_t encode_fp8e4m3_##isa(void *dst, const float *src, size_t n)   \
+/* A bulk function converts the largest multiple of VL_##isa elements and returns that count
+ * (the scalar code does the rest); its step (the variadic argument) converts the VL_##isa
+ * elements at i. */
+#define BULK_LOOP(isa, name, Dst, Src, ...)                                                          \
+	SIMD_TARGET_##isa static size_t name##_##isa(Dst *dst, const Src *src, size_t n)              \
 	{                                                                                            \
 		size_t i = 0;                                                                        \
 		for (; i + VL_##isa <= n; i += VL_##isa) {                                           \
-			Vu_##isa u = (Vu_##isa)vloadf_##isa(src + i);                                \
-			Vu_##isa r = round_magnitude_##isa(u & 0x7fffffff, 7, 3);                    \
-			r = USEL((Vu_##isa)(r > 0x7f), 0x7f, r) | ((u >> 24) & 0x80);                \
-			vstore_u8_##isa((uint8_t *)dst + i, r);                                      \
-		}                                                                                    \
-		return i;                                                                            \
-	}                                                                                            \
-	/* normal: rebias the exponent (7 -> 127); subnormal: m * 2^-9, exact in fp32 */             \
-	SIMD_TARGET_##isa static size_t decode_fp8e4m3_##isa(float *dst, const void *src, size_t n)   \
-	{                                                                                            \
-		size_t i = 0;                                                                        \
-		for (; i + VL_##isa <= n; i += VL_##isa) {                                           \
-			Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);                       \
-			Vu_##isa mag = b & 0x7f;                                                     \
-			Vu_##isa normal = (mag << 20) + (120u << 23);                                \
-			Vu_##isa sub = (Vu_##isa)(__builtin_convertvector(b & 7, Vf_##isa) * 0x1p-9f); \
-			Vu_##isa r = USEL((Vu_##isa)(mag < 8), sub, normal);                         \
-			r = USEL((Vu_##isa)(mag == 0x7f), 0x7fc00000, r) | ((b & 0x80) << 24);       \
-			vstoref_##isa(dst + i, (Vf_##isa)r);                                         \
-		}                                                                                    \
-		return i;                                                                            \
-	}                                                                                            \
-	SIMD_TARGET_##isa static size_t encode_fp8e5m2_##isa(void *dst, const float *src, size_t n)   \
-	{                                                                                            \
-		size_t i = 0;                                                                        \
-		for (; i + VL_##isa <= n; i += VL_##isa) {                                           \
-			Vu_##isa u = (Vu_##isa)vloadf_##isa(src + i);                                \
-			Vu_##isa a = u & 0x7fffffff;                                                 \
-			Vu_##isa r = round_magnitude_##isa(a, 15, 2);                                \
-			r = USEL((Vu_##isa)(r > 0x7c), 0x7c, r);                                     \
-			r = USEL((Vu_##isa)(a > 0x7f800000), 0x7e, r) | ((u >> 24) & 0x80);          \
-			vstore_u8_##isa((uint8_t *)dst + i, r);                                      \
-		}                                                                                    \
-		return i;                                                                            \
-	}                                                                                            \
-	/* e5m2 widened to fp16 is exact; its NaNs become the canonical quiet NaN */                 \
-	SIMD_TARGET_##isa static size_t decode_fp8e5m2_##isa(float *dst, const void *src, size_t n)   \
-	{                                                                                            \
-		size_t i = 0;                                                                        \
-		for (; i + VL_##isa <= n; i += VL_##isa) {                                           \
-			Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);                       \
-			Vu_##isa r = (Vu_##isa)vwiden_fp16_##isa(b << 8);                            \
-			r = USEL((Vu_##isa)((b & 0x7f) > 0x7c), ((b & 0x80) << 24) | 0x7fc00000, r);  \
-			vstoref_##isa(dst + i, (Vf_##isa)r);                                         \
+			__VA_ARGS__;                                                                 \
 		}                                                                                    \
 		return i;                                                                            \
 	}
+#define ENCODE_LOOP(isa, fmt, ...) BULK_LOOP(isa, encode_##fmt, void, float, __VA_ARGS__)
+#define DECODE_LOOP(isa, fmt, ...) BULK_LOOP(isa, decode_##fmt, float, void, __VA_ARGS__)
+
+/* bf16 and fp16 through simd.h's in-register conversions (fp16 NaN lanes rebuilt so a
+ * signalling NaN stays signalling, as numpy) */
+#define BULK_16BIT(isa, fmt)                                                                         \
+	ENCODE_LOOP(isa, fmt, simd_store_##fmt##_##isa((uint16_t *)dst + i, vloadf_##isa(src + i)))   \
+	DECODE_LOOP(isa, fmt, vstoref_##isa(dst + i, simd_load_##fmt##_##isa((const uint16_t *)src + i)))
+
+#define BULK_CONVERSIONS(isa)                                                                        \
+	BULK_16BIT(isa, bf16)                                                                        \
+	BULK_16BIT(isa, fp16)                                                                        \
+	/* past 448 rounds to 0x7f, NaN; so do Inf and NaN */                                        \
+	ENCODE_LOOP(isa, fp8e4m3, Vu_##isa u = (Vu_##isa)vloadf_##isa(src + i);                       \
+		    Vu_##isa r = round_magnitude_##isa(u & 0x7fffffff, 7, 3);                        \
+		    r = USEL((Vu_##isa)(r > 0x7f), 0x7f, r) | ((u >> 24) & 0x80);                    \
+		    vstore_u8_##isa((uint8_t *)dst + i, r))                                          \
+	/* normal: rebias the exponent (7 -> 127); subnormal: m * 2^-9, exact in fp32 */             \
+	DECODE_LOOP(isa, fp8e4m3, Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);              \
+		    Vu_##isa mag = b & 0x7f;                                                         \
+		    Vu_##isa normal = (mag << 20) + (120u << 23);                                    \
+		    Vu_##isa sub = (Vu_##isa)(__builtin_convertvector(b & 7, Vf_##isa) * 0x1p-9f);     \
+		    Vu_##isa r = USEL((Vu_##isa)(mag < 8), sub, normal);                             \
+		    r = USEL((Vu_##isa)(mag == 0x7f), 0x7fc00000, r) | ((b & 0x80) << 24);           \
+		    vstoref_##isa(dst + i, (Vf_##isa)r))                                             \
+	ENCODE_LOOP(isa, fp8e5m2, Vu_##isa u = (Vu_##isa)vloadf_##isa(src + i);                       \
+		    Vu_##isa a = u & 0x7fffffff;                                                     \
+		    Vu_##isa r = round_magnitude_##isa(a, 15, 2);                                    \
+		    r = USEL((Vu_##isa)(r > 0x7c), 0x7c, r);                                         \
+		    r = USEL((Vu_##isa)(a > 0x7f800000), 0x7e, r) | ((u >> 24) & 0x80);              \
+		    vstore_u8_##isa((uint8_t *)dst + i, r))                                          \
+	/* e5m2 widened to fp16 is exact; its NaNs become the canonical quiet NaN */                 \
+	DECODE_LOOP(isa, fp8e5m2, Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);              \
+		    Vu_##isa r = (Vu_##isa)vwiden_fp16_##isa(b << 8);                                \
+		    r = USEL((Vu_##isa)((b & 0x7f) > 0x7c), ((b & 0x80) << 24) | 0x7fc00000, r);      \
+		    vstoref_##isa(dst + i, (Vf_##isa)r))
 SIMD_EACH_ISA(BULK_CONVERSIONS)
 
 /* ---------------------------------------------------------------------------------------
