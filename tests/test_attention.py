@@ -180,6 +180,7 @@ print(digest.hexdigest())
 """
 
 
+@pytest.mark.slow
 def test_attention_simd_levels_agree():
     """DATAFLOW_SIMD=avx512 / avx2 / scalar give identical bits: every path does the same fp32
     operations (fma included) in the same order (see backends/host/kernels/attention.h)."""
@@ -388,6 +389,7 @@ def test_attention_kv_bwd_not_causal(h):
     assert_attention_close((out, lse, grads), want, "fp32", "attention_kv_bwd not causal")
 
 
+@pytest.mark.slow
 def test_attention_kv_bwd_equals_attention_bwd_when_lengths_match(h):
     """cu_seqlens_k = cu_seqlens_q and zero dk, dv (fp32): the same bits as attention_bwd (one
     kernel), on the fused path (4 sequences x 2 kv heads) and the per-block one (1 x 1)."""
@@ -402,6 +404,7 @@ def test_attention_kv_bwd_equals_attention_bwd_when_lengths_match(h):
             assert np.array_equal(g.numpy(), w.numpy())
 
 
+@pytest.mark.slow
 def test_attention_kv_bwd_chunks_equal_whole_sequence(h):
     """A 150-token sequence in chunks of 64, 50, 36: each chunk's forward over the K/V of the
     chunks before it and itself, the backward in reverse chunk order adding into one fp32

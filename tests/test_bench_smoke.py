@@ -5,6 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs the benchmarks
+
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench")
 
 

@@ -59,6 +59,7 @@ def test_with_onednn_the_source_is_named(build, monkeypatch):
         build_info.warn_if_slow()
 
 
+@pytest.mark.slow
 def test_meson_warns_when_building_without_onednn(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mesonbuild.mesonmain", "setup", str(tmp_path / "b"), str(ROOT),
                           "-Donednn=disabled"], capture_output=True, text=True)

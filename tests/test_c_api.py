@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # builds and runs the C tests, one build under ASan+UBSan
+
 ROOT = Path(__file__).resolve().parent.parent
 MESON = [sys.executable, "-m", "mesonbuild.mesonmain"]
 

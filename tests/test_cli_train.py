@@ -122,6 +122,7 @@ def run_cli(*argv):
         return e.code
 
 
+@pytest.mark.slow
 def test_train_resume_generate_plumbing(stand_in, tmp_path, capsys):
     out = tmp_path / "run"
     assert run_cli("train", "--steps", "6", *SMALL, "--out", str(out)) == 0
@@ -151,6 +152,7 @@ def test_train_resume_generate_plumbing(stand_in, tmp_path, capsys):
     assert capsys.readouterr().out.startswith("Return")
 
 
+@pytest.mark.slow
 def test_an_existing_run_is_never_replaced_without_being_told(stand_in, tmp_path, capsys):
     out = tmp_path / "run"
     assert run_cli("train", "--steps", "3", *SMALL, "--out", str(out)) == 0
@@ -310,6 +312,7 @@ MICRO = '{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "n
         '"num_key_value_heads": 1, "max_position_embeddings": 64}'
 
 
+@pytest.mark.slow
 def test_bf16_master_weights_resume_like_an_uninterrupted_run(tmp_path):
     """The real model: fp32 master weights are checkpointed and restored, so 3 + 2 steps equal 5."""
     pytest.importorskip("dataflow.models")
@@ -352,6 +355,7 @@ def test_trace_covers_the_first_steps_and_changes_no_bits(tmp_path, capsys):
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow
 def test_sigint_saves_a_resumable_checkpoint_and_prints_the_resume_command(tmp_path):
     pytest.importorskip("dataflow.models")
     (tmp_path / "micro.json").write_text(MICRO)
@@ -378,6 +382,7 @@ def test_sigint_saves_a_resumable_checkpoint_and_prints_the_resume_command(tmp_p
     assert checkpoint.load(tmp_path / "run" / "checkpoint").state["step"] == step + 2
 
 
+@pytest.mark.slow
 def test_generate_streams_and_keeps_to_the_context(tmp_path):
     pytest.importorskip("dataflow.models")
     (tmp_path / "micro.json").write_text(MICRO)

@@ -17,6 +17,8 @@ import dataflow as df
 from dataflow import cuda
 from dataflow._ffi import LIB_DIR, ffi, opslib
 
+pytestmark = pytest.mark.slow  # NVRTC compiles of every kernel file
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_DIR = os.path.join(ROOT, "backends", "cuda", "kernels")
 KERNELS = sorted(glob.glob(os.path.join(KERNEL_DIR, "*.cu")))

@@ -198,6 +198,7 @@ def _run_all(h):
                 yield device_convert(h, all_patterns(name), name, dst)
 
 
+@pytest.mark.slow
 def test_simd_levels_agree():
     """DATAFLOW_SIMD caps the path; avx512, avx2 and scalar must produce identical bits."""
     digests = assert_simd_levels_agree("test_datatype")

@@ -7,6 +7,8 @@ import pytest
 
 from determinism import assert_simd_levels_agree, assert_thread_counts_agree
 
+pytestmark = pytest.mark.slow  # runs in subprocesses per SIMD level and thread count
+
 # module -> the shape of its SIMD comparison (odd sizes, so vector tails run)
 SIMD_SHAPES = {
     "test_cross_entropy": {"tokens": 9, "vocab": 32003},

@@ -20,7 +20,7 @@ import distributed_worker as worker  # noqa: E402
 from tolerances import TRAINED_WEIGHTS_RTOL, assert_trained_weights_close  # noqa: E402
 
 MPIRUN = shutil.which("mpirun")
-pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun (Debian: apt-get install openmpi-bin libopenmpi-dev)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(MPIRUN is None, reason="no mpirun (Debian: apt-get install openmpi-bin libopenmpi-dev)")]
 GUARD_SECONDS = 60  # a job still running after this has hung: the test fails
 
 

@@ -202,6 +202,7 @@ def test_cast_into_given_out(h):
 STREAM_BYTES = 16 << 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ADD_DTYPES)
 @pytest.mark.parametrize("alias", [None, "a"])
 def test_add_large_output(dtype, alias):
@@ -223,6 +224,7 @@ def test_add_large_output(dtype, alias):
 
 @pytest.mark.parametrize("src,dst", [("fp32", "bf16"), ("fp32", "fp16"), ("bf16", "fp32"), ("fp16", "fp32"),
                                      ("fp8e4m3", "fp16")])
+@pytest.mark.slow
 def test_cast_large_output(src, dst):
     size = {"fp32": 4, "fp16": 2, "bf16": 2}[dst]
     n = STREAM_BYTES // size + 1001

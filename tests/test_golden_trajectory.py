@@ -11,6 +11,8 @@ import pytest
 
 from golden_trajectory import ENV
 
+pytestmark = pytest.mark.slow  # full training trajectories in subprocesses
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

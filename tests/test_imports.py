@@ -55,6 +55,7 @@ def test_no_module_level_import_cycle():
     assert find_cycle(graph) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", MODULES)
 def test_module_imports_alone_in_a_fresh_interpreter(module):
     name = "dataflow" if module == "__init__" else f"dataflow.{module}"

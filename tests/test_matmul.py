@@ -120,6 +120,7 @@ def test_matmul_bad_engine_name(monkeypatch):
         df.Handle("host", streams=1, device_memory="16MiB")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["avx2", "scalar"])
 def test_matmul_fallback_microkernel_paths(level):
     """Reruns this file's fallback tests with the vector path capped at `level`."""

@@ -80,6 +80,7 @@ def test_every_snippet_is_run_or_marked():
 
 @pytest.mark.parametrize("mark,lang,body", [s for s in SNIPPETS if s[0] is None], ids=_ids([s for s in SNIPPETS
                                                                                             if s[0] is None]))
+@pytest.mark.slow
 def test_snippet_runs_as_written(scratch, mark, lang, body):
     cwd, env = scratch
     if lang == "python":
@@ -119,6 +120,7 @@ def vocabulary_share(text, vocabulary):
     return sum(w in vocabulary for w in words) / max(len(words), 1), len(words)
 
 
+@pytest.mark.slow
 def test_install_then_the_main_job(scratch):
     """The README's first command: the install by its effect, then `dataflow train && dataflow
     generate ...` exactly as written: the default run, whose sample must be mostly corpus words."""

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # reruns the training comparisons under two ISA caps
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPARISONS = [
     "test_ring_trainer.py::test_ring_trainer_splits_sequences_over_a_context",

@@ -17,6 +17,8 @@ from dataflow import checkpoint
 from tolerances import TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 from test_cli_train import MICRO, SMALL, _dataflow, _env, run_cli, stand_in  # noqa: F401 (a fixture)
 
+pytestmark = pytest.mark.slow  # multi-process CLI training runs
+
 MPIRUN = shutil.which("mpirun")
 needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="no mpirun (Debian: apt-get install openmpi-bin "
                                                          "libopenmpi-dev)")

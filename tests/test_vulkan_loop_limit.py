@@ -133,11 +133,13 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op, check, inside, past, what", CASES, ids=[c[0] for c in CASES])
 def test_shape_inside_the_bound_computes(h, op, check, inside, past, what):
     assert check(h, inside)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op, check, inside, past, what", CASES, ids=[c[0] for c in CASES])
 def test_shape_past_the_bound_is_right_or_refused(h, op, check, inside, past, what):
     if not llvmpipe():
