@@ -5,11 +5,19 @@ variant of each catalogue op the library registers natively (dataflow_cuda_<op>_
 the file the library's source lookup picks) and each kernel its external ops launch by name.
 Also: every catalogue op is provided on cuda, and meson embeds every kernel file. Needs NVRTC
 (the nvidia-cuda-nvrtc wheel) but no GPU: in CI (CI=true) a missing NVRTC fails the test;
-elsewhere it skips."""
+elsewhere it skips.
+
+The same compiles run again with each NVRTC in PINNED_NVRTC, installed with
+`pip install --no-deps --target $DATAFLOW_TEST_NVRTC_ROOT/<version> nvidia-cuda-nvrtc==<version>`
+(.ci/run does), in a subprocess that points the backend at that wheel's lib directory: the
+installed wheel is the newest, and the one a CUDA image ships may be older."""
 import ctypes
 import glob
+import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -21,6 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_DIR = os.path.join(ROOT, "backends", "cuda", "kernels")
 KERNELS = sorted(glob.glob(os.path.join(KERNEL_DIR, "*.cu")))
 ARCHS = (80, 90)
+# 13.0.88: its libnvrtc has no RPATH, so only the backend's preload finds libnvrtc-builtins.
+PINNED_NVRTC = {"13.0.88": (13, 0)}
 
 
 def _catalogue():
@@ -126,3 +136,60 @@ def test_errors_warnings_and_missing_kernels_are_reported(nvrtc, tmp_path):
     assert cuda.compile_check(good, 80, ["kern"]) == ""
     with pytest.raises(df.DataflowError, match="has no kernel ker$"):
         cuda.compile_check(good, 80, ["ker"])  # a prefix of a defined name is not a definition
+
+
+_COMPILE_ALL = """
+import json, sys
+import dataflow as df
+from dataflow import cuda
+kernels, archs, symbols = json.loads(sys.stdin.read())
+out = {"version": list(cuda.nvrtc_version()[0]), "path": cuda.nvrtc_version()[1], "results": {}}
+for k in kernels:
+    for a in archs:
+        try:
+            out["results"][f"{k}:{a}"] = ["log", cuda.compile_check(k, a, symbols[k])]
+        except df.DataflowError as e:
+            out["results"][f"{k}:{a}"] = ["error", str(e)]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def pinned_compiles():
+    """{version: the subprocess's report} for each PINNED_NVRTC, compiled once per module."""
+    cache = {}
+
+    def get(version):
+        if version in cache:
+            return cache[version]
+        root = os.environ.get("DATAFLOW_TEST_NVRTC_ROOT", "")
+        libs = sorted(glob.glob(os.path.join(root, version, "nvidia", "*", "lib"))) if root else []
+        if not libs:
+            why = (f"NVRTC {version} is not installed under DATAFLOW_TEST_NVRTC_ROOT={root!r} (pip install --no-deps "
+                   f"--target $DATAFLOW_TEST_NVRTC_ROOT/{version} nvidia-cuda-nvrtc=={version})")
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(f"CI must compile the CUDA kernels with NVRTC {version} too: {why}")
+            pytest.skip(why)
+        env = dict(os.environ, DATAFLOW_CUDA_LIBRARY_PATH=os.pathsep.join(libs))
+        request = json.dumps([KERNELS, ARCHS, {k: expected_symbols(k) for k in KERNELS}])
+        run = subprocess.run([sys.executable, "-c", _COMPILE_ALL], input=request, env=env, capture_output=True,
+                             text=True, timeout=1800)
+        assert run.returncode == 0, f"compiling with NVRTC {version} crashed:\n{run.stderr[-4000:]}"
+        cache[version] = json.loads(run.stdout)
+        return cache[version]
+
+    return get
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kernel", KERNELS, ids=os.path.basename)
+@pytest.mark.parametrize("version", sorted(PINNED_NVRTC))
+def test_kernel_compiles_with_pinned_nvrtc(pinned_compiles, version, kernel, arch):
+    report = pinned_compiles(version)
+    assert tuple(report["version"]) == PINNED_NVRTC[version], \
+        f"asked for NVRTC {version}, the backend loaded {report['version']} from {report['path']}"
+    root = os.path.realpath(os.environ["DATAFLOW_TEST_NVRTC_ROOT"])
+    assert os.path.realpath(report["path"]).startswith(root + os.sep), f"loaded {report['path']}, not from {root}"
+    kind, text = report["results"][f"{kernel}:{arch}"]
+    assert kind == "log" and text == "", \
+        f"{os.path.basename(kernel)} for sm_{arch} with NVRTC {version} ({report['path']}): {kind}:\n{text}"

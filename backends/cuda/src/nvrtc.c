@@ -36,11 +36,28 @@ static struct {
 	nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram prog, char *cubin);
 	nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *prog);
 	int major, minor;
+	char path[4096]; /* the libnvrtc loaded */
 } nv;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static Dataflow_Status load_status;
 static char load_message[2048];
+
+/* NVRTC dlopens libnvrtc-builtins.so.<major>.<minor> by soname when it compiles. Some wheels'
+ * libnvrtc (13.0.88 at least) have no RPATH, so the loader would not look beside it and every
+ * compile fails with NVRTC_ERROR_BUILTIN_OPERATION_FAILURE. Loading the builtins first, by
+ * absolute path from libnvrtc's own directory, makes that later dlopen find the loaded object
+ * by its soname. Absent there (a system CUDA on the loader path), the loader's search stays. */
+static void preload_builtins(void *nvrtc)
+{
+	char dir[4096];
+	if (dlinfo(nvrtc, RTLD_DI_ORIGIN, dir) != 0)
+		return;
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/libnvrtc-builtins.so.%d.%d", dir, nv.major, nv.minor);
+	if (access(path, R_OK) == 0)
+		dlopen(path, RTLD_NOW | RTLD_LOCAL); /* held for the process's life, as libnvrtc is */
+}
 
 static void load(void)
 {
@@ -67,6 +84,10 @@ static void load(void)
 		}
 	}
 	nv.nvrtcVersion(&nv.major, &nv.minor);
+	Dl_info info;
+	snprintf(nv.path, sizeof(nv.path), "%s",
+		 dladdr((void *)nv.nvrtcVersion, &info) && info.dli_fname ? info.dli_fname : "?");
+	preload_builtins(lib);
 	load_status = DATAFLOW_OK;
 }
 
@@ -273,6 +294,22 @@ Dataflow_Status cuda_nvrtc_compile(const char *name, const char *source, const c
 	if (st == DATAFLOW_OK)
 		write_cached(path, *cubin, *cubin_size);
 	return st;
+}
+
+/* (dataflow/cuda.h) */
+Dataflow_Status dataflow_cuda_nvrtc_version(int *major, int *minor, char *path, size_t path_size)
+{
+	if (!major || !minor || (path_size && !path))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "nvrtc_version: major and minor must be non-NULL, and path too when path_size > 0");
+	Dataflow_Status st = nvrtc_load();
+	if (st != DATAFLOW_OK)
+		return st;
+	*major = nv.major;
+	*minor = nv.minor;
+	if (path_size)
+		snprintf(path, path_size, "%s", nv.path);
+	return DATAFLOW_OK;
 }
 
 /* 1 if the cubin (an ELF image) names the symbol: its string table holds "\0<name>\0". */
