@@ -10,12 +10,11 @@
 #include <stdint.h>
 
 #include "cuda_driver.h"
+#include "cuda_event_ring.h"
 #include "cuda_fault.h"
 #include "dataflow/backend.h"
 
 #define CUDA_ALIGN 256
-/* Events per stream that stay distinct (see cuda_stream.c). */
-#define CUDA_EVENT_RING 1024
 
 typedef struct Cuda_Handle Cuda_Handle;
 
