@@ -214,6 +214,7 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 		}
 		__syncthreads(); // this buffer is refilled two steps on
 	}
+	cp_async_wait<0>(); // no step (a key block no query sees): K and V are still in flight
 
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
