@@ -37,6 +37,7 @@ typedef struct Cuda_Module {
 	char *source;      /* text */
 	char *include_dir; /* for #include "..." of a file; NULL for embedded sources */
 	CUmodule module;   /* NULL until loaded */
+	pthread_mutex_t lock; /* guards module: one compile per module, other modules not held up */
 } Cuda_Module;
 
 /* A native op's record. */
@@ -56,7 +57,7 @@ struct Cuda_Handle {
 	char device_name[128];
 	int num_streams;
 	Cuda_Stream streams[DATAFLOW_MAX_STREAMS];
-	pthread_mutex_t lock; /* guards the modules and the lost message */
+	pthread_mutex_t lock; /* guards the module list and the lost message */
 	Cuda_Module *modules;
 	char ops_library_path[4096];
 	pthread_mutex_t cache_lock; /* guards free_cache and held */
