@@ -193,3 +193,18 @@ def test_kernel_compiles_with_pinned_nvrtc(pinned_compiles, version, kernel, arc
     kind, text = report["results"][f"{kernel}:{arch}"]
     assert kind == "log" and text == "", \
         f"{os.path.basename(kernel)} for sm_{arch} with NVRTC {version} ({report['path']}): {kind}:\n{text}"
+
+
+def test_compile_cached_fills_the_cache_a_device_reads(nvrtc, tmp_path, monkeypatch):
+    """compile_cached writes the cubin the first use on an sm_80 device would look up (named by
+    arch and NVRTC version), and a second call reads it instead of compiling."""
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    (major, minor), _ = cuda.nvrtc_version()
+    cuda.compile_cached("set_mem.cu", 80)
+    (cubin,) = tmp_path.iterdir()
+    assert cubin.name.endswith(f"-sm_80-nvrtc{major}.{minor}.cubin") and cubin.stat().st_size > 0
+    cubin.write_bytes(b"sentinel")  # read back, not recompiled
+    cuda.compile_cached("set_mem.cu", 80)
+    assert cubin.read_bytes() == b"sentinel"
+    with pytest.raises(df.BadArgumentError, match="embedded kernel source"):
+        cuda.compile_cached("no_such_file.cu", 80)

@@ -312,6 +312,22 @@ Dataflow_Status dataflow_cuda_nvrtc_version(int *major, int *minor, char *path, 
 	return DATAFLOW_OK;
 }
 
+/* (dataflow/cuda.h) */
+Dataflow_Status dataflow_cuda_compile_cached(const char *source_name, int arch)
+{
+	const Cuda_Source *src = source_name ? cuda_find_source(source_name) : NULL;
+	if (!src || arch <= 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "compile_cached: need an embedded kernel source (like \"attention.cu\") and an arch "
+					  "like 90, got %s, %d",
+					  source_name ? source_name : "NULL", arch);
+	void *cubin = NULL;
+	size_t size = 0;
+	Dataflow_Status st = cuda_nvrtc_compile(src->name, src->text, NULL, arch, &cubin, &size);
+	free(cubin);
+	return st;
+}
+
 /* 1 if the cubin (an ELF image) names the symbol: its string table holds "\0<name>\0". */
 static int cubin_has_symbol(const void *cubin, size_t size, const char *name)
 {
