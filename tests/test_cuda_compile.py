@@ -10,7 +10,9 @@ elsewhere it skips.
 The same compiles run again with each NVRTC in PINNED_NVRTC, installed with
 `pip install --no-deps --target $DATAFLOW_TEST_NVRTC_ROOT/<version> nvidia-cuda-nvrtc==<version>`
 (.ci/run does), in a subprocess that points the backend at that wheel's lib directory: the
-installed wheel is the newest, and the one a CUDA image ships may be older."""
+installed wheel is the newest, and the one a CUDA image ships may be older. With both, the
+attention kernels' register counts (read from the cubins) fit the blocks per SM their launch
+bounds ask for; and compile_cached fills the cache a device reads (tools/gpu-check --prepare)."""
 import ctypes
 import glob
 import json
