@@ -5,11 +5,22 @@ variant of each catalogue op the library registers natively (dataflow_cuda_<op>_
 the file the library's source lookup picks) and each kernel its external ops launch by name.
 Also: every catalogue op is provided on cuda, and meson embeds every kernel file. Needs NVRTC
 (the nvidia-cuda-nvrtc wheel) but no GPU: in CI (CI=true) a missing NVRTC fails the test;
-elsewhere it skips."""
+elsewhere it skips.
+
+The same compiles run again with each NVRTC in PINNED_NVRTC, installed with
+`pip install --no-deps --target $DATAFLOW_TEST_NVRTC_ROOT/<version> nvidia-cuda-nvrtc==<version>`
+(.ci/run does), in a subprocess that points the backend at that wheel's lib directory: the
+installed wheel is the newest, and the one a CUDA image ships may be older. With both, the
+attention kernels' register counts (read from the cubins) fit the blocks per SM their launch
+bounds ask for; and compile_cached fills the cache a device reads (tools/gpu-check --prepare)."""
 import ctypes
 import glob
+import json
 import os
 import re
+import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -23,6 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_DIR = os.path.join(ROOT, "backends", "cuda", "kernels")
 KERNELS = sorted(glob.glob(os.path.join(KERNEL_DIR, "*.cu")))
 ARCHS = (80, 90)
+# 13.0.88: its libnvrtc has no RPATH, so only the backend's preload finds libnvrtc-builtins.
+PINNED_NVRTC = {"13.0.88": (13, 0)}
 
 
 def _catalogue():
@@ -128,3 +141,142 @@ def test_errors_warnings_and_missing_kernels_are_reported(nvrtc, tmp_path):
     assert cuda.compile_check(good, 80, ["kern"]) == ""
     with pytest.raises(df.DataflowError, match="has no kernel ker$"):
         cuda.compile_check(good, 80, ["ker"])  # a prefix of a defined name is not a definition
+
+
+_COMPILE_ALL = """
+import json, sys
+import dataflow as df
+from dataflow import cuda
+kernels, archs, symbols = json.loads(sys.stdin.read())
+out = {"version": list(cuda.nvrtc_version()[0]), "path": cuda.nvrtc_version()[1], "results": {}}
+for k in kernels:
+    for a in archs:
+        try:
+            out["results"][f"{k}:{a}"] = ["log", cuda.compile_check(k, a, symbols[k])]
+        except df.DataflowError as e:
+            out["results"][f"{k}:{a}"] = ["error", str(e)]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def pinned_compiles():
+    """{version: the subprocess's report} for each PINNED_NVRTC, compiled once per module."""
+    cache = {}
+
+    def get(version):
+        if version in cache:
+            return cache[version]
+        root = os.environ.get("DATAFLOW_TEST_NVRTC_ROOT", "")
+        libs = sorted(glob.glob(os.path.join(root, version, "nvidia", "*", "lib"))) if root else []
+        if not libs:
+            why = (f"NVRTC {version} is not installed under DATAFLOW_TEST_NVRTC_ROOT={root!r} (pip install --no-deps "
+                   f"--target $DATAFLOW_TEST_NVRTC_ROOT/{version} nvidia-cuda-nvrtc=={version})")
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(f"CI must compile the CUDA kernels with NVRTC {version} too: {why}")
+            pytest.skip(why)
+        env = dict(os.environ, DATAFLOW_CUDA_LIBRARY_PATH=os.pathsep.join(libs))
+        request = json.dumps([KERNELS, ARCHS, {k: expected_symbols(k) for k in KERNELS}])
+        run = subprocess.run([sys.executable, "-c", _COMPILE_ALL], input=request, env=env, capture_output=True,
+                             text=True, timeout=1800)
+        assert run.returncode == 0, f"compiling with NVRTC {version} crashed:\n{run.stderr[-4000:]}"
+        cache[version] = json.loads(run.stdout)
+        return cache[version]
+
+    return get
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kernel", KERNELS, ids=os.path.basename)
+@pytest.mark.parametrize("version", sorted(PINNED_NVRTC))
+def test_kernel_compiles_with_pinned_nvrtc(pinned_compiles, version, kernel, arch):
+    report = pinned_compiles(version)
+    assert tuple(report["version"]) == PINNED_NVRTC[version], \
+        f"asked for NVRTC {version}, the backend loaded {report['version']} from {report['path']}"
+    root = os.path.abspath(os.environ["DATAFLOW_TEST_NVRTC_ROOT"])
+    assert os.path.abspath(report["path"]).startswith(root + os.sep), f"loaded {report['path']}, not from {root}"
+    kind, text = report["results"][f"{kernel}:{arch}"]
+    assert kind == "log" and text == "", \
+        f"{os.path.basename(kernel)} for sm_{arch} with NVRTC {version} ({report['path']}): {kind}:\n{text}"
+
+
+def test_compile_cached_fills_the_cache_a_device_reads(nvrtc, tmp_path, monkeypatch):
+    """compile_cached writes the cubin the first use on an sm_80 device would look up (named by
+    arch and NVRTC version), and a second call reads it instead of compiling."""
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    (major, minor), _ = cuda.nvrtc_version()
+    cuda.compile_cached("set_mem.cu", 80)
+    (cubin,) = tmp_path.iterdir()
+    assert cubin.name.endswith(f"-sm_80-nvrtc{major}.{minor}.cubin") and cubin.stat().st_size > 0
+    cubin.write_bytes(b"sentinel")  # read back, not recompiled
+    cuda.compile_cached("set_mem.cu", 80)
+    assert cubin.read_bytes() == b"sentinel"
+    with pytest.raises(df.BadArgumentError, match="embedded kernel source"):
+        cuda.compile_cached("no_such_file.cu", 80)
+
+
+def _elf_sections(data):
+    """[(name, type, offset, size, link)] of an ELF64 image's sections, by index."""
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = raw[shstrndx][4]
+    return [(_cstring(data, names + r[0]), r[1], r[4], r[5], r[6]) for r in raw]
+
+
+def _cstring(data, offset):
+    return data[offset:data.index(b"\0", offset)].decode()
+
+
+def cubin_registers(data):
+    """kernel -> registers per thread, from the cubin's .nv.info attributes (EIATTR_REGCOUNT)."""
+    sections = _elf_sections(data)
+    _, _, sym_off, sym_size, strtab = next(s for s in sections if s[1] == 2)  # SHT_SYMTAB
+    str_off = sections[strtab][2]
+    symbols = [_cstring(data, str_off + struct.unpack_from("<I", data, sym_off + i * 24)[0])
+               for i in range(sym_size // 24)]
+    _, _, off, size, _ = next(s for s in sections if s[0] == ".nv.info")
+    out, end = {}, off + size
+    while off < end:
+        fmt, attr = data[off], data[off + 1]
+        if fmt == 4:  # EIFMT_SVAL: a 16-bit size, then that many bytes
+            n, = struct.unpack_from("<H", data, off + 2)
+            if attr == 0x2F:  # EIATTR_REGCOUNT: (symbol index, registers)
+                sym, regs = struct.unpack_from("<II", data, off + 4)
+                out[symbols[sym]] = regs
+            off += 4 + n
+        else:  # EIFMT_NVAL, BVAL, HVAL: the value fits the 4-byte header
+            off += 4
+    return out
+
+
+# kernels whose __launch_bounds__ ask for several blocks per SM (attention_params.cuh):
+# kernel -> (threads per block, blocks): registers within 65536 / (threads * blocks)
+OCCUPANCY = {**{f"attn_fwd_{t}_{hd}": (256, 2) for t in ("bf16", "fp16") for hd in (64, 128)},
+             **{f"attn_dq_{t}_{hd}": (128, 3) for t in ("bf16", "fp16") for hd in (64, 128)}}
+
+
+@pytest.mark.parametrize("version", ["installed"] + sorted(PINNED_NVRTC))
+def test_attention_kernels_fit_their_blocks_per_sm(nvrtc, version, tmp_path):
+    """ptxas honours the launch bounds: the d64/d128 forward fits two blocks per SM and dQ three,
+    for sm_90, with the newest NVRTC and the pinned one (13.0 gave the forward 167 and 186
+    registers unbounded: one block per SM)."""
+    env = dict(os.environ, DATAFLOW_CACHE_DIR=str(tmp_path))
+    if version != "installed":
+        libs = sorted(glob.glob(os.path.join(os.environ.get("DATAFLOW_TEST_NVRTC_ROOT", "/nonexistent"), version,
+                                             "nvidia", "*", "lib")))
+        if not libs:
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(f"CI must check the kernels with NVRTC {version} too (DATAFLOW_TEST_NVRTC_ROOT)")
+            pytest.skip(f"NVRTC {version} is not installed under DATAFLOW_TEST_NVRTC_ROOT")
+        env["DATAFLOW_CUDA_LIBRARY_PATH"] = os.pathsep.join(libs)
+    run = subprocess.run([sys.executable, "-c", "from dataflow import cuda\n"
+                          "for f in ('attention.cu', 'attention_bwd.cu'): cuda.compile_cached(f, 90)"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    registers = {}
+    for cubin in tmp_path.glob("*.cubin"):
+        registers.update(cubin_registers(cubin.read_bytes()))
+    for kernel, (threads, blocks) in OCCUPANCY.items():
+        assert registers[kernel] <= 65536 // (threads * blocks), \
+            f"{kernel}: {registers[kernel]} registers do not fit {blocks} blocks of {threads} threads per SM"

@@ -127,9 +127,54 @@ def test_cublaslt_private_header_matches_cublas():
         assert ours[name] == theirs[name], f"{name}: ours {ours[name]} vs real {theirs[name]}"
 
 
+# The cuDNN version the backend needs before it uses each group of names (cuda_launch_config.h's
+# CUDA_CUDNN_SDPA_*, checked against cudnnGetVersion at run time); a header older than that may
+# lack them. Longest prefix first; names not listed are needed by every version the backend uses.
+CUDNN_SINCE = (("CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH", "CUDA_CUDNN_SDPA_CAUSAL"),
+               ("CUDNN_ATTR_OPERATION_SDPA_BWD_SUBGRAPH", "CUDA_CUDNN_SDPA_CAUSAL"),
+               ("CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK", "CUDA_CUDNN_SDPA_CAUSAL"),
+               ("CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK", "CUDA_CUDNN_SDPA_CAUSAL"),
+               ("CUDNN_ATTR_OPERATION_SDPA_BWD", "CUDA_CUDNN_SDPA_BWD"),
+               ("CUDNN_BACKEND_OPERATION_SDPA_BWD", "CUDA_CUDNN_SDPA_BWD"),
+               ("CUDNN_ATTR_OPERATION_SDPA_FWD", "CUDA_CUDNN_SDPA_FWD"),
+               ("CUDNN_BACKEND_OPERATION_SDPA_FWD", "CUDA_CUDNN_SDPA_FWD"))
+
+
+def assert_cudnn_values(ours, theirs, version, needs):
+    """As assert_same_values, but a name the header lacks passes when the backend uses it only from
+    a cuDNN newer than the header's version (needs: the CUDA_CUDNN_SDPA_* values)."""
+    def since(name):
+        return next((needs[macro] for prefix, macro in CUDNN_SINCE if name.startswith(prefix)), 0)
+    kept = {n: v for n, v in ours.items() if theirs.get(n) is not None or since(n) <= version}
+    assert_same_values(kept, theirs, f"cudnn_api.h against cuDNN {version}")
+
+
+def cudnn_needs():
+    with open(os.path.join(SRC, "cuda_launch_config.h")) as f:
+        values = enumerators(f.read())
+    return {macro: values[macro] for _, macro in CUDNN_SINCE}
+
+
 def test_cudnn_private_header_matches_cudnn():
-    theirs = enumerators(real(("cudnn_graph.h", "nvidia-cudnn-cu13")))
-    assert_same_values(enumerators(private("cudnn_api.h")), theirs, "cudnn_api.h")
+    text = real(("cudnn_version.h", "nvidia-cudnn-cu13"), ("cudnn_graph.h", "nvidia-cudnn-cu13"))
+    theirs = enumerators(text)
+    assert_cudnn_values(enumerators(private("cudnn_api.h")), theirs, theirs["CUDNN_VERSION"], cudnn_needs())
+
+
+def test_cudnn_names_newer_than_the_header_may_be_missing():
+    """A header older than 9.21 lacks the causal subgraph's names (the backend uses them only from
+    9.21 on): that passes; lacking a name every version needs, or a wrong value, fails."""
+    needs = cudnn_needs()
+    ours = {"CUDNN_STATUS_SUCCESS": 0, "CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC": 2800,
+            "CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH": 2811, "CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_XDESC": 3000}
+    old = {"CUDNN_STATUS_SUCCESS": 0, "CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC": 2800}
+    assert_cudnn_values(ours, old, needs["CUDA_CUDNN_SDPA_CAUSAL"] - 100, needs)
+    with pytest.raises(AssertionError, match="SUBGRAPH"):
+        assert_cudnn_values(ours, old, needs["CUDA_CUDNN_SDPA_CAUSAL"], needs)
+    with pytest.raises(AssertionError, match="SDPA_FWD_QDESC"):
+        assert_cudnn_values(ours, {"CUDNN_STATUS_SUCCESS": 0}, needs["CUDA_CUDNN_SDPA_FWD"], needs)
+    with pytest.raises(AssertionError, match="ours vs real"):
+        assert_cudnn_values(ours, dict(old, CUDNN_STATUS_SUCCESS=1), 90000, needs)
 
 
 def test_driver_private_header_matches_cuda_h():

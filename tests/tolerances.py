@@ -98,6 +98,24 @@ ATTENTION_TOLERANCES = {
     "bf16": dict(rtol=1.6e-2, atol=1e-5, lse_atol=2e-5, grad_rtol=1.6e-2, grad_atol=1e-2),
 }
 
+# Tensor-core attention (cuda's mma kernels, as FlashAttention and cuDNN) rounds the
+# probabilities P = exp(S - m) to the 16-bit input dtype before O += P V (the mma takes 16-bit
+# operands), while the row sum l keeps the fp32 P. Each rounded p~ = p (1 + d) with |d| <= u,
+# the unit roundoff (2^-8 bf16, 2^-11 fp16), so for query i, with sum_j p_ij = l_i:
+#   |O~_i - O_i| = |sum_j (p~_ij - p_ij) v_j| / l_i <= u sum_j p_ij |v_j| / l_i <= u max|V|
+# (the running-max rescaling multiplies p and p~ alike). fp16's subnormal P (below 2^-14) is
+# rounded to an absolute 2^-25 instead, at most keys * 2^-25 * max|V| over a row (l_i >= 1).
+# This term adds to the output's own rounding (rtol above) when the backend rounds P.
+P_ROUNDING = {"bf16": (2.0 ** -8, 0.0), "fp16": (2.0 ** -11, 2.0 ** -25)}  # (relative, subnormal absolute)
+
+
+def attention_out_tolerance(dtype, max_abs_v, keys, p_rounded):
+    """assert_allclose kwargs for attention's output: ATTENTION_TOLERANCES, plus the bound above
+    where the implementation rounds P to dtype (p_rounded); keys is the longest row's key count."""
+    tol = ATTENTION_TOLERANCES[dtype]
+    rel, sub = P_ROUNDING.get(dtype, (0.0, 0.0)) if p_rounded else (0.0, 0.0)
+    return dict(rtol=tol["rtol"], atol=tol["atol"] + (rel + keys * sub) * max_abs_v)
+
 # Ops that round twice in the dtype because the Hugging Face modules they match do
 # (rms_norm: to_dtype(x * rstd) before * w; swiglu: to_dtype(silu(gate)) before * up): a
 # one-ulp difference in the intermediate (from an fp32 sum or exp differing in the last bit)

@@ -21,6 +21,20 @@ def compile_check(source_path, arch, symbols=()):
     return ffi.string(log).decode(errors="replace")
 
 
+def compile_cached(source_name, arch):
+    """Compiles the embedded kernel source `source_name` ("attention.cu") for sm_<arch> into the
+    NVRTC cache (DATAFLOW_CACHE_DIR), as its first use on such a device would; no GPU needed."""
+    check(_library().dataflow_cuda_compile_cached(source_name.encode(), int(arch)))
+
+
+def nvrtc_version():
+    """((major, minor), path of the libnvrtc loaded) of the NVRTC the backend compiles with;
+    raises LoadError when none can be loaded."""
+    major, minor, path = ffi.new("int *"), ffi.new("int *"), ffi.new("char[]", 4096)
+    check(_library().dataflow_cuda_nvrtc_version(major, minor, path, len(path)))
+    return (major[0], minor[0]), ffi.string(path).decode(errors="replace")
+
+
 def attention_last_choice():
     """What the calling thread's last attention submission on a CUDA handle ran ("cudnn ...",
     "mma d<bucket> ..." or "simt ...", with the reason); "" before any."""

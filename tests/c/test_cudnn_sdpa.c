@@ -30,6 +30,7 @@ typedef struct Desc {
 
 static Desc *descs[256];
 static int num_descs, live, refuse_first_plans, offered_configs = 2, misuse;
+static cudnnStatus_t op_status, execute_status; /* what finalizing the SDPA op and executing return */
 static Desc *executed_plan, *executed_pack;
 
 static cudnnStatus_t mock_create(int type, cudnnBackendDescriptor_t *d)
@@ -104,6 +105,9 @@ static cudnnStatus_t mock_finalize(cudnnBackendDescriptor_t d)
 	      attr(x, CUDNN_ATTR_TENSOR_DIMENSIONS) && attr(x, CUDNN_ATTR_TENSOR_STRIDES) &&
 	      attr(x, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT)))
 		return 2000;
+	if ((x->type == CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR ||
+	     x->type == CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR) && op_status != CUDNN_STATUS_SUCCESS)
+		return op_status;
 	if (x->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) {
 		if (!attr(x, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG))
 			return 2000;
@@ -140,12 +144,14 @@ static cudnnStatus_t mock_execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
 	executed_pack = pack;
 	if (!((Desc *)plan)->finalized || !((Desc *)pack)->finalized)
 		misuse++;
-	return CUDNN_STATUS_SUCCESS;
+	return execute_status;
 }
 
 static const char *mock_error_string(cudnnStatus_t s)
 {
-	return s == CUDNN_STATUS_NOT_SUPPORTED ? "CUDNN_STATUS_NOT_SUPPORTED" : "CUDNN_STATUS_BAD_PARAM";
+	static char text[32];
+	snprintf(text, sizeof(text), "mock status %d", s);
+	return text;
 }
 
 static void mock_last_error(char *m, size_t n)
@@ -166,6 +172,7 @@ static void reset(void)
 	for (int i = 0; i < num_descs; i++)
 		free(descs[i]);
 	num_descs = live = misuse = plans_finalized = refuse_first_plans = 0;
+	op_status = execute_status = CUDNN_STATUS_SUCCESS;
 	offered_configs = 2;
 	executed_plan = executed_pack = NULL;
 }
@@ -371,10 +378,63 @@ static void test_no_engine(void)
 	reset();
 }
 
+/* Each status family, from building (the op's finalize) and from executing: refusals (the
+ * attention op then runs its native kernels) come back as DATAFLOW_ERR_UNSUPPORTED, the rest as
+ * DATAFLOW_ERR_BACKEND; the message names the status either way, and nothing leaks. */
+static void test_status_families(void)
+{
+	static const struct {
+		cudnnStatus_t status;
+		Dataflow_Status want;
+	} cases[] = {
+		{1001, DATAFLOW_ERR_BACKEND},	  /* not initialized */
+		{1002, DATAFLOW_ERR_UNSUPPORTED}, /* sub-library version mismatch */
+		{1008, DATAFLOW_ERR_UNSUPPORTED}, /* sub-library loading failed */
+		{2000, DATAFLOW_ERR_UNSUPPORTED}, {2003, DATAFLOW_ERR_UNSUPPORTED}, {2012, DATAFLOW_ERR_UNSUPPORTED},
+		{3000, DATAFLOW_ERR_UNSUPPORTED}, {3001, DATAFLOW_ERR_UNSUPPORTED}, {3002, DATAFLOW_ERR_UNSUPPORTED},
+		{3007, DATAFLOW_ERR_UNSUPPORTED}, {3010, DATAFLOW_ERR_UNSUPPORTED}, {3014, DATAFLOW_ERR_UNSUPPORTED},
+		{4000, DATAFLOW_ERR_BACKEND},	  /* internal */
+		{4001, DATAFLOW_ERR_UNSUPPORTED}, /* the fused kernel's runtime compilation failed */
+		{4003, DATAFLOW_ERR_BACKEND},	  {5000, DATAFLOW_ERR_BACKEND}, {5001, DATAFLOW_ERR_BACKEND},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char status_text[32];
+		snprintf(status_text, sizeof(status_text), "(%d)", cases[i].status);
+		EXPECT_THAT(cudnn_status_is_refusal(cases[i].status) == (cases[i].want == DATAFLOW_ERR_UNSUPPORTED),
+			    "status %d", cases[i].status);
+		for (int backward = 0; backward < 2; backward++) {
+			reset();
+			op_status = cases[i].status;
+			Cudnn_Sdpa_Shape s = {CUDNN_DATA_BFLOAT16, T, HQ, HKV, D, 1, backward};
+			Cudnn_Sdpa_Plan plan;
+			Dataflow_Status got = cudnn_sdpa_build(&api, (cudnnHandle_t)&handle_token, &s, &plan);
+			EXPECT_THAT(got == cases[i].want && strstr(dataflow_last_error(), status_text) && live == 0 &&
+					    plan.plan == NULL && misuse == 0,
+				    "build, status %d: got %d (%s), %d live", cases[i].status, got, dataflow_last_error(),
+				    live);
+		}
+		reset();
+		Cudnn_Sdpa_Shape s = {CUDNN_DATA_HALF, T, HQ, HKV, D, 0, 0};
+		Cudnn_Sdpa_Plan plan;
+		CHECK(cudnn_sdpa_build(&api, (cudnnHandle_t)&handle_token, &s, &plan));
+		execute_status = cases[i].status;
+		char q;
+		Cudnn_Sdpa_Args a = {.q = &q, .k = &q, .v = &q, .o = &q, .stats = &q, .scale = 1.0f};
+		Dataflow_Status got = cudnn_sdpa_execute(&api, (cudnnHandle_t)&handle_token, &plan, &a);
+		EXPECT_THAT(got == cases[i].want && strstr(dataflow_last_error(), status_text),
+			    "execute, status %d: got %d (%s)", cases[i].status, got, dataflow_last_error());
+		cudnn_sdpa_release(&api, &plan);
+		EXPECT_THAT(live == 0 && misuse == 0, "execute, status %d: %d live, %d misuse", cases[i].status, live,
+			    misuse);
+	}
+	reset();
+}
+
 int main(void)
 {
 	test_forward();
 	test_causal_backward();
 	test_no_engine();
+	test_status_families();
 	return *c_test_failures() != 0;
 }

@@ -21,7 +21,7 @@ template <class D, int HD, int BM, int BN, int NW> __device__ void attn_fwd_mma(
 	u16 *sQ = smem, *sK = sQ + BM * HD, *sV = sK + 2 * BN * HD;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const long long hq = p.num_q_heads, h = blockIdx.y, hk = h / (hq / p.num_kv_heads);
-	const Seq_Block sb = attn_find_block(p.cu_q, p.num_seqs, p.total_q, BM, blockIdx.x);
+	const Seq_Block sb = attn_find_block(p.cu_q, p.num_seqs, p.total_q, BM, attn_query_block(p));
 	if (sb.s < 0)
 		return;
 	long long klo = sb.lo, khi = sb.hi;
@@ -187,7 +187,7 @@ template <class D, int HD, int BM, int BN, int NW> __device__ void attn_fwd_mma(
 #endif
 }
 
-#define ATTN_FWD_MMA(HD, BM, BN, NW, DSPLIT) ATTN_MMA_ENTRIES(fwd, HD, NW, BM, BN, NW)
+#define ATTN_FWD_MMA(HD, BM, BN, NW, DSPLIT) ATTN_MMA_ENTRIES(fwd, HD, NW, ATTN_FWD_MIN_BLOCKS(HD), BM, BN, NW)
 ATTN_FWD_TILES(ATTN_FWD_MMA)
 
 // One warp per (query token, head): lane holds head_dim elements lane, lane + 32, ...

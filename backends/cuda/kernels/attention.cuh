@@ -87,6 +87,14 @@ __device__ Seq_Block attn_find_block(const int *cu, long long num_seqs, long lon
 	return none;
 }
 
+// The query block a tensor-core block handles: in reverse for causal attention, whose last
+// query blocks see the most keys, so the longest blocks start first and the short ones fill
+// the tail instead of one long block running alone at the end.
+__device__ __forceinline__ long long attn_query_block(const Attn_Params &p)
+{
+	return p.causal ? (long long)gridDim.x - 1 - blockIdx.x : (long long)blockIdx.x;
+}
+
 // Tokens [M_s, M_{s+1}) of sequence s of another offsets array (attention_kv's keys), warp-
 // cooperative.
 __device__ void attn_seq_range(const int *cu, long long s, long long total, long long &lo, long long &hi)
@@ -263,14 +271,14 @@ __device__ __forceinline__ void store_pair(u16 *row, int col, long long head_dim
 #define ATTN_SIMT_ENTRIES(FN) ATTN_SIMT_ENTRY(FN, fp32, Fp32) ATTN_SIMT_ENTRY(FN, fp16, Fp16) ATTN_SIMT_ENTRY(FN, bf16, Bf16)
 
 // The tensor-core kernels': attn_<KIND>_<bf16|fp16>_<HD> runs
-// attn_<KIND>_mma<Tag, HD, template arguments...> with NW warps.
-#define ATTN_MMA_ENTRIES(KIND, HD, NW, ...)                                                               \
-	extern "C" __global__ void __launch_bounds__(NW * 32) attn_##KIND##_bf16_##HD(Attn_Params p)       \
+// attn_<KIND>_mma<Tag, HD, template arguments...> with NW warps, MINB blocks per SM.
+#define ATTN_MMA_ENTRIES(KIND, HD, NW, MINB, ...)                                                         \
+	extern "C" __global__ void __launch_bounds__(NW * 32, MINB) attn_##KIND##_bf16_##HD(Attn_Params p) \
 	{                                                                                                 \
 		if (!(p.skip && *p.skip))                                                                 \
 			attn_##KIND##_mma<Bf16, HD, __VA_ARGS__>(p);                                      \
 	}                                                                                                 \
-	extern "C" __global__ void __launch_bounds__(NW * 32) attn_##KIND##_fp16_##HD(Attn_Params p)       \
+	extern "C" __global__ void __launch_bounds__(NW * 32, MINB) attn_##KIND##_fp16_##HD(Attn_Params p) \
 	{                                                                                                 \
 		if (!(p.skip && *p.skip))                                                                 \
 			attn_##KIND##_mma<Fp16, HD, __VA_ARGS__>(p);                                      \

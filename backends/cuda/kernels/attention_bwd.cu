@@ -214,6 +214,7 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 		}
 		__syncthreads(); // this buffer is refilled two steps on
 	}
+	cp_async_wait<0>(); // no step (a key block no query sees): K and V are still in flight
 
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
@@ -248,7 +249,7 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const int wr = warp % (NW / DS), wc = warp / (NW / DS), qrow0 = wr * 16;
 	const long long hq = p.num_q_heads, h = blockIdx.y, hk = h / (hq / p.num_kv_heads), hd = p.head_dim;
-	const Seq_Block sb = attn_find_block(p.cu_q, p.num_seqs, p.total_q, BM, blockIdx.x);
+	const Seq_Block sb = attn_find_block(p.cu_q, p.num_seqs, p.total_q, BM, attn_query_block(p));
 	if (sb.s < 0)
 		return;
 	const long long hi = sb.hi, q0 = sb.lo + sb.block * BM, qend = q0 + BM < hi ? q0 + BM : hi;
@@ -332,10 +333,10 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 #endif
 }
 
-#define ATTN_DKDV_MMA(HD, BM, BN, NW, DS) ATTN_MMA_ENTRIES(dkdv, HD, NW, BM, BN, NW, DS)
+#define ATTN_DKDV_MMA(HD, BM, BN, NW, DS) ATTN_MMA_ENTRIES(dkdv, HD, NW, ATTN_DKDV_MIN_BLOCKS(HD), BM, BN, NW, DS)
 ATTN_DKDV_TILES(ATTN_DKDV_MMA)
 
-#define ATTN_DQ_MMA(HD, BM, BN, NW, DS) ATTN_MMA_ENTRIES(dq, HD, NW, BM, BN, NW, DS)
+#define ATTN_DQ_MMA(HD, BM, BN, NW, DS) ATTN_MMA_ENTRIES(dq, HD, NW, ATTN_DQ_MIN_BLOCKS(HD), BM, BN, NW, DS)
 ATTN_DQ_TILES(ATTN_DQ_MMA)
 
 // ---- SIMT: one warp per row, lane holding head_dim elements lane, lane + 32, ... ----

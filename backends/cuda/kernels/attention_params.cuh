@@ -38,6 +38,15 @@ typedef struct {
 #define ATTN_DKDV_TILES(X) X(64, 64, 64, 4, 1) X(128, 32, 64, 4, 1) X(256, 32, 64, 8, 2)
 #define ATTN_DQ_TILES(X) X(64, 64, 64, 4, 1) X(128, 64, 32, 4, 1) X(256, 64, 32, 8, 2)
 
+/* Blocks per SM each tensor-core kernel is compiled for (__launch_bounds__' second argument):
+ * ptxas keeps its registers within 65536 / (blocks * NW * 32). The forward at d64 and d128
+ * (8 warps) fits two blocks, so one block's softmax overlaps the other's mma (NVRTC 13.0 gave
+ * 167 and 186 registers unbounded: one block per SM); the backward's 4-warp kernels fit two
+ * blocks within 255 registers anyway; d256 keeps one. */
+#define ATTN_FWD_MIN_BLOCKS(HD) ((HD) <= 128 ? 2 : 1)
+#define ATTN_DQ_MIN_BLOCKS(HD) ((HD) <= 128 ? 3 : 1)
+#define ATTN_DKDV_MIN_BLOCKS(HD) 1
+
 /* Shared memory in bytes (16-bit elements):
  *   forward: Q [BM][HD] + K, V [2][BN][HD]
  *   dK/dV:   K, V [BN][HD] + Q, dO [2][BM][HD] + lse, D [2][BM] fp32

@@ -6,7 +6,9 @@
  * variant keeps a cuBLASLt handle (made at its first call, so a handle is created, and its
  * other ops work, where cuBLASLt is not installed) and, per shape (M, N, K, transposes), the descriptors and
  * the algorithm the heuristic chose, computed once. fp32 inputs use TF32 tensor cores when
- * DATAFLOW_CUDA_TF32=1 (read at registration), exact fp32 otherwise. Workspace: one
+ * DATAFLOW_CUDA_TF32=1 (read at registration), exact fp32 otherwise. The heuristic is told
+ * each operand's alignment and the allowed split-K reductions (cublaslt_prefs.h), which are
+ * part of the shape's key. Workspace: one
  * WORKSPACE_BYTES block per stream, allocated from the handle's accounted memory on first
  * use. */
 
@@ -17,6 +19,7 @@
 #include <string.h>
 
 #include "cublaslt.h"
+#include "cublaslt_prefs.h"
 #include "cuda_backend.h"
 #include "dataflow/op_args.h"
 
@@ -67,6 +70,7 @@ static Dataflow_Status lt_check(cublasStatus_t s, const char *what)
 typedef struct {
 	int64_t M, N, K;
 	int trans_a, trans_b;
+	Cublaslt_Prefs prefs;
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t a, b, c; /* cuBLASLt's A (our B), B (our A), C = D */
 	cublasLtMatmulAlgo_t algo;
@@ -164,6 +168,17 @@ static Dataflow_Status build_shape(Matmul_State *s, Shape *sh)
 		st = lt_check(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
 								      sizeof(ws)),
 			      "set workspace preference");
+	static const int align_attrs[4] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+					   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+	for (int i = 0; i < 4 && st == DATAFLOW_OK; i++)
+		st = lt_check(lt.cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &sh->prefs.align[i],
+								      sizeof(sh->prefs.align[i])),
+			      "set alignment preference");
+	if (st == DATAFLOW_OK)
+		st = lt_check(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+								      &sh->prefs.reduction_mask,
+								      sizeof(sh->prefs.reduction_mask)),
+			      "set reduction-scheme preference");
 	cublasLtMatmulHeuristicResult_t result;
 	int returned = 0;
 	if (st == DATAFLOW_OK)
@@ -181,11 +196,13 @@ static Dataflow_Status build_shape(Matmul_State *s, Shape *sh)
 	return st;
 }
 
-static Dataflow_Status find_shape(Matmul_State *s, int64_t M, int64_t N, int64_t K, int ta, int tb, Shape **out)
+static Dataflow_Status find_shape(Matmul_State *s, int64_t M, int64_t N, int64_t K, int ta, int tb,
+				  const Cublaslt_Prefs *prefs, Shape **out)
 {
 	for (int i = 0; i < s->num_shapes; i++) {
 		Shape *sh = &s->shapes[i];
-		if (sh->M == M && sh->N == N && sh->K == K && sh->trans_a == ta && sh->trans_b == tb) {
+		if (sh->M == M && sh->N == N && sh->K == K && sh->trans_a == ta && sh->trans_b == tb &&
+		    !memcmp(&sh->prefs, prefs, sizeof(*prefs))) {
 			*out = sh;
 			return DATAFLOW_OK;
 		}
@@ -193,7 +210,7 @@ static Dataflow_Status find_shape(Matmul_State *s, int64_t M, int64_t N, int64_t
 	/* full: evict round-robin (work already queued keeps its own copy of the algorithm) */
 	Shape *sh = s->num_shapes < MAX_SHAPES ? &s->shapes[s->num_shapes++] : &s->shapes[s->next_evict++ % MAX_SHAPES];
 	shape_release(sh);
-	*sh = (Shape){.M = M, .N = N, .K = K, .trans_a = ta, .trans_b = tb};
+	*sh = (Shape){.M = M, .N = N, .K = K, .trans_a = ta, .trans_b = tb, .prefs = *prefs};
 	Dataflow_Status st = build_shape(s, sh);
 	if (st != DATAFLOW_OK) {
 		shape_release(sh);
@@ -220,8 +237,9 @@ Dataflow_Status dataflow_cuda_matmul(Dataflow_Handle *handle, int stream_id, con
 	pthread_mutex_lock(&s->lock);
 	Shape *sh;
 	Dataflow_Status st = s->lt ? DATAFLOW_OK : lt_check(lt.cublasLtCreate(&s->lt), "cublasLtCreate");
+	const Cublaslt_Prefs prefs = cublaslt_prefs(B, A, C, D, s->out_type); /* cuBLASLt's A is our B */
 	if (st == DATAFLOW_OK)
-		st = find_shape(s, M, N, K, ta, tb, &sh);
+		st = find_shape(s, M, N, K, ta, tb, &prefs, &sh);
 	if (st == DATAFLOW_OK && !s->workspace[stream_id])
 		st = dataflow_alloc_mem(handle, WORKSPACE_BYTES, &s->workspace[stream_id]);
 	if (st == DATAFLOW_OK)

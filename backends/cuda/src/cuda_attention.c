@@ -310,8 +310,13 @@ static Dataflow_Status run_cudnn(Attn_State *s, int stream_id, Attn_Params *p, c
 		if (cs != CUDNN_STATUS_SUCCESS)
 			st = dataflow_set_error(DATAFLOW_ERR_BACKEND, "cudnnSetStream: %s", cudnn.cudnnGetErrorString(cs));
 	}
-	if (st == DATAFLOW_OK)
+	if (st == DATAFLOW_OK) {
 		st = cudnn_sdpa_execute(&cudnn, s->cudnn, &e->plan, &a);
+		if (st == DATAFLOW_ERR_UNSUPPORTED) { /* refused at run time: the native kernels from now on */
+			cudnn_sdpa_release(&cudnn, &e->plan);
+			e->status = st;
+		}
+	}
 	/* commits: scratch -> the op's outputs when the flag says cuDNN's sequence was the op's */
 	struct {
 		const void *src;

@@ -10,12 +10,12 @@
 #include <stdint.h>
 
 #include "cuda_driver.h"
+#include "cuda_event_ring.h"
 #include "cuda_fault.h"
+#include "cuda_free_cache.h"
 #include "dataflow/backend.h"
 
 #define CUDA_ALIGN 256
-/* Events per stream that stay distinct (see cuda_stream.c). */
-#define CUDA_EVENT_RING 1024
 
 typedef struct Cuda_Handle Cuda_Handle;
 
@@ -37,6 +37,7 @@ typedef struct Cuda_Module {
 	char *source;      /* text */
 	char *include_dir; /* for #include "..." of a file; NULL for embedded sources */
 	CUmodule module;   /* NULL until loaded */
+	pthread_mutex_t lock; /* guards module: one compile per module, other modules not held up */
 } Cuda_Module;
 
 /* A native op's record. */
@@ -56,9 +57,13 @@ struct Cuda_Handle {
 	char device_name[128];
 	int num_streams;
 	Cuda_Stream streams[DATAFLOW_MAX_STREAMS];
-	pthread_mutex_t lock; /* guards the modules and the lost message */
+	pthread_mutex_t lock; /* guards the module list and the lost message */
 	Cuda_Module *modules;
 	char ops_library_path[4096];
+	pthread_mutex_t cache_lock; /* guards free_cache and held */
+	Cuda_Free_Cache free_cache; /* released blocks kept for reuse (cuda_memory.c) */
+	uint64_t held;              /* bytes from cuMemAlloc not yet given back: live and kept */
+	uint64_t capacity;          /* the handle's: held never passes it */
 	atomic_int lost;        /* set once a fault lost the context; lost_message then stays */
 	char lost_message[1024];
 };
@@ -79,6 +84,8 @@ Dataflow_Status cuda_enter(Cuda_Handle *h, const char *what);
 /* cuda_check, and when the result is a fault that loses the context (cuda_error_is_sticky),
  * marks the handle lost with the message, which then tells the user to close the handle. */
 Dataflow_Status cuda_check_fault(Cuda_Handle *h, CUresult result, const char *what);
+/* Gives every kept block back to the driver (cuda_memory.c). */
+void cuda_free_cache_flush(Cuda_Handle *h);
 Dataflow_Status cuda_streams_create(Cuda_Handle *h, int num_streams, const int *priorities);
 void cuda_streams_destroy(Cuda_Handle *h);
 void cuda_modules_destroy(Cuda_Handle *h);

@@ -8,7 +8,6 @@
 /* One function table per process, filled once. A missing symbol means a driver older than
  * the API used here, reported with the symbol's name. */
 
-#define CUDA_ERROR_OUT_OF_MEMORY 2
 
 static Cuda_Driver table;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;

@@ -23,6 +23,7 @@ typedef void (*CUhostFn)(void *user_data);
 
 enum {
 	CUDA_SUCCESS = 0,
+	CUDA_ERROR_OUT_OF_MEMORY = 2,
 	CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
 	CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705,
 	CUDA_ERROR_CONTAINED = 226, /* the errors that lose the context (cuda_fault.c) */

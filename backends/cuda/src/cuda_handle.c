@@ -57,10 +57,12 @@ static void cuda_destroy(Dataflow_Handle *h)
 	Cuda_Handle *ch = cuda_of(h);
 	if (ch->ctx) {
 		ch->cu->cuCtxSetCurrent(ch->ctx);
+		cuda_free_cache_flush(ch);
 		cuda_modules_destroy(ch);
 		cuda_streams_destroy(ch);
 		ch->cu->cuDevicePrimaryCtxRelease(ch->device);
 	}
+	pthread_mutex_destroy(&ch->cache_lock);
 	pthread_mutex_destroy(&ch->lock);
 	free(ch);
 }
@@ -88,6 +90,24 @@ static const Dataflow_Backend_Interface cuda_iface = {
 	.submit_outbound_transfer = cuda_submit_outbound_transfer,
 	.submit_peer_transfer = cuda_submit_peer_transfer,
 };
+
+/* The process keeps one reference to each device's primary context from its first handle on:
+ * otherwise closing the last handle destroys the context (its modules, its memory pools) and
+ * the next open creates it again, hundreds of milliseconds each time. */
+static void keep_primary_context(const Cuda_Driver *cu, CUdevice device)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static CUdevice kept[64];
+	static int num_kept;
+	pthread_mutex_lock(&lock);
+	int found = 0;
+	for (int i = 0; i < num_kept && !found; i++)
+		found = kept[i] == device;
+	CUcontext ctx;
+	if (!found && num_kept < 64 && cu->cuDevicePrimaryCtxRetain(&ctx, device) == CUDA_SUCCESS)
+		kept[num_kept++] = device;
+	pthread_mutex_unlock(&lock);
+}
 
 /* Finds the device and retains its primary context (shared with every other user of the
  * device in this process, as the runtime API does). */
@@ -117,6 +137,8 @@ static Dataflow_Status open_device(Cuda_Handle *h, int index)
 				index, "cuDeviceGetAttribute(compute capability)");
 	if (st == DATAFLOW_OK)
 		st = cuda_check(cu->cuDevicePrimaryCtxRetain(&h->ctx, h->device), index, "cuDevicePrimaryCtxRetain");
+	if (st == DATAFLOW_OK)
+		keep_primary_context(cu, h->device);
 	if (st == DATAFLOW_OK)
 		st = cuda_check(cu->cuCtxSetCurrent(h->ctx), index, "cuCtxSetCurrent");
 	return st;
@@ -150,6 +172,7 @@ Dataflow_Status dataflow_cuda_backend_init(Dataflow_Handle *h, const Dataflow_Ba
 	ch->handle = h;
 	ch->cu = cu;
 	pthread_mutex_init(&ch->lock, NULL);
+	pthread_mutex_init(&ch->cache_lock, NULL);
 	h->ctx = ch;
 	/* The default ops (launch functions, kernel sources, matmul) live in this library. */
 	Dl_info info;
@@ -159,6 +182,8 @@ Dataflow_Status dataflow_cuda_backend_init(Dataflow_Handle *h, const Dataflow_Ba
 	st = open_device(ch, params->device_index);
 	if (st == DATAFLOW_OK)
 		st = find_capacity(ch, params->device_memory_bytes, capacity);
+	if (st == DATAFLOW_OK)
+		ch->capacity = *capacity;
 	if (st == DATAFLOW_OK)
 		st = cuda_streams_create(ch, params->num_streams, params->stream_priorities);
 	if (st != DATAFLOW_OK) {

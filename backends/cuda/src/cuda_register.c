@@ -30,6 +30,7 @@ void cuda_modules_destroy(Cuda_Handle *h)
 		free(m->name);
 		free(m->source);
 		free(m->include_dir);
+		pthread_mutex_destroy(&m->lock);
 		free(m);
 	}
 	h->modules = NULL;
@@ -59,6 +60,7 @@ Cuda_Module *cuda_module_for(Cuda_Handle *h, const char *name, char *text, const
 		free(text);
 		return NULL;
 	}
+	pthread_mutex_init(&m->lock, NULL);
 	m->next = h->modules;
 	h->modules = m;
 	return m;

@@ -8,9 +8,11 @@
  * Events. The backend's events (libdataflow's stream states and the ledger's frees) are values
  * v = 1, 2, ... per stream; each stream owns a ring of CUDA_EVENT_RING CUevents and event v
  * records events[v % RING]. The CUevent is re-recorded by event v + RING, so:
- * - a dependency on v is refused once that happened (the wait would be on later work than
- *   asked: never a silent wrong wait, and no cycle it could close); a wait already submitted is
- *   unaffected (cuStreamWaitEvent captures the event's state at the call);
+ * - a dependency on v needs no wait once v is done (known from a query, a host wait or a sync,
+ *   or because the slot's later record is done); otherwise it is refused once that happened
+ *   (the wait would be on later work than asked: never a silent wrong wait, and no cycle it
+ *   could close); a wait already submitted is unaffected (cuStreamWaitEvent captures the
+ *   event's state at the call);
  * - a query or host wait of v uses the slot's latest record, a point at or after v: done
  *   means v is done, and waiting for it waits no less than asked.
  * Dependencies work across handles (an event is waited on from another context of the same
@@ -78,12 +80,6 @@ Dataflow_Status cuda_record_event(Dataflow_Handle *h, int stream_id, uint64_t *e
 	return st;
 }
 
-/* The latest event recorded in v's ring slot (v itself or a later one); with s->lock held. */
-static uint64_t slot_latest(const Cuda_Stream *s, uint64_t v)
-{
-	return v + (s->recorded - v) / CUDA_EVENT_RING * CUDA_EVENT_RING;
-}
-
 int cuda_query_event(Dataflow_Handle *h, int stream_id, uint64_t event)
 {
 	Cuda_Handle *ch = cuda_of(h);
@@ -92,7 +88,7 @@ int cuda_query_event(Dataflow_Handle *h, int stream_id, uint64_t event)
 	int done = event <= s->done;
 	if (!done && event <= s->recorded && cuda_enter(ch, "query event") == DATAFLOW_OK &&
 	    ch->cu->cuEventQuery(s->events[event % CUDA_EVENT_RING]) == CUDA_SUCCESS) {
-		s->done = slot_latest(s, event);
+		s->done = cuda_slot_latest(event, s->recorded);
 		done = 1;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -108,7 +104,7 @@ Dataflow_Status cuda_wait_event(Dataflow_Handle *h, int stream_id, uint64_t even
 		return st;
 	pthread_mutex_lock(&s->lock);
 	CUevent ev = event <= s->done || event > s->recorded ? NULL : s->events[event % CUDA_EVENT_RING];
-	uint64_t latest = ev ? slot_latest(s, event) : 0;
+	uint64_t latest = ev ? cuda_slot_latest(event, s->recorded) : 0;
 	pthread_mutex_unlock(&s->lock);
 	if (!ev)
 		return DATAFLOW_OK;
@@ -131,20 +127,32 @@ Dataflow_Status cuda_submit_dependency(Dataflow_Handle *h, int stream_id, Datafl
 	Cuda_Stream *self = &ch->streams[stream_id], *s = &cuda_of(other)->streams[other_stream_id];
 	pthread_mutex_lock(&s->lock);
 	uint64_t recorded = s->recorded;
-	if (event == 0 || event > recorded)
+	CUevent slot = event ? s->events[event % CUDA_EVENT_RING] : NULL;
+	switch (cuda_dependency_of(event, recorded, s->done)) {
+	case CUDA_DEP_NEVER_RECORDED:
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					"submit_dependency: state %llu of stream %d was never recorded (the stream has "
 					"handed out %llu states)",
 					(unsigned long long)event, other_stream_id, (unsigned long long)recorded);
-	else if (recorded - event >= CUDA_EVENT_RING)
+		break;
+	case CUDA_DEP_DONE:
+		break;
+	case CUDA_DEP_WAIT:
+		st = cuda_check(ch->cu->cuStreamWaitEvent(self->stream, slot, 0), h->device_index, "cuStreamWaitEvent");
+		break;
+	case CUDA_DEP_ASK_SLOT:
+		if (ch->cu->cuEventQuery(slot) == CUDA_SUCCESS) {
+			s->done = cuda_slot_latest(event, recorded);
+			break;
+		}
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					"submit_dependency: state %llu of stream %d is too old: its event was reused by "
-					"state %llu (only the last %d states of a stream stay valid); record a fresh one",
+					"submit_dependency: state %llu of stream %d is too old: it may still be running "
+					"and its event was reused by state %llu (only the last %d states of a stream can "
+					"be waited on); record a fresh one",
 					(unsigned long long)event, other_stream_id,
 					(unsigned long long)(event + CUDA_EVENT_RING), CUDA_EVENT_RING);
-	else
-		st = cuda_check(ch->cu->cuStreamWaitEvent(self->stream, s->events[event % CUDA_EVENT_RING], 0),
-				h->device_index, "cuStreamWaitEvent");
+		break;
+	}
 	pthread_mutex_unlock(&s->lock);
 	return st;
 }
@@ -156,11 +164,17 @@ Dataflow_Status cuda_sync_stream(Dataflow_Handle *h, int stream_id)
 	if (st != DATAFLOW_OK)
 		return st;
 	Cuda_Stream *s = &ch->streams[stream_id];
+	pthread_mutex_lock(&s->lock);
+	const uint64_t before = s->recorded; /* recorded before the sync: done after it */
+	pthread_mutex_unlock(&s->lock);
 	CUresult r = ch->cu->cuStreamSynchronize(s->stream);
 	char ops[640], what[768];
 	pthread_mutex_lock(&s->lock);
-	if (r == CUDA_SUCCESS)
+	if (r == CUDA_SUCCESS) {
 		cuda_op_log_clear(&s->ops);
+		if (before > s->done)
+			s->done = before;
+	}
 	else
 		cuda_op_log_describe(&s->ops, ops, sizeof(ops));
 	pthread_mutex_unlock(&s->lock);

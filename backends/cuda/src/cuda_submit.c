@@ -14,9 +14,11 @@
 Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op)
 {
 	Dataflow_Status st = DATAFLOW_OK;
-	/* one compile per module, even when several threads submit its first ops at once */
-	pthread_mutex_lock(&h->lock);
+	/* one compile per module, even when several threads submit its first ops at once; under
+	 * the module's lock, so a long compile (attention_bwd.cu's 30 kernels) holds up only the
+	 * ops of that file */
 	Cuda_Module *m = op->module;
+	pthread_mutex_lock(&m->lock);
 	if (!m->module) {
 		void *cubin = NULL;
 		size_t size = 0;
@@ -34,7 +36,7 @@ Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op)
 		st = cuda_check(h->cu->cuModuleGetFunction(&op->function, m->module, op->kernel_name),
 				h->handle->device_index, what);
 	}
-	pthread_mutex_unlock(&h->lock);
+	pthread_mutex_unlock(&m->lock);
 	return st;
 }
 

@@ -15,7 +15,12 @@ typedef void *cudnnBackendDescriptor_t;
 
 enum {
 	CUDNN_STATUS_SUCCESS = 0,
+	/* the families are the thousands: 1xxx, 2xxx bad parameter, 3xxx not supported, 4xxx internal */
+	CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH = 1002,
+	CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED = 1008,
+	CUDNN_STATUS_BAD_PARAM = 2000,
 	CUDNN_STATUS_NOT_SUPPORTED = 3000,
+	CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED = 4001,
 	/* cudnnBackendDescriptorType_t */
 	CUDNN_BACKEND_ENGINECFG_DESCRIPTOR = 3,
 	CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR = 4,

@@ -15,12 +15,21 @@ typedef struct {
 	Dataflow_Status st;
 } Builder;
 
+/* (cudnn_sdpa.h) */
+int cudnn_status_is_refusal(cudnnStatus_t s)
+{
+	const int family = s / 1000 * 1000;
+	return family == CUDNN_STATUS_BAD_PARAM || family == CUDNN_STATUS_NOT_SUPPORTED ||
+	       s == CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED || s == CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH ||
+	       s == CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED;
+}
+
 static Dataflow_Status fail(Builder *b, cudnnStatus_t s, const char *what)
 {
 	char last[512] = "";
 	if (b->api->cudnnGetLastErrorString)
 		b->api->cudnnGetLastErrorString(last, sizeof(last));
-	b->st = dataflow_set_error(s == CUDNN_STATUS_NOT_SUPPORTED ? DATAFLOW_ERR_UNSUPPORTED : DATAFLOW_ERR_BACKEND,
+	b->st = dataflow_set_error(cudnn_status_is_refusal(s) ? DATAFLOW_ERR_UNSUPPORTED : DATAFLOW_ERR_BACKEND,
 				   "cudnn sdpa: %s: %s (%d)%s%s", what, b->api->cudnnGetErrorString(s), s,
 				   last[0] ? ": " : "", last);
 	return b->st;

@@ -46,6 +46,13 @@ enum {
 	CUDNN_SDPA_MASKED = 101,
 };
 
+/* 1 when a cuDNN status says this cuDNN will not run the graph, so the caller falls back to its
+ * own kernels: any bad-parameter (2xxx, as versions differ in what they accept) or not-supported
+ * (3xxx) status, a failed runtime compilation of the fused kernel (4001), a missing or
+ * mismatched sub-library. Nothing has been queued then. Other statuses (internal errors, failed
+ * execution) are errors. The builder and execute return DATAFLOW_ERR_UNSUPPORTED for refusals. */
+int cudnn_status_is_refusal(cudnnStatus_t s);
+
 /* Builds the graph for shape and finalizes the first execution plan cuDNN's heuristics (mode A,
  * then the fallback list) offer. DATAFLOW_ERR_UNSUPPORTED when no engine takes the graph. On
  * failure the plan holds nothing. */

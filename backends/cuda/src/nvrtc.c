@@ -19,7 +19,9 @@
  * .cu (or clear the cache) after changing them.
  *
  * Options: C++17, and --fmad=false so that a * b + c rounds twice, as the host kernels and
- * the numpy oracles do (bit-exact results across backends). */
+ * the numpy oracles do (bit-exact results across backends); except for the attention files,
+ * whose results are compared within tolerances (tests/tolerances.py) rather than bit for bit,
+ * and where fused multiply-adds save instructions and registers in the softmax. */
 
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
@@ -36,11 +38,28 @@ static struct {
 	nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram prog, char *cubin);
 	nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *prog);
 	int major, minor;
+	char path[4096]; /* the libnvrtc loaded */
 } nv;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static Dataflow_Status load_status;
 static char load_message[2048];
+
+/* NVRTC dlopens libnvrtc-builtins.so.<major>.<minor> by soname when it compiles. Some wheels'
+ * libnvrtc (13.0.88 at least) have no RPATH, so the loader would not look beside it and every
+ * compile fails with NVRTC_ERROR_BUILTIN_OPERATION_FAILURE. Loading the builtins first, by
+ * absolute path from libnvrtc's own directory, makes that later dlopen find the loaded object
+ * by its soname. Absent there (a system CUDA on the loader path), the loader's search stays. */
+static void preload_builtins(void *nvrtc)
+{
+	char dir[4096];
+	if (dlinfo(nvrtc, RTLD_DI_ORIGIN, dir) != 0)
+		return;
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/libnvrtc-builtins.so.%d.%d", dir, nv.major, nv.minor);
+	if (access(path, R_OK) == 0)
+		dlopen(path, RTLD_NOW | RTLD_LOCAL); /* held for the process's life, as libnvrtc is */
+}
 
 static void load(void)
 {
@@ -67,6 +86,10 @@ static void load(void)
 		}
 	}
 	nv.nvrtcVersion(&nv.major, &nv.minor);
+	Dl_info info;
+	snprintf(nv.path, sizeof(nv.path), "%s",
+		 dladdr((void *)nv.nvrtcVersion, &info) && info.dli_fname ? info.dli_fname : "?");
+	preload_builtins(lib);
 	load_status = DATAFLOW_OK;
 }
 
@@ -92,14 +115,24 @@ static int embedded_headers(const char **texts, const char **names, int max)
 
 #define MAX_HEADERS 16
 
-static void options_for(int arch, const char *include_dir, char arch_opt[32], char include_opt[4200],
-			const char **options, int *num_options)
+/* 1 for the project's own kernels/attention*.cu (name: a path or an embedded source's name;
+ * source: its text, which must be the embedded one, so a user's file of that name is not) */
+static int is_attention(const char *name, const char *source)
+{
+	const char *base = strrchr(name, '/');
+	base = base ? base + 1 : name;
+	const Cuda_Source *own = cuda_find_source(base);
+	return !strncmp(base, "attention", 9) && own && !strcmp(own->text, source);
+}
+
+static void options_for(const char *name, const char *source, int arch, const char *include_dir, char arch_opt[32],
+			char include_opt[4200], const char **options, int *num_options)
 {
 	snprintf(arch_opt, 32, "-arch=sm_%d", arch);
 	int n = 0;
 	options[n++] = arch_opt;
 	options[n++] = "-std=c++17";
-	options[n++] = "--fmad=false";
+	options[n++] = is_attention(name, source) ? "--fmad=true" : "--fmad=false";
 	if (include_dir) {
 		snprintf(include_opt, 4200, "-I%s", include_dir);
 		options[n++] = include_opt;
@@ -126,7 +159,7 @@ static Dataflow_Status compile(const char *name, const char *source, const char 
 	char arch_opt[32], include_opt[4200];
 	const char *options[8];
 	int num_options;
-	options_for(arch, include_dir, arch_opt, include_opt, options, &num_options);
+	options_for(name, source, arch, include_dir, arch_opt, include_opt, options, &num_options);
 	r = nv.nvrtcCompileProgram(prog, num_options, options);
 	size_t n = 0;
 	if (nv.nvrtcGetProgramLogSize(prog, &n) == 0 && n > 1) {
@@ -155,14 +188,14 @@ static Dataflow_Status compile(const char *name, const char *source, const char 
 	return st;
 }
 
-static void cache_path(const char *source, int arch, char *path, size_t path_size)
+static void cache_path(const char *name, const char *source, int arch, char *path, size_t path_size)
 {
 	const char *header_texts[MAX_HEADERS], *header_names[MAX_HEADERS];
 	int num_headers = embedded_headers(header_texts, header_names, MAX_HEADERS);
 	char arch_opt[32], include_opt[4200];
 	const char *options[8];
 	int num_options;
-	options_for(arch, NULL, arch_opt, include_opt, options, &num_options);
+	options_for(name, source, arch, NULL, arch_opt, include_opt, options, &num_options);
 	unsigned char digest[32];
 	unsigned int digest_len = 0;
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
@@ -265,13 +298,45 @@ Dataflow_Status cuda_nvrtc_compile(const char *name, const char *source, const c
 	if (st != DATAFLOW_OK)
 		return st;
 	char path[4096];
-	cache_path(source, arch, path, sizeof(path));
+	cache_path(name, source, arch, path, sizeof(path));
 	if (read_cached(path, cubin, cubin_size))
 		return DATAFLOW_OK;
 	char log[4096];
 	st = compile(name, source, include_dir, arch, cubin, cubin_size, log, sizeof(log));
 	if (st == DATAFLOW_OK)
 		write_cached(path, *cubin, *cubin_size);
+	return st;
+}
+
+/* (dataflow/cuda.h) */
+Dataflow_Status dataflow_cuda_nvrtc_version(int *major, int *minor, char *path, size_t path_size)
+{
+	if (!major || !minor || (path_size && !path))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "nvrtc_version: major and minor must be non-NULL, and path too when path_size > 0");
+	Dataflow_Status st = nvrtc_load();
+	if (st != DATAFLOW_OK)
+		return st;
+	*major = nv.major;
+	*minor = nv.minor;
+	if (path_size)
+		snprintf(path, path_size, "%s", nv.path);
+	return DATAFLOW_OK;
+}
+
+/* (dataflow/cuda.h) */
+Dataflow_Status dataflow_cuda_compile_cached(const char *source_name, int arch)
+{
+	const Cuda_Source *src = source_name ? cuda_find_source(source_name) : NULL;
+	if (!src || arch <= 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "compile_cached: need an embedded kernel source (like \"attention.cu\") and an arch "
+					  "like 90, got %s, %d",
+					  source_name ? source_name : "NULL", arch);
+	void *cubin = NULL;
+	size_t size = 0;
+	Dataflow_Status st = cuda_nvrtc_compile(src->name, src->text, NULL, arch, &cubin, &size);
+	free(cubin);
 	return st;
 }
 
