@@ -25,6 +25,9 @@ static Dataflow_Status check_config(const Dataflow_Llama_Config *c)
 			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 						  "llama config: %s must be in [1, 2^31], got %lld", positive[i].name,
 						  (long long)positive[i].value);
+	if (c->num_layers > DATAFLOW_LLAMA_MAX_LAYERS)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama config: num_layers must be at most %d, got %lld",
+					  DATAFLOW_LLAMA_MAX_LAYERS, (long long)c->num_layers);
 	if (c->num_heads % c->num_kv_heads != 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama config: num_heads (%lld) must be a multiple of num_kv_heads (%lld)",

@@ -2,6 +2,7 @@
 import math
 import re
 import weakref
+from fractions import Fraction
 
 import numpy as np
 
@@ -9,7 +10,7 @@ from . import dtypes
 from ._ffi import ffi, lib, opslib, use_nvidia_wheels
 from .array import Array
 from .custom_ops import register_external, register_native
-from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
+from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check, open_pointer
 from .queued_work import QueuedWork
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -21,10 +22,10 @@ def parse_bytes(value, what="size"):
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         n = int(value)
     else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        m = re.fullmatch(r"\s*([0-9]{1,30}|[0-9]{0,30}\.[0-9]{1,30})\s*([a-zA-Z]*)\s*", str(value))
         if not m or m.group(2).lower() not in _UNITS:
-            raise BadArgumentError(f"{what}: expected bytes as an int or a string like '256MiB', got {value!r}")
-        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+            raise BadArgumentError(f"{what}: expected bytes as an int or a string like '256MiB', got {value!r:.80}")
+        n = int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])  # exact: no float overflow or rounding
     if n <= 0:
         raise BadArgumentError(f"{what}: must be > 0 bytes, got {value!r}")
     if n >= 2**64:
@@ -108,9 +109,7 @@ class Handle:
         return getattr(self, "_h", None) is not None
 
     def _ptr(self):
-        if not self._alive():
-            raise BadArgumentError("handle is closed")
-        return self._h
+        return open_pointer(getattr(self, "_h", None), None, "handle")
 
     def close(self):
         """Waits for queued work and releases the device; arrays of this handle become invalid.

@@ -15,7 +15,7 @@ from . import dtypes, ops
 from ._ffi import ffi, modelslib, ringlib
 from .errors import BadArgumentError, check, error_for
 from .handle import Handle, parse_bytes
-from .models.config import LlamaConfig
+from .models.config import LlamaConfig, checked_config
 from .models.host_blocks import scratch_blocked_model
 
 _LLAMA3 = {"vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_key_value_heads": 8,
@@ -258,10 +258,8 @@ def _llama_config(config):
         if config not in PRESETS:
             raise BadArgumentError(f"plan: config {config!r} is not a preset ({', '.join(PRESETS)})")
         return LlamaConfig.from_dict(PRESETS[config])
-    if isinstance(config, dict):
-        return LlamaConfig.from_dict(config)
-    if isinstance(config, LlamaConfig):
-        return config
+    if isinstance(config, (dict, LlamaConfig)):
+        return checked_config(config, "plan: config")
     raise BadArgumentError(f"plan: config must be a preset name, an HF config dict or a LlamaConfig, got "
                            f"{type(config).__name__}")
 

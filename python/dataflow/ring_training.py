@@ -84,6 +84,9 @@ class RingTraining:
     weights and AdamW state move into the executor)."""
 
     def __init__(self, model, plan):
+        if not isinstance(plan, ring.Plan):
+            raise BadArgumentError(f"Trainer: plan must be a dataflow.ring.Plan (from dataflow.ring.plan), got "
+                                   f"{type(plan).__name__}")
         if model.handle.num_streams < STREAMS:
             raise BadArgumentError(f"Trainer: training in the ring needs a handle with {STREAMS} streams (compute, "
                                    f"inbound, outbound, optimizer); this one has {model.handle.num_streams}")

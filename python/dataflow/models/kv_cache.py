@@ -1,6 +1,6 @@
 """KVCache: keys and values of one sequence for a Llama's incremental decoding."""
 from .._ffi import ffi, modelslib
-from ..errors import BadArgumentError, check
+from ..errors import BadArgumentError, check, open_pointer
 from .batch import check_tokens
 from .device_io import fetch
 
@@ -27,9 +27,8 @@ class KVCache:
         return self._c is None
 
     def _ptr(self):
-        if self._c is None:
-            raise BadArgumentError("KVCache: the cache is closed")
-        return self._c
+        self.model._m  # closed with its model
+        return open_pointer(self._c, self.model.handle, "KVCache")
 
     @property
     def length(self):

@@ -6,9 +6,9 @@ import numpy as np
 from .. import dtypes
 from .._ffi import ffi, modelslib
 from ..array import Array
-from ..errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
+from ..errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check, require_open
 from .batch import BatchBuffer, PackedBatch, check_tokens
-from .config import LlamaConfig
+from .config import checked_config
 from .device_io import fetch
 from .host_blocks import HostBlocks, Layout, host_memory_available
 from .kv_cache import KVCache
@@ -49,12 +49,12 @@ class Llama:
 
     def __init__(self, handle, config, dtype="fp32", seed=0, recompute=False, save_level=None,
                  master_weights=False, placement="auto"):
-        if isinstance(config, dict):
-            config = LlamaConfig.from_dict(config)
+        config = checked_config(config, "Llama config")
         if placement not in PLACEMENTS:
             raise BadArgumentError(f"Llama: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
         self.handle, self.config, self.dtype = handle, config, dtype
-        self._m = self._store = self._mirror = self._layout = None
+        self._c_model = self._store = self._mirror = self._layout = self._grad_comm = None
+        self._closed = self._optimizer_sharded = False
         self._master = False  # host-held models: whether MASTER is kept
         if placement == "auto":
             free = handle.memory_capacity() - handle.memory_in_use()
@@ -62,7 +62,7 @@ class Llama:
         if placement == "device":
             out = ffi.new("Dataflow_Llama **")
             check(modelslib.dataflow_llama_create(handle._ptr(), config._c_config(dtype), out))
-            self._m = out[0]
+            self._c_model = out[0]
             self._shapes = {self._info(i, PARAM)[0]: self._info(i, PARAM)[1]
                             for i in range(modelslib.dataflow_llama_num_tensors(self._m))}
         else:
@@ -106,8 +106,32 @@ class Llama:
         from .. import pretrained
         pretrained.save_pretrained(self, path, dtype)
 
+    @property
+    def _m(self):
+        """The C model (None: host-held); ClosedError once the model or its handle is closed."""
+        require_open(self._closed, self.handle, "Llama")
+        return self._c_model
+
+    def _set_grad_comm(self, comm, stream):
+        """Sums the gradients over comm's ranks on `stream` (a Trainer's data-parallel)."""
+        check(modelslib.dataflow_llama_set_grad_comm(self._m, comm._comm(), stream))
+        self._grad_comm = comm  # it lives as long as the model
+        comm._models.add(self)
+
+    def _forget_grad_comm(self):
+        """comm.close(): C drops its pointer; an optimizer state sharded over it keeps it, but
+        close() refuses while one is (and training reaches it only through the closed comm)."""
+        if self._c_model is not None and not self._optimizer_sharded and self.handle._alive():
+            modelslib.dataflow_llama_set_grad_comm(self._c_model, ffi.NULL, 0)
+
+    def _sharded(self):
+        """Whether the optimizer state is sharded over the ranks of the gradient communicator."""
+        return self._c_model is not None and self._optimizer_sharded
+
     def close(self):
-        """Frees the model's device memory (also done when it is garbage-collected)."""
+        """Frees the model's device memory (also done when it is garbage-collected); using the
+        model afterwards raises ClosedError."""
+        self._closed = True
         self._release_device()
         self._weights_changed()
         store, self._store = getattr(self, "_store", None), None
@@ -123,7 +147,7 @@ class Llama:
                 array.free()
         if hasattr(self, "_batches"):
             self._batches, self._logits = BatchBuffer(self.handle), None
-        m, self._m = getattr(self, "_m", None), None
+        m, self._c_model = getattr(self, "_c_model", None), None
         if m is not None and self.handle._alive():
             modelslib.dataflow_llama_destroy(m)
 

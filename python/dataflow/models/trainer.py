@@ -3,8 +3,9 @@ through the ring executor when the training does not fit the device (dataflow.ri
 import numpy as np
 
 from .. import trace as traces
-from .._ffi import ffi, modelslib
+from .._ffi import modelslib
 from ..errors import BadArgumentError, DataflowError, check
+from .adamw_hyperparameters import adamw_hyperparameters, betas_pair
 from .llama import ADAM_M, ADAM_V, MASTER
 
 
@@ -59,8 +60,9 @@ class Trainer:
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
                  seq_len=None, batch_size=1, profile=None, plan=None, trace=False):
-        self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, tuple(betas), eps
+        self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, betas_pair(betas), eps
         self.grad_clip = grad_clip or 0.0
+        adamw_hyperparameters(self)  # refused now, not at the first step
         if master_weights:
             model.enable_master_weights()
         elif master_weights is not None and model.master_weights:
@@ -81,8 +83,7 @@ class Trainer:
             self.comm = comm.on(model.handle)
             if comm_stream is None:
                 comm_stream = 1 if model.handle.num_streams > 1 else 0
-            check(modelslib.dataflow_llama_set_grad_comm(model._m, self.comm._c, comm_stream))
-            model._grad_comm = self.comm  # the model sums over it: it lives as long as the model
+            model._set_grad_comm(self.comm, comm_stream)
         elif shard_optimizer:
             raise BadArgumentError("Trainer: shard_optimizer shards the optimizer state over the ranks of comm; "
                                    "pass comm=df.distributed.init()")
@@ -155,6 +156,7 @@ class Trainer:
         if self.shard_optimizer:
             self.model._on(0)
             check(modelslib.dataflow_llama_shard_optimizer(self.model._m, 0, int(shard)))
+            self.model._optimizer_sharded = shard
 
     @property
     def last_grad_norm(self):
@@ -173,20 +175,19 @@ class Trainer:
             self.model.handle.sync(stream)
             self._norm, self._norm_pending = float(host[0]), None
 
-    def _adamw(self, stream):
-        """Submits the AdamW step and the read-back of its gradient norm."""
-        self.step_count += 1
-        params = ffi.new("Dataflow_AdamW_Params *", {"lr": float(self.lr), "beta1": float(self.betas[0]),
-                                                     "beta2": float(self.betas[1]), "eps": float(self.eps),
-                                                     "weight_decay": float(self.weight_decay)})
+    def _adamw(self, stream, hyperparameters=None):
+        """Submits the AdamW step (hyperparameters: adamw_hyperparameters, checked before the
+        step began) and the read-back of its gradient norm; the step counts once it is queued."""
+        params, grad_clip = hyperparameters or adamw_hyperparameters(self)
         if self._ring is not None:
-            self._ring.executor.apply(params, self.grad_clip, self.step_count)
+            self._ring.executor.apply(params, grad_clip, self.step_count + 1)
+            self.step_count += 1
             self._norm_pending = (None, None)
             self.model._weights_changed()
             return
         self.model._on(stream)
-        check(modelslib.dataflow_llama_adamw_step(self.model._m, stream, params, float(self.grad_clip),
-                                                  self.step_count))
+        check(modelslib.dataflow_llama_adamw_step(self.model._m, stream, params, grad_clip, self.step_count + 1))
+        self.step_count += 1
         self._norm_pending = (self.model._read_output("grad_norm", stream), stream)
 
     def _loss_backward(self, tokens, labels, documents, accumulate, loss_scale, stream):
@@ -209,16 +210,17 @@ class Trainer:
         mean loss before the step."""
         if self._acc_labels:
             raise BadArgumentError("step: gradients from accumulate() are pending; call apply() first")
+        hyperparameters = adamw_hyperparameters(self)
         if self._ring is not None:
             chunks = self._ring.chunks(tokens, labels, documents, "step")
             num_labels = sum(c.num_labels for c in chunks)
             if num_labels == 0:
                 raise BadArgumentError("step: no labelled tokens (every target is -100)")
-            losses = self._ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(stream))
+            losses = self._ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(stream, hyperparameters))
             self._wait_norm()
             return self.model._batch_loss(losses, 1.0 / num_labels)
         _, losses, num_labels = self._loss_backward(tokens, labels, documents, False, None, stream)
-        self._adamw(stream)
+        self._adamw(stream, hyperparameters)
         self._wait_norm()  # the one sync: the losses were read back before it too
         self._sample()
         if self.comm is None:
@@ -249,6 +251,7 @@ class Trainer:
         """The optimizer step for the accumulated chunks; returns their mean loss."""
         if self._acc_labels == 0:
             raise BadArgumentError("apply: nothing accumulated (or no labelled tokens)")
+        hyperparameters = adamw_hyperparameters(self)
         if self._ring is not None:
             self._ring.executor.scale_grads(1.0 / self._acc_labels)
         else:
@@ -256,7 +259,7 @@ class Trainer:
             check(modelslib.dataflow_llama_scale_grads(self.model._m, stream, 1.0 / self._acc_labels))
         loss = self._acc_loss / self._acc_labels
         self._acc_loss, self._acc_labels = 0.0, 0
-        self._adamw(stream)
+        self._adamw(stream, hyperparameters)
         return loss
 
     def state_dict(self):

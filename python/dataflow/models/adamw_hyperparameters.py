@@ -1,0 +1,43 @@
+"""The Trainer's AdamW hyperparameters, checked before a step submits anything: a step that
+raises leaves the model, the optimizer state, the step count and the data position as they were."""
+import math
+import numbers
+
+from .._ffi import ffi
+from ..errors import BadArgumentError
+
+# name -> (lowest, highest, whether the highest is allowed), as torch.optim.AdamW accepts them
+BOUNDS = {"lr": (0.0, math.inf, False), "beta1": (0.0, 1.0, False), "beta2": (0.0, 1.0, False),
+          "eps": (0.0, math.inf, False), "weight_decay": (0.0, math.inf, False),
+          "grad_clip": (0.0, math.inf, False)}
+
+
+def _real(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise BadArgumentError(f"Trainer: {name} must be a real number, got {value!r}")
+    low, high, _ = BOUNDS[name]
+    value = float(value)
+    if not low <= value < high:
+        raise BadArgumentError(f"Trainer: {name} must be a finite number in [{low:g}, {high:g}), got {value!r}")
+    return value
+
+
+def betas_pair(betas):
+    """(beta1, beta2) from any pair; BadArgumentError for anything else."""
+    try:
+        pair = tuple(betas)
+    except TypeError:
+        pair = None
+    if pair is None or len(pair) != 2:
+        raise BadArgumentError(f"Trainer: betas must be a pair (beta1, beta2), got {betas!r}")
+    return pair
+
+
+def adamw_hyperparameters(trainer):
+    """(Dataflow_AdamW_Params, grad_clip) of the trainer's attributes as they are now."""
+    beta1, beta2 = betas_pair(trainer.betas)
+    values = {"lr": trainer.lr, "beta1": beta1, "beta2": beta2, "eps": trainer.eps,
+              "weight_decay": trainer.weight_decay, "grad_clip": trainer.grad_clip or 0.0}
+    checked = {name: _real(name, value) for name, value in values.items()}
+    grad_clip = checked.pop("grad_clip")
+    return ffi.new("Dataflow_AdamW_Params *", checked), grad_clip
