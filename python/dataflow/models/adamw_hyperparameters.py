@@ -6,20 +6,22 @@ import numbers
 from .._ffi import ffi
 from ..errors import BadArgumentError
 
-# name -> (lowest, highest, whether the highest is allowed), as torch.optim.AdamW accepts them
-BOUNDS = {"lr": (0.0, math.inf, False), "beta1": (0.0, 1.0, False), "beta2": (0.0, 1.0, False),
-          "eps": (0.0, math.inf, False), "weight_decay": (0.0, math.inf, False),
-          "grad_clip": (0.0, math.inf, False)}
+# name -> [lowest, highest): what torch.optim.AdamW accepts, finite
+BOUNDS = {"lr": (0.0, math.inf), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0), "eps": (0.0, math.inf),
+          "weight_decay": (0.0, math.inf), "grad_clip": (0.0, math.inf)}
 
 
 def _real(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise BadArgumentError(f"Trainer: {name} must be a real number, got {value!r}")
-    low, high, _ = BOUNDS[name]
-    value = float(value)
-    if not low <= value < high:
-        raise BadArgumentError(f"Trainer: {name} must be a finite number in [{low:g}, {high:g}), got {value!r}")
-    return value
+    low, high = BOUNDS[name]
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int past the float range, e.g. 10**400
+        as_float = math.inf
+    if not low <= as_float < high or not math.isfinite(as_float):
+        raise BadArgumentError(f"Trainer: {name} must be a finite number in [{low:g}, {high:g}), got {value!r:.60}")
+    return as_float
 
 
 def betas_pair(betas):

@@ -1,5 +1,7 @@
 """Trainer: AdamW training of a Llama with at most one host sync per step: all-resident, or
 through the ring executor when the training does not fit the device (dataflow.ring_training)."""
+from types import SimpleNamespace
+
 import numpy as np
 
 from .. import trace as traces
@@ -277,41 +279,71 @@ class Trainer:
         self._shard(True)
         return state
 
-    def _load_arrays(self, key, kind, values):
+    def _checked_arrays(self, key, values):
+        """{name: float32 array} of one kind of state, checked against the model's names and shapes."""
         shapes = self.model.shapes()
+        if not isinstance(values, dict):
+            raise BadArgumentError(f"Trainer.load_state_dict: {key}: expected a dict of arrays, got "
+                                   f"{type(values).__name__}")
         missing = [n for n in shapes if n not in values]
         unexpected = [n for n in values if n not in shapes]
         if missing or unexpected:
             raise BadArgumentError(f"Trainer.load_state_dict: {key}: missing {missing[:5]}, unexpected {unexpected[:5]}")
         checked = {}
         for n, shape in shapes.items():
-            checked[n] = np.asarray(values[n], dtype=np.float32)
+            try:
+                with np.errstate(over="raise"):
+                    checked[n] = np.asarray(values[n], dtype=np.float32)
+            except (TypeError, ValueError, OverflowError, FloatingPointError) as e:
+                raise BadArgumentError(f"Trainer.load_state_dict: {key} {n}: expected float32 numbers, got "
+                                       f"{type(values[n]).__name__} ({e})") from None
             if checked[n].shape != shape:
                 raise BadArgumentError(f"Trainer.load_state_dict: {key} {n}: expected shape {shape}, "
                                        f"got {checked[n].shape}")
-        self.model._write_kind(kind, checked.__getitem__)
+        return checked
 
-    def load_state_dict(self, state):
-        """Restores step, m and v, master weights (and hyperparameters when present) from
-        state_dict(). Master weights in the state need a model that keeps them; a model that
-        keeps them without any in the state keeps the copies of its current weights."""
-        step = int(state["step"])
-        self._shard(False)
+    def _checked_state(self, state):
+        """(step, {kind: arrays}, hyperparameters or None) of a state_dict, every field checked
+        before anything is written: a refused load changes nothing."""
+        if not isinstance(state, dict):
+            raise BadArgumentError(f"Trainer.load_state_dict: expected a dict, got {type(state).__name__}")
+        step = state.get("step")
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise BadArgumentError(f"Trainer.load_state_dict: step must be an integer >= 0, got {step!r:.60}")
+        kinds = {}
         if "master" in state:
             if not self.model.master_weights:
                 raise BadArgumentError("Trainer.load_state_dict: the state has fp32 master weights, but the model "
                                        "keeps none (Trainer(..., master_weights=True) or Llama(..., "
                                        "master_weights=True))")
-            self._load_arrays("master", MASTER, state["master"])
+            kinds[MASTER] = self._checked_arrays("master", state["master"])
         if step > 0:
-            if self._ring is None:
-                self.model._on(0)
-                check(modelslib.dataflow_llama_alloc_optimizer_state(self.model._m, 0))
-            self._load_arrays("exp_avg", ADAM_M, state.get("exp_avg", {}))
-            self._load_arrays("exp_avg_sq", ADAM_V, state.get("exp_avg_sq", {}))
+            kinds[ADAM_M] = self._checked_arrays("exp_avg", state.get("exp_avg", {}))
+            kinds[ADAM_V] = self._checked_arrays("exp_avg_sq", state.get("exp_avg_sq", {}))
         hp = state.get("hyperparameters")
         if hp:
-            self.lr, self.weight_decay, self.betas = hp["lr"], hp["weight_decay"], tuple(hp["betas"])
+            fields = ("lr", "weight_decay", "betas", "eps", "grad_clip")
+            if not isinstance(hp, dict) or any(f not in hp for f in fields):
+                raise BadArgumentError(f"Trainer.load_state_dict: hyperparameters: expected an object with "
+                                       f"{', '.join(fields)}, got {hp!r:.100}")
+            hp = {f: hp[f] for f in fields}
+            adamw_hyperparameters(SimpleNamespace(**hp))
+        return int(step), kinds, hp
+
+    def load_state_dict(self, state):
+        """Restores step, m and v, master weights (and hyperparameters when present) from
+        state_dict(). Master weights in the state need a model that keeps them; a model that
+        keeps them without any in the state keeps the copies of its current weights.
+        BadArgumentError naming the field for a malformed state, before anything changes."""
+        step, kinds, hp = self._checked_state(state)
+        self._shard(False)
+        if step > 0 and self._ring is None:
+            self.model._on(0)
+            check(modelslib.dataflow_llama_alloc_optimizer_state(self.model._m, 0))
+        for kind, arrays in kinds.items():  # MASTER first: writing it resets nothing else
+            self.model._write_kind(kind, arrays.__getitem__)
+        if hp:
+            self.lr, self.weight_decay, self.betas = hp["lr"], hp["weight_decay"], betas_pair(hp["betas"])
             self.eps, self.grad_clip = hp["eps"], hp["grad_clip"]
         self.step_count = step
         self._shard(True)
