@@ -8,6 +8,7 @@ import tempfile
 from . import dtypes
 from ._ffi import INCLUDE_DIRS, LIB_DIR, ffi, lib
 from .array import Array
+from .c_strings import c_bytes, c_string
 from .errors import BadArgumentError, DataflowError, check
 
 _SCALAR_CTYPES = {"fp32_scalar": "float", "fp64_scalar": "double", "int32_scalar": "int32_t",
@@ -20,12 +21,11 @@ class CompileError(DataflowError):
 
 def skeleton(name, arg_dtypes):
     """A C Op_Skeleton (cdata) for a nickname and a list of datatype names."""
-    if not isinstance(name, str):
-        raise BadArgumentError(f"op name must be a string, got {name!r}")
+    name_c = c_string(name, "op name")
     arg_dtypes = list(arg_dtypes)
     values = ffi.new("DataflowDatatype[]", [dtypes.enum(d) for d in arg_dtypes] or [0])
     s = ffi.new("Op_Skeleton *")
-    check(lib.dataflow_op_skeleton_init(s, name.encode(), len(arg_dtypes), values))
+    check(lib.dataflow_op_skeleton_init(s, name_c, len(arg_dtypes), values))
     return s
 
 
@@ -75,8 +75,8 @@ def _flags(replace):
     return lib.DATAFLOW_REGISTER_REPLACE if replace else 0
 
 
-def _cstr_array(names):
-    keep = [ffi.new("char[]", n.encode()) if n else ffi.NULL for n in names]
+def _cstr_array(names, what):
+    keep = [c_string(n, what) if n else ffi.NULL for n in names]
     return ffi.new("const char *[]", keep), keep
 
 
@@ -121,9 +121,7 @@ def _signature(signature):
     """The signature as a C string (a cdata owning its bytes), or NULL for none."""
     if signature is None:
         return ffi.NULL
-    if not isinstance(signature, str):
-        raise BadArgumentError(f"signature must be a string or None, got {type(signature).__name__}")
-    return ffi.new("char[]", signature.encode())
+    return c_string(signature, "signature")
 
 
 def register_native(handle, name, arg_dtypes, source, library, symbol, launch, init, replace, flags, signature):
@@ -133,11 +131,11 @@ def register_native(handle, name, arg_dtypes, source, library, symbol, launch, i
         raise BadArgumentError("register_native_op: symbol= (the kernel function's name) is required")
     path = compile_c(source, flags) if source is not None else os.fspath(library)
     skel = skeleton(name, arg_dtypes)
-    kernels, k1 = _cstr_array([symbol])
-    launches, k2 = _cstr_array([launch])
-    inits, k3 = _cstr_array([init])
+    kernels, k1 = _cstr_array([symbol], "symbol")
+    launches, k2 = _cstr_array([launch], "launch")
+    inits, k3 = _cstr_array([init], "init")
     sig = _signature(signature)
-    handle._call("register_native_code", path.encode(), ffi.NULL, 1, skel, kernels, launches, inits,
+    handle._call("register_native_code", c_bytes(path, "library"), ffi.NULL, 1, skel, kernels, launches, inits,
                  ffi.new("const char *[]", [sig]), _flags(replace))
     return CustomOp(handle, skel)
 
@@ -197,8 +195,8 @@ def register_external(handle, name, arg_dtypes, fn, library, symbol, init, repla
     else:
         if library is None or not symbol:
             raise BadArgumentError("register_external_op: give fn= (a callable) or library= and symbol=")
-        funcs, k1 = _cstr_array([symbol])
-        inits, k2 = _cstr_array([init])
-        handle._call("register_external_code", os.fspath(library).encode(), 1, skel, funcs, inits,
+        funcs, k1 = _cstr_array([symbol], "symbol")
+        inits, k2 = _cstr_array([init], "init")
+        handle._call("register_external_code", c_bytes(library, "library"), 1, skel, funcs, inits,
                      ffi.new("const char *[]", [sig]), _flags(replace))
     return CustomOp(handle, skel)

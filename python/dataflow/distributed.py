@@ -14,6 +14,7 @@ import numpy as np
 
 from . import dtypes
 from ._ffi import commlib, ffi
+from .c_strings import c_string
 from .errors import BadArgumentError, check, open_pointer
 from .handle import Handle
 
@@ -63,7 +64,7 @@ class Communicator:
             raise BadArgumentError(f"distributed: timeout must be a positive number of seconds, got {timeout!r}")
         self.handle, self.library, self.timeout = handle, library, timeout
         config = ffi.new("Dataflow_Comm_Config *")
-        library_c = ffi.new("char[]", library.encode()) if library else ffi.NULL
+        library_c = c_string(library, "distributed: library") if library else ffi.NULL
         config.library = library_c
         config.timeout_seconds = float(timeout or 0)
         out = ffi.new("Dataflow_Comm **")

@@ -38,6 +38,14 @@ def open_pointer(ptr, handle, what):
     return ptr
 
 
+def c_size(value, what):
+    """The result of a C size helper (dataflow_*_bytes, *_numel), which returns -1 for arguments
+    out of its range: an error here, never a size to add up."""
+    if value < 0:
+        raise BadArgumentError(f"{what}: the arguments are beyond what the C library sizes (it returned {value})")
+    return int(value)
+
+
 class UnknownOpError(DataflowError, LookupError):
     pass
 

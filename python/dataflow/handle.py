@@ -9,6 +9,7 @@ import numpy as np
 from . import dtypes
 from ._ffi import ffi, lib, opslib, use_nvidia_wheels
 from .array import Array
+from .c_strings import c_bytes, c_string
 from .custom_ops import register_external, register_native
 from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check, open_pointer
 from .queued_work import QueuedWork
@@ -77,12 +78,12 @@ class Handle:
             pairs.append(f"threads={self._int_arg(threads, 'threads')}")  # the backend checks the range
         if transfer_bandwidth is not None:
             pairs.append(f"transfer_bytes_per_sec={parse_bytes(transfer_bandwidth, 'transfer_bandwidth')}")
-        options_c = ffi.new("char[]", ",".join(pairs).encode())
+        options_c = c_string(",".join(pairs), "Handle: options")
         config.options = options_c
         if backend.startswith("cuda"):
             use_nvidia_wheels()
         out = ffi.new("Dataflow_Handle **")
-        check(lib.dataflow_handle_create(backend.encode(), config, out))
+        check(lib.dataflow_handle_create(c_bytes(backend, "Handle: backend"), config, out))
         self.backend = backend
         self.num_streams = lib.dataflow_handle_num_streams(out[0])
         self._work = QueuedWork(self.num_streams)

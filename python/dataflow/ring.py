@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from . import dtypes, ops
+from .c_strings import c_bytes
 from ._ffi import ffi, modelslib, ringlib
 from .errors import BadArgumentError, check, error_for
 from .handle import Handle, parse_bytes
@@ -54,7 +55,7 @@ class Profile:
         if not isinstance(name, str):
             raise BadArgumentError(f"profile: expected a name ({', '.join(profile_names())}), got {name!r}")
         c = ffi.new("Dataflow_Device_Profile *")
-        check(ringlib.dataflow_device_profile_named(name.encode(), c))
+        check(ringlib.dataflow_device_profile_named(c_bytes(name, "profile"), c))
         return cls(c)
 
     def __getattr__(self, field):

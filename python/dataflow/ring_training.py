@@ -11,7 +11,7 @@ import numpy as np
 
 from . import ring
 from ._ffi import modelslib
-from .errors import BadArgumentError, OutOfMemoryError
+from .errors import BadArgumentError, OutOfMemoryError, c_size
 from .handle import Handle, parse_bytes
 from .models.batch import PackedBatch, aligned_labels, flatten_documents
 from .models.host_blocks import host_memory_available
@@ -49,9 +49,10 @@ def resident_training_bytes(model, tokens):
     block's weights, gradients, AdamW moments (and master weights), the activations and
     workspace at the model's save level, the packed batch."""
     kinds = (PARAM, GRAD, ADAM_M, ADAM_V) + ((MASTER,) if model.master_weights else ())
-    work = modelslib.dataflow_llama_workspace_bytes(model.config._c_config(model.dtype), tokens,
-                                                    SAVE_LEVELS[model.save_level])
-    return model.layout.total(kinds) + work + 4 * modelslib.dataflow_batch_buffer_numel(tokens, tokens, 1)
+    what = f"Trainer: training on {tokens:,} tokens per batch"
+    work = c_size(modelslib.dataflow_llama_workspace_bytes(model.config._c_config(model.dtype), tokens,
+                                                           SAVE_LEVELS[model.save_level]), what)
+    return model.layout.total(kinds) + work + 4 * c_size(modelslib.dataflow_batch_buffer_numel(tokens, tokens, 1), what)
 
 
 def choose_plan(model, host_memory, seq_len, batch_size, profile):

@@ -10,7 +10,7 @@ chunk with variable-length causal attention and positions restarting at 0.
 import numpy as np
 
 from .._ffi import ffi, modelslib
-from ..errors import BadArgumentError, check
+from ..errors import BadArgumentError, c_size, check
 
 IGNORE_INDEX = -100
 
@@ -100,8 +100,8 @@ class PackedBatch:
                                    f"vocabulary [0, {vocab}) ({bad.size} out of range)")
         self.num_tokens, self.num_docs, self.with_labels = flat.size, len(lengths), bool(with_labels)
         cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        self.buffer = np.empty(modelslib.dataflow_batch_buffer_numel(self.num_tokens, self.num_docs,
-                                                                     int(self.with_labels)), np.int32)
+        numel = modelslib.dataflow_batch_buffer_numel(self.num_tokens, self.num_docs, int(self.with_labels))
+        self.buffer = np.empty(c_size(numel, f"tokens: a batch of {self.num_tokens:,} tokens"), np.int32)
         # the layout is C's: point a batch at the host buffer and fill each field where it lands
         base = int(ffi.cast("uintptr_t", ffi.from_buffer(self.buffer)))
         host = self.c_batch(base)
