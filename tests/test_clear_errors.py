@@ -47,3 +47,15 @@ def test_a_batch_past_the_c_size_range_is_an_error_not_a_fit():
     from dataflow import ring_training
     with pytest.raises(df.BadArgumentError, match="beyond what the C library sizes"):
         ring_training.resident_training_bytes(model, 2**31 + 1)
+
+
+def test_a_collective_range_error_keeps_the_message_it_prefixes(h):
+    """libdataflowcomm prefixes the range check's message with the collective's name; formatting
+    into the buffer it read from garbled it ("all_reduce: all_reduce: of 256 bytes ...")."""
+    import numpy as np
+    comm = df.distributed.init(h)
+    x, small = h.from_numpy(np.ones(64, np.float32)), h.from_numpy(np.ones(8, np.float32))
+    with pytest.raises(df.BadArgumentError) as e:
+        comm.all_reduce(x, out=small)
+    assert str(e.value).startswith("all_reduce: recv: range of 256 bytes at "), e.value
+    comm.close()
