@@ -308,7 +308,7 @@ Dataflow_Status dataflow_enable_access_to_peer_mem(Dataflow_Handle *h, Dataflow_
 	HANDLE_ENTER(h, "enable_access_to_peer_mem");
 	Dataflow_Status st = DATAFLOW_OK;
 	registry_lock();
-	if (!peer || peer == h || peer->magic != DATAFLOW_HANDLE_MAGIC || !registry_find(peer->id))
+	if (!peer || peer == h || !registry_has(peer))
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					"enable_access_to_peer_mem: peer must be another open handle");
 	else if (peer->iface != h->iface)
