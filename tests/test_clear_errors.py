@@ -2,6 +2,7 @@
 C (which would cut it short: a signature losing its requirement, two op names colliding, a dtype
 or profile name read as another), and C size helpers' -1 ("beyond my range") never taken as a
 size."""
+import numpy as np
 import pytest
 
 import dataflow as df
@@ -59,3 +60,85 @@ def test_a_collective_range_error_keeps_the_message_it_prefixes(h):
         comm.all_reduce(x, out=small)
     assert str(e.value).startswith("all_reduce: recv: range of 256 bytes at "), e.value
     comm.close()
+
+
+@pytest.mark.parametrize("kind", ["byte", "hf"])
+def test_text_that_is_not_valid_utf8_is_a_bad_argument(kind):
+    from dataflow import tokenizer
+    tok = tokenizer.ByteTokenizer() if kind == "byte" else tokenizer.default()
+    with pytest.raises(df.BadArgumentError, match="not valid UTF-8 at character 2"):
+        tok.encode("ab\udcffc")  # what a command line's undecodable bytes become
+
+
+def test_a_tokenizer_whose_unk_token_is_missing_names_the_file():
+    tokenizers = pytest.importorskip("tokenizers")
+    from dataflow import tokenizer
+    raw = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "b": 1}, unk_token="<unk>")).to_str()
+    tok = tokenizer.HFTokenizer.from_str(raw, "tok.json")
+    with pytest.raises(df.FileFormatError, match="tok.json: the tokenizer cannot encode this text: .*UNK"):
+        tok.encode("a c")
+
+
+@pytest.mark.parametrize("args, message", [
+    ((2**40, 1.0, 1, 1), "argument 0: 1099511627776 is outside the range of int32_scalar"),
+    ((1.5, 1.0, 1, 1), "argument 0: expected an integer for int32_scalar, got 1.5"),
+    ((True, 1.0, 1, 1), "argument 0: expected an integer for int32_scalar, got True"),
+    ((1, 1e300, 1, 1), "argument 1: 1e\\+300 is outside the range of fp32_scalar"),
+    ((1, 10**400, 1, 1), "argument 1: .* is outside the range of fp32_scalar"),
+    ((1, "x", 1, 1), "argument 1: expected a number for fp32_scalar, got str"),
+    ((1, 1.0, -1, 1), "argument 2: -1 is outside the range of uint64_scalar"),
+    ((1, 1.0, 1, 7), "argument 3: 7 is outside the range of bool_scalar"),
+])
+def test_custom_op_scalars_out_of_range_or_of_the_wrong_type(h, args, message):
+    op = h.register_external_op("s", ["int32_scalar", "fp32_scalar", "uint64_scalar", "bool_scalar"], python_op)
+    with pytest.raises(df.BadArgumentError, match=f"op 's' {message}"):
+        op(*args)
+    op(np.int64(3), np.float32(2), np.uint64(5), True)  # numpy scalars and bools where they fit
+    op(1, float("-inf"), 2**64 - 1, 0)
+    h.sync()
+
+
+def test_ring_labels_are_checked_over_the_batch():
+    """A bad label late in a batch the ring splits into chunks is reported at its batch position
+    (not a chunk's), with the batch's label count, before any chunk runs."""
+    h = df.Handle("host", device_memory="200KiB")
+    model = df.models.Llama(h, CFG, placement="host")
+    t = df.Trainer(model, host_memory="64MiB", seq_len=8, batch_size=4, profile="h100-sxm")
+    assert t.plan is not None and t.plan.chunk_tokens < 32
+    tokens = np.arange(32).reshape(4, 8) % 64
+    labels = tokens.copy()
+    labels[3, 5] = 99
+    with pytest.raises(df.BadArgumentError, match="label 99 at position 29 is neither -100"):
+        t.step(tokens, labels=labels)
+    with pytest.raises(df.BadArgumentError, match="expected 32 integer labels like the tokens, got 31"):
+        t.step(tokens, labels=labels.reshape(-1)[:31])
+    assert t.step_count == 0
+
+
+def test_a_second_trainer_on_a_model_the_ring_trains():
+    h = df.Handle("host", device_memory="200KiB")
+    model = df.models.Llama(h, CFG, placement="host")
+    kw = {"host_memory": "64MiB", "seq_len": 8, "batch_size": 2, "profile": "h100-sxm"}
+    first = df.Trainer(model, **kw)
+    first.step(np.arange(16).reshape(2, 8))
+    for plan in (None, first.plan):
+        with pytest.raises(df.BadArgumentError, match="another Trainer trains this model in its ring executor"):
+            df.Trainer(model, **kw, plan=plan)
+    first.step(np.arange(16).reshape(2, 8))  # the first one is untouched
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"size": 0}, "size must be an integer in 1..16384, got 0"),
+    ({"size": 10**6}, "size must be an integer in 1..16384"),
+    ({"size": "x"}, "size must be an integer"),
+    ({"tokens": -1}, "tokens must be an integer"),
+    ({"heads": 1.5}, "heads must be an integer"),
+    ({"head_dim": 63}, "head_dim must be even"),
+    ({"repeats": 0}, "repeats must be an integer in 1..1000"),
+    ({"transfer_bytes": "1e400"}, "transfer_bytes"),
+    ({"transfer_bytes": "2GiB"}, "transfer_bytes must be at most 1 GiB"),
+    ({"fit_seconds": float("nan")}, "fit_seconds must be a positive number"),
+])
+def test_calibrate_arguments(h, kwargs, message):
+    with pytest.raises(df.BadArgumentError, match=f"calibrate: {message}"):
+        df.ring.calibrate(h, **kwargs)

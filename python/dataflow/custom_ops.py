@@ -1,9 +1,13 @@
 """User ops: skeletons, submission from Python, and registration of native (C source or
 shared object) and external (Python callable or shared object) ops."""
 import hashlib
+import math
+import numbers
 import os
 import subprocess
 import tempfile
+
+import numpy as np
 
 from . import dtypes
 from ._ffi import INCLUDE_DIRS, LIB_DIR, ffi, lib
@@ -13,6 +17,31 @@ from .errors import BadArgumentError, DataflowError, check
 
 _SCALAR_CTYPES = {"fp32_scalar": "float", "fp64_scalar": "double", "int32_scalar": "int32_t",
                   "int64_scalar": "int64_t", "uint64_scalar": "uint64_t", "bool_scalar": "int32_t"}
+_INT_RANGES = {"int32_scalar": (-2**31, 2**31 - 1), "int64_scalar": (-2**63, 2**63 - 1),
+               "uint64_scalar": (0, 2**64 - 1), "bool_scalar": (0, 1)}
+_FLOAT_MAX = {"fp32_scalar": float(np.finfo(np.float32).max), "fp64_scalar": float(np.finfo(np.float64).max)}
+
+
+def _scalar(value, dt, where):
+    """A scalar argument checked against its C type: an integer type takes integers in its range
+    (bool_scalar: a bool or 0/1), a float type any real number its C type holds (inf and NaN as
+    given, never a finite value that would become inf)."""
+    if dt in _INT_RANGES:
+        low, high = _INT_RANGES[dt]
+        if isinstance(value, bool) and dt != "bool_scalar" or not isinstance(value, numbers.Integral):
+            raise BadArgumentError(f"{where}: expected an integer for {dt}, got {value!r:.40}")
+        if not low <= value <= high:
+            raise BadArgumentError(f"{where}: {value} is outside the range of {dt} [{low}, {high}]")
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise BadArgumentError(f"{where}: expected a number for {dt}, got {type(value).__name__}")
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int past every float
+        as_float = None
+    if as_float is None or math.isfinite(as_float) and abs(as_float) > _FLOAT_MAX[dt]:
+        raise BadArgumentError(f"{where}: {value!r:.40} is outside the range of {dt} (at most {_FLOAT_MAX[dt]:g})")
+    return as_float
 
 
 class CompileError(DataflowError):
@@ -55,10 +84,7 @@ class CustomOp:
         values = []
         for i, (value, dt) in enumerate(zip(args, self.arg_dtypes)):
             if dt in _SCALAR_CTYPES:
-                if not isinstance(value, (int, float)) and not hasattr(value, "__index__"):
-                    raise BadArgumentError(f"op '{self.name}' argument {i}: expected a number for {dt}, "
-                                           f"got {type(value).__name__}")
-                cell = ffi.new(_SCALAR_CTYPES[dt] + " *", value)
+                cell = ffi.new(_SCALAR_CTYPES[dt] + " *", _scalar(value, dt, f"op '{self.name}' argument {i}"))
             else:
                 if isinstance(value, Array):
                     if value.dtype != dt:
@@ -121,6 +147,8 @@ def _signature(signature):
     """The signature as a C string (a cdata owning its bytes), or NULL for none."""
     if signature is None:
         return ffi.NULL
+    if not isinstance(signature, str):
+        raise BadArgumentError(f"signature must be a string or None, got {type(signature).__name__}")
     return c_string(signature, "signature")
 
 

@@ -7,6 +7,7 @@
 Profiles: the built-in named ones (`profile_names()`), or `calibrate(handle)`: the handle's own
 speeds, measured on its ops (a matmul, an attention, a memory-bound add, transfers both ways).
 """
+import math
 import time
 
 import numpy as np
@@ -84,6 +85,24 @@ def _best_seconds(fn, h, repeats):
     return best
 
 
+# calibrate's measurement sizes: name -> the largest accepted (each measures in about a second at
+# its default; these bounds keep a typo from allocating more than ~1 GiB of host memory)
+CALIBRATE_MAXIMA = {"size": 1 << 14, "tokens": 1 << 16, "heads": 256, "head_dim": 256, "repeats": 1000}
+
+
+def _calibrate_arguments(values, transfer_bytes, fit_seconds):
+    for name, value in values.items():
+        top = CALIBRATE_MAXIMA[name]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= top:
+            raise BadArgumentError(f"calibrate: {name} must be an integer in 1..{top}, got {value!r:.40}")
+    if values["head_dim"] % 2:
+        raise BadArgumentError(f"calibrate: head_dim must be even (rotary halves), got {values['head_dim']}")
+    if parse_bytes(transfer_bytes, "calibrate: transfer_bytes") > 1 << 30:
+        raise BadArgumentError(f"calibrate: transfer_bytes must be at most 1 GiB, got {transfer_bytes!r:.40}")
+    if isinstance(fit_seconds, bool) or not isinstance(fit_seconds, (int, float)) or not 0 < fit_seconds < math.inf:
+        raise BadArgumentError(f"calibrate: fit_seconds must be a positive number, got {fit_seconds!r:.40}")
+
+
 def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_bytes=64 << 20, repeats=3,
               config=None, seq_len=None, dtype="bf16", tokens_per_step=None, fit_seconds=10.0):
     """The `host` profile of a handle, measured: a bf16 and an fp32 matmul (size^3) and a bf16 one
@@ -100,6 +119,9 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_byt
     take at most fit_seconds (else the profile's source says it was not fitted)."""
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"calibrate: handle must be a dataflow.Handle, got {type(handle).__name__}")
+    _calibrate_arguments({"size": size, "tokens": tokens, "heads": heads, "head_dim": head_dim, "repeats": repeats},
+                         transfer_bytes, fit_seconds)
+    transfer_bytes = parse_bytes(transfer_bytes)
     cfg = None if config is None else _llama_config(config)
     if cfg is not None:
         seq_len = cfg.max_position_embeddings if seq_len is None else seq_len

@@ -102,6 +102,8 @@ class RingTraining:
         """The batch as PackedBatch chunks of whole documents, at most chunk_tokens tokens each; a
         longer document (plan.kv_context, up to seq_len tokens) as pieces continuing each other."""
         flat, labels, lengths, _ = flatten_documents(tokens, labels, documents)
+        if labels is not None:  # checked over the whole batch: errors name batch positions, not a chunk's
+            aligned_labels(flat, labels, np.concatenate([[0], np.cumsum(lengths)]), self.vocab)
         labels = None if labels is None else np.asarray(labels).reshape(-1)
         limit, out, start, group = self.plan.chunk_tokens, [], 0, []
         longest = self.plan.seq_len if self.plan.kv_context else limit

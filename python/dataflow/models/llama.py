@@ -124,6 +124,10 @@ class Llama:
         if self._c_model is not None and not self._optimizer_sharded and self.handle._alive():
             modelslib.dataflow_llama_set_grad_comm(self._c_model, ffi.NULL, 0)
 
+    def _in_ring(self):
+        """Whether a Trainer's ring executor holds the weights (see _hand_to)."""
+        return self._m is None and not isinstance(self._store, HostBlocks)
+
     def _sharded(self):
         """Whether the optimizer state is sharded over the ranks of the gradient communicator."""
         return self._c_model is not None and self._optimizer_sharded
