@@ -92,3 +92,15 @@ def test_size_strings_beyond_range_are_bad_arguments(value):
 def test_size_parser_is_exact():
     assert parse_bytes("1.5GB") == 1500000000 and parse_bytes("0.1KiB") == 102
     assert parse_bytes("18446744073709551615") == 2**64 - 1
+
+
+@pytest.mark.parametrize("field", ["vocab_size", "intermediate_size", "num_attention_heads"])
+def test_dimensions_whose_matrices_overflow_sizes_are_refused(field):
+    """Each size may be 2^31, but a weight matrix of 2^31 x 2^31 elements overflowed the byte
+    counts (the weights were reported as 42,949,672,960 bytes; the planner saw a negative block)."""
+    cfg = {**CFG, "hidden_size": 2**31, field: 2**31 if field != "num_attention_heads" else 2**23,
+           "num_key_value_heads": 1, "head_dim": 256}
+    with pytest.raises(df.BadArgumentError, match="more than a weight matrix may hold"):
+        df.models.Llama(df.Handle("host", device_memory="16MiB"), cfg)
+    with pytest.raises(df.BadArgumentError, match="more than a weight matrix may hold"):
+        df.ring.plan(cfg, 16, 2**30, 2**30)

@@ -118,6 +118,12 @@ def validate_config(config, where=CONFIG_NAME):
     head_dim = _positive_int(out, "head_dim", where)
     if head_dim % 2 or head_dim > MAX_HEAD_DIM:
         raise FileFormatError(f"{where}: head_dim must be even and at most {MAX_HEAD_DIM}, got {head_dim}")
+    hidden, most = out["hidden_size"], modelslib.DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS
+    for what, rows in (("vocab_size", out["vocab_size"]), ("intermediate_size", out["intermediate_size"]),
+                       ("num_attention_heads x head_dim", heads * head_dim)):
+        if rows * hidden > most:  # before anything is sized from them (libdataflowmodels' bound)
+            raise FileFormatError(f"{where}: {what} x hidden_size is {rows * hidden:,} elements, more than a weight "
+                                  f"matrix may hold ({most:,})")
     rope = out.get("rope_parameters") or {}
     if not isinstance(rope, dict):
         raise FileFormatError(f"{where}: rope_parameters must be an object, got {rope!r:.60}")

@@ -14,6 +14,9 @@
 /* The most layers a config may ask for: real models have ~130, and every per-layer table (names,
  * blocks, KV cache) is sized from this count before any memory check could refuse it. */
 #define DATAFLOW_LLAMA_MAX_LAYERS 1024
+/* The most elements of one weight matrix (2^44: far past any real model), so that no byte count
+ * over layers and kinds overflows int64_t. */
+#define DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS 17592186044416
 
 typedef struct {
 	int64_t vocab_size;
