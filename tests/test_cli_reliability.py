@@ -112,3 +112,13 @@ def test_the_atomic_writer_replaces_regular_files_only(tmp_path):
         with atomic.replaced_file(link) as tmp:
             open(tmp, "w").close()
     assert os.path.islink(link) and not list(tmp_path.glob(".*tmp-*"))
+
+
+def test_generate_with_a_prompt_that_is_not_utf8_names_the_flag(tmp_path, capsys):
+    """Undecodable bytes on a command line reach Python as lone surrogates."""
+    cfg = {"vocab_size": 258, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+           "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 64}
+    df.models.Llama(df.Handle("host", device_memory="64MiB"), cfg).save_pretrained(tmp_path / "m")
+    argv = ["generate", "--checkpoint", str(tmp_path / "m"), "--tokenizer", "bytes", "--prompt", "ab\udcff"]
+    assert cli.main(argv) == 2
+    assert "--prompt: encode: the text is not valid UTF-8 at character 2" in capsys.readouterr().err
