@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
+from isolated import assert_clean_error
 
 CFG = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 32}
@@ -50,16 +51,27 @@ def test_a_batch_past_the_c_size_range_is_an_error_not_a_fit():
         ring_training.resident_training_bytes(model, 2**31 + 1)
 
 
-def test_a_collective_range_error_keeps_the_message_it_prefixes(h):
+# MPI starts once per process (and a loaded MPI changes what test_distributed sees): the
+# collectives run in a subprocess.
+COMM = """
+import numpy as np
+import dataflow as df
+h = df.Handle("host", streams=1, device_memory="16MiB")
+comm = df.distributed.init(h)
+x, small = h.from_numpy(np.ones(64, np.float32)), h.from_numpy(np.ones(8, np.float32))
+"""
+
+
+def test_a_collective_range_error_keeps_the_message_it_prefixes():
     """libdataflowcomm prefixes the range check's message with the collective's name; formatting
     into the buffer it read from garbled it ("all_reduce: all_reduce: of 256 bytes ...")."""
-    import numpy as np
-    comm = df.distributed.init(h)
-    x, small = h.from_numpy(np.ones(64, np.float32)), h.from_numpy(np.ones(8, np.float32))
-    with pytest.raises(df.BadArgumentError) as e:
-        comm.all_reduce(x, out=small)
-    assert str(e.value).startswith("all_reduce: recv: range of 256 bytes at "), e.value
-    comm.close()
+    assert_clean_error(COMM + "comm.all_reduce(x, out=small)\n", "BadArgumentError",
+                       "BadArgumentError: all_reduce: recv: range of 256 bytes at ")
+
+
+def test_a_collective_root_c_cannot_hold_is_a_bad_argument():
+    assert_clean_error(COMM + "comm.broadcast(x, root=2**40)\n", "BadArgumentError",
+                       "dataflow_submit_broadcast: an argument does not fit its C type")
 
 
 @pytest.mark.parametrize("kind", ["byte", "hf"])
@@ -142,3 +154,16 @@ def test_a_second_trainer_on_a_model_the_ring_trains():
 def test_calibrate_arguments(h, kwargs, message):
     with pytest.raises(df.BadArgumentError, match=f"calibrate: {message}"):
         df.ring.calibrate(h, **kwargs)
+
+
+@pytest.mark.parametrize("call", ["matmul", "record", "sync", "set_mem", "from_numpy"])
+def test_an_int_argument_c_cannot_hold_is_a_bad_argument(h, call):
+    """cffi raised OverflowError or TypeError for these; every binding now names the C function."""
+    a, c = h.from_numpy(np.ones((4, 4), np.float32)), h.empty((4, 4))
+    calls = {"matmul": lambda: df.ops.matmul(h, a, a, out=c, stream=2**40),
+             "record": lambda: h.record(stream="0"),
+             "sync": lambda: h.sync(stream=2**40),
+             "set_mem": lambda: h.set_mem(a, 0, stream=2**70),
+             "from_numpy": lambda: h.from_numpy(np.ones(3), stream=-2**70)}
+    with pytest.raises(df.BadArgumentError, match="an argument does not fit its C type"):
+        calls[call]()
