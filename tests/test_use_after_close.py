@@ -44,6 +44,11 @@ CASES = {
         print("local gradients", flush=True)
         t.step(tokens)
     """, "Communicator is closed"),
+    "a trainer given a closed communicator of another handle": ("""
+        comm = df.distributed.init()
+        comm.close()
+        df.Trainer(df.models.Llama(h, CFG), comm=comm)
+    """, "Communicator is closed"),
     "closed llama forward": ("""
         m = df.models.Llama(h, CFG)
         m.close()

@@ -96,6 +96,7 @@ class Communicator:
     def on(self, handle):
         """This communicator, or a new one over the same ranks bound to `handle` (every rank
         must call it in the same order)."""
+        self._comm()
         return self if handle is self.handle else Communicator(handle, self.library, self.timeout)
 
     def _ptr(self, array, what):

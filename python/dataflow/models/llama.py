@@ -119,8 +119,8 @@ class Llama:
         comm._models.add(self)
 
     def _forget_grad_comm(self):
-        """comm.close(): C drops its pointer; an optimizer state sharded over it keeps it, but
-        close() refuses while one is (and training reaches it only through the closed comm)."""
+        """Called as comm closes: C forgets the communicator. A state sharded over it cannot be
+        detached (close() refuses then; only the finalizer at exit gets here with one)."""
         if self._c_model is not None and not self._optimizer_sharded and self.handle._alive():
             modelslib.dataflow_llama_set_grad_comm(self._c_model, ffi.NULL, 0)
 
