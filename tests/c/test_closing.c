@@ -1,9 +1,11 @@
 /* Use after close through the public API (run under ASan + UBSan by tests/test_c_api.py): a call
- * on a destroyed handle, a second destroy, and a destroyed peer fail with a clear error, and
- * libdataflow finds out from its registry of open handles, never by reading the freed handle
- * (ASan would report the read). */
+ * on a destroyed handle, a second destroy, a destroyed peer and a model that outlived its handle
+ * fail with a clear error, and libdataflow finds out from its registry of open handles, never by
+ * reading the freed handle (ASan would report the read). */
 
 #include "c_test.h"
+#include "dataflow/models.h"
+#include "dataflow/ops.h"
 
 static void test_calls_on_a_destroyed_handle(void)
 {
@@ -35,11 +37,27 @@ static void test_a_pointer_that_never_was_a_handle(void)
 	EXPECT_ERROR(dataflow_handle_destroy(fake), DATAFLOW_ERR_INVALID_ARGUMENT, "not an open handle");
 }
 
+static void test_a_model_that_outlived_its_handle(void)
+{
+	Dataflow_Handle *h = open_host(2, 64 << 20, "threads=1");
+	CHECK(dataflow_register_default_ops(h));
+	Dataflow_Llama_Config c = {.vocab_size = 37, .hidden_size = 24, .intermediate_size = 40, .num_layers = 2,
+				   .num_heads = 4, .num_kv_heads = 2, .rms_eps = 1e-5f, .rope_theta = 10000.0f,
+				   .dtype = DATAFLOW_FP32};
+	Dataflow_Llama *m;
+	CHECK(dataflow_llama_create(h, &c, &m));
+	CHECK(dataflow_handle_destroy(h));
+	EXPECT_ERROR(dataflow_llama_zero_grads(m, 0), DATAFLOW_ERR_INVALID_ARGUMENT, "not an open handle");
+	EXPECT_TRUE(dataflow_handle_num_streams(h) == 0);
+	dataflow_llama_destroy(m); /* frees its host structures; the device memory went with the handle */
+}
+
 int main(void)
 {
 	test_calls_on_a_destroyed_handle();
 	test_a_destroyed_peer();
 	test_a_pointer_that_never_was_a_handle();
+	test_a_model_that_outlived_its_handle();
 	if (*c_test_failures() == 0)
 		printf("closing: ok\n");
 	return *c_test_failures() != 0;
