@@ -167,3 +167,42 @@ def test_an_int_argument_c_cannot_hold_is_a_bad_argument(h, call):
              "from_numpy": lambda: h.from_numpy(np.ones(3), stream=-2**70)}
     with pytest.raises(df.BadArgumentError, match="an argument does not fit its C type"):
         calls[call]()
+
+
+BAD_VALUES = [None, "x", 1.5, -1, 2**70, float("nan"), float("inf"), [], {}, True, np.ones((2, 2)), 10**400]
+
+
+@pytest.fixture(scope="module")
+def trained():
+    model = df.models.Llama(df.Handle("host", device_memory="64MiB"), CFG)
+    return model, df.Trainer(model)
+
+
+@pytest.mark.parametrize("call", ["generate max_new_tokens", "generate temperature", "generate top_p", "generate seed",
+                                  "step labels", "step documents", "Llama seed", "Llama dtype", "Llama save_level",
+                                  "Trainer grad_clip", "kv_cache", "ring.plan seq_len", "ring.plan tokens_per_step",
+                                  "ring.plan dtype"])
+def test_malformed_arguments_raise_dataflow_errors(trained, call):
+    """A sweep of the public API with values of every wrong kind: each is a DataflowError naming
+    the argument (these raised TypeError, ValueError, OverflowError or IndexError)."""
+    model, trainer = trained
+    h = model.handle
+    calls = {"generate max_new_tokens": lambda v: model.generate([1, 2], v),
+             "generate temperature": lambda v: model.generate([1, 2], 2, temperature=v),
+             "generate top_p": lambda v: model.generate([1, 2], 2, top_p=v),
+             "generate seed": lambda v: model.generate([1, 2], 2, seed=v),
+             "step labels": lambda v: trainer.step([[1, 2, 3]], labels=v),
+             "step documents": lambda v: trainer.step([1, 2, 3, 4], documents=v),
+             "Llama seed": lambda v: df.models.Llama(h, CFG, seed=v),
+             "Llama dtype": lambda v: df.models.Llama(h, CFG, dtype=v),
+             "Llama save_level": lambda v: df.models.Llama(h, CFG, save_level=v),
+             "Trainer grad_clip": lambda v: df.Trainer(model, grad_clip=v),
+             "kv_cache": lambda v: model.kv_cache(v),
+             "ring.plan seq_len": lambda v: df.ring.plan(CFG, v, 2**30, 2**30),
+             "ring.plan tokens_per_step": lambda v: df.ring.plan(CFG, 16, 2**30, 2**30, tokens_per_step=v),
+             "ring.plan dtype": lambda v: df.ring.plan(CFG, 16, 2**30, 2**30, dtype=v)}
+    for value in BAD_VALUES:  # some are valid for some calls (labels=None): those just run
+        try:
+            calls[call](value)
+        except df.DataflowError:
+            pass

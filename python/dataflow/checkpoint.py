@@ -160,6 +160,10 @@ def save_training(directory, model, trainer, state=None):
 def restore_training(checkpoint, model, trainer):
     """Puts a loaded Checkpoint's weights and optimizer state into a model and trainer built from
     its config; returns the caller state saved with it."""
+    if isinstance(checkpoint.optimizer_state, dict) and "master" in checkpoint.optimizer_state \
+            and not model.master_weights:  # the caller's model, not the file, is at fault
+        raise BadArgumentError(f"restore_training: {checkpoint.path} has fp32 master weights, but the model keeps "
+                               "none (Trainer(..., master_weights=True) or Llama(..., master_weights=True))")
     for name, load, values in ((MODEL_NAME, model.load_state_dict, checkpoint.model_state),
                                (STATE_NAME, trainer.load_state_dict, checkpoint.optimizer_state)):
         try:

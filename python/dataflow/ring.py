@@ -375,8 +375,9 @@ def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, prof
     the least device and host memory a plan needs (also as .min_device_bytes, .min_host_bytes)."""
     cfg = _llama_config(config)
     for name, value in (("seq_len", seq_len), ("tokens_per_step", tokens_per_step)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0):
-            raise BadArgumentError(f"plan: {name} must be a positive integer, got {value!r}")
+        if (value is not None or name == "seq_len") and (isinstance(value, bool) or not isinstance(
+                value, (int, np.integer)) or not 0 < value < 2**63):  # the planner checks its own range
+            raise BadArgumentError(f"plan: {name} must be a positive integer, got {value!r:.40}")
     if not isinstance(master_weights, bool):
         raise BadArgumentError(f"plan: master_weights must be True or False, got {master_weights!r}")
     prof = profile if isinstance(profile, Profile) else Profile.named(profile)

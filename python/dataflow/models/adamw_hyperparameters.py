@@ -39,7 +39,7 @@ def adamw_hyperparameters(trainer):
     """(Dataflow_AdamW_Params, grad_clip) of the trainer's attributes as they are now."""
     beta1, beta2 = betas_pair(trainer.betas)
     values = {"lr": trainer.lr, "beta1": beta1, "beta2": beta2, "eps": trainer.eps,
-              "weight_decay": trainer.weight_decay, "grad_clip": trainer.grad_clip or 0.0}
+              "weight_decay": trainer.weight_decay, "grad_clip": 0.0 if trainer.grad_clip is None else trainer.grad_clip}
     checked = {name: _real(name, value) for name, value in values.items()}
     grad_clip = checked.pop("grad_clip")
     return ffi.new("Dataflow_AdamW_Params *", checked), grad_clip

@@ -83,7 +83,7 @@ class LlamaConfig:
             c.rope_high_freq_factor = s.get("high_freq_factor", 4.0)
             c.rope_original_max_position = s.get("original_max_position_embeddings", 8192)
         c.tie_embeddings = int(bool(self.tie_word_embeddings))
-        if dtype not in ("fp32", "bf16"):
+        if not isinstance(dtype, str) or dtype not in ("fp32", "bf16"):
             raise BadArgumentError(f"Llama: dtype must be 'fp32' or 'bf16', got {dtype!r}")
         c.dtype = dtypes.enum(dtype)
         return c

@@ -1,4 +1,5 @@
 """Llama: the all-resident Llama-3-family model over libdataflowmodels (dataflow_llama_*)."""
+import numbers
 import weakref
 
 import numpy as np
@@ -50,7 +51,11 @@ class Llama:
     def __init__(self, handle, config, dtype="fp32", seed=0, recompute=False, save_level=None,
                  master_weights=False, placement="auto"):
         config = checked_config(config, "Llama config")
-        if placement not in PLACEMENTS:
+        if not isinstance(dtype, str) or dtype not in ("fp32", "bf16"):
+            raise BadArgumentError(f"Llama: dtype must be 'fp32' or 'bf16', got {dtype!r:.40}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+            raise BadArgumentError(f"Llama: seed must be None or an integer >= 0, got {seed!r:.40}")
+        if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise BadArgumentError(f"Llama: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
         self.handle, self.config, self.dtype = handle, config, dtype
         self._c_model = self._store = self._mirror = self._layout = self._grad_comm = None
@@ -81,7 +86,7 @@ class Llama:
         self._caches = weakref.WeakSet()
         self._gen_cache = None
         self._stream = None  # the stream of the model's last work (see _on)
-        self.save_level = save_level or ("input" if recompute else "all")
+        self.save_level = ("input" if recompute else "all") if save_level is None else save_level
         if master_weights:
             self.enable_master_weights()
         rng = np.random.default_rng(seed)
@@ -249,7 +254,7 @@ class Llama:
 
     @save_level.setter
     def save_level(self, value):
-        if value not in SAVE_LEVELS:
+        if not isinstance(value, str) or value not in SAVE_LEVELS:
             raise BadArgumentError(f"save_level must be one of {', '.join(SAVE_LEVELS)}, got {value!r}")
         if self._m is not None:  # a host-held model trains at the levels its ring plan chooses
             check(modelslib.dataflow_llama_set_save_level(self._m, SAVE_LEVELS[value]))
@@ -506,12 +511,8 @@ class Llama:
             return self._cpu_copy().generate(prompt_tokens, max_new_tokens, temperature, top_p, seed, use_cache,
                                              eos_token_id, stream)
         from ..generate import check_sampling, sample_next
-        check_sampling(temperature, top_p)
+        max_new_tokens, rng = check_sampling(temperature, top_p, max_new_tokens, seed)
         prompt = check_tokens(prompt_tokens, self.config.vocab_size, "generate: prompt_tokens")
-        if int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
-            raise BadArgumentError(f"generate: max_new_tokens must be an integer >= 0, got {max_new_tokens}")
-        max_new_tokens = int(max_new_tokens)
-        rng = np.random.default_rng(seed)
         new = []
         if max_new_tokens == 0:
             return np.zeros(0, np.int64)

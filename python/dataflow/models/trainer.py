@@ -67,7 +67,7 @@ class Trainer:
                                    "its weights and optimizer state; keep training with that Trainer, or save a "
                                    "checkpoint and restore it into a new model")
         self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, betas_pair(betas), eps
-        self.grad_clip = grad_clip or 0.0
+        self.grad_clip = 0.0 if grad_clip is None else grad_clip
         adamw_hyperparameters(self)  # refused now, not at the first step
         if master_weights:
             model.enable_master_weights()
