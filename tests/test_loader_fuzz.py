@@ -260,6 +260,13 @@ def _checkpoint(tmp_path):
     return path
 
 
+def _put_back(path, manifest, files):
+    """The checkpoint's files as saved, after a mutated case."""
+    (path / checkpoint.STATE_NAME).write_bytes(dumps(manifest))
+    for name, raw in files.items():
+        (path / name).write_bytes(raw)
+
+
 def test_checkpoint_mutations(tmp_path):
     path = _checkpoint(tmp_path)
     os.mkfifo(path / "pipe")
@@ -284,7 +291,50 @@ def test_checkpoint_mutations(tmp_path):
                 loaded += 1
             except FileFormatError as e:
                 assert str(path) in str(e), e
-        manifest_path.write_bytes(dumps(manifest))
-        for name, raw in files.items():
-            (path / name).write_bytes(raw)
+        _put_back(path, manifest, files)
     assert 0 < loaded < CASES
+
+
+def test_training_checkpoint_mutations(tmp_path):
+    """Every file of a real training checkpoint (save_training of a Llama and its Trainer), restored
+    into a model and Trainer as `dataflow train --resume` does: trainer_state.json (the optimizer
+    skeleton, the hyperparameters, the step and the caller state; no hash covers it) mutated
+    structurally and byte by byte, and the data files (their hashes). Every mutation loads and
+    restores cleanly or raises FileFormatError naming the file."""
+    pytest.importorskip("dataflow.models")
+    from dataflow import train as train_module
+    cfg = {"vocab_size": 16, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+           "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 8}
+    path = tmp_path / "ckpt"
+    with df.Handle("host", streams=1, device_memory="16MiB") as h:
+        model = df.models.Llama(h, cfg)
+        trainer = df.Trainer(model, lr=1e-2)
+        for _ in range(2):
+            trainer.step(np.arange(8) % 16)
+        checkpoint.save_training(path, model, trainer, {"run": {"batch": 1, "seq_len": 8}, "losses": [1.0, 0.5],
+                                                        "val_losses": [[2, 0.7]], "data": {"position": 8}})
+        manifest_path = path / checkpoint.STATE_NAME
+        manifest = json.loads(manifest_path.read_text())
+        names = (checkpoint.CONFIG_NAME, checkpoint.MODEL_NAME, checkpoint.OPTIMIZER_NAME)
+        files = {name: (path / name).read_bytes() for name in names}
+        rng = np.random.default_rng([SEED, 91])
+        restored = 0
+        for case in range(CASES // 4):
+            target = case % 6
+            if target < 4:
+                manifest_path.write_bytes(dumps(mutate_json(manifest, rng)))
+            elif target == 4:
+                manifest_path.write_bytes(mutate_bytes(dumps(manifest), rng))
+            else:
+                name = names[case // 6 % 3]
+                (path / name).write_bytes(mutate_bytes(files[name], rng))
+            with bounded():
+                try:
+                    ck = checkpoint.load(path)
+                    train_module._checked_state(ck.state, str(manifest_path))
+                    checkpoint.restore_training(ck, model, trainer)
+                    restored += 1
+                except FileFormatError as e:
+                    assert str(path) in str(e), e
+            _put_back(path, manifest, files)
+        assert 0 < restored < CASES // 4

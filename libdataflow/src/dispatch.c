@@ -5,29 +5,42 @@
 
 #include "handle_internal.h"
 
+/* The getters answer for open handles only (a destroyed one is found out from the registry, not
+ * read), and like NULL otherwise: a model or communicator that outlived its handle gets an error
+ * from its next call, not a read of freed memory. */
+static int open_handle(const Dataflow_Handle *h)
+{
+	if (!h)
+		return 0;
+	registry_lock();
+	int found = registry_has(h);
+	registry_unlock();
+	return found;
+}
+
 const char *dataflow_handle_backend_name(const Dataflow_Handle *h)
 {
-	return h ? h->backend_name : "";
+	return open_handle(h) ? h->backend_name : "";
 }
 
 int dataflow_handle_device_index(const Dataflow_Handle *h)
 {
-	return h ? h->device_index : -1;
+	return open_handle(h) ? h->device_index : -1;
 }
 
 int dataflow_handle_num_streams(const Dataflow_Handle *h)
 {
-	return h ? h->num_streams : 0;
+	return open_handle(h) ? h->num_streams : 0;
 }
 
 const char *dataflow_handle_default_ops_library(const Dataflow_Handle *h)
 {
-	return h ? h->default_ops_library : NULL;
+	return open_handle(h) ? h->default_ops_library : NULL;
 }
 
 uint64_t dataflow_handle_host_syncs(const Dataflow_Handle *h)
 {
-	return h ? __atomic_load_n(&h->num_host_syncs, __ATOMIC_RELAXED) : 0;
+	return open_handle(h) ? __atomic_load_n(&h->num_host_syncs, __ATOMIC_RELAXED) : 0;
 }
 
 static Dataflow_Status check_stream(const Dataflow_Handle *h, int stream_id, const char *what)
@@ -308,7 +321,7 @@ Dataflow_Status dataflow_enable_access_to_peer_mem(Dataflow_Handle *h, Dataflow_
 	HANDLE_ENTER(h, "enable_access_to_peer_mem");
 	Dataflow_Status st = DATAFLOW_OK;
 	registry_lock();
-	if (!peer || peer == h || peer->magic != DATAFLOW_HANDLE_MAGIC || !registry_find(peer->id))
+	if (!peer || peer == h || !registry_has(peer))
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					"enable_access_to_peer_mem: peer must be another open handle");
 	else if (peer->iface != h->iface)

@@ -87,6 +87,33 @@ Dataflow_Handle *registry_find(uint64_t id)
 	return NULL;
 }
 
+int registry_has(const Dataflow_Handle *h)
+{
+	for (int i = 0; i < num_open; i++)
+		if (open_handles[i] == h)
+			return 1;
+	return 0;
+}
+
+Dataflow_Status handle_enter(Dataflow_Handle *h, const char *what)
+{
+	if (!h)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: handle is NULL", what);
+	registry_lock(); /* destroy marks the handle closing under this lock, so an open one stays alive */
+	int found = registry_has(h), open = found && __atomic_load_n(&h->state, __ATOMIC_SEQ_CST) == HANDLE_OPEN;
+	if (open)
+		__atomic_fetch_add(&h->active_calls, 1, __ATOMIC_SEQ_CST);
+	registry_unlock();
+	if (!found)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "%s: not an open handle (destroyed or being destroyed, or never made by "
+					  "dataflow_handle_create)", what);
+	if (!open)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "%s: handle is closed (dataflow_handle_destroy was called)", what);
+	return DATAFLOW_OK;
+}
+
 static int registry_add(Dataflow_Handle *h)
 {
 	registry_lock();
@@ -181,7 +208,6 @@ static void handle_free(Dataflow_Handle *h)
 		dlclose(h->libraries.handles[i]);
 	free(h->libraries.handles);
 	free((char *)h->backend_name);
-	h->magic = 0;
 	free(h);
 }
 
@@ -216,7 +242,6 @@ Dataflow_Status dataflow_handle_create(const char *backend, const Dataflow_Handl
 		free(h);
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "handle create: no memory for the handle");
 	}
-	h->magic = DATAFLOW_HANDLE_MAGIC;
 	h->device_index = device_index;
 	h->num_streams = config->num_streams > 0 ? config->num_streams : 4;
 	Dataflow_Backend_Params params = {device_index, h->num_streams, config->stream_priorities,
@@ -287,21 +312,25 @@ Dataflow_Status dataflow_handle_destroy(Dataflow_Handle *h)
 {
 	if (!h)
 		return DATAFLOW_OK;
-	if (h->magic != DATAFLOW_HANDLE_MAGIC)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "handle destroy: not a handle (destroyed already, or never made by "
-					  "dataflow_handle_create)");
-	if (in_op_code(h))
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "handle destroy: called from inside a call on this handle (an op's launch, init "
-					  "or external function), which it would wait for");
-	if (h->iface->on_worker(h))
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "handle destroy: called from work queued on this handle (a host op or external "
-					  "op), which it would wait for; destroy it from another thread");
+	registry_lock(); /* h is read only once found registered, and marked closing under the lock */
+	Dataflow_Status st = DATAFLOW_OK;
 	int open = HANDLE_OPEN;
-	if (!__atomic_compare_exchange_n(&h->state, &open, HANDLE_CLOSING, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "handle destroy: the handle is being destroyed");
+	if (!registry_has(h))
+		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "handle destroy: not an open handle (destroyed "
+					"already, or never made by dataflow_handle_create)");
+	else if (in_op_code(h))
+		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					"handle destroy: called from inside a call on this handle (an op's launch, init "
+					"or external function), which it would wait for");
+	else if (h->iface->on_worker(h))
+		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					"handle destroy: called from work queued on this handle (a host op or external "
+					"op), which it would wait for; destroy it from another thread");
+	else if (!__atomic_compare_exchange_n(&h->state, &open, HANDLE_CLOSING, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "handle destroy: the handle is being destroyed");
+	registry_unlock();
+	if (st != DATAFLOW_OK)
+		return st;
 	wait_until_zero(&h->active_calls);
 
 	Dataflow_Handle **linked;

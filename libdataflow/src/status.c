@@ -1,5 +1,6 @@
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "dataflow/status.h"
 
@@ -23,12 +24,16 @@ void dataflow_clear_error(void)
 	last_status = DATAFLOW_OK;
 }
 
+/* Formats into a separate buffer first: callers may pass dataflow_last_error() as an argument
+ * (prefixing the error a callee set), and vsnprintf must not read the buffer it writes. */
 Dataflow_Status dataflow_set_error(Dataflow_Status status, const char *fmt, ...)
 {
+	char formatted[sizeof(last_message)];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(last_message, sizeof(last_message), fmt, ap);
+	vsnprintf(formatted, sizeof(formatted), fmt, ap);
 	va_end(ap);
+	memcpy(last_message, formatted, sizeof(last_message));
 	last_status = status;
 	return status;
 }

@@ -25,6 +25,9 @@ static Dataflow_Status check_config(const Dataflow_Llama_Config *c)
 			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 						  "llama config: %s must be in [1, 2^31], got %lld", positive[i].name,
 						  (long long)positive[i].value);
+	if (c->num_layers > DATAFLOW_LLAMA_MAX_LAYERS)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama config: num_layers must be at most %d, got %lld",
+					  DATAFLOW_LLAMA_MAX_LAYERS, (long long)c->num_layers);
 	if (c->num_heads % c->num_kv_heads != 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama config: num_heads (%lld) must be a multiple of num_kv_heads (%lld)",
@@ -34,6 +37,19 @@ static Dataflow_Status check_config(const Dataflow_Llama_Config *c)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama config: head_dim must be even and in [2, %d], got %lld",
 					  DATAFLOW_ATTENTION_MAX_HEAD_DIM, (long long)hd);
+	const struct {
+		const char *name;
+		int64_t rows, cols;
+	} matrices[] = {{"vocab_size x hidden_size", c->vocab_size, c->hidden_size},
+			{"intermediate_size x hidden_size", c->intermediate_size, c->hidden_size},
+			{"num_heads x head_dim x hidden_size", c->num_heads * hd, c->hidden_size}};
+	for (size_t i = 0; i < sizeof(matrices) / sizeof(matrices[0]); i++)
+		if (matrices[i].rows > DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS / matrices[i].cols)
+			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+						  "llama config: %s is %lld x %lld elements, more than a weight matrix may "
+						  "hold (%lld)",
+						  matrices[i].name, (long long)matrices[i].rows, (long long)matrices[i].cols,
+						  (long long)DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS);
 	if (!(c->rms_eps > 0) || !(c->rope_theta > 0) || !(c->rope_factor >= 0) || !isfinite(c->rope_factor))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama config: need rms_eps > 0, rope_theta > 0, rope_factor >= 0; got %g, %g, %g",

@@ -9,8 +9,8 @@
 from . import distributed, dtypes, models, ops
 from .array import Array
 from .custom_ops import CompileError, CustomOp
-from .errors import (AlreadyRegisteredError, BadArgumentError, CallbackError, DataflowError, FileFormatError,
-                     LoadError, OutOfMemoryError, UnknownOpError, UnsupportedError)
+from .errors import (AlreadyRegisteredError, BadArgumentError, CallbackError, ClosedError, DataflowError,
+                     FileFormatError, LoadError, OutOfMemoryError, UnknownOpError, UnsupportedError)
 from .handle import Event, Handle
 from .models import Trainer
 from . import ring
@@ -22,6 +22,6 @@ from .build_info import load_pip_onednn, warn_if_slow  # noqa: E402
 load_pip_onednn()
 warn_if_slow()
 
-__all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CallbackError", "CompileError", "CustomOp", "DataflowError",
-           "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer", "UnknownOpError",
-           "UnsupportedError", "distributed", "dtypes", "models", "ops", "ring"]
+__all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CallbackError", "ClosedError", "CompileError",
+           "CustomOp", "DataflowError", "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer",
+           "UnknownOpError", "UnsupportedError", "distributed", "dtypes", "models", "ops", "ring"]

@@ -37,7 +37,30 @@ def _load():
     comm = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowcomm.so"))
     models = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowmodels.so"))
     ring = ffi.dlopen(os.path.join(LIB_DIR, "libdataflowring.so"))
-    return ffi, core, ops, comm, models, ring
+    return ffi, *(CheckedLibrary(library) for library in (core, ops, comm, models, ring))
+
+
+class CheckedLibrary:
+    """A cffi library whose functions raise BadArgumentError naming the function, instead of
+    cffi's OverflowError or TypeError, for an argument its C type cannot hold (a stream of 2**40,
+    a string for an int): every binding gets the check without repeating it."""
+
+    def __init__(self, library):
+        self._library = library
+
+    def __getattr__(self, name):
+        value = getattr(self._library, name)
+        if callable(value):
+            function = value
+
+            def value(*args):
+                try:
+                    return function(*args)
+                except (OverflowError, TypeError) as e:
+                    from .errors import BadArgumentError
+                    raise BadArgumentError(f"{name}: an argument does not fit its C type: {e}") from None
+        setattr(self, name, value)  # looked up once
+        return value
 
 
 ffi, lib, opslib, commlib, modelslib, ringlib = _load()

@@ -4,9 +4,11 @@ New content is written beside the target (same parent, hence same filesystem), f
 with fsync, then renamed over it: rename is atomic, so readers see the old or the new, never half.
 """
 import contextlib
+import errno
 import glob
 import os
 import shutil
+import stat
 import tempfile
 
 
@@ -21,8 +23,16 @@ def fsync_path(path):
 
 @contextlib.contextmanager
 def replaced_file(path):
-    """with replaced_file(p) as tmp: write the file at `tmp`; on success it becomes `p`."""
+    """with replaced_file(p) as tmp: write the file at `tmp`; on success it becomes `p`. Only a
+    regular file is ever replaced: a device, FIFO, socket, directory or symlink at `p` (as root,
+    /dev/null) raises OSError before anything is written."""
     parent, name = os.path.split(os.path.abspath(path))
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OSError(errno.EEXIST, "exists and is not a regular file; only regular files are replaced", path)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=parent)
     os.close(fd)
     try:

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import atomic
 from . import safetensors_io as st
-from .errors import FileFormatError
+from .errors import BadArgumentError, FileFormatError
 from .file_checks import member, open_regular, read_json
 
 STATE_NAME = "trainer_state.json"
@@ -160,6 +160,14 @@ def save_training(directory, model, trainer, state=None):
 def restore_training(checkpoint, model, trainer):
     """Puts a loaded Checkpoint's weights and optimizer state into a model and trainer built from
     its config; returns the caller state saved with it."""
-    model.load_state_dict(checkpoint.model_state)
-    trainer.load_state_dict(checkpoint.optimizer_state)
+    if isinstance(checkpoint.optimizer_state, dict) and "master" in checkpoint.optimizer_state \
+            and not model.master_weights:  # the caller's model, not the file, is at fault
+        raise BadArgumentError(f"restore_training: {checkpoint.path} has fp32 master weights, but the model keeps "
+                               "none (Trainer(..., master_weights=True) or Llama(..., master_weights=True))")
+    for name, load, values in ((MODEL_NAME, model.load_state_dict, checkpoint.model_state),
+                               (STATE_NAME, trainer.load_state_dict, checkpoint.optimizer_state)):
+        try:
+            load(values)
+        except BadArgumentError as e:  # the loaders name the field; the file is the checkpoint's
+            raise FileFormatError(f"{os.path.join(checkpoint.path, name)}: {e}") from None
     return checkpoint.state

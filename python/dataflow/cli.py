@@ -131,7 +131,10 @@ def generate_text(args):
         if model.config.vocab_size < tokenizer.vocab_size:
             raise BadArgumentError(f"--tokenizer: {tokenizer.vocab_size} tokens, more than the model's vocab_size "
                                    f"{model.config.vocab_size}")
-        prompt = tokenizer.encode(args.prompt, bos=bos and tokenizer.bos_id is not None)
+        try:
+            prompt = tokenizer.encode(args.prompt, bos=bos and tokenizer.bos_id is not None)
+        except BadArgumentError as e:
+            raise BadArgumentError(f"--prompt: {e}") from None
         if prompt.size == 0:
             raise BadArgumentError("--prompt: empty; give at least one character (the default is 'The')")
         context = model.config.max_position_embeddings

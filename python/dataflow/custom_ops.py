@@ -1,17 +1,47 @@
 """User ops: skeletons, submission from Python, and registration of native (C source or
 shared object) and external (Python callable or shared object) ops."""
 import hashlib
+import math
+import numbers
 import os
 import subprocess
 import tempfile
 
+import numpy as np
+
 from . import dtypes
 from ._ffi import INCLUDE_DIRS, LIB_DIR, ffi, lib
 from .array import Array
+from .c_strings import c_bytes, c_string
 from .errors import BadArgumentError, DataflowError, check
 
 _SCALAR_CTYPES = {"fp32_scalar": "float", "fp64_scalar": "double", "int32_scalar": "int32_t",
                   "int64_scalar": "int64_t", "uint64_scalar": "uint64_t", "bool_scalar": "int32_t"}
+_INT_RANGES = {"int32_scalar": (-2**31, 2**31 - 1), "int64_scalar": (-2**63, 2**63 - 1),
+               "uint64_scalar": (0, 2**64 - 1), "bool_scalar": (0, 1)}
+_FLOAT_MAX = {"fp32_scalar": float(np.finfo(np.float32).max), "fp64_scalar": float(np.finfo(np.float64).max)}
+
+
+def _scalar(value, dt, where):
+    """A scalar argument checked against its C type: an integer type takes integers in its range
+    (bool_scalar: a bool or 0/1), a float type any real number its C type holds (inf and NaN as
+    given, never a finite value that would become inf)."""
+    if dt in _INT_RANGES:
+        low, high = _INT_RANGES[dt]
+        if isinstance(value, bool) and dt != "bool_scalar" or not isinstance(value, numbers.Integral):
+            raise BadArgumentError(f"{where}: expected an integer for {dt}, got {value!r:.40}")
+        if not low <= value <= high:
+            raise BadArgumentError(f"{where}: {value} is outside the range of {dt} [{low}, {high}]")
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise BadArgumentError(f"{where}: expected a number for {dt}, got {type(value).__name__}")
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int past every float
+        as_float = None
+    if as_float is None or math.isfinite(as_float) and abs(as_float) > _FLOAT_MAX[dt]:
+        raise BadArgumentError(f"{where}: {value!r:.40} is outside the range of {dt} (at most {_FLOAT_MAX[dt]:g})")
+    return as_float
 
 
 class CompileError(DataflowError):
@@ -20,12 +50,11 @@ class CompileError(DataflowError):
 
 def skeleton(name, arg_dtypes):
     """A C Op_Skeleton (cdata) for a nickname and a list of datatype names."""
-    if not isinstance(name, str):
-        raise BadArgumentError(f"op name must be a string, got {name!r}")
+    name_c = c_string(name, "op name")
     arg_dtypes = list(arg_dtypes)
     values = ffi.new("DataflowDatatype[]", [dtypes.enum(d) for d in arg_dtypes] or [0])
     s = ffi.new("Op_Skeleton *")
-    check(lib.dataflow_op_skeleton_init(s, name.encode(), len(arg_dtypes), values))
+    check(lib.dataflow_op_skeleton_init(s, name_c, len(arg_dtypes), values))
     return s
 
 
@@ -55,10 +84,7 @@ class CustomOp:
         values = []
         for i, (value, dt) in enumerate(zip(args, self.arg_dtypes)):
             if dt in _SCALAR_CTYPES:
-                if not isinstance(value, (int, float)) and not hasattr(value, "__index__"):
-                    raise BadArgumentError(f"op '{self.name}' argument {i}: expected a number for {dt}, "
-                                           f"got {type(value).__name__}")
-                cell = ffi.new(_SCALAR_CTYPES[dt] + " *", value)
+                cell = ffi.new(_SCALAR_CTYPES[dt] + " *", _scalar(value, dt, f"op '{self.name}' argument {i}"))
             else:
                 if isinstance(value, Array):
                     if value.dtype != dt:
@@ -75,8 +101,8 @@ def _flags(replace):
     return lib.DATAFLOW_REGISTER_REPLACE if replace else 0
 
 
-def _cstr_array(names):
-    keep = [ffi.new("char[]", n.encode()) if n else ffi.NULL for n in names]
+def _cstr_array(names, what):
+    keep = [c_string(n, what) if n else ffi.NULL for n in names]
     return ffi.new("const char *[]", keep), keep
 
 
@@ -123,7 +149,7 @@ def _signature(signature):
         return ffi.NULL
     if not isinstance(signature, str):
         raise BadArgumentError(f"signature must be a string or None, got {type(signature).__name__}")
-    return ffi.new("char[]", signature.encode())
+    return c_string(signature, "signature")
 
 
 def register_native(handle, name, arg_dtypes, source, library, symbol, launch, init, replace, flags, signature):
@@ -133,11 +159,11 @@ def register_native(handle, name, arg_dtypes, source, library, symbol, launch, i
         raise BadArgumentError("register_native_op: symbol= (the kernel function's name) is required")
     path = compile_c(source, flags) if source is not None else os.fspath(library)
     skel = skeleton(name, arg_dtypes)
-    kernels, k1 = _cstr_array([symbol])
-    launches, k2 = _cstr_array([launch])
-    inits, k3 = _cstr_array([init])
+    kernels, k1 = _cstr_array([symbol], "symbol")
+    launches, k2 = _cstr_array([launch], "launch")
+    inits, k3 = _cstr_array([init], "init")
     sig = _signature(signature)
-    handle._call("register_native_code", path.encode(), ffi.NULL, 1, skel, kernels, launches, inits,
+    handle._call("register_native_code", c_bytes(path, "library"), ffi.NULL, 1, skel, kernels, launches, inits,
                  ffi.new("const char *[]", [sig]), _flags(replace))
     return CustomOp(handle, skel)
 
@@ -197,8 +223,8 @@ def register_external(handle, name, arg_dtypes, fn, library, symbol, init, repla
     else:
         if library is None or not symbol:
             raise BadArgumentError("register_external_op: give fn= (a callable) or library= and symbol=")
-        funcs, k1 = _cstr_array([symbol])
-        inits, k2 = _cstr_array([init])
-        handle._call("register_external_code", os.fspath(library).encode(), 1, skel, funcs, inits,
+        funcs, k1 = _cstr_array([symbol], "symbol")
+        inits, k2 = _cstr_array([init], "init")
+        handle._call("register_external_code", c_bytes(library, "library"), 1, skel, funcs, inits,
                      ffi.new("const char *[]", [sig]), _flags(replace))
     return CustomOp(handle, skel)

@@ -14,7 +14,8 @@ import numpy as np
 
 from . import dtypes
 from ._ffi import commlib, ffi
-from .errors import BadArgumentError, check
+from .c_strings import c_string
+from .errors import BadArgumentError, check, open_pointer
 from .handle import Handle
 
 REDUCE_OPS = {"sum": 0, "avg": 1}
@@ -43,10 +44,13 @@ def local_ranks():
     return _launcher_int(LOCAL_SIZE_ENV) or 1
 
 
-def _destroy(handle, c):
+def _destroy(handle, c, models):
     """Releases a communicator, unless its handle was closed first: the handle took its
-    collectives with it (and a job that failed must not wait in MPI_Finalize for a lost rank)."""
+    collectives with it (and a job that failed must not wait in MPI_Finalize for a lost rank).
+    The models that sum their gradients over it forget it first (C keeps no freed pointer)."""
     if handle._alive():
+        for model in list(models):
+            model._forget_grad_comm()
         commlib.dataflow_comm_destroy(c)
 
 
@@ -60,23 +64,39 @@ class Communicator:
             raise BadArgumentError(f"distributed: timeout must be a positive number of seconds, got {timeout!r}")
         self.handle, self.library, self.timeout = handle, library, timeout
         config = ffi.new("Dataflow_Comm_Config *")
-        library_c = ffi.new("char[]", library.encode()) if library else ffi.NULL
+        library_c = c_string(library, "distributed: library") if library else ffi.NULL
         config.library = library_c
         config.timeout_seconds = float(timeout or 0)
         out = ffi.new("Dataflow_Comm **")
         check(commlib.dataflow_comm_create(handle._ptr(), config, out))
         self._c = out[0]
         self.rank, self.size = commlib.dataflow_comm_rank(self._c), commlib.dataflow_comm_size(self._c)
-        self._close = weakref.finalize(self, _destroy, handle, self._c)
+        self._models = weakref.WeakSet()  # the models summing their gradients over it (Trainer(comm=...))
+        self._close = weakref.finalize(self, _destroy, handle, self._c, self._models)
+
+    @property
+    def closed(self):
+        return self._c is None
+
+    def _comm(self):
+        return open_pointer(self._c, self.handle, "Communicator")
 
     def close(self):
         """Waits for the handle's queued work and releases the communicator (the last one of
-        the process finalizes MPI, unless a collective failed)."""
+        the process finalizes MPI, unless a collective failed). Using it, or a Trainer that
+        sums over it, afterwards raises ClosedError. Refused (BadArgumentError, still open)
+        while a model shards its optimizer state over it: that state needs its ranks."""
+        sharded = [m for m in self._models if m._sharded()]
+        if sharded:
+            raise BadArgumentError("Communicator.close: a model shards its optimizer state over this "
+                                   "communicator's ranks; close that model first (Llama.close)")
+        self._c = None
         self._close()
 
     def on(self, handle):
         """This communicator, or a new one over the same ranks bound to `handle` (every rank
         must call it in the same order)."""
+        self._comm()
         return self if handle is self.handle else Communicator(handle, self.library, self.timeout)
 
     def _ptr(self, array, what):
@@ -91,25 +111,25 @@ class Communicator:
     def all_reduce(self, x, out=None, op="sum", stream=0):
         """out (default: x, in place) = sum or mean over ranks of x; queued on stream."""
         out = x if out is None else out
-        check(commlib.dataflow_submit_all_reduce(self._c, stream, dtypes.enum(x.dtype), x.size, self._ptr(x, "x"),
+        check(commlib.dataflow_submit_all_reduce(self._comm(), stream, dtypes.enum(x.dtype), x.size, self._ptr(x, "x"),
                                                  self._ptr(out, "out"), self._op(op)))
         return out
 
     def reduce_scatter(self, x, out, op="sum", stream=0):
         """out [x.size / size] = reduction over ranks of this rank's part of x."""
-        check(commlib.dataflow_submit_reduce_scatter(self._c, stream, dtypes.enum(x.dtype), out.size,
+        check(commlib.dataflow_submit_reduce_scatter(self._comm(), stream, dtypes.enum(x.dtype), out.size,
                                                      self._ptr(x, "x"), self._ptr(out, "out"), self._op(op)))
         return out
 
     def all_gather(self, x, out, stream=0):
         """out [size * x.size]: part r is rank r's x."""
-        check(commlib.dataflow_submit_all_gather(self._c, stream, dtypes.enum(x.dtype), x.size, self._ptr(x, "x"),
+        check(commlib.dataflow_submit_all_gather(self._comm(), stream, dtypes.enum(x.dtype), x.size, self._ptr(x, "x"),
                                                  self._ptr(out, "out")))
         return out
 
     def broadcast(self, x, root=0, stream=0):
         """x of rank root into x of every rank."""
-        check(commlib.dataflow_submit_broadcast(self._c, stream, dtypes.enum(x.dtype), x.size, self._ptr(x, "x"),
+        check(commlib.dataflow_submit_broadcast(self._comm(), stream, dtypes.enum(x.dtype), x.size, self._ptr(x, "x"),
                                                 int(root)))
         return x
 

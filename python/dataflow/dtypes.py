@@ -22,7 +22,7 @@ def enum(name):
     """The C DataflowDatatype value for a name such as "bf16" or "int64_scalar"."""
     value = _ENUMS.get(name) if isinstance(name, str) else None
     if value is None:
-        value = lib.dataflow_datatype_from_name(name.encode()) if isinstance(name, str) else 0
+        value = lib.dataflow_datatype_from_name(name.encode()) if isinstance(name, str) and "\0" not in name else 0
         if value == 0:
             raise BadArgumentError(f"dtype: unknown datatype {name!r}; expected one of {sorted(STORAGE)} "
                                    "or a *_scalar name")

@@ -18,6 +18,34 @@ class OutOfMemoryError(DataflowError, MemoryError):
     pass
 
 
+class ClosedError(BadArgumentError):
+    """A wrapper of a C object (handle, communicator, model, KV cache, executor) was used after
+    it, or the handle it lives on, was closed."""
+
+
+def require_open(closed, handle, what):
+    """The one closed guard of every wrapper: ClosedError naming it once it, or the handle it
+    lives on, is closed; C is never called with a freed pointer to find out."""
+    if closed:
+        raise ClosedError(f"{what} is closed")
+    if handle is not None and not handle._alive():
+        raise ClosedError(f"{what}: its handle is closed")
+
+
+def open_pointer(ptr, handle, what):
+    """A wrapper's C pointer (None once closed), through require_open."""
+    require_open(ptr is None, handle, what)
+    return ptr
+
+
+def c_size(value, what):
+    """The result of a C size helper (dataflow_*_bytes, *_numel), which returns -1 for arguments
+    out of its range: an error here, never a size to add up."""
+    if value < 0:
+        raise BadArgumentError(f"{what}: the arguments are beyond what the C library sizes (it returned {value})")
+    return int(value)
+
+
 class UnknownOpError(DataflowError, LookupError):
     pass
 

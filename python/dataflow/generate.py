@@ -4,6 +4,9 @@ sample_next is the one sampler (Llama.generate uses it too). stream() yields tok
 sampled (what `dataflow generate` prints as they come), over a KV cache where the model has one;
 generate() collects them.
 """
+import math
+import numbers
+
 import numpy as np
 
 from .errors import BadArgumentError
@@ -23,9 +26,28 @@ def sample_next(logits, temperature, top_p, rng):
     return int(rng.choice(keep, p=p[keep] / p[keep].sum()))
 
 
-def check_sampling(temperature, top_p):
-    if not temperature >= 0 or not 0 < top_p <= 1:
-        raise BadArgumentError(f"generate: need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+def _finite(value):
+    """value as a finite float, or None (not a real number, or beyond the float range)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def check_sampling(temperature, top_p, max_new_tokens, seed):
+    """(max_new_tokens as an int, numpy Generator of seed) once every sampling argument is checked."""
+    t, p = _finite(temperature), _finite(top_p)
+    if t is None or t < 0 or p is None or not 0 < p <= 1:
+        raise BadArgumentError(f"generate: need a finite temperature >= 0 and 0 < top_p <= 1, got "
+                               f"{temperature!r:.40}, {top_p!r:.40}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
+        raise BadArgumentError(f"generate: max_new_tokens must be an integer >= 0, got {max_new_tokens!r:.40}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+        raise BadArgumentError(f"generate: seed must be None or an integer >= 0, got {seed!r:.40}")
+    return int(max_new_tokens), np.random.default_rng(seed)
 
 
 def stream(model, prompt_ids, max_new_tokens=100, temperature=1.0, top_p=1.0, seed=None, stop_id=None,
@@ -34,15 +56,12 @@ def stream(model, prompt_ids, max_new_tokens=100, temperature=1.0, top_p=1.0, se
     decodes over a KV cache, the same tokens as model.generate() for the same seed; any other model
     recomputes its context (cut to max_position_embeddings) with forward() at every step. vocab_size:
     sample only ids below it (a tokenizer smaller than the model's padded vocabulary)."""
-    check_sampling(temperature, top_p)
+    max_new_tokens, rng = check_sampling(temperature, top_p, max_new_tokens, seed)
     ids = [int(i) for i in prompt_ids]
     if not ids:
         raise BadArgumentError("generate: the prompt must have at least one token")
-    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
-        raise BadArgumentError(f"generate: max_new_tokens must be an integer >= 0, got {max_new_tokens}")
     if max_new_tokens == 0:
         return
-    rng = np.random.default_rng(seed)
     if hasattr(model, "kv_cache"):
         cache = model.kv_cache(len(ids) + max_new_tokens - 1)  # the last token is sampled, never fed back
         try:

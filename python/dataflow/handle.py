@@ -2,14 +2,16 @@
 import math
 import re
 import weakref
+from fractions import Fraction
 
 import numpy as np
 
 from . import dtypes
 from ._ffi import ffi, lib, opslib, use_nvidia_wheels
 from .array import Array
+from .c_strings import c_bytes, c_string
 from .custom_ops import register_external, register_native
-from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
+from .errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check, open_pointer
 from .queued_work import QueuedWork
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -21,10 +23,10 @@ def parse_bytes(value, what="size"):
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         n = int(value)
     else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        m = re.fullmatch(r"\s*([0-9]{1,30}|[0-9]{0,30}\.[0-9]{1,30})\s*([a-zA-Z]*)\s*", str(value))
         if not m or m.group(2).lower() not in _UNITS:
-            raise BadArgumentError(f"{what}: expected bytes as an int or a string like '256MiB', got {value!r}")
-        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+            raise BadArgumentError(f"{what}: expected bytes as an int or a string like '256MiB', got {value!r:.80}")
+        n = int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])  # exact: no float overflow or rounding
     if n <= 0:
         raise BadArgumentError(f"{what}: must be > 0 bytes, got {value!r}")
     if n >= 2**64:
@@ -76,12 +78,12 @@ class Handle:
             pairs.append(f"threads={self._int_arg(threads, 'threads')}")  # the backend checks the range
         if transfer_bandwidth is not None:
             pairs.append(f"transfer_bytes_per_sec={parse_bytes(transfer_bandwidth, 'transfer_bandwidth')}")
-        options_c = ffi.new("char[]", ",".join(pairs).encode())
+        options_c = c_string(",".join(pairs), "Handle: options")
         config.options = options_c
         if backend.startswith("cuda"):
             use_nvidia_wheels()
         out = ffi.new("Dataflow_Handle **")
-        check(lib.dataflow_handle_create(backend.encode(), config, out))
+        check(lib.dataflow_handle_create(c_bytes(backend, "Handle: backend"), config, out))
         self.backend = backend
         self.num_streams = lib.dataflow_handle_num_streams(out[0])
         self._work = QueuedWork(self.num_streams)
@@ -108,9 +110,7 @@ class Handle:
         return getattr(self, "_h", None) is not None
 
     def _ptr(self):
-        if not self._alive():
-            raise BadArgumentError("handle is closed")
-        return self._h
+        return open_pointer(getattr(self, "_h", None), None, "handle")
 
     def close(self):
         """Waits for queued work and releases the device; arrays of this handle become invalid.

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import atomic, dtypes
 from . import safetensors_io as st
+from ._ffi import modelslib
 from .errors import BadArgumentError, FileFormatError, OutOfMemoryError
 from .file_checks import member, read_json
 
@@ -76,9 +77,8 @@ def config_argument(spec, presets, flag="--config"):
     if spec in presets:
         return spec
     try:
-        with open(spec) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
+        return read_json(spec, "model config")
+    except FileFormatError as e:
         raise BadArgumentError(f"{flag}: {spec!r} is neither a preset ({', '.join(presets)}) nor a readable "
                                f"JSON file: {e}") from None
 
@@ -97,6 +97,9 @@ def validate_config(config, where=CONFIG_NAME):
         if out.get(field) is None:
             raise FileFormatError(f"{where}: {field} is missing")
         out[field] = _positive_int(out, field, where)
+    if out["num_hidden_layers"] > modelslib.DATAFLOW_LLAMA_MAX_LAYERS:  # before anything is sized from it
+        raise FileFormatError(f"{where}: num_hidden_layers must be at most {modelslib.DATAFLOW_LLAMA_MAX_LAYERS}, "
+                              f"got {out['num_hidden_layers']}")
     for field, accepted in UNSUPPORTED.items():
         if out.get(field, accepted) != accepted:
             raise FileFormatError(f"{where}: {field}={out[field]!r:.60} is not supported; expected {accepted!r}")
@@ -115,6 +118,12 @@ def validate_config(config, where=CONFIG_NAME):
     head_dim = _positive_int(out, "head_dim", where)
     if head_dim % 2 or head_dim > MAX_HEAD_DIM:
         raise FileFormatError(f"{where}: head_dim must be even and at most {MAX_HEAD_DIM}, got {head_dim}")
+    hidden, most = out["hidden_size"], modelslib.DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS
+    for what, rows in (("vocab_size", out["vocab_size"]), ("intermediate_size", out["intermediate_size"]),
+                       ("num_attention_heads x head_dim", heads * head_dim)):
+        if rows * hidden > most:  # before anything is sized from them (libdataflowmodels' bound)
+            raise FileFormatError(f"{where}: {what} x hidden_size is {rows * hidden:,} elements, more than a weight "
+                                  f"matrix may hold ({most:,})")
     rope = out.get("rope_parameters") or {}
     if not isinstance(rope, dict):
         raise FileFormatError(f"{where}: rope_parameters must be an object, got {rope!r:.60}")

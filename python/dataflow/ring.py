@@ -7,15 +7,17 @@
 Profiles: the built-in named ones (`profile_names()`), or `calibrate(handle)`: the handle's own
 speeds, measured on its ops (a matmul, an attention, a memory-bound add, transfers both ways).
 """
+import math
 import time
 
 import numpy as np
 
 from . import dtypes, ops
+from .c_strings import c_bytes
 from ._ffi import ffi, modelslib, ringlib
 from .errors import BadArgumentError, check, error_for
 from .handle import Handle, parse_bytes
-from .models.config import LlamaConfig
+from .models.config import LlamaConfig, checked_config
 from .models.host_blocks import scratch_blocked_model
 
 _LLAMA3 = {"vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_key_value_heads": 8,
@@ -54,7 +56,7 @@ class Profile:
         if not isinstance(name, str):
             raise BadArgumentError(f"profile: expected a name ({', '.join(profile_names())}), got {name!r}")
         c = ffi.new("Dataflow_Device_Profile *")
-        check(ringlib.dataflow_device_profile_named(name.encode(), c))
+        check(ringlib.dataflow_device_profile_named(c_bytes(name, "profile"), c))
         return cls(c)
 
     def __getattr__(self, field):
@@ -83,6 +85,24 @@ def _best_seconds(fn, h, repeats):
     return best
 
 
+# calibrate's measurement sizes: name -> the largest accepted (each measures in about a second at
+# its default; these bounds keep a typo from allocating more than ~1 GiB of host memory)
+CALIBRATE_MAXIMA = {"size": 1 << 14, "tokens": 1 << 16, "heads": 256, "head_dim": 256, "repeats": 1000}
+
+
+def _calibrate_arguments(values, transfer_bytes, fit_seconds):
+    for name, value in values.items():
+        top = CALIBRATE_MAXIMA[name]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= top:
+            raise BadArgumentError(f"calibrate: {name} must be an integer in 1..{top}, got {value!r:.40}")
+    if values["head_dim"] % 2:
+        raise BadArgumentError(f"calibrate: head_dim must be even (rotary halves), got {values['head_dim']}")
+    if parse_bytes(transfer_bytes, "calibrate: transfer_bytes") > 1 << 30:
+        raise BadArgumentError(f"calibrate: transfer_bytes must be at most 1 GiB, got {transfer_bytes!r:.40}")
+    if isinstance(fit_seconds, bool) or not isinstance(fit_seconds, (int, float)) or not 0 < fit_seconds < math.inf:
+        raise BadArgumentError(f"calibrate: fit_seconds must be a positive number, got {fit_seconds!r:.40}")
+
+
 def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_bytes=64 << 20, repeats=3,
               config=None, seq_len=None, dtype="bf16", tokens_per_step=None, fit_seconds=10.0):
     """The `host` profile of a handle, measured: a bf16 and an fp32 matmul (size^3) and a bf16 one
@@ -99,6 +119,9 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_byt
     take at most fit_seconds (else the profile's source says it was not fitted)."""
     if not isinstance(handle, Handle):
         raise BadArgumentError(f"calibrate: handle must be a dataflow.Handle, got {type(handle).__name__}")
+    _calibrate_arguments({"size": size, "tokens": tokens, "heads": heads, "head_dim": head_dim, "repeats": repeats},
+                         transfer_bytes, fit_seconds)
+    transfer_bytes = parse_bytes(transfer_bytes)
     cfg = None if config is None else _llama_config(config)
     if cfg is not None:
         seq_len = cfg.max_position_embeddings if seq_len is None else seq_len
@@ -258,10 +281,8 @@ def _llama_config(config):
         if config not in PRESETS:
             raise BadArgumentError(f"plan: config {config!r} is not a preset ({', '.join(PRESETS)})")
         return LlamaConfig.from_dict(PRESETS[config])
-    if isinstance(config, dict):
-        return LlamaConfig.from_dict(config)
-    if isinstance(config, LlamaConfig):
-        return config
+    if isinstance(config, (dict, LlamaConfig)):
+        return checked_config(config, "plan: config")
     raise BadArgumentError(f"plan: config must be a preset name, an HF config dict or a LlamaConfig, got "
                            f"{type(config).__name__}")
 
@@ -354,8 +375,9 @@ def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, prof
     the least device and host memory a plan needs (also as .min_device_bytes, .min_host_bytes)."""
     cfg = _llama_config(config)
     for name, value in (("seq_len", seq_len), ("tokens_per_step", tokens_per_step)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0):
-            raise BadArgumentError(f"plan: {name} must be a positive integer, got {value!r}")
+        if (value is not None or name == "seq_len") and (isinstance(value, bool) or not isinstance(
+                value, (int, np.integer)) or not 0 < value < 2**63):  # the planner checks its own range
+            raise BadArgumentError(f"plan: {name} must be a positive integer, got {value!r:.40}")
     if not isinstance(master_weights, bool):
         raise BadArgumentError(f"plan: master_weights must be True or False, got {master_weights!r}")
     prof = profile if isinstance(profile, Profile) else Profile.named(profile)

@@ -4,7 +4,7 @@ import numpy as np
 
 from . import trace as traces
 from ._ffi import ffi, modelslib, ringlib
-from .errors import BadArgumentError, DataflowError, check
+from .errors import BadArgumentError, DataflowError, check, open_pointer
 
 STREAMS = ("compute", "inbound", "outbound", "optimizer")  # Dataflow_Ring_Streams order
 KIND_DTYPES = {0: None, 1: np.float32, 2: np.float32, 3: np.float32, 4: np.float32}  # None: the model dtype
@@ -39,7 +39,11 @@ class RingExecutor:
 
     @property
     def blocked_model(self):
+        self._ptr()
         return self._bm
+
+    def _ptr(self):
+        return open_pointer(self._x, self.handle, "RingExecutor")
 
     def close(self):
         x, self._x = getattr(self, "_x", None), None
@@ -54,10 +58,10 @@ class RingExecutor:
             pass
 
     def device_bytes(self):
-        return int(ringlib.dataflow_ring_executor_device_bytes(self._x))
+        return int(ringlib.dataflow_ring_executor_device_bytes(self._ptr()))
 
     def host_bytes(self):
-        return int(ringlib.dataflow_ring_executor_host_bytes(self._x))
+        return int(ringlib.dataflow_ring_executor_host_bytes(self._ptr()))
 
     def block_bytes(self, block, kind):
         return self._sizes[block][1][kind]
@@ -65,7 +69,7 @@ class RingExecutor:
     def read(self, block, kind):
         """The block's kind as raw bytes (uint8 numpy)."""
         out = np.empty(self.block_bytes(block, kind), np.uint8)
-        check(ringlib.dataflow_ring_executor_read(self._x, block, kind, ffi.from_buffer(out)))
+        check(ringlib.dataflow_ring_executor_read(self._ptr(), block, kind, ffi.from_buffer(out)))
         return out
 
     def write(self, block, kind, data):
@@ -73,7 +77,7 @@ class RingExecutor:
         if data.size != self.block_bytes(block, kind):
             raise BadArgumentError(f"ring write: block {block} kind {kind} holds {self.block_bytes(block, kind)} "
                                    f"bytes, got {data.size}")
-        check(ringlib.dataflow_ring_executor_write(self._x, block, kind, ffi.from_buffer(data)))
+        check(ringlib.dataflow_ring_executor_write(self._ptr(), block, kind, ffi.from_buffer(data)))
 
     def accumulate(self, packed_chunks, accumulate, loss_scale):
         """Submits forward/backward of PackedBatch chunks (at most chunks_per_round x rounds; a
@@ -84,22 +88,22 @@ class RingExecutor:
             buf = ffi.from_buffer("int32_t[]", p.buffer)
             keep.append(buf)
             c.buffer, c.num_tokens, c.num_docs, c.past = buf, p.num_tokens, p.num_docs, p.past
-        check(ringlib.dataflow_ring_executor_accumulate(self._x, chunks, len(packed_chunks), int(bool(accumulate)),
+        check(ringlib.dataflow_ring_executor_accumulate(self._ptr(), chunks, len(packed_chunks), int(bool(accumulate)),
                                                         float(loss_scale)))
 
     def scale_grads(self, factor):
-        check(ringlib.dataflow_ring_executor_scale_grads(self._x, float(factor)))
+        check(ringlib.dataflow_ring_executor_scale_grads(self._ptr(), float(factor)))
 
     def apply(self, params, max_grad_norm, step):
-        check(ringlib.dataflow_ring_executor_apply(self._x, params, float(max_grad_norm), int(step)))
+        check(ringlib.dataflow_ring_executor_apply(self._ptr(), params, float(max_grad_norm), int(step)))
 
     def wait(self):
-        check(ringlib.dataflow_ring_executor_wait(self._x))
+        check(ringlib.dataflow_ring_executor_wait(self._ptr()))
 
     def token_losses(self, chunk_sizes):
         """Host copies of the last accumulate's token losses, per chunk (after wait())."""
         out = ffi.new("Dataflow_Ring_Outputs *")
-        check(ringlib.dataflow_ring_executor_outputs(self._x, out))
+        check(ringlib.dataflow_ring_executor_outputs(self._ptr(), out))
         T = out.chunk_tokens
         flat = np.frombuffer(ffi.buffer(out.token_losses, 4 * T * len(chunk_sizes)), np.float32)
         return [flat[i * T:i * T + n].copy() for i, n in enumerate(chunk_sizes)]
@@ -110,7 +114,7 @@ class RingExecutor:
         self.wait()  # queued spans stamp into the recording start() drops
         if self._trace is None:
             self._trace = traces.Trace()
-            check(ringlib.dataflow_ring_executor_set_trace(self._x, self._trace._t))
+            check(ringlib.dataflow_ring_executor_set_trace(self._ptr(), self._trace._t))
         self._trace.start()
         self.wait()  # the first memory sample
 
@@ -142,5 +146,5 @@ class RingExecutor:
 
     def grad_norm(self):
         out = ffi.new("Dataflow_Ring_Outputs *")
-        check(ringlib.dataflow_ring_executor_outputs(self._x, out))
+        check(ringlib.dataflow_ring_executor_outputs(self._ptr(), out))
         return float(out.grad_norm[0])

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import ring
 from ._ffi import modelslib
-from .errors import BadArgumentError, OutOfMemoryError
+from .errors import BadArgumentError, OutOfMemoryError, c_size
 from .handle import Handle, parse_bytes
 from .models.batch import PackedBatch, aligned_labels, flatten_documents
 from .models.host_blocks import host_memory_available
@@ -49,9 +49,10 @@ def resident_training_bytes(model, tokens):
     block's weights, gradients, AdamW moments (and master weights), the activations and
     workspace at the model's save level, the packed batch."""
     kinds = (PARAM, GRAD, ADAM_M, ADAM_V) + ((MASTER,) if model.master_weights else ())
-    work = modelslib.dataflow_llama_workspace_bytes(model.config._c_config(model.dtype), tokens,
-                                                    SAVE_LEVELS[model.save_level])
-    return model.layout.total(kinds) + work + 4 * modelslib.dataflow_batch_buffer_numel(tokens, tokens, 1)
+    what = f"Trainer: training on {tokens:,} tokens per batch"
+    work = c_size(modelslib.dataflow_llama_workspace_bytes(model.config._c_config(model.dtype), tokens,
+                                                           SAVE_LEVELS[model.save_level]), what)
+    return model.layout.total(kinds) + work + 4 * c_size(modelslib.dataflow_batch_buffer_numel(tokens, tokens, 1), what)
 
 
 def choose_plan(model, host_memory, seq_len, batch_size, profile):
@@ -84,6 +85,9 @@ class RingTraining:
     weights and AdamW state move into the executor)."""
 
     def __init__(self, model, plan):
+        if not isinstance(plan, ring.Plan):
+            raise BadArgumentError(f"Trainer: plan must be a dataflow.ring.Plan (from dataflow.ring.plan), got "
+                                   f"{type(plan).__name__}")
         if model.handle.num_streams < STREAMS:
             raise BadArgumentError(f"Trainer: training in the ring needs a handle with {STREAMS} streams (compute, "
                                    f"inbound, outbound, optimizer); this one has {model.handle.num_streams}")
@@ -98,6 +102,8 @@ class RingTraining:
         """The batch as PackedBatch chunks of whole documents, at most chunk_tokens tokens each; a
         longer document (plan.kv_context, up to seq_len tokens) as pieces continuing each other."""
         flat, labels, lengths, _ = flatten_documents(tokens, labels, documents)
+        if labels is not None:  # checked over the whole batch: errors name batch positions, not a chunk's
+            aligned_labels(flat, labels, np.concatenate([[0], np.cumsum(lengths)]), self.vocab)
         labels = None if labels is None else np.asarray(labels).reshape(-1)
         limit, out, start, group = self.plan.chunk_tokens, [], 0, []
         longest = self.plan.seq_len if self.plan.kv_context else limit

@@ -30,6 +30,18 @@ def _check_ids(ids, vocab_size):
     return ids
 
 
+def _utf8(text):
+    """text as UTF-8 bytes; BadArgumentError for a non-string or text that is not valid Unicode
+    (lone surrogates, e.g. undecodable bytes of a command line)."""
+    if not isinstance(text, str):
+        raise BadArgumentError(f"encode: text must be a string, got {type(text).__name__}")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BadArgumentError(f"encode: the text is not valid UTF-8 at character {e.start} "
+                               f"({text[e.start:e.end]!r}); pass text, not raw bytes") from None
+
+
 class ByteTokenizer:
     """encode(text) -> int32 token ids (one per UTF-8 byte); decode(ids) -> text. Special tokens are
     ids 256.. and never come from encoding text (a literal "<|eos|>" in text stays bytes)."""
@@ -42,7 +54,7 @@ class ByteTokenizer:
         self.vocab_size = 256 + len(self.SPECIALS)
 
     def encode(self, text, bos=False, eos=False):
-        ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
+        ids = np.frombuffer(_utf8(text), dtype=np.uint8).astype(np.int32)
         return np.concatenate([[self.bos_id] * bos, ids, [self.eos_id] * eos]).astype(np.int32)
 
     def decode(self, ids):
@@ -106,7 +118,11 @@ class HFTokenizer:
         return cls.from_str(text, path, bos_id, eos_id)
 
     def encode(self, text, bos=False, eos=False):
-        ids = self._tok.encode(text, add_special_tokens=False).ids
+        _utf8(text)
+        try:
+            ids = self._tok.encode(text, add_special_tokens=False).ids
+        except Exception as e:  # tokenizers raises plain Exception, e.g. an unk token missing from the vocab
+            raise FileFormatError(f"{self.source}: the tokenizer cannot encode this text: {str(e)[:300]}") from None
         for flag, special, what in ((bos, self.bos_id, "bos"), (eos, self.eos_id, "eos")):
             if flag and special is None:
                 raise BadArgumentError(f"{self.source}: the tokenizer has no {what} token")

@@ -24,6 +24,7 @@ import math
 import os
 import shlex
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -250,6 +251,9 @@ def prepare(args, ranks=1):
         if os.path.isdir(args.trace):
             raise BadArgumentError(f"--trace: {args.trace} is a directory; name a file, e.g. "
                                    f"{os.path.join(args.trace, 'trace.json')}")
+        if os.path.lexists(args.trace) and not stat.S_ISREG(os.lstat(args.trace).st_mode):
+            raise BadArgumentError(f"--trace: {args.trace} exists and is not a regular file (a device, FIFO or "
+                                   "link); --overwrite replaces regular files only: choose another path")
         if os.path.exists(args.trace) and not args.overwrite:
             raise BadArgumentError(f"--trace: {args.trace} exists; remove it, choose another path or pass --overwrite")
     return plan
@@ -463,7 +467,13 @@ def _run(plan, handle, model, trainer, comm=None):
         loss_plot.save(os.path.join(plan.out, "loss.png"), losses, val_losses, title=title)
 
     def validate():
-        return float(model.loss(plan.validation)) if len(plan.validation) else None
+        """The mean loss over the validation rows, in pieces of at most a training batch's rows:
+        the memory the run was planned for."""
+        rows, piece = plan.validation, run["batch"]
+        if not len(rows):
+            return None
+        losses = [float(model.loss(rows[i:i + piece])) * len(rows[i:i + piece]) for i in range(0, len(rows), piece)]
+        return sum(losses) / len(rows)  # every row has seq_len - 1 labelled tokens
 
     tracing = plan.trace is not None and lead  # until the trace is written
 
@@ -473,8 +483,18 @@ def _run(plan, handle, model, trainer, comm=None):
         trainer.stop_trace()
         try:
             trainer.trace(plan.trace)
-        except OSError as e:
-            raise DataflowError(f"--trace: cannot write {plan.trace}: {e.strerror or e}") from None
+        except OSError as e:  # the trace is a by-product: the run goes on
+            print(f"train: warning: --trace: cannot write {plan.trace}: {e.strerror or e}; training continues",
+                  file=sys.stderr, flush=True)
+
+    def failed(what, error):
+        """Saves what the run has trained (the failed step changed nothing), then the error."""
+        if saved[0] != trainer.step_count and comm is None:  # a job's save would wait for the failed rank
+            save()
+            kept = f"the checkpoint {plan.ckpt_dir} holds step {trainer.step_count}"
+        else:
+            kept = f"{plan.ckpt_dir} keeps the last saved state (step {saved[0]})"
+        return DataflowError(f"{what}: {error}; {kept}")
 
     if tracing:
         trainer.start_trace()
@@ -483,12 +503,13 @@ def _run(plan, handle, model, trainer, comm=None):
     with Interrupts(progress) as interrupts:
         for done in range(1, plan.steps + 1):
             step = plan.first_step + done
+            position = batches.position
             inputs = batches.next()  # the whole batch: this rank trains on its rows
             try:
                 loss = float(trainer.step(inputs[mine]))
             except DataflowError as e:
-                raise DataflowError(f"step {step} failed: {e}; nothing saved, {plan.ckpt_dir} keeps the last "
-                                    "saved state") from None
+                batches.position = position  # a resumed run retries this batch
+                raise failed(f"step {step} failed", e) from None
             if not math.isfinite(loss):
                 raise DataflowError(f"step {step}: the loss is {loss} (diverged; try a lower --lr); nothing saved, "
                                     f"{plan.ckpt_dir} keeps the last saved state")
@@ -496,7 +517,10 @@ def _run(plan, handle, model, trainer, comm=None):
             tokens_done += inputs.size
             if tracing and done == plan.trace_steps:
                 write_trace()
-            val = validate() if lead and (done % plan.eval_every == 0 or done == plan.steps) else None
+            try:
+                val = validate() if lead and (done % plan.eval_every == 0 or done == plan.steps) else None
+            except DataflowError as e:
+                raise failed(f"validation after step {step}", e) from None
             if val is not None:
                 val_losses.append([step, val])
             progress.update(done, loss, tokens_done / (time.perf_counter() - started), handle.memory_in_use(), val)

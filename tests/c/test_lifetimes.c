@@ -91,7 +91,7 @@ static void test_destroy_from_own_work(void)
 }
 
 /* Queued before the destroy and run while it waits for the work: its calls find the handle
- * closed (but not yet freed). */
+ * no longer open (out of the registry, not yet freed). */
 typedef struct {
 	Dataflow_Handle *h;
 	Gate *gate;
@@ -118,8 +118,8 @@ static void test_calls_on_closing_handle(void)
 	pthread_create(&opener, NULL, gate_open_later, &gate);
 	CHECK(dataflow_handle_destroy(h));
 	pthread_join(opener, NULL);
-	EXPECT_OUTCOME(&call.alloc, DATAFLOW_ERR_INVALID_ARGUMENT, "handle is closed");
-	EXPECT_OUTCOME(&call.submit, DATAFLOW_ERR_INVALID_ARGUMENT, "handle is closed");
+	EXPECT_OUTCOME(&call.alloc, DATAFLOW_ERR_INVALID_ARGUMENT, "not an open handle (destroyed or being destroyed");
+	EXPECT_OUTCOME(&call.submit, DATAFLOW_ERR_INVALID_ARGUMENT, "not an open handle (destroyed or being destroyed");
 	EXPECT(dataflow_handle_destroy(NULL) == DATAFLOW_OK);
 }
 

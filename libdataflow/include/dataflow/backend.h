@@ -46,7 +46,6 @@ typedef struct {
 
 struct Dataflow_Handle {
 	/* set by libdataflow before the backend's init; the backend may read them */
-	uint32_t magic;
 	uint64_t id; /* never reused in the process; names the handle in stream states */
 	const char *backend_name;
 	int device_index;

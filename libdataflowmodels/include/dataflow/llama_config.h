@@ -11,6 +11,12 @@
 #define DATAFLOW_LLAMA_ALIGN 32 /* tensors start at multiples of this many elements in a block */
 #define DATAFLOW_LLAMA_IGNORE_INDEX (-100)
 #define DATAFLOW_LLAMA_NAME_MAX 96
+/* The most layers a config may ask for: real models have ~130, and every per-layer table (names,
+ * blocks, KV cache) is sized from this count before any memory check could refuse it. */
+#define DATAFLOW_LLAMA_MAX_LAYERS 1024
+/* The most elements of one weight matrix (2^44: far past any real model), so that no byte count
+ * over layers and kinds overflows int64_t. */
+#define DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS 17592186044416
 
 typedef struct {
 	int64_t vocab_size;

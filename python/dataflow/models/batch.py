@@ -7,16 +7,23 @@ logits at t are scored against labels[t + 1] of the same document), -100 = ignor
 the tokens themselves. A [B, T] array is B documents of T tokens; documents are packed into one
 chunk with variable-length causal attention and positions restarting at 0.
 """
+import numbers
+
 import numpy as np
 
 from .._ffi import ffi, modelslib
-from ..errors import BadArgumentError, check
+from ..errors import BadArgumentError, c_size, check
 
 IGNORE_INDEX = -100
 
 
 def flatten_documents(tokens, labels, documents):
     """(flat tokens, flat labels or None, document lengths, [B, T] shape or None)."""
+    if documents is not None and not isinstance(documents, (list, tuple, np.ndarray)):
+        raise BadArgumentError(f"documents: expected document lengths or a list of 1-D token arrays, got "
+                               f"{type(documents).__name__}")
+    if labels is not None and isinstance(labels, (list, tuple)) and not len(labels):
+        raise BadArgumentError("labels: expected labels like the tokens, got an empty list")
     if documents is not None and len(documents) and not np.isscalar(documents[0]):
         if tokens is not None:
             raise BadArgumentError("documents as arrays replace tokens: pass tokens=None")
@@ -35,6 +42,8 @@ def flatten_documents(tokens, labels, documents):
     flat = arr.reshape(-1)
     if documents is None:
         return flat, labels, [shape[1]] * shape[0], shape
+    if any(isinstance(x, bool) or not isinstance(x, numbers.Integral) for x in documents):
+        raise BadArgumentError(f"documents: lengths must be integers, got {list(documents)[:8]!r:.80}")
     lengths = [int(x) for x in documents]
     if any(x <= 0 for x in lengths) or sum(lengths) != flat.size:
         raise BadArgumentError(f"documents: lengths must be positive and sum to {flat.size} tokens, got {lengths}")
@@ -100,8 +109,8 @@ class PackedBatch:
                                    f"vocabulary [0, {vocab}) ({bad.size} out of range)")
         self.num_tokens, self.num_docs, self.with_labels = flat.size, len(lengths), bool(with_labels)
         cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        self.buffer = np.empty(modelslib.dataflow_batch_buffer_numel(self.num_tokens, self.num_docs,
-                                                                     int(self.with_labels)), np.int32)
+        numel = modelslib.dataflow_batch_buffer_numel(self.num_tokens, self.num_docs, int(self.with_labels))
+        self.buffer = np.empty(c_size(numel, f"tokens: a batch of {self.num_tokens:,} tokens"), np.int32)
         # the layout is C's: point a batch at the host buffer and fill each field where it lands
         base = int(ffi.cast("uintptr_t", ffi.from_buffer(self.buffer)))
         host = self.c_batch(base)

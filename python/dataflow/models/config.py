@@ -3,7 +3,7 @@ import dataclasses
 
 from .. import dtypes
 from .._ffi import ffi
-from ..errors import BadArgumentError
+from ..errors import BadArgumentError, FileFormatError
 
 _CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
@@ -83,7 +83,25 @@ class LlamaConfig:
             c.rope_high_freq_factor = s.get("high_freq_factor", 4.0)
             c.rope_original_max_position = s.get("original_max_position_embeddings", 8192)
         c.tie_embeddings = int(bool(self.tie_word_embeddings))
-        if dtype not in ("fp32", "bf16"):
+        if not isinstance(dtype, str) or dtype not in ("fp32", "bf16"):
             raise BadArgumentError(f"Llama: dtype must be 'fp32' or 'bf16', got {dtype!r}")
         c.dtype = dtypes.enum(dtype)
         return c
+
+
+def checked_config(config, where):
+    """A LlamaConfig from a LlamaConfig or an HF config dict, through the one validator a
+    config.json gets (dataflow.pretrained.validate_config: types, ranges, the layer bound) before
+    anything is sized from it; a dict may leave out model_type and the sizes (LlamaConfig's
+    defaults). BadArgumentError naming `where` and the field."""
+    from ..pretrained import REQUIRED, validate_config
+    if isinstance(config, LlamaConfig):
+        config = config.to_dict()
+    elif not isinstance(config, dict):
+        raise BadArgumentError(f"{where}: expected a LlamaConfig or an HF config dict, got {type(config).__name__}")
+    defaults = LlamaConfig()
+    filled = {"model_type": "llama", **{f: getattr(defaults, f) for f in REQUIRED if config.get(f) is None}, **config}
+    try:
+        return LlamaConfig.from_dict(validate_config(filled, where))
+    except FileFormatError as e:
+        raise BadArgumentError(str(e)) from None

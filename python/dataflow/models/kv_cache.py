@@ -1,6 +1,8 @@
 """KVCache: keys and values of one sequence for a Llama's incremental decoding."""
+import numbers
+
 from .._ffi import ffi, modelslib
-from ..errors import BadArgumentError, check
+from ..errors import BadArgumentError, check, open_pointer
 from .batch import check_tokens
 from .device_io import fetch
 
@@ -12,8 +14,8 @@ class KVCache:
     more than capacity tokens raises. Valid while its model lives (closed with it)."""
 
     def __init__(self, model, max_tokens):
-        if int(max_tokens) != max_tokens or max_tokens < 1:
-            raise BadArgumentError(f"KVCache: max_tokens must be an integer >= 1, got {max_tokens}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens < 1:
+            raise BadArgumentError(f"KVCache: max_tokens must be an integer >= 1, got {max_tokens!r:.40}")
         self.model = model
         out = ffi.new("Dataflow_Llama_KV_Cache **")
         check(modelslib.dataflow_llama_kv_cache_create(model._m, int(max_tokens), out))
@@ -27,9 +29,8 @@ class KVCache:
         return self._c is None
 
     def _ptr(self):
-        if self._c is None:
-            raise BadArgumentError("KVCache: the cache is closed")
-        return self._c
+        self.model._m  # closed with its model
+        return open_pointer(self._c, self.model.handle, "KVCache")
 
     @property
     def length(self):

@@ -1,4 +1,5 @@
 """Llama: the all-resident Llama-3-family model over libdataflowmodels (dataflow_llama_*)."""
+import numbers
 import weakref
 
 import numpy as np
@@ -6,9 +7,9 @@ import numpy as np
 from .. import dtypes
 from .._ffi import ffi, modelslib
 from ..array import Array
-from ..errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check
+from ..errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check, require_open
 from .batch import BatchBuffer, PackedBatch, check_tokens
-from .config import LlamaConfig
+from .config import checked_config
 from .device_io import fetch
 from .host_blocks import HostBlocks, Layout, host_memory_available
 from .kv_cache import KVCache
@@ -49,12 +50,16 @@ class Llama:
 
     def __init__(self, handle, config, dtype="fp32", seed=0, recompute=False, save_level=None,
                  master_weights=False, placement="auto"):
-        if isinstance(config, dict):
-            config = LlamaConfig.from_dict(config)
-        if placement not in PLACEMENTS:
+        config = checked_config(config, "Llama config")
+        if not isinstance(dtype, str) or dtype not in ("fp32", "bf16"):
+            raise BadArgumentError(f"Llama: dtype must be 'fp32' or 'bf16', got {dtype!r:.40}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+            raise BadArgumentError(f"Llama: seed must be None or an integer >= 0, got {seed!r:.40}")
+        if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise BadArgumentError(f"Llama: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
         self.handle, self.config, self.dtype = handle, config, dtype
-        self._m = self._store = self._mirror = self._layout = None
+        self._c_model = self._store = self._mirror = self._layout = self._grad_comm = None
+        self._closed = self._optimizer_sharded = False
         self._master = False  # host-held models: whether MASTER is kept
         if placement == "auto":
             free = handle.memory_capacity() - handle.memory_in_use()
@@ -62,7 +67,7 @@ class Llama:
         if placement == "device":
             out = ffi.new("Dataflow_Llama **")
             check(modelslib.dataflow_llama_create(handle._ptr(), config._c_config(dtype), out))
-            self._m = out[0]
+            self._c_model = out[0]
             self._shapes = {self._info(i, PARAM)[0]: self._info(i, PARAM)[1]
                             for i in range(modelslib.dataflow_llama_num_tensors(self._m))}
         else:
@@ -81,7 +86,7 @@ class Llama:
         self._caches = weakref.WeakSet()
         self._gen_cache = None
         self._stream = None  # the stream of the model's last work (see _on)
-        self.save_level = save_level or ("input" if recompute else "all")
+        self.save_level = ("input" if recompute else "all") if save_level is None else save_level
         if master_weights:
             self.enable_master_weights()
         rng = np.random.default_rng(seed)
@@ -106,8 +111,36 @@ class Llama:
         from .. import pretrained
         pretrained.save_pretrained(self, path, dtype)
 
+    @property
+    def _m(self):
+        """The C model (None: host-held); ClosedError once the model or its handle is closed."""
+        require_open(self._closed, self.handle, "Llama")
+        return self._c_model
+
+    def _set_grad_comm(self, comm, stream):
+        """Sums the gradients over comm's ranks on `stream` (a Trainer's data-parallel)."""
+        check(modelslib.dataflow_llama_set_grad_comm(self._m, comm._comm(), stream))
+        self._grad_comm = comm  # it lives as long as the model
+        comm._models.add(self)
+
+    def _forget_grad_comm(self):
+        """Called as comm closes: C forgets the communicator. A state sharded over it cannot be
+        detached (close() refuses then; only the finalizer at exit gets here with one)."""
+        if self._c_model is not None and not self._optimizer_sharded and self.handle._alive():
+            modelslib.dataflow_llama_set_grad_comm(self._c_model, ffi.NULL, 0)
+
+    def _in_ring(self):
+        """Whether a Trainer's ring executor holds the weights (see _hand_to)."""
+        return self._m is None and not isinstance(self._store, HostBlocks)
+
+    def _sharded(self):
+        """Whether the optimizer state is sharded over the ranks of the gradient communicator."""
+        return self._c_model is not None and self._optimizer_sharded
+
     def close(self):
-        """Frees the model's device memory (also done when it is garbage-collected)."""
+        """Frees the model's device memory (also done when it is garbage-collected); using the
+        model afterwards raises ClosedError."""
+        self._closed = True
         self._release_device()
         self._weights_changed()
         store, self._store = getattr(self, "_store", None), None
@@ -123,7 +156,7 @@ class Llama:
                 array.free()
         if hasattr(self, "_batches"):
             self._batches, self._logits = BatchBuffer(self.handle), None
-        m, self._m = getattr(self, "_m", None), None
+        m, self._c_model = getattr(self, "_c_model", None), None
         if m is not None and self.handle._alive():
             modelslib.dataflow_llama_destroy(m)
 
@@ -221,7 +254,7 @@ class Llama:
 
     @save_level.setter
     def save_level(self, value):
-        if value not in SAVE_LEVELS:
+        if not isinstance(value, str) or value not in SAVE_LEVELS:
             raise BadArgumentError(f"save_level must be one of {', '.join(SAVE_LEVELS)}, got {value!r}")
         if self._m is not None:  # a host-held model trains at the levels its ring plan chooses
             check(modelslib.dataflow_llama_set_save_level(self._m, SAVE_LEVELS[value]))
@@ -478,12 +511,8 @@ class Llama:
             return self._cpu_copy().generate(prompt_tokens, max_new_tokens, temperature, top_p, seed, use_cache,
                                              eos_token_id, stream)
         from ..generate import check_sampling, sample_next
-        check_sampling(temperature, top_p)
+        max_new_tokens, rng = check_sampling(temperature, top_p, max_new_tokens, seed)
         prompt = check_tokens(prompt_tokens, self.config.vocab_size, "generate: prompt_tokens")
-        if int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
-            raise BadArgumentError(f"generate: max_new_tokens must be an integer >= 0, got {max_new_tokens}")
-        max_new_tokens = int(max_new_tokens)
-        rng = np.random.default_rng(seed)
         new = []
         if max_new_tokens == 0:
             return np.zeros(0, np.int64)

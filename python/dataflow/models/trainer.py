@@ -1,10 +1,13 @@
 """Trainer: AdamW training of a Llama with at most one host sync per step: all-resident, or
 through the ring executor when the training does not fit the device (dataflow.ring_training)."""
+from types import SimpleNamespace
+
 import numpy as np
 
 from .. import trace as traces
-from .._ffi import ffi, modelslib
+from .._ffi import modelslib
 from ..errors import BadArgumentError, DataflowError, check
+from .adamw_hyperparameters import adamw_hyperparameters, betas_pair
 from .llama import ADAM_M, ADAM_V, MASTER
 
 
@@ -59,8 +62,13 @@ class Trainer:
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
                  seq_len=None, batch_size=1, profile=None, plan=None, trace=False):
-        self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, tuple(betas), eps
-        self.grad_clip = grad_clip or 0.0
+        if model._in_ring():
+            raise BadArgumentError("Trainer: another Trainer trains this model in its ring executor, which holds "
+                                   "its weights and optimizer state; keep training with that Trainer, or save a "
+                                   "checkpoint and restore it into a new model")
+        self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, betas_pair(betas), eps
+        self.grad_clip = 0.0 if grad_clip is None else grad_clip
+        adamw_hyperparameters(self)  # refused now, not at the first step
         if master_weights:
             model.enable_master_weights()
         elif master_weights is not None and model.master_weights:
@@ -81,8 +89,7 @@ class Trainer:
             self.comm = comm.on(model.handle)
             if comm_stream is None:
                 comm_stream = 1 if model.handle.num_streams > 1 else 0
-            check(modelslib.dataflow_llama_set_grad_comm(model._m, self.comm._c, comm_stream))
-            model._grad_comm = self.comm  # the model sums over it: it lives as long as the model
+            model._set_grad_comm(self.comm, comm_stream)
         elif shard_optimizer:
             raise BadArgumentError("Trainer: shard_optimizer shards the optimizer state over the ranks of comm; "
                                    "pass comm=df.distributed.init()")
@@ -155,6 +162,7 @@ class Trainer:
         if self.shard_optimizer:
             self.model._on(0)
             check(modelslib.dataflow_llama_shard_optimizer(self.model._m, 0, int(shard)))
+            self.model._optimizer_sharded = shard
 
     @property
     def last_grad_norm(self):
@@ -173,20 +181,19 @@ class Trainer:
             self.model.handle.sync(stream)
             self._norm, self._norm_pending = float(host[0]), None
 
-    def _adamw(self, stream):
-        """Submits the AdamW step and the read-back of its gradient norm."""
-        self.step_count += 1
-        params = ffi.new("Dataflow_AdamW_Params *", {"lr": float(self.lr), "beta1": float(self.betas[0]),
-                                                     "beta2": float(self.betas[1]), "eps": float(self.eps),
-                                                     "weight_decay": float(self.weight_decay)})
+    def _adamw(self, stream, hyperparameters=None):
+        """Submits the AdamW step (hyperparameters: adamw_hyperparameters, checked before the
+        step began) and the read-back of its gradient norm; the step counts once it is queued."""
+        params, grad_clip = hyperparameters or adamw_hyperparameters(self)
         if self._ring is not None:
-            self._ring.executor.apply(params, self.grad_clip, self.step_count)
+            self._ring.executor.apply(params, grad_clip, self.step_count + 1)
+            self.step_count += 1
             self._norm_pending = (None, None)
             self.model._weights_changed()
             return
         self.model._on(stream)
-        check(modelslib.dataflow_llama_adamw_step(self.model._m, stream, params, float(self.grad_clip),
-                                                  self.step_count))
+        check(modelslib.dataflow_llama_adamw_step(self.model._m, stream, params, grad_clip, self.step_count + 1))
+        self.step_count += 1
         self._norm_pending = (self.model._read_output("grad_norm", stream), stream)
 
     def _loss_backward(self, tokens, labels, documents, accumulate, loss_scale, stream):
@@ -209,16 +216,17 @@ class Trainer:
         mean loss before the step."""
         if self._acc_labels:
             raise BadArgumentError("step: gradients from accumulate() are pending; call apply() first")
+        hyperparameters = adamw_hyperparameters(self)
         if self._ring is not None:
             chunks = self._ring.chunks(tokens, labels, documents, "step")
             num_labels = sum(c.num_labels for c in chunks)
             if num_labels == 0:
                 raise BadArgumentError("step: no labelled tokens (every target is -100)")
-            losses = self._ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(stream))
+            losses = self._ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(stream, hyperparameters))
             self._wait_norm()
             return self.model._batch_loss(losses, 1.0 / num_labels)
         _, losses, num_labels = self._loss_backward(tokens, labels, documents, False, None, stream)
-        self._adamw(stream)
+        self._adamw(stream, hyperparameters)
         self._wait_norm()  # the one sync: the losses were read back before it too
         self._sample()
         if self.comm is None:
@@ -249,6 +257,7 @@ class Trainer:
         """The optimizer step for the accumulated chunks; returns their mean loss."""
         if self._acc_labels == 0:
             raise BadArgumentError("apply: nothing accumulated (or no labelled tokens)")
+        hyperparameters = adamw_hyperparameters(self)
         if self._ring is not None:
             self._ring.executor.scale_grads(1.0 / self._acc_labels)
         else:
@@ -256,7 +265,7 @@ class Trainer:
             check(modelslib.dataflow_llama_scale_grads(self.model._m, stream, 1.0 / self._acc_labels))
         loss = self._acc_loss / self._acc_labels
         self._acc_loss, self._acc_labels = 0.0, 0
-        self._adamw(stream)
+        self._adamw(stream, hyperparameters)
         return loss
 
     def state_dict(self):
@@ -274,41 +283,71 @@ class Trainer:
         self._shard(True)
         return state
 
-    def _load_arrays(self, key, kind, values):
+    def _checked_arrays(self, key, values):
+        """{name: float32 array} of one kind of state, checked against the model's names and shapes."""
         shapes = self.model.shapes()
+        if not isinstance(values, dict):
+            raise BadArgumentError(f"Trainer.load_state_dict: {key}: expected a dict of arrays, got "
+                                   f"{type(values).__name__}")
         missing = [n for n in shapes if n not in values]
         unexpected = [n for n in values if n not in shapes]
         if missing or unexpected:
             raise BadArgumentError(f"Trainer.load_state_dict: {key}: missing {missing[:5]}, unexpected {unexpected[:5]}")
         checked = {}
         for n, shape in shapes.items():
-            checked[n] = np.asarray(values[n], dtype=np.float32)
+            try:
+                with np.errstate(over="raise"):
+                    checked[n] = np.asarray(values[n], dtype=np.float32)
+            except (TypeError, ValueError, OverflowError, FloatingPointError) as e:
+                raise BadArgumentError(f"Trainer.load_state_dict: {key} {n}: expected float32 numbers, got "
+                                       f"{type(values[n]).__name__} ({e})") from None
             if checked[n].shape != shape:
                 raise BadArgumentError(f"Trainer.load_state_dict: {key} {n}: expected shape {shape}, "
                                        f"got {checked[n].shape}")
-        self.model._write_kind(kind, checked.__getitem__)
+        return checked
 
-    def load_state_dict(self, state):
-        """Restores step, m and v, master weights (and hyperparameters when present) from
-        state_dict(). Master weights in the state need a model that keeps them; a model that
-        keeps them without any in the state keeps the copies of its current weights."""
-        step = int(state["step"])
-        self._shard(False)
+    def _checked_state(self, state):
+        """(step, {kind: arrays}, hyperparameters or None) of a state_dict, every field checked
+        before anything is written: a refused load changes nothing."""
+        if not isinstance(state, dict):
+            raise BadArgumentError(f"Trainer.load_state_dict: expected a dict, got {type(state).__name__}")
+        step = state.get("step")
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise BadArgumentError(f"Trainer.load_state_dict: step must be an integer >= 0, got {step!r:.60}")
+        kinds = {}
         if "master" in state:
             if not self.model.master_weights:
                 raise BadArgumentError("Trainer.load_state_dict: the state has fp32 master weights, but the model "
                                        "keeps none (Trainer(..., master_weights=True) or Llama(..., "
                                        "master_weights=True))")
-            self._load_arrays("master", MASTER, state["master"])
+            kinds[MASTER] = self._checked_arrays("master", state["master"])
         if step > 0:
-            if self._ring is None:
-                self.model._on(0)
-                check(modelslib.dataflow_llama_alloc_optimizer_state(self.model._m, 0))
-            self._load_arrays("exp_avg", ADAM_M, state.get("exp_avg", {}))
-            self._load_arrays("exp_avg_sq", ADAM_V, state.get("exp_avg_sq", {}))
+            kinds[ADAM_M] = self._checked_arrays("exp_avg", state.get("exp_avg", {}))
+            kinds[ADAM_V] = self._checked_arrays("exp_avg_sq", state.get("exp_avg_sq", {}))
         hp = state.get("hyperparameters")
         if hp:
-            self.lr, self.weight_decay, self.betas = hp["lr"], hp["weight_decay"], tuple(hp["betas"])
+            fields = ("lr", "weight_decay", "betas", "eps", "grad_clip")
+            if not isinstance(hp, dict) or any(f not in hp for f in fields):
+                raise BadArgumentError(f"Trainer.load_state_dict: hyperparameters: expected an object with "
+                                       f"{', '.join(fields)}, got {hp!r:.100}")
+            hp = {f: hp[f] for f in fields}
+            adamw_hyperparameters(SimpleNamespace(**hp))
+        return int(step), kinds, hp
+
+    def load_state_dict(self, state):
+        """Restores step, m and v, master weights (and hyperparameters when present) from
+        state_dict(). Master weights in the state need a model that keeps them; a model that
+        keeps them without any in the state keeps the copies of its current weights.
+        BadArgumentError naming the field for a malformed state, before anything changes."""
+        step, kinds, hp = self._checked_state(state)
+        self._shard(False)
+        if step > 0 and self._ring is None:
+            self.model._on(0)
+            check(modelslib.dataflow_llama_alloc_optimizer_state(self.model._m, 0))
+        for kind, arrays in kinds.items():  # MASTER first: writing it resets nothing else
+            self.model._write_kind(kind, arrays.__getitem__)
+        if hp:
+            self.lr, self.weight_decay, self.betas = hp["lr"], hp["weight_decay"], betas_pair(hp["betas"])
             self.eps, self.grad_clip = hp["eps"], hp["grad_clip"]
         self.step_count = step
         self._shard(True)
