@@ -183,7 +183,7 @@ BAD_ARGUMENTS = {  # argv -> what stderr must say (each names the flag)
     "fp16": (["--dtype", "fp16"], "argument --dtype: invalid choice: 'fp16'"),
     "master weights of fp32": (["--master-weights"], "--master-weights: fp32 master weights are for bf16 training"),
     "seq-len past context": (["--seq-len", "1000"], "--seq-len: 1000 exceeds the model's max_position_embeddings 256"),
-    "unknown preset": (["--config", "nope"], "--config: 'nope' is neither a preset (tiny, small) nor a config.json"),
+    "unknown preset": (["--config", "nope"], "--config: 'nope' is not a preset (tiny, small, llama3.2-1b, "),
     "data is a device": (["--data", "/dev/zero"], "--data: /dev/zero: training text must be a regular file"),
     "data is missing": (["--data", "/no/such/file.txt"], "--data: /no/such/file.txt: cannot read training text"),
     "data too short": (["--data", "{short}"], "--data: {short}: 3 tokens to train on, fewer than one batch"),

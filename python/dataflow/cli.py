@@ -18,16 +18,16 @@ import time
 
 import numpy as np
 
-from . import __version__, checkpoint, distributed, dtypes, ops, ring, ring_timeline
+from . import __version__, checkpoint, distributed, dtypes, model_specs, ops, ring, ring_timeline
 from . import tokenizer as tokenizers
 from . import build_info
 from .errors import BadArgumentError, DataflowError, FileFormatError
 from .generate import stream
 from .handle import Handle, parse_bytes
-from .pretrained import CONFIG_NAME, config_argument, from_pretrained, model_from_config, read_config, validate_config
+from .pretrained import CONFIG_NAME, from_pretrained, model_from_config, read_config, validate_config
 from .progress import mib
 from .tokenizer import StreamDecoder
-from .train import DEFAULT_STEPS, INTERRUPTED, PRESETS, RUN_DEFAULTS, TRACE_STEPS, open_handle, train
+from .train import DEFAULT_STEPS, INTERRUPTED, RUN_DEFAULTS, TRACE_STEPS, open_handle, train
 
 SCALE_SOURCE = r"""
 #include "dataflow/host_kernel.h"
@@ -216,8 +216,8 @@ def _positive(value, flag):
 
 
 def _plan_config(spec):
-    config = config_argument(spec, ring.PRESETS)
-    return config if isinstance(config, str) else validate_config(config, where=f"--config {spec}")
+    _, config, source, _ = model_specs.resolve(spec)
+    return validate_config(config, where=source)
 
 
 def plan(args):
@@ -231,8 +231,13 @@ def plan(args):
              (("--device-memory", args.device_memory), ("--host-memory", args.host_memory))}
     rates = {flag: parse_bytes(value, flag) if value is not None else None for flag, value in
              (("--h2d-bandwidth", args.h2d_bandwidth), ("--d2h-bandwidth", args.d2h_bandwidth))}
-    if args.timeline is not None and os.path.exists(args.timeline):
-        raise BadArgumentError(f"--timeline: {args.timeline} exists; remove it or choose another path")
+    if args.timeline is not None and os.path.isdir(args.timeline):
+        raise BadArgumentError(f"--timeline: {args.timeline} is a directory; name a file, e.g. "
+                               f"{os.path.join(args.timeline, 'plan.png')}")
+    if args.timeline is not None and os.path.exists(args.timeline) and not args.overwrite:
+        raise BadArgumentError(f"--timeline: {args.timeline} exists; replace it with --overwrite or choose another path")
+    if args.overwrite and args.timeline is None:
+        raise BadArgumentError("--overwrite: replaces an existing --timeline file; add --timeline FILE")
     if args.profile == "host":
         handle = Handle("host", streams=2, threads=args.threads)
         try:
@@ -248,8 +253,6 @@ def plan(args):
     p = ring.plan(config, seq_len, sizes["--device-memory"], sizes["--host-memory"], tokens_per_step=tokens,
                   profile=profile, dtype=args.dtype, master_weights=args.master_weights,
                   h2d_bandwidth=rates["--h2d-bandwidth"], d2h_bandwidth=rates["--d2h-bandwidth"])
-    if args.timeline is not None:
-        ring_timeline.save(args.timeline, p)
     if args.json:
         print(json.dumps({"step_seconds": p.predicted_step_seconds, "tokens_per_second": p.tokens_per_second,
                           "mfu": p.mfu, "chunk_tokens": p.chunk_tokens, "chunks_per_round": p.chunks_per_round,
@@ -260,12 +263,15 @@ def plan(args):
                           "profile": profile.source if isinstance(profile, ring.Profile) else profile}, indent=2))
     else:
         print(p.describe(), end="")
+    if args.timeline is not None:
+        ring_timeline.save(args.timeline, p)
+        print(f"timeline: wrote {args.timeline}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
 def _add_plan(sub):
     p = sub.add_parser("plan", help="place a model's training under device/host capacities; predict its speed")
-    p.add_argument("--config", required=True, help=f"model preset ({', '.join(ring.PRESETS)}) or an HF config.json")
+    p.add_argument("--config", required=True, help=f"the model: {model_specs.WHAT} (as dataflow train takes it)")
     p.add_argument("--seq-len", dest="seq_len", type=int, required=True, help="tokens per sequence")
     p.add_argument("--tokens-per-step", dest="tokens_per_step", type=int,
                    help="tokens per optimizer step, a multiple of --seq-len (default: one sequence)")
@@ -281,7 +287,9 @@ def _add_plan(sub):
     p.add_argument("--d2h-bandwidth", dest="d2h_bandwidth", help="device->host bytes/s (default: the profile's)")
     p.add_argument("--threads", type=int, help="host threads for --profile host (default: all cores)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--timeline", help="also draw the predicted timeline into this PNG (a new file)")
+    p.add_argument("--timeline", metavar="FILE", help="also draw the predicted timeline into this PNG (a new file, "
+                                                      "unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --timeline FILE")
     p.set_defaults(run=plan)
 
 
@@ -290,7 +298,7 @@ def _add_train(sub):
                        description="Train a Llama: the embedded corpus (Python docstrings) or --data, a BPE "
                                    "tokenizer, AdamW; a checkpoint in OUT/checkpoint and the loss curve in "
                                    "OUT/loss.png. An existing run is never replaced without --overwrite.")
-    p.add_argument("--config", help=f"model preset ({', '.join(PRESETS)}; default tiny), an HF config.json, or an "
+    p.add_argument("--config", help=f"the model: a preset ({', '.join(model_specs.PRESETS)}; default tiny), an HF config.json, or an "
                                     "HF model directory (its config.json and tokenizer.json; weights start fresh)")
     p.add_argument("--init", metavar="DIR", help="start from the weights of an HF model directory (config.json, "
                                                  "tokenizer.json, *.safetensors) instead of a random init")

@@ -11,28 +11,13 @@ import time
 
 import numpy as np
 
-from . import dtypes, ops
+from . import dtypes, model_specs, ops
 from ._ffi import ffi, modelslib, ringlib
 from .errors import BadArgumentError, check, error_for
 from .handle import Handle, parse_bytes
 from .models.config import LlamaConfig
 from .models.host_blocks import scratch_blocked_model
-
-_LLAMA3 = {"vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_key_value_heads": 8,
-           "max_position_embeddings": 8192}
-# Hugging Face configs of the Llama-3 family (meta-llama/*/config.json; rope scaling left out:
-# it does not change sizes or flops).
-PRESETS = {
-    "llama3.2-1b": {**_LLAMA3, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-                    "num_attention_heads": 32, "head_dim": 64, "tie_word_embeddings": True},
-    "llama3.2-3b": {**_LLAMA3, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28,
-                    "num_attention_heads": 24, "head_dim": 128, "tie_word_embeddings": True},
-    "llama3-8b": {**_LLAMA3, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                  "num_attention_heads": 32},
-    "llama3-70b": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
-                   "num_attention_heads": 64},
-}
-
+from .pretrained import validate_config
 
 def profile_names():
     """The built-in device profiles' names."""
@@ -255,14 +240,12 @@ def _fit_rates(c, layer, dtype, points):
 
 def _llama_config(config):
     if isinstance(config, str):
-        if config not in PRESETS:
-            raise BadArgumentError(f"plan: config {config!r} is not a preset ({', '.join(PRESETS)})")
-        return LlamaConfig.from_dict(PRESETS[config])
+        return LlamaConfig.from_dict(validate_config(model_specs.resolve(config, "plan: config")[1], config))
     if isinstance(config, dict):
         return LlamaConfig.from_dict(config)
     if isinstance(config, LlamaConfig):
         return config
-    raise BadArgumentError(f"plan: config must be a preset name, an HF config dict or a LlamaConfig, got "
+    raise BadArgumentError(f"plan: config must be {model_specs.WHAT}, an HF config dict or a LlamaConfig, got "
                            f"{type(config).__name__}")
 
 
@@ -347,7 +330,7 @@ class Plan:
 
 def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, profile="h100-sxm", dtype="bf16",
          master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None):
-    """The fastest plan for training `config` (a preset name, an HF config dict or a LlamaConfig)
+    """The fastest plan for training `config` (a dataflow.model_specs spec, an HF config dict or a LlamaConfig)
     on sequences of seq_len tokens, tokens_per_step per optimizer step (default one sequence),
     within device_memory and host_memory ("24GiB" or bytes). profile: a name or a Profile;
     bandwidths (bytes/s or "50GB") override the profile's link. Raises OutOfMemoryError naming

@@ -28,26 +28,18 @@ import sys
 import tempfile
 import time
 
-from . import atomic, checkpoint, distributed, launch, loss_plot
+from . import atomic, checkpoint, distributed, launch, loss_plot, model_specs
 from . import tokenizer as tokenizers
 from .corpus import Batches, read_text, split
 from .errors import BadArgumentError, DataflowError, FileFormatError, OutOfMemoryError, UnsupportedError
-from .file_checks import read_json
 from .handle import Handle
 from .models.host_blocks import host_memory_available
 from .pretrained import (CONFIG_NAME, check_memory, check_weights, copy_weights, model_from_config, model_memory,
                          parameter_shapes, validate_config)
 from .progress import Progress, duration, mib
+from .ring_training import ring_plan
 from .safetensors_io import read_directory
 
-# Model shapes by name; vocab_size comes from the tokenizer. "tiny" is the default: small enough
-# that the default run (a couple of minutes on 2 CPU cores) ends writing recognisable words.
-PRESETS = {
-    "tiny": {"hidden_size": 192, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 6,
-             "num_key_value_heads": 2, "max_position_embeddings": 256},
-    "small": {"hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 6,
-              "num_key_value_heads": 2, "max_position_embeddings": 512},
-}
 DEFAULT_STEPS = 800
 # Run settings: the command line wins, then a resumed checkpoint's, then these.
 RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 2e-3, "dtype": "fp32", "seed": 0, "master_weights": False}
@@ -62,18 +54,6 @@ def open_handle(args):
         return Handle(args.backend, device_memory=args.device_memory, threads=args.threads)
     except DataflowError as e:
         raise BadArgumentError(f"--backend: {args.backend} is not available here: {e}") from None
-
-
-def _preset_config(name, tokenizer):
-    return {"model_type": "llama", "vocab_size": tokenizer.vocab_size, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-            "tie_word_embeddings": False, **PRESETS[name]}
-
-
-def _config_source(spec):
-    """(config.json path, model directory or None) of --config/--init SPEC naming a file or directory."""
-    if os.path.isdir(spec):
-        return os.path.join(spec, CONFIG_NAME), spec
-    return spec, None
 
 
 class Plan:
@@ -122,34 +102,11 @@ def _checked_state(state, where):
 
 def _tokenizer_and_config(args, plan):
     """The tokenizer and (unvalidated) config of a new run, and where the config came from."""
-    spec = args.init or args.config or "tiny"
-    if spec in PRESETS and not args.init:
-        tokenizer = tokenizers.load(args.tokenizer) if args.tokenizer else tokenizers.default()
-        return tokenizer, _preset_config(spec, tokenizer), f"preset {spec}"
     flag = "--init" if args.init else "--config"
-    path, directory = _config_source(spec)
-    if args.init and directory is None:
-        raise BadArgumentError(f"--init: {spec} is not a directory; expected a Hugging Face model directory "
-                               "(config.json, tokenizer.json, *.safetensors)")
-    if not os.path.exists(path):
-        raise BadArgumentError(f"{flag}: {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json "
-                               "or a model directory")
-    config = read_json(path, CONFIG_NAME)
-    if isinstance(config, dict):
-        config = {"model_type": "llama", **config}
-    own = directory and os.path.exists(os.path.join(directory, tokenizers.TOKENIZER_NAME))
-    if args.tokenizer:
-        tokenizer = tokenizers.load(args.tokenizer)
-    elif own:
-        ids = {k: config.get(k) if isinstance(config, dict) and isinstance(config.get(k), int) else None
-               for k in ("bos_token_id", "eos_token_id")}
-        tokenizer = tokenizers.load(directory, bos_id=ids["bos_token_id"], eos_id=ids["eos_token_id"])
-    else:
-        tokenizer = tokenizers.default()
-    if isinstance(config, dict):
-        config.setdefault("vocab_size", tokenizer.vocab_size)
+    tokenizer, config, source, directory = model_specs.resolve(args.init or args.config or "tiny", flag,
+                                                               args.tokenizer, directory_only=bool(args.init))
     plan.init_dir = directory if args.init else None
-    return tokenizer, config, path
+    return tokenizer, config, source
 
 
 def prepare(args, ranks=1):
@@ -424,6 +381,13 @@ def _model_and_trainer(plan, handle, Trainer, weights, comm):
                        seq_len=run["seq_len"], batch_size=run["batch"])
     hint = "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
     try:
+        if comm is None:
+            try:
+                check_memory(handle, plan.config, run["dtype"], plan.config_source, training=True,
+                             master_weights=run["master_weights"])
+            except OutOfMemoryError:  # not all-resident: does the ring fit, before building a large model?
+                ring_plan(plan.config, run["seq_len"], handle.memory_capacity() - handle.memory_in_use(),
+                          options["host_memory"], run["batch"] * run["seq_len"], run["dtype"], run["master_weights"])
         model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
         if weights:
             copy_weights(model, weights)
