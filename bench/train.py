@@ -17,9 +17,13 @@ clip_grad_norm_ / AdamW.step (sdpa attention, foreach AdamW: torch's defaults). 
 (library, dtype) runs in its own subprocess, so its peak RSS (resource.getrusage ru_maxrss)
 is its own: the dataflow process never imports torch. rss_baseline_mib is the peak before
 the model is built (interpreter + libraries), rss_peak_mib the peak after the timed steps.
-Timing: median of `steps` timed steps after 2 warm-up steps (tokens/s = batch * seq / median).
-The two libraries run one after the other, not interleaved (each needs its own process), so
-outside load on this shared machine can favour either: the loadavg is recorded around each.
+Timing: the libraries take turns in --rounds rounds (each in a fresh process, for its own RSS),
+in alternating order (dataflow first in odd rounds, torch first in even ones), so load that comes
+and goes on a shared machine hits both alike. A round times at least --steps steps and at least
+--seconds of them after 2 warm-up steps. tokens/s = batch * seq / the median of all timed steps of
+all rounds; speedup is the median of the rounds' ratios (dataflow tokens/s / torch tokens/s in
+the same round), with its spread: the lowest and highest of them. The loadavg is recorded around each round. Both run with the same OpenMP wait policy
+(bench/harness.py).
 bf16: dataflow keeps bf16 weights and activations with fp32 gradients, m and v; torch keeps
 everything (params, grads, AdamW state) in bf16, as model.to(torch.bfloat16) does.
 
@@ -75,6 +79,23 @@ def step_flops(cfg, batch, seq):
     return 6 * dense * batch * seq + 6 * attention
 
 
+def batch_tokens(args):
+    _, (batch, seq) = config(args)
+    return batch * seq
+
+
+def pooled(rounds, tokens):
+    """One library's rounds as one row: tokens/s from the median of all their timed steps, the
+    rounds' own tokens/s, the highest RSS, the first round's first loss and the last's last."""
+    times = [t for r in rounds for t in r["step_s"]]
+    median = statistics.median(times)
+    return dict(rounds[-1], step_s=times, median_s=median, tokens_per_s=tokens / median,
+                gflops=rounds[-1]["gflops"] * rounds[-1]["median_s"] / median,
+                tokens_per_s_rounds=[r["tokens_per_s"] for r in rounds], first_loss=rounds[0]["first_loss"],
+                rss_peak_mib=max(r["rss_peak_mib"] for r in rounds),
+                loadavg_start_end=[r["loadavg_start_end"] for r in rounds])
+
+
 def worker(args):
     import numpy as np
     cfg, (batch, seq) = config(args)
@@ -112,10 +133,10 @@ def worker(args):
         extra = {}
     load = [os.getloadavg()[0]]
     losses, times = [], []
-    for i in range(WARMUP + args.steps):
+    while len(times) < args.steps or sum(times) < args.seconds:
         t0 = time.perf_counter()
         losses.append(step())
-        if i >= WARMUP:
+        if len(losses) > WARMUP:
             times.append(time.perf_counter() - t0)
     load.append(os.getloadavg()[0])
     if args.worker == "dataflow":
@@ -135,33 +156,42 @@ def main():
     p.add_argument("--model", choices=["reference", "1b"], default="reference", help="config (see the docstring)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--dtypes", default="fp32,bf16")
-    p.add_argument("--steps", type=int, default=5, help="timed steps after 2 warm-up steps")
+    p.add_argument("--steps", type=int, help="least timed steps per round, after 2 warm-up steps (default 5; "
+                                             "--quick 20)")
+    p.add_argument("--seconds", type=float, help="least timed seconds per round (default 5; --quick 1)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of both libraries, alternating (default 3)")
     p.add_argument("--quick", action="store_true", help="a small smoke config")
     p.add_argument("--worker", choices=["dataflow", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.quick and args.steps == 5:
-        args.steps = 2
+    args.steps = args.steps if args.steps is not None else 20 if args.quick else 5
+    args.seconds = args.seconds if args.seconds is not None else 1.0 if args.quick else 5.0
     if args.worker:
         return worker(args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from harness import machine_info
+    from harness import machine_info, require_peers
+    require_peers("torch", "transformers")
+    for name in ("steps", "rounds"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name}: must be at least 1, got {getattr(args, name)}")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     rows = []
     for dtype in args.dtypes.split(","):
         if dtype not in ("fp32", "bf16"):
             p.error(f"--dtypes: {dtype!r} is not fp32 or bf16")
-        pair = {}
-        for lib in ("dataflow", "torch"):
-            cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--dtype", dtype, "--backend",
-                   args.backend, "--model", args.model, "--threads", str(args.threads), "--steps", str(args.steps)] + (
-                   ["--quick"] if args.quick else [])
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if out.returncode != 0:
-                sys.exit(f"{lib} {dtype} worker failed:\n{out.stderr[-4000:]}")
-            pair[lib] = json.loads(out.stdout.strip().splitlines()[-1])
-        d, t = pair["dataflow"], pair["torch"]
-        rows.append(dict(dtype=dtype, dataflow=d, torch=t, speedup=d["tokens_per_s"] / t["tokens_per_s"],
+        runs = {"dataflow": [], "torch": []}
+        for r in range(args.rounds):
+            for lib in ("dataflow", "torch") if r % 2 == 0 else ("torch", "dataflow"):
+                cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--dtype", dtype, "--backend",
+                       args.backend, "--model", args.model, "--threads", str(args.threads), "--steps",
+                       str(args.steps), "--seconds", str(args.seconds)] + (["--quick"] if args.quick else [])
+                out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                if out.returncode != 0:
+                    sys.exit(f"{lib} {dtype} worker failed:\n{out.stderr[-4000:]}")
+                runs[lib].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        d, t = (pooled(runs[lib], batch_tokens(args)) for lib in ("dataflow", "torch"))
+        ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(runs["dataflow"], runs["torch"])]
+        rows.append(dict(dtype=dtype, dataflow=d, torch=t, speedup=statistics.median(ratios), speedup_rounds=ratios,
                          rss_ratio=d["rss_peak_mib"] / t["rss_peak_mib"]))
     cfg, (batch, seq) = config(args)
     machine = machine_info(args.backend)
@@ -170,11 +200,13 @@ def main():
         for lib in ("dataflow", "torch"):
             r[lib]["mfu"] = round(r[lib]["gflops"] * 1e9 / peak, 4) if peak else None
     print(json.dumps(dict(bench="train", backend=args.backend, threads=args.threads, quick=args.quick,
-                          model=args.model, config=cfg, batch=batch, seq=seq, steps=args.steps, machine=machine,
+                          model=args.model, config=cfg, batch=batch, seq=seq, steps=args.steps, seconds=args.seconds,
+                          rounds=args.rounds, machine=machine,
                           peak_bf16_flops=peak, mfu_formula="step_flops(cfg, batch, seq) / median step s / peak_bf16_flops",
                           rows=rows), indent=1))
     gpu = args.backend != "host"
-    parts = [f"{r['dtype']}: {r['speedup']:.2f}x torch tokens/s ({r['dataflow']['tokens_per_s']:.0f} vs "
+    parts = [f"{r['dtype']}: {r['speedup']:.2f}x torch tokens/s (rounds {min(r['speedup_rounds']):.2f}-"
+             f"{max(r['speedup_rounds']):.2f}x; {r['dataflow']['tokens_per_s']:.0f} vs "
              f"{r['torch']['tokens_per_s']:.0f})" + (
                  f", MFU {r['dataflow']['mfu']} vs {r['torch']['mfu']}" if gpu else
                  f", peak RSS {r['rss_ratio']:.2f}x ({r['dataflow']['rss_peak_mib']:.0f} vs "

@@ -29,10 +29,13 @@ def profile_names():
 
 
 class Profile:
-    """A device profile: the speeds the planner's model of time uses (device_profile.h)."""
+    """A device profile: the speeds the planner's model of time uses (device_profile.h).
+    `measured`: calibrate's raw measurements before any fit to a model ({} for a named profile):
+    matmul_flops_bf16 and matmul_flops_fp32, the large-shape rates of its size^3 matmuls."""
 
-    def __init__(self, cdata, keep=None):
+    def __init__(self, cdata, keep=None, measured=None):
         self._c, self._keep = cdata, keep  # keep: the source string's owner for measured ones
+        self.measured = dict(measured or {})
 
     @classmethod
     def named(cls, name):
@@ -133,12 +136,13 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_byt
                                f"causal attention {tokens} tokens x {heads} heads x {head_dim}, add of "
                                f"{big.nbytes >> 20} MiB, {host.nbytes} byte transfers".encode())
     c.source = source
+    measured = {"matmul_flops_bf16": rates["bf16"], "matmul_flops_fp32": rates["fp32"]}
     if cfg is None:
-        return Profile(c, keep=source)
+        return Profile(c, keep=source, measured=measured)
     fit = _fit_to_model(h, c, cfg, int(seq_len), int(fit_rows), dtype, repeats, fit_seconds)
     source = ffi.new("char[]", ffi.string(source) + f"; {fit}".encode())
     c.source = source
-    return Profile(c, keep=source)
+    return Profile(c, keep=source, measured=measured)
 
 
 def _layer_seconds(h, cfg, dtype, shapes, repeats):
