@@ -169,6 +169,26 @@ def test_an_existing_run_is_never_replaced_without_being_told(stand_in, tmp_path
     assert checkpoint.load(out / "checkpoint").state["step"] == 2
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp / "nothere", "--checkpoint: {path} does not exist; expected a checkpoint"),
+    (lambda tmp: tmp, "--checkpoint: {path} holds neither trainer_state.json (a checkpoint) nor config.json"),
+    (lambda tmp: tmp / "file.txt", "--checkpoint: {path} is not a directory"),
+])
+def test_generate_names_what_the_checkpoint_is_not(tmp_path, capsys, make, message):
+    (tmp_path / "file.txt").write_text("x")
+    path = make(tmp_path)
+    assert run_cli("generate", "--checkpoint", str(path)) == 2
+    err = capsys.readouterr().err
+    assert message.format(path=path) in err and "trainer_state.json: cannot read" not in err, err
+
+
+def test_help_keeps_flag_names_whole(capsys):
+    for command in ("train", "generate", "plan", "demo"):
+        assert run_cli(command, "--help") == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert not [line for line in lines if re.search(r"--[a-z]+(-[a-z]+)*-$", line.rstrip())], command
+
+
 BAD_ARGUMENTS = {  # argv -> what stderr must say (each names the flag)
     "negative steps": (["--steps", "-5"], "argument --steps: must be >= 1, got -5"),
     "zero steps": (["--steps", "0"], "argument --steps: must be >= 1, got 0"),
@@ -194,6 +214,8 @@ BAD_ARGUMENTS = {  # argv -> what stderr must say (each names the flag)
     "trace is a directory": (["--trace", "{tmp}"], "--trace: {tmp} is a directory; name a file"),
     "trace in no directory": (["--trace", "/no/such/dir/t.json"], "--trace: cannot write to /no/such/dir"),
     "trace-steps alone": (["--trace-steps", "3"], "--trace-steps: says how many steps --trace covers"),
+    "resume in place with overwrite": (["--resume"], "--overwrite: --resume continues"),  # the test adds --overwrite
+    "typo'd flag": (["--stpes", "3"], "dataflow train: error: unrecognized arguments: --stpes 3 (did you mean --steps?)"),
     "zero trace-steps": (["--trace", "{tmp}/t.json", "--trace-steps", "0"], "argument --trace-steps: must be >= 1"),
 }
 

@@ -9,16 +9,18 @@ Errors in arguments or files end in one line naming the flag or the file (exit 2
 failures such as a full disk in one line too (exit 1); Ctrl-C exits 130.
 """
 import argparse
+import difflib
 import json
 import math
 import os
 import re
 import sys
+import textwrap
 import time
 
 import numpy as np
 
-from . import __version__, checkpoint, distributed, dtypes, model_specs, ops, ring, ring_timeline
+from . import __version__, atomic, checkpoint, distributed, dtypes, model_specs, ops, ring, ring_timeline
 from . import tokenizer as tokenizers
 from . import build_info
 from .errors import BadArgumentError, DataflowError, FileFormatError
@@ -102,6 +104,16 @@ def _load_for_generation(args, handle):
     Hugging Face model directory (prompts start with bos, as such models were trained); config, files
     and memory are checked before the model is allocated."""
     path = args.checkpoint
+    found = atomic.readable_directory(os.path.abspath(path))  # or what a save killed mid-swap left
+    expected = "a checkpoint (e.g. dataflow-train/checkpoint) or a Hugging Face model directory"
+    if not os.path.exists(found):
+        raise BadArgumentError(f"--checkpoint: {path} does not exist; expected {expected}")
+    if not os.path.isdir(found):
+        raise BadArgumentError(f"--checkpoint: {path} is not a directory; expected {expected}")
+    if not any(os.path.exists(os.path.join(found, name)) for name in
+               (checkpoint.STATE_NAME, CONFIG_NAME, os.path.join("checkpoint", checkpoint.STATE_NAME))):
+        raise BadArgumentError(f"--checkpoint: {path} holds neither {checkpoint.STATE_NAME} (a checkpoint) nor "
+                               f"{CONFIG_NAME} (a Hugging Face model directory)")
     if os.path.exists(os.path.join(path, "checkpoint", checkpoint.STATE_NAME)):
         raise BadArgumentError(f"--checkpoint: {path} is the output directory of a run; its checkpoint is "
                                f"{os.path.join(path, 'checkpoint')}")
@@ -367,8 +379,40 @@ def _add_generate(sub):
     p.set_defaults(run=generate_text)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps help at spaces only: argparse's default also breaks at hyphens, splitting flag names
+    (--trace-/steps) over two lines."""
+
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text, width, indent):
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser (and, through add_subparsers, its commands') with _HelpFormatter."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def _parse(parser, argv):
+    """parse_args, except that a flag the command lacks is reported by that command's parser (its
+    usage, not the top level's), with the nearest flag it has."""
+    args, extra = parser.parse_known_args(argv)
+    command = parser.commands.get(args.command, parser)
+    if extra:
+        known = [o for a in command._actions for o in a.option_strings]
+        near = difflib.get_close_matches(extra[0].split("=")[0], known, n=1)
+        command.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {near[0]}?)" if near else ""))
+    return args
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dataflow", description="Train and run Llama models on the dataflow C core.",
         epilog="Start with `dataflow train`, then `dataflow generate --checkpoint dataflow-train/checkpoint`. "
                "`dataflow COMMAND --help` lists a command's flags.")
@@ -376,6 +420,7 @@ def build_parser():
                         version=f"dataflow {__version__} (host matmul: {build_info.matmul_engine()})",
                         help="print the version and the host matmul engine, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="what to do (no command: this help)")
+    parser.commands = sub.choices
     _add_train(sub)
     _add_generate(sub)
     _add_plan(sub)
@@ -390,7 +435,7 @@ def build_parser():
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command is None:
         parser.print_help()
         return 0

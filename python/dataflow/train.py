@@ -128,6 +128,10 @@ def prepare(args, ranks=1):
     if resume_path is None and existing and not args.overwrite:
         raise BadArgumentError(f"--out: {plan.ckpt_dir} already holds a trained run; continue it with --resume, "
                                f"replace it with --overwrite, or choose another --out")
+    in_place = resume_path is not None and os.path.realpath(resume_path) == os.path.realpath(plan.ckpt_dir)
+    if args.overwrite and in_place and not (args.trace is not None and os.path.exists(args.trace)):
+        raise BadArgumentError(f"--overwrite: --resume continues {plan.ckpt_dir} in place, so there is nothing to "
+                               "replace; drop --overwrite (or --resume, to start the run over)")
     if resume_path is not None and existing and not args.overwrite and \
             os.path.realpath(resume_path) != os.path.realpath(plan.ckpt_dir):
         raise BadArgumentError(f"--out: {plan.ckpt_dir} already holds another run than --resume {resume_path}; "
