@@ -20,6 +20,7 @@ import pytest
 import dataflow
 from dataflow import checkpoint, cli
 from dataflow import safetensors_io as st
+from dataflow import tokenizer as tokenizers
 from dataflow import train as train_module
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -167,6 +168,47 @@ def test_an_existing_run_is_never_replaced_without_being_told(stand_in, tmp_path
     assert files_of(out) == before
     assert run_cli("train", "--steps", "2", *SMALL, "--out", str(out), "--overwrite") == 0
     assert checkpoint.load(out / "checkpoint").state["step"] == 2
+
+
+def test_resumed_runs_keep_their_validation_interval_and_plot_title(stand_in, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "20", *SMALL, "--out", str(out)) == 0  # validation every 2 steps
+    assert "validation every 2 steps" in capsys.readouterr().out
+    assert run_cli("train", "--steps", "3", "--resume", "--lr", "1e-3", "--out", str(out)) == 0
+    banner = capsys.readouterr().out
+    assert "validation every 2 steps" in banner  # not every step, as 3 // 10 would give
+    state = checkpoint.load(out / "checkpoint").state
+    assert [v[0] for v in state["val_losses"]][-3:] == [20, 22, 23] and state["run"]["eval_every"] == 2
+    assert state["segments"] == [[0, 2e-3], [20, 1e-3]]
+    assert run_cli("train", "--steps", "1", "--resume", "--eval-every", "1", "--out", str(out)) == 0
+    assert "validation every step" in capsys.readouterr().out
+    assert checkpoint.load(out / "checkpoint").state["segments"] == [[0, 2e-3], [20, 1e-3], [23, 1e-3]]
+
+
+def test_plot_keeps_its_title_and_marks_resumes(monkeypatch, tmp_path):
+    _stand_in(monkeypatch)
+    drawn = []
+    monkeypatch.setattr(train_module.loss_plot, "save", lambda path, losses, val, title, marks: drawn.append(
+        (title, marks)))
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "4", *SMALL, "--out", str(out)) == 0
+    assert run_cli("train", "--steps", "2", "--resume", "--out", str(out)) == 0
+    assert run_cli("train", "--steps", "2", "--resume", "--lr", "5e-4", "--out", str(out)) == 0
+    titles = {title for title, _ in drawn}
+    assert len(titles) == 1 and titles.pop().startswith("run: Llama ")
+    assert drawn[-1][1] == [(4, "resumed"), (6, "resumed, lr 0.002 -> 0.0005")]
+
+
+def test_checkpoint_is_a_whole_hf_directory_with_its_tokenizer(stand_in, tmp_path):
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "1", "--batch", "2", "--seq-len", "16", "--out", str(out)) == 0
+    ckpt = out / "checkpoint"
+    assert checkpoint.load(ckpt).state["tokenizer"]["json"] == (ckpt / "tokenizer.json").read_text()
+    tok = tokenizers.load(str(ckpt))
+    assert tok.vocab_size == tokenizers.default().vocab_size and tok.decode(tok.encode("Return the")) == "Return the"
+    out = tmp_path / "bytes"  # a byte tokenizer has no tokenizer.json to write
+    assert run_cli("train", "--steps", "1", *SMALL, "--out", str(out)) == 0
+    assert not (out / "checkpoint" / "tokenizer.json").exists()
 
 
 @pytest.mark.parametrize("make, message", [

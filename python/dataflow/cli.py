@@ -341,7 +341,8 @@ def _add_train(sub):
     p.add_argument("--save-every", dest="save_every", type=_integer(0), default=0, metavar="N",
                    help="also checkpoint every N steps (default 0: at the end and on Ctrl-C only)")
     p.add_argument("--eval-every", dest="eval_every", type=_integer(0), default=0, metavar="N",
-                   help="validation loss on held-out text every N steps (default 0: ten times per run)")
+                   help="validation loss on held-out text every N steps (default 0: ten times per run; a resumed "
+                        "run keeps its interval)")
     p.add_argument("--nproc", type=_integer(1), metavar="N",
                    help="data-parallel on N local processes through Open MPI's mpirun, each on --batch / N "
                         "sequences of every step (or run `mpirun -n N dataflow train ...`); checkpoints "

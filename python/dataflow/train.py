@@ -70,7 +70,8 @@ def _refuse_changes(args, resumed):
 
 RUN_CHECKS = {"batch": lambda v: type(v) is int and v >= 1, "seq_len": lambda v: type(v) is int and v >= 2,
               "lr": lambda v: type(v) in (int, float) and 0 < v <= 1, "dtype": lambda v: v in ("fp32", "bf16"),
-              "seed": lambda v: type(v) is int and v >= 0, "master_weights": lambda v: type(v) is bool}
+              "seed": lambda v: type(v) is int and v >= 0, "master_weights": lambda v: type(v) is bool,
+              "eval_every": lambda v: type(v) is int and v >= 1}
 
 
 def _checked_state(state, where):
@@ -93,6 +94,10 @@ def _checked_state(state, where):
     if not isinstance(val, list) or not all(isinstance(v, list) and len(v) == 2 and type(v[0]) is int
                                             and type(v[1]) in (int, float) for v in val):
         fail("val_losses", val)
+    segments = state.get("segments", [])
+    if not isinstance(segments, list) or not all(isinstance(v, list) and len(v) == 2 and type(v[0]) is int
+                                                 and type(v[1]) in (int, float) for v in segments):
+        fail("segments", segments)
     data = state.get("data", {})
     if not isinstance(data, dict) or type(data.get("position", 0)) is not int or not isinstance(
             data.get("source", EMBEDDED), str):
@@ -200,9 +205,14 @@ def prepare(args, ranks=1):
                            f"--data: {args.data}" if args.data else "the embedded corpus")
     plan.losses = list(prior.get("losses", []))
     plan.val_losses = [list(v) for v in prior.get("val_losses", [])]
+    # [first step, lr] of each run of this training (a checkpoint from before they were kept: its lr)
+    plan.segments = [list(v) for v in prior.get("segments", [[0, before.get("lr", plan.run["lr"])]] if plan.resumed
+                                                else [])] + [[int(prior.get("step", 0)), plan.run["lr"]]]
     plan.first_step = int(prior.get("step", 0))
     plan.steps = args.steps
-    plan.eval_every = args.eval_every or max(1, args.steps // 10)
+    # a resumed run validates at its first run's interval unless told otherwise, so its curve keeps one spacing
+    plan.eval_every = args.eval_every or before.get("eval_every") or max(1, args.steps // 10)
+    plan.run["eval_every"] = plan.eval_every
     plan.save_every = args.save_every
     plan.trace, plan.trace_steps = args.trace, args.trace_steps or TRACE_STEPS
     if args.trace is None and args.trace_steps is not None:
@@ -273,6 +283,15 @@ class Interrupts:
         signal.signal(signal.SIGINT, self.previous)
 
 
+def _device(backend):
+    """The backend and, on vulkan, which device it is (a GPU, or lavapipe on the CPU)."""
+    if backend.startswith("vulkan"):
+        from . import vulkan
+        index = int(backend.partition(":")[2] or 0)
+        return next((f"{backend}: {d['name']}" for d in vulkan.list_devices() if d["index"] == index), backend)
+    return backend
+
+
 def _banner(plan, trainer, handle, engine, ranks):
     cfg, run = plan.config, plan.run
     params, parts = model_memory(cfg, run["dtype"], training=True, master_weights=run["master_weights"])
@@ -286,9 +305,10 @@ def _banner(plan, trainer, handle, engine, ranks):
         f"{plan.tokenizer.vocab_size}); {len(plan.train_tokens):,} train, {plan.validation.size:,} held out for "
         "validation",
         f"  steps: {plan.steps} x {run['batch']} x {run['seq_len']} = {plan.steps * tokens_per_step:,} tokens "
-        f"({epochs:.1f} epochs), lr {run['lr']:g}, validation every {plan.eval_every} steps",
+        f"({epochs:.1f} epochs), lr {run['lr']:g}, validation "
+        + ("every step" if plan.eval_every == 1 else f"every {plan.eval_every} steps"),
         f"  memory: model {mib(sum(parts.values()))} ({', '.join(f'{k} {mib(v)}' for k, v in parts.items())}) of "
-        f"{mib(handle.memory_capacity())} device memory ({handle.backend}); host matmul: {engine}",
+        f"{mib(handle.memory_capacity())} device memory ({_device(handle.backend)}); host matmul: {engine}",
         f"  output: {plan.ckpt_dir} (checkpoint), {os.path.join(plan.out, 'loss.png')} (loss curve)",
     ]
     if trainer.plan is not None:
@@ -412,6 +432,13 @@ def _run(plan, handle, model, trainer, comm=None):
     batches, losses, val_losses = plan.batches, plan.losses, plan.val_losses
 
     saved = [plan.first_step]
+    # the plot keeps one title over resumes (what was trained, not this invocation's flags) and marks
+    # where each resumed run began, with its lr when that changed
+    params, _ = model_memory(plan.config, run["dtype"])
+    title = (f"{os.path.basename(os.path.abspath(plan.out))}: Llama {params / 1e6:.2f}M "
+             f"({plan.config['num_hidden_layers']} layers, hidden {plan.config['hidden_size']})")
+    marks = [(step, "resumed" + (f", lr {before:g} -> {lr:g}" if lr != before else ""))
+             for (_, before), (step, lr) in zip(plan.segments, plan.segments[1:])]
 
     def save():
         if not lead:
@@ -422,13 +449,13 @@ def _run(plan, handle, model, trainer, comm=None):
         try:
             checkpoint.save_training(plan.ckpt_dir, model, trainer, {
                 "run": run, "tokenizer": plan.tokenizer.to_dict(), "losses": losses, "val_losses": val_losses,
-                "data": {**plan.data, "position": batches.position}})
+                "segments": plan.segments,
+                "data": {**plan.data, "position": batches.position}}, tokenizer=plan.tokenizer)
         except OSError as e:  # disk full, quota, permissions: the atomic save left the previous checkpoint
             raise DataflowError(f"cannot save the checkpoint {plan.ckpt_dir}: {e.strerror or e}; it keeps the last "
                                 f"saved state (step {saved[0]})") from None
         saved[0] = trainer.step_count
-        title = f"{os.path.basename(os.path.abspath(plan.out))}: {plan.config_source}, {run['dtype']}"
-        loss_plot.save(os.path.join(plan.out, "loss.png"), losses, val_losses, title=title)
+        loss_plot.save(os.path.join(plan.out, "loss.png"), losses, val_losses, title=title, marks=marks)
 
     def validate():
         return float(model.loss(plan.validation)) if len(plan.validation) else None
