@@ -58,10 +58,12 @@ def test_train_quick():
     assert row["dataflow"]["rss_peak_mib"] > 0 and row["torch"]["rss_peak_mib"] > 0
     # the peers took turns: a ratio per round, the headline their median, every step of every round kept
     assert len(row["speedup_rounds"]) == 2 and min(row["speedup_rounds"]) <= row["speedup"] <= max(row["speedup_rounds"])
+    assert len(row["speedup_quartiles"]) == 3
     for lib in ("dataflow", "torch"):
-        assert len(row[lib]["tokens_per_s_rounds"]) == 2 and len(row[lib]["step_s"]) >= 2 * 3
+        assert len(row[lib]["tokens_per_s_rounds"]) == 2 and len(row[lib]["step_s"]) == 2 * row[lib]["steps_per_round"]
+        assert len(row[lib]["step_s"]) >= 3
     assert result["machine"]["env"]["OMP_WAIT_POLICY"] == "PASSIVE"  # both libraries wait alike
-    assert summary.startswith("train host (") and "(rounds " in summary
+    assert summary.startswith("train host (") and "(quartiles of 2 rounds " in summary
 
 
 BLOCK_PEERS = """
