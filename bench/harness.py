@@ -43,9 +43,19 @@ call is not all launch latency.
 
 This module imports only the standard library at load time: matmul.py sets OMP_NUM_THREADS
 before torch and dataflow load, so both are imported inside the functions that use them.
+
+Both libraries' OpenMP threads wait the same way: OMP_WAIT_POLICY is PASSIVE (sleep when idle,
+dataflow's default) unless the caller set it, set here before either library loads. torch's own
+default spins, and on a shared machine its spinning threads lose their time slices to other
+processes, so its times (and every ratio) swung by 10x from one run to the next.
+
+The peers need torch (and bench/train.py transformers): `pip install '.[bench]'` (the CPU build of
+torch: add `--extra-index-url https://download.pytorch.org/whl/cpu`). Without them a bench says so
+in one line (require_peers).
 """
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import platform
@@ -53,6 +63,9 @@ import statistics
 import sys
 import time
 from typing import Callable, Optional
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+INSTALL = "pip install '.[bench]' --extra-index-url https://download.pytorch.org/whl/cpu"
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 SECONDS_PER_MEASUREMENT = 2.0  # timed calls per (case, library) take about this long
@@ -68,6 +81,22 @@ def torch_device(backend):
     if not backend.startswith("cuda"):
         return "cpu"
     return backend if ":" in backend else backend + ":0"
+
+
+def installed(module):
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # sys.modules[module] is None: blocked
+        return False
+
+
+def require_peers(*modules):
+    """Exits with one line naming what is missing and the install line when a peer library (torch,
+    transformers) is not installed."""
+    missing = [m for m in modules if not installed(m)]
+    if missing:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: the peer needs {' and '.join(missing)}, not installed here: "
+                 f"{INSTALL}")
 
 
 def tensor(x):
@@ -204,16 +233,21 @@ def cpu_model():
 
 
 def machine_info(backend="host"):
-    import torch
+    """The machine, the libraries' versions (torch's when installed) and the environment that
+    changes what they run."""
     info = dict(cpu=cpu_model(), cpus=os.cpu_count(), affinity=len(os.sched_getaffinity(0)),
-                python=platform.python_version(), torch=torch.__version__, dataflow=import_dataflow().__version__,
+                python=platform.python_version(), dataflow=import_dataflow().__version__,
                 env={k: os.environ[k] for k in ("DATAFLOW_HOST_MATMUL", "DATAFLOW_SIMD", "DATAFLOW_CUDA_ATTENTION",
-                                                "DATAFLOW_CUDA_TF32") if k in os.environ})
+                                                "DATAFLOW_CUDA_TF32", "OMP_WAIT_POLICY") if k in os.environ})
+    if installed("torch"):
+        import torch
+        info["torch"] = torch.__version__
     if backend.startswith("vulkan"):
         import dataflow.vulkan
         index = int(backend.partition(":")[2] or 0)
         info.update(vulkan_device=next(d for d in dataflow.vulkan.list_devices() if d["index"] == index))
     elif backend != "host":
+        import torch
         dev = torch_device(backend)
         p = torch.cuda.get_device_properties(dev)
         info.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1), sm_count=p.multi_processor_count,
@@ -281,6 +315,7 @@ def summary(rows, backend, threads, memcpy, skipped, load):
 def main(groups):
     """groups: name -> cases function, or None where the group's module is absent (skipped)."""
     args = parse_args(groups)
+    require_peers("torch")
     import torch
     df = import_dataflow()
     global DEVICE

@@ -19,7 +19,8 @@ import re
 import subprocess
 import sys
 
-from harness import TORCH_DTYPES, import_dataflow, loaded_libraries, machine_info, open_handle, timed_medians
+from harness import (TORCH_DTYPES, import_dataflow, loaded_libraries, machine_info, open_handle, require_peers,
+                     timed_medians)
 
 
 def parse_args():
@@ -73,6 +74,7 @@ def matmul_paths(backend, dtypes, df):
 
 def main():
     args = parse_args()
+    require_peers("torch")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import numpy as np
     import torch

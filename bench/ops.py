@@ -26,4 +26,5 @@ def load(group):
 
 
 if __name__ == "__main__":
+    harness.require_peers("torch")  # before the groups import it
     harness.main({group: load(group) for group in GROUPS})

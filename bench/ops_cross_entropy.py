@@ -9,11 +9,13 @@ reads each row a second time, from cache for rows under ~1 MiB).
     python bench/ops_cross_entropy.py [--threads 2] [--dtypes fp32,bf16] [--quick]
 """
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 import harness
 from harness import Case
+
+harness.require_peers("torch")  # before importing it: a missing torch is one line, not a traceback
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 df = harness.import_dataflow()
 

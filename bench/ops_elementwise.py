@@ -11,10 +11,12 @@ cast runs for each ordered pair of the dtypes asked for (none with a single dtyp
 import itertools
 
 import numpy as np
-import torch
 
 import harness
 from harness import Case
+
+harness.require_peers("torch")  # before importing it: a missing torch is one line, not a traceback
+import torch  # noqa: E402
 
 df = harness.import_dataflow()
 

@@ -12,10 +12,12 @@ All memory-bound; bytes count what each op must read and write once.
     python bench/ops_norm_swiglu.py [--threads 2] [--dtypes fp32,bf16] [--quick]
 """
 import numpy as np
-import torch
 
 import harness
 from harness import Case
+
+harness.require_peers("torch")  # before importing it: a missing torch is one line, not a traceback
+import torch  # noqa: E402
 
 df = harness.import_dataflow()
 

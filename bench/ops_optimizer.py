@@ -11,10 +11,12 @@ buffer read and written once per step. grad_norm_sq only reads, so it can pass 1
 import itertools
 
 import numpy as np
-import torch
 
 import harness
 from harness import Case
+
+harness.require_peers("torch")  # before importing it: a missing torch is one line, not a traceback
+import torch  # noqa: E402
 
 df = harness.import_dataflow()
 

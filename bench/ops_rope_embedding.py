@@ -14,10 +14,12 @@ All are memory-bound; their working sets (4 MiB at fp32) fit in the last-level c
     python bench/ops_rope_embedding.py [--threads 2] [--dtypes fp32,bf16] [--quick]
 """
 import numpy as np
-import torch
 
 import harness
 from harness import Case
+
+harness.require_peers("torch")  # before importing it: a missing torch is one line, not a traceback
+import torch  # noqa: E402
 
 df = harness.import_dataflow()
 

@@ -7,7 +7,9 @@ compute-per-byte over PCIe 5, and the planner's predicted step time next to the 
 Scaling: an H100 SXM does 989e12 dense bf16 FLOP/s; a PCIe 5 x16 link moves ~55e9 B/s of pinned
 copies each way; so a byte crosses the link in the time of 989e12 / 55e9 = 18,000 FLOPs
 (5.6e-5 bytes per FLOP). The throttle (Handle(transfer_bandwidth=), both directions) is this
-host's measured bf16 matmul rate (dataflow.ring.calibrate, 1024^3) x 55e9 / 989e12, so a
+host's measured bf16 matmul rate (dataflow.ring.calibrate's 1024^3 matmul, profile.measured:
+the rate before the fit to the model, which rescales the profile's peak by its small shapes'
+speed and swung the throttle 30x between runs) x 55e9 / 989e12, so a
 streamed byte costs as many of this host's matmul FLOPs as of an H100's. Only matmul is
 scaled: this host's attention and memory-bound ops are slower next to its matmuls than an
 H100's (its memory moves ~0.1 byte per matmul FLOP, an H100's HBM 0.003), which gives the
@@ -157,7 +159,7 @@ def main():
     h = df.Handle("host", threads=args.threads)
     profile = df.ring.calibrate(h, config=cfg, seq_len=seq, dtype=dtype, tokens_per_step=tokens_per_step,
                                 fit_seconds=60)
-    throttle = profile.peak_flops_bf16 * PCIE5_BYTES_PER_S / H100_BF16_FLOPS
+    throttle = profile.measured["matmul_flops_bf16"] * PCIE5_BYTES_PER_S / H100_BF16_FLOPS
 
     # the peer: all-resident, no cap
     model = df.models.Llama(h, cfg, dtype=dtype, seed=0)
@@ -243,7 +245,8 @@ def main():
                   dtype=dtype, steps=args.steps, machine=machine_info("host"), loadavg=os.getloadavg(),
                   scaling=dict(h100_bf16_flops=H100_BF16_FLOPS, pcie5_bytes_per_s=PCIE5_BYTES_PER_S,
                                bytes_per_flop=PCIE5_BYTES_PER_S / H100_BF16_FLOPS,
-                               host_bf16_matmul_flops=profile.peak_flops_bf16, throttle_bytes_per_s=throttle),
+                               host_bf16_matmul_flops=profile.measured["matmul_flops_bf16"],
+                               fitted_peak_flops_bf16=profile.peak_flops_bf16, throttle_bytes_per_s=throttle),
                   profile=repr(profile), resident=dict(median_s=statistics.median(all_resident),
                                                        tokens_per_s=tokens_per_step / statistics.median(all_resident),
                                                        predicted_s=full.predicted_step_seconds),

@@ -17,9 +17,13 @@ clip_grad_norm_ / AdamW.step (sdpa attention, foreach AdamW: torch's defaults). 
 (library, dtype) runs in its own subprocess, so its peak RSS (resource.getrusage ru_maxrss)
 is its own: the dataflow process never imports torch. rss_baseline_mib is the peak before
 the model is built (interpreter + libraries), rss_peak_mib the peak after the timed steps.
-Timing: median of `steps` timed steps after 2 warm-up steps (tokens/s = batch * seq / median).
-The two libraries run one after the other, not interleaved (each needs its own process), so
-outside load on this shared machine can favour either: the loadavg is recorded around each.
+Timing: both workers stay alive and take turns, --rounds rounds of a few steps each (the order
+alternating), so load that comes and goes on a shared machine hits both alike; a library's rounds
+add up to at least --steps steps and --seconds seconds after 2 warm-up steps. tokens/s = batch *
+seq / the median of all of a library's timed steps; speedup is the median over the rounds of
+dataflow's tokens/s / torch's in the same round, and its spread the quartiles of those ratios.
+The loadavg is recorded around each worker's run. Both run with the same OpenMP wait policy
+(bench/harness.py).
 bf16: dataflow keeps bf16 weights and activations with fp32 gradients, m and v; torch keeps
 everything (params, grads, AdamW state) in bf16, as model.to(torch.bfloat16) does.
 
@@ -29,11 +33,13 @@ sum over documents of seq^2 / 2 (causal; QK^T and PV, forward 2 + backward 4 mul
 """
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 REFERENCE = dict(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
@@ -110,23 +116,76 @@ def worker(args):
             opt.step()
             return loss.item()
         extra = {}
-    load = [os.getloadavg()[0]]
-    losses, times = [], []
-    for i in range(WARMUP + args.steps):
-        t0 = time.perf_counter()
-        losses.append(step())
-        if i >= WARMUP:
+    # Commands from the parent, one per line: "run N" times N steps and answers their seconds;
+    # "end" answers the summary. Between commands the process waits on its stdin, using no CPU.
+    load, losses = [os.getloadavg()[0]], [step() for _ in range(WARMUP)]
+    for line in sys.stdin:
+        if line.split()[0] == "end":
+            break
+        times = []
+        for _ in range(int(line.split()[1])):
+            t0 = time.perf_counter()
+            losses.append(step())
             times.append(time.perf_counter() - t0)
+        print(json.dumps(times), flush=True)
     load.append(os.getloadavg()[0])
     if args.worker == "dataflow":
         extra["device_memory_in_use_mib"] = round(h.memory_in_use() / 2**20, 1)
     elif args.backend != "host":
         extra["device_memory_peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-    median = statistics.median(times)
-    print(json.dumps(dict(library=args.worker, dtype=args.dtype, step_s=times, median_s=median,
-                          tokens_per_s=batch * seq / median, gflops=step_flops(cfg, batch, seq) / median / 1e9,
-                          first_loss=losses[0], last_loss=losses[-1], rss_baseline_mib=round(baseline, 1),
-                          rss_peak_mib=round(peak_rss_mib(), 1), loadavg_start_end=load, **extra)))
+    print(json.dumps(dict(library=args.worker, dtype=args.dtype, first_loss=losses[0], last_loss=losses[-1],
+                          rss_baseline_mib=round(baseline, 1), rss_peak_mib=round(peak_rss_mib(), 1),
+                          loadavg_start_end=load, **extra)), flush=True)
+
+
+class Worker:
+    """One library's worker process (its own, for its own peak RSS), driven over its stdin."""
+
+    def __init__(self, args, lib, dtype, env):
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--dtype", dtype, "--backend", args.backend,
+               "--model", args.model, "--threads", str(args.threads)] + (["--quick"] if args.quick else [])
+        self.name, self.err = f"{lib} {dtype}", tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+                                     text=True)
+
+    def ask(self, command):
+        try:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died: readline below finds out
+        answer = self.proc.stdout.readline()
+        if not answer:
+            self.proc.wait()
+            self.err.seek(0)
+            sys.exit(f"{self.name} worker failed:\n{self.err.read()[-4000:]}")
+        return json.loads(answer)
+
+
+def measure(args, dtype, env):
+    """Both libraries' workers, alive together, take turns: --rounds rounds, each library timing n
+    steps per round (dataflow first in even rounds, torch in odd ones). n makes a library's rounds
+    add up to at least --steps steps and --seconds of them, from one step's time after warm-up."""
+    cfg, (batch, seq) = config(args)
+    workers = {lib: Worker(args, lib, dtype, env) for lib in ("dataflow", "torch")}
+    per_round = {lib: max(math.ceil(args.steps / args.rounds),
+                          math.ceil(args.seconds / args.rounds / max(w.ask("run 1")[0], 1e-6)))
+                 for lib, w in workers.items()}
+    times = {lib: [] for lib in workers}
+    for r in range(args.rounds):
+        for lib in ("dataflow", "torch") if r % 2 == 0 else ("torch", "dataflow"):
+            times[lib].append(workers[lib].ask(f"run {per_round[lib]}"))
+    rows = {}
+    for lib, w in workers.items():
+        steps = [t for turn in times[lib] for t in turn]
+        median = statistics.median(steps)
+        rows[lib] = dict(w.ask("end"), step_s=steps, steps_per_round=per_round[lib], median_s=median,
+                         tokens_per_s=batch * seq / median,
+                         tokens_per_s_rounds=[batch * seq / statistics.median(t) for t in times[lib]],
+                         gflops=step_flops(cfg, batch, seq) / median / 1e9)
+        w.proc.wait()
+    ratios = [a / b for a, b in zip(rows["dataflow"]["tokens_per_s_rounds"], rows["torch"]["tokens_per_s_rounds"])]
+    return rows["dataflow"], rows["torch"], ratios
 
 
 def main():
@@ -135,33 +194,32 @@ def main():
     p.add_argument("--model", choices=["reference", "1b"], default="reference", help="config (see the docstring)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--dtypes", default="fp32,bf16")
-    p.add_argument("--steps", type=int, default=5, help="timed steps after 2 warm-up steps")
+    p.add_argument("--steps", type=int, help="least timed steps per library, after 2 warm-up steps (default 10; "
+                                             "--quick 40)")
+    p.add_argument("--seconds", type=float, help="least timed seconds per library (default 20; --quick 3)")
+    p.add_argument("--rounds", type=int, default=10, help="turns each library takes, alternating (default 10)")
     p.add_argument("--quick", action="store_true", help="a small smoke config")
     p.add_argument("--worker", choices=["dataflow", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.quick and args.steps == 5:
-        args.steps = 2
+    args.steps = args.steps if args.steps is not None else 40 if args.quick else 10
+    args.seconds = args.seconds if args.seconds is not None else 3.0 if args.quick else 20.0
     if args.worker:
         return worker(args)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from harness import machine_info
+    from harness import machine_info, require_peers
+    require_peers("torch", "transformers")
+    for name in ("steps", "rounds"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name}: must be at least 1, got {getattr(args, name)}")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     rows = []
     for dtype in args.dtypes.split(","):
         if dtype not in ("fp32", "bf16"):
             p.error(f"--dtypes: {dtype!r} is not fp32 or bf16")
-        pair = {}
-        for lib in ("dataflow", "torch"):
-            cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--dtype", dtype, "--backend",
-                   args.backend, "--model", args.model, "--threads", str(args.threads), "--steps", str(args.steps)] + (
-                   ["--quick"] if args.quick else [])
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if out.returncode != 0:
-                sys.exit(f"{lib} {dtype} worker failed:\n{out.stderr[-4000:]}")
-            pair[lib] = json.loads(out.stdout.strip().splitlines()[-1])
-        d, t = pair["dataflow"], pair["torch"]
-        rows.append(dict(dtype=dtype, dataflow=d, torch=t, speedup=d["tokens_per_s"] / t["tokens_per_s"],
+        d, t, ratios = measure(args, dtype, env)
+        rows.append(dict(dtype=dtype, dataflow=d, torch=t, speedup=statistics.median(ratios), speedup_rounds=ratios,
+                         speedup_quartiles=statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3,
                          rss_ratio=d["rss_peak_mib"] / t["rss_peak_mib"]))
     cfg, (batch, seq) = config(args)
     machine = machine_info(args.backend)
@@ -170,11 +228,13 @@ def main():
         for lib in ("dataflow", "torch"):
             r[lib]["mfu"] = round(r[lib]["gflops"] * 1e9 / peak, 4) if peak else None
     print(json.dumps(dict(bench="train", backend=args.backend, threads=args.threads, quick=args.quick,
-                          model=args.model, config=cfg, batch=batch, seq=seq, steps=args.steps, machine=machine,
+                          model=args.model, config=cfg, batch=batch, seq=seq, steps=args.steps, seconds=args.seconds,
+                          rounds=args.rounds, machine=machine,
                           peak_bf16_flops=peak, mfu_formula="step_flops(cfg, batch, seq) / median step s / peak_bf16_flops",
                           rows=rows), indent=1))
     gpu = args.backend != "host"
-    parts = [f"{r['dtype']}: {r['speedup']:.2f}x torch tokens/s ({r['dataflow']['tokens_per_s']:.0f} vs "
+    parts = [f"{r['dtype']}: {r['speedup']:.2f}x torch tokens/s (quartiles of {len(r['speedup_rounds'])} rounds "
+             f"{r['speedup_quartiles'][0]:.2f}-{r['speedup_quartiles'][2]:.2f}x; {r['dataflow']['tokens_per_s']:.0f} vs "
              f"{r['torch']['tokens_per_s']:.0f})" + (
                  f", MFU {r['dataflow']['mfu']} vs {r['torch']['mfu']}" if gpu else
                  f", peak RSS {r['rss_ratio']:.2f}x ({r['dataflow']['rss_peak_mib']:.0f} vs "

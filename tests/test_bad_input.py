@@ -129,8 +129,9 @@ def test_matmul_shape_mismatch(h, kept):
 
 
 def test_bad_handle_arguments():
-    with pytest.raises(df.LoadError, match='backend "nope": cannot load its library'):
-        df.Handle("nope")
+    # a name that is no backend lists the ones this build has, not a missing .so
+    with pytest.raises(df.LoadError, match=r'backend "gpu": no such backend in this build; available: (\w+, )*host\b'):
+        df.Handle("gpu")
     with pytest.raises(df.BadArgumentError, match="device index"):
         df.Handle("host:x")
     with pytest.raises(df.BadArgumentError, match="streams must be an integer in 1..64, got 0"):

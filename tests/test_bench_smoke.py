@@ -41,7 +41,10 @@ def test_matmul_small():
 
 def test_ring_quick():
     result, summary = run_bench("ring.py", "--quick", "--steps", "1")
-    assert result["scaling"]["throttle_bytes_per_s"] > 0 and len(result["rows"]) == 2
+    scaling = result["scaling"]
+    assert scaling["throttle_bytes_per_s"] > 0 and len(result["rows"]) == 2
+    # the link is scaled from the measured matmul rate, not the profile's rate fitted to the model
+    assert scaling["throttle_bytes_per_s"] == scaling["host_bf16_matmul_flops"] * scaling["bytes_per_flop"]
     for r in result["rows"]:
         assert r["measured_s"] > 0 and r["predicted_s"] > 0 and r["ratio"] > 0, r
         assert r["device_peak_bytes"] <= r["cap_bytes"], r
@@ -50,8 +53,41 @@ def test_ring_quick():
 
 
 def test_train_quick():
-    result, summary = run_bench("train.py", "--quick", "--dtypes", "fp32")
+    result, summary = run_bench("train.py", "--quick", "--dtypes", "fp32", "--rounds", "2", "--steps", "3",
+                                "--seconds", "0.1")
     (row,) = result["rows"]
     assert row["dtype"] == "fp32" and row["dataflow"]["tokens_per_s"] > 0 and row["torch"]["tokens_per_s"] > 0
     assert row["dataflow"]["rss_peak_mib"] > 0 and row["torch"]["rss_peak_mib"] > 0
-    assert summary.startswith("train host (")
+    # the peers took turns: a ratio per round, the headline their median, every step of every round kept
+    assert len(row["speedup_rounds"]) == 2 and min(row["speedup_rounds"]) <= row["speedup"] <= max(row["speedup_rounds"])
+    assert len(row["speedup_quartiles"]) == 3
+    for lib in ("dataflow", "torch"):
+        assert len(row[lib]["tokens_per_s_rounds"]) == 2 and len(row[lib]["step_s"]) == 2 * row[lib]["steps_per_round"]
+        assert len(row[lib]["step_s"]) >= 3
+    assert result["machine"]["env"]["OMP_WAIT_POLICY"] == "PASSIVE"  # both libraries wait alike
+    assert summary.startswith("train host (") and "(quartiles of 2 rounds " in summary
+
+
+BLOCK_PEERS = """
+import runpy, sys
+sys.modules["torch"] = sys.modules["transformers"] = None  # as if not installed
+sys.path.insert(0, sys.argv[1])
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("script, args", [("train.py", ["--quick"]), ("ops.py", ["--quick"]),
+                                          ("ops_attention.py", ["--quick"]), ("matmul.py", ["--sizes", "64"])])
+def test_benches_without_torch_say_what_to_install(script, args):
+    out = subprocess.run([sys.executable, "-c", BLOCK_PEERS, BENCH, os.path.join(BENCH, script), *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"{script}: the peer needs torch") and "pip install '.[bench]'" in line, line
+
+
+def test_machine_info_without_torch():
+    code = BLOCK_PEERS.split("sys.argv =")[0] + "import harness; info = harness.machine_info(); assert 'torch' not in info"
+    out = subprocess.run([sys.executable, "-c", code, BENCH], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

@@ -55,6 +55,18 @@ def test_resave_replaces_and_refuses_bad_state(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["ckpt"]
 
 
+def test_texts_are_saved_and_checked(tmp_path):
+    checkpoint.save(tmp_path / "ckpt", MODEL, CONFIG, OPTIMIZER, {"step": 1}, texts={"tokenizer.json": '{"a": 1}'})
+    assert (tmp_path / "ckpt" / "tokenizer.json").read_text() == '{"a": 1}'
+    checkpoint.load(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "tokenizer.json").write_text('{"a": 2}')
+    with pytest.raises(FileFormatError, match="tokenizer.json: contents differ from the SHA-256"):
+        checkpoint.load(tmp_path / "ckpt")
+    with pytest.raises(FileFormatError, match="points outside"):
+        checkpoint.save(tmp_path / "other", MODEL, CONFIG, texts={"../escape.json": "{}"})
+    assert not (tmp_path / "escape.json").exists()
+
+
 def _truncate(path):
     path.write_bytes(path.read_bytes()[:-5])
 

@@ -20,6 +20,7 @@ import pytest
 import dataflow
 from dataflow import checkpoint, cli
 from dataflow import safetensors_io as st
+from dataflow import tokenizer as tokenizers
 from dataflow import train as train_module
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -171,6 +172,67 @@ def test_an_existing_run_is_never_replaced_without_being_told(stand_in, tmp_path
     assert checkpoint.load(out / "checkpoint").state["step"] == 2
 
 
+def test_resumed_runs_keep_their_validation_interval_and_plot_title(stand_in, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "20", *SMALL, "--out", str(out)) == 0  # validation every 2 steps
+    assert "validation every 2 steps" in capsys.readouterr().out
+    assert run_cli("train", "--steps", "3", "--resume", "--lr", "1e-3", "--out", str(out)) == 0
+    banner = capsys.readouterr().out
+    assert "validation every 2 steps" in banner  # not every step, as 3 // 10 would give
+    state = checkpoint.load(out / "checkpoint").state
+    assert [v[0] for v in state["val_losses"]][-3:] == [20, 22, 23] and state["run"]["eval_every"] == 2
+    assert state["segments"] == [[0, 2e-3], [20, 1e-3]]
+    assert run_cli("train", "--steps", "1", "--resume", "--eval-every", "1", "--out", str(out)) == 0
+    assert "validation every step" in capsys.readouterr().out
+    assert checkpoint.load(out / "checkpoint").state["segments"] == [[0, 2e-3], [20, 1e-3], [23, 1e-3]]
+
+
+def test_plot_keeps_its_title_and_marks_resumes(monkeypatch, tmp_path):
+    _stand_in(monkeypatch)
+    drawn = []
+    monkeypatch.setattr(train_module.loss_plot, "save", lambda path, losses, val, title, marks: drawn.append(
+        (title, marks)))
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "4", *SMALL, "--out", str(out)) == 0
+    assert run_cli("train", "--steps", "2", "--resume", "--out", str(out)) == 0
+    assert run_cli("train", "--steps", "2", "--resume", "--lr", "5e-4", "--out", str(out)) == 0
+    titles = {title for title, _ in drawn}
+    assert len(titles) == 1 and titles.pop().startswith("run: Llama ")
+    assert drawn[-1][1] == [(4, "resumed"), (6, "resumed, lr 0.002 -> 0.0005")]
+
+
+def test_checkpoint_is_a_whole_hf_directory_with_its_tokenizer(stand_in, tmp_path):
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "1", "--batch", "2", "--seq-len", "16", "--out", str(out)) == 0
+    ckpt = out / "checkpoint"
+    assert checkpoint.load(ckpt).state["tokenizer"]["json"] == (ckpt / "tokenizer.json").read_text()
+    tok = tokenizers.load(str(ckpt))
+    assert tok.vocab_size == tokenizers.default().vocab_size and tok.decode(tok.encode("Return the")) == "Return the"
+    out = tmp_path / "bytes"  # a byte tokenizer has no tokenizer.json to write
+    assert run_cli("train", "--steps", "1", *SMALL, "--out", str(out)) == 0
+    assert not (out / "checkpoint" / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp / "nothere", "--checkpoint: {path} does not exist; expected a checkpoint"),
+    (lambda tmp: tmp, "--checkpoint: {path} holds neither trainer_state.json (a checkpoint) nor config.json"),
+    (lambda tmp: tmp / "file.txt", "--checkpoint: {path} is not a directory"),
+])
+def test_generate_names_what_the_checkpoint_is_not(tmp_path, capsys, make, message):
+    (tmp_path / "file.txt").write_text("x")
+    path = make(tmp_path)
+    assert run_cli("generate", "--checkpoint", str(path)) == 2
+    err = capsys.readouterr().err
+    assert message.format(path=path) in err and "trainer_state.json: cannot read" not in err, err
+
+
+def test_help_keeps_flag_names_whole(capsys):
+    for command in ("train", "generate", "plan", "demo"):
+        assert run_cli(command, "--help") == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert not [line for line in lines if re.search(r"--[a-z]+(-[a-z]+)*-$", line.rstrip())], command
+
+
 BAD_ARGUMENTS = {  # argv -> what stderr must say (each names the flag)
     "negative steps": (["--steps", "-5"], "argument --steps: must be >= 1, got -5"),
     "zero steps": (["--steps", "0"], "argument --steps: must be >= 1, got 0"),
@@ -185,7 +247,7 @@ BAD_ARGUMENTS = {  # argv -> what stderr must say (each names the flag)
     "fp16": (["--dtype", "fp16"], "argument --dtype: invalid choice: 'fp16'"),
     "master weights of fp32": (["--master-weights"], "--master-weights: fp32 master weights are for bf16 training"),
     "seq-len past context": (["--seq-len", "1000"], "--seq-len: 1000 exceeds the model's max_position_embeddings 256"),
-    "unknown preset": (["--config", "nope"], "--config: 'nope' is neither a preset (tiny, small) nor a config.json"),
+    "unknown preset": (["--config", "nope"], "--config: 'nope' is not a preset (tiny, small, llama3.2-1b, "),
     "data is a device": (["--data", "/dev/zero"], "--data: /dev/zero: training text must be a regular file"),
     "data is missing": (["--data", "/no/such/file.txt"], "--data: /no/such/file.txt: cannot read training text"),
     "data too short": (["--data", "{short}"], "--data: {short}: 3 tokens to train on, fewer than one batch"),
@@ -196,6 +258,8 @@ BAD_ARGUMENTS = {  # argv -> what stderr must say (each names the flag)
     "trace is a directory": (["--trace", "{tmp}"], "--trace: {tmp} is a directory; name a file"),
     "trace in no directory": (["--trace", "/no/such/dir/t.json"], "--trace: cannot write to /no/such/dir"),
     "trace-steps alone": (["--trace-steps", "3"], "--trace-steps: says how many steps --trace covers"),
+    "resume in place with overwrite": (["--resume"], "--overwrite: --resume continues"),  # the test adds --overwrite
+    "typo'd flag": (["--stpes", "3"], "dataflow train: error: unrecognized arguments: --stpes 3 (did you mean --steps?)"),
     "zero trace-steps": (["--trace", "{tmp}/t.json", "--trace-steps", "0"], "argument --trace-steps: must be >= 1"),
 }
 

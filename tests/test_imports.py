@@ -61,3 +61,23 @@ def test_module_imports_alone_in_a_fresh_interpreter(module):
     name = "dataflow" if module == "__init__" else f"dataflow.{module}"
     r = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if not m.startswith("_")])
+def test_module_is_an_attribute_after_import_dataflow(module):
+    code = f"import dataflow as df; m = df.{module}; assert m.__name__ == 'dataflow.{module}'; assert '{module}' in dir(df)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_readme_module_names_are_attributes():
+    """The modules the README names as dataflow.X or df.X."""
+    import re
+    import dataflow as df
+    with open(os.path.join(os.path.dirname(PACKAGE), "..", "README.md")) as f:
+        names = set(re.findall(r"\b(?:dataflow|df)\.([a-z_]+)\b", f.read())) - {"pc"}
+    assert names >= {"vulkan", "checkpoint", "pretrained", "safetensors_io"}
+    for name in sorted(names):
+        assert hasattr(df, name), name
+    with pytest.raises(AttributeError, match="no attribute 'not_a_module'"):
+        df.not_a_module

@@ -45,3 +45,11 @@ def test_degenerate_curves(tmp_path, values):
     loss_plot.save(tmp_path / "l.png", values)
     with Image.open(tmp_path / "l.png") as image:
         assert image.size == (800, 500)
+
+
+def test_marks_show_where_resumed_runs_began():
+    fig = loss_plot.figure([3.0] * 30, [], title="t", marks=[(10, "resumed"), (20, "resumed, lr 0.002 -> 0.0005")])
+    (ax,) = fig.axes
+    lines = ax.get_lines()[2:]  # after the raw and smoothed training curves
+    assert [tuple(line.get_xdata()) for line in lines] == [(10.5, 10.5), (20.5, 20.5)]
+    assert [t.get_text() for t in ax.texts] == ["resumed", "resumed, lr 0.002 -> 0.0005"]

@@ -196,8 +196,53 @@ def test_cli_plan_timeline_picture(tmp_path, capsys):
     assert cli.main(argv) == 0
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG") and len(data) > 10_000
-    assert cli.main(argv) == 2  # never overwrites
-    assert "--timeline" in capsys.readouterr().err
+    assert f"timeline: wrote {path}" in capsys.readouterr().out
+    assert cli.main(argv) == 2  # never overwrites unless told
+    assert "--overwrite" in capsys.readouterr().err
+    path.write_bytes(b"old")
+    assert cli.main(argv + ["--overwrite"]) == 0
+    assert path.read_bytes().startswith(b"\x89PNG") and f"wrote {path}" in capsys.readouterr().out
+    assert cli.main(argv[:-2] + ["--overwrite"]) == 2 and "add --timeline" in capsys.readouterr().err
+    assert cli.main(argv[:-1] + [str(tmp_path), "--overwrite"]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_small_plans_print_in_units_that_suit_them(capsys):
+    """A tiny model's plan is mebibytes and microseconds: no figure may print as zero."""
+    assert cli.main(["plan", "--config", "tiny", "--seq-len", "64", "--device-memory", "8GiB",
+                     "--host-memory", "32GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "0.00 " not in out and " 0.0000 " not in out and "GiB of weights" not in out, out
+    assert "MiB of weights" in out and "capacity 8.00 GiB, peak " in out and "MiB)" in out, out
+    assert "predicted timeline (us;" in out and out.splitlines()[-1].split()[2] == "us,", out
+    assert cli.main(["plan", "--config", "tiny", "--seq-len", "64", "--device-memory", "1MiB",
+                     "--host-memory", "32GiB"]) == 1
+    err = capsys.readouterr().err
+    assert "nothing fits in 1.00 MiB device memory: the smallest plan needs" in err and " MiB device" in err, err
+    assert "0.00" not in err, err
+
+
+def test_plan_and_train_take_the_same_model_specs(tmp_path, capsys):
+    """Every preset of `dataflow train` plans, and a model directory plans as train would build it."""
+    from dataflow import model_specs
+    base = ["--seq-len", "64", "--device-memory", "64GiB", "--host-memory", "2TiB"]
+    for name in model_specs.PRESETS:
+        assert cli.main(["plan", "--config", name] + base) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    directory = tmp_path / "model"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({"model_type": "llama", **TINY}))
+    assert cli.main(["plan", "--config", str(directory), "--json"] + base) == 0
+    assert json.loads(capsys.readouterr().out)["weight_slots"] == TINY["num_hidden_layers"]
+    assert cli.main(["plan", "--config", str(tmp_path), "--json"] + base) == 2
+    assert "has no config.json" in capsys.readouterr().err
+    # train takes the large presets too: llama3.2-1b is planned (and found not to fit), not refused
+    out = tmp_path / "run"
+    assert cli.main(["train", "--config", "llama3.2-1b", "--device-memory", "64MiB", "--host-memory", "64MiB",
+                     "--steps", "1", "--out", str(out)]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith("dataflow train: ring plan: nothing fits in 64.0 MiB device memory"), err
+    assert not out.exists()
 
 
 def test_timeline_bars_follow_the_phases():

@@ -20,6 +20,14 @@ def test_list_devices_has_properties():
     assert int(d["api_version"].split(".")[0]) == 1 and int(d["api_version"].split(".")[1]) >= 2
 
 
+def test_train_banner_names_the_device():
+    import dataflow.vulkan
+    from dataflow.train import _device
+    name = dataflow.vulkan.list_devices()[0]["name"]
+    assert _device("vulkan") == f"vulkan: {name}" and _device("vulkan:0") == f"vulkan:0: {name}"
+    assert _device("host") == "host"
+
+
 def test_missing_device_index_lists_the_devices():
     import dataflow.vulkan
     n = len(dataflow.vulkan.list_devices())

@@ -1,3 +1,4 @@
+#include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
@@ -5,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "handle_internal.h"
 
@@ -173,17 +175,58 @@ static Dataflow_Status parse_backend(const char *spec, char *name, size_t name_s
 	return DATAFLOW_OK;
 }
 
+static int compare_names(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* "cuda, host, vulkan": the backends whose libraries (libdataflow_<name>.so, not the kernels'
+ * libdataflow_<name>_ops.so) sit in `dir`. */
+static void list_backends(const char *dir, char *out, size_t size)
+{
+	char names[16][64];
+	const char *sorted[16];
+	int n = 0;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && n < 16 && (e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (strncmp(e->d_name, "libdataflow_", 12) != 0 || len < 16 || strcmp(e->d_name + len - 3, ".so") != 0 ||
+		    (len >= 19 && strcmp(e->d_name + len - 7, "_ops.so") == 0) || len - 15 >= sizeof(names[0]))
+			continue;
+		snprintf(names[n], sizeof(names[n]), "%.*s", (int)(len - 15), e->d_name + 12);
+		sorted[n] = names[n];
+		n++;
+	}
+	if (d)
+		closedir(d);
+	qsort(sorted, (size_t)n, sizeof(sorted[0]), compare_names);
+	out[0] = '\0';
+	for (int i = 0; i < n; i++)
+		snprintf(out + strlen(out), size - strlen(out), "%s%s", i ? ", " : "", sorted[i]);
+	if (n == 0)
+		snprintf(out, size, "none");
+}
+
 /* The backend library sits next to libdataflow; else the loader's search path. */
 static Dataflow_Status load_backend(const char *name, Dataflow_Backend_Init_Fn *init)
 {
 	char path[PATH_MAX + 64];
 	snprintf(path, sizeof(path), "%s/libdataflow_%s.so", dataflow_library_dir(), name);
+	int beside = access(path, F_OK) == 0;
 	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!lib) {
 		char first_error[512];
 		snprintf(first_error, sizeof(first_error), "%s", dlerror());
 		snprintf(path, sizeof(path), "libdataflow_%s.so", name);
 		lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		if (!lib && !beside) { /* no such backend here: a typo, or one this build lacks */
+			char known[256];
+			list_backends(dataflow_library_dir(), known, sizeof(known));
+			return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED,
+						  "backend \"%s\": no such backend in this build; available: %s", name,
+						  known);
+		}
 		if (!lib)
 			return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED,
 						  "backend \"%s\": cannot load its library (%s)", name, first_error);

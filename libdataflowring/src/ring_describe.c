@@ -2,9 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "dataflow/ring_plan.h"
-
-#define GIB (1024.0 * 1024.0 * 1024.0)
+#include "ring_internal.h"
 
 typedef struct {
 	char *out;
@@ -82,7 +80,7 @@ int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *p, char *out, int6
 	    (long long)p->tokens_per_step, (long long)p->rounds_per_step, (long long)p->chunks_per_round,
 	    (long long)p->chunk_tokens, (long long)p->seq_len,
 	    p->kv_context ? "; a chunk attends over its sequence's earlier chunks" : "");
-	put(&t, "model: %d layers, %.3f GiB of weights\n", p->num_layers, (double)p->model_param_bytes / GIB);
+	put(&t, "model: %d layers, %s of weights\n", p->num_layers, ring_bytes_text((double)p->model_param_bytes).text);
 	put(&t, "embedding %s, head %s; %d layers: %d weight slot(s)%s, %d gradient slot(s)%s\n",
 	    p->embedding_resident ? "resident" : "streamed", p->head_resident ? "resident" : "streamed",
 	    p->num_layers, p->weight_slots, p->weight_slots >= p->num_layers ? " (all resident)" : "",
@@ -90,30 +88,32 @@ int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *p, char *out, int6
 	placement(&t, p);
 	put(&t, "optimizer: AdamW on the %s%s\n", dataflow_ring_optimizer_name(p->optimizer),
 	    p->master_weights ? ", fp32 master weights" : "");
-	put(&t, "device memory (capacity %.2f GiB, peak %.2f GiB):\n", (double)p->device_capacity / GIB,
-	    (double)p->device_peak_bytes / GIB);
+	put(&t, "device memory (capacity %s, peak %s):\n", ring_bytes_text((double)p->device_capacity).text,
+	    ring_bytes_text((double)p->device_peak_bytes).text);
 	for (int i = 0; i < DATAFLOW_RING_DEV_NUM; i++)
 		if (p->device_bytes[i])
-			put(&t, "  %-18s %9.3f GiB%s\n", dataflow_ring_device_purpose_name((Dataflow_Ring_Device_Purpose)i),
-			    (double)p->device_bytes[i] / GIB,
+			put(&t, "  %-18s %10s%s\n", dataflow_ring_device_purpose_name((Dataflow_Ring_Device_Purpose)i),
+			    ring_bytes_text((double)p->device_bytes[i]).text,
 			    p->device_phase[i] == DATAFLOW_RING_OPTIMIZER ? "  (optimizer phase, reuses the ring's memory)"
 			    : p->device_phase[i] == DATAFLOW_RING_TRAINING ? "  (forward/backward)" : "");
-	put(&t, "host memory (capacity %.2f GiB, used %.2f GiB):\n", (double)p->host_capacity / GIB,
-	    (double)p->host_total_bytes / GIB);
+	put(&t, "host memory (capacity %s, used %s):\n", ring_bytes_text((double)p->host_capacity).text,
+	    ring_bytes_text((double)p->host_total_bytes).text);
 	for (int i = 0; i < DATAFLOW_RING_HOST_NUM; i++)
 		if (p->host_bytes[i])
-			put(&t, "  %-22s %9.3f GiB\n", dataflow_ring_host_purpose_name((Dataflow_Ring_Host_Purpose)i),
-			    (double)p->host_bytes[i] / GIB);
-	put(&t, "per step: %.2f GiB inbound, %.2f GiB outbound\n", (double)p->inbound_bytes / GIB,
-	    (double)p->outbound_bytes / GIB);
-	put(&t, "predicted timeline (s; phases summed over rounds; busy time per stream):\n");
+			put(&t, "  %-22s %10s\n", dataflow_ring_host_purpose_name((Dataflow_Ring_Host_Purpose)i),
+			    ring_bytes_text((double)p->host_bytes[i]).text);
+	put(&t, "per step: %s inbound, %s outbound\n", ring_bytes_text((double)p->inbound_bytes).text,
+	    ring_bytes_text((double)p->outbound_bytes).text);
+	double scale;
+	const char *unit = ring_seconds_unit(p->step_seconds, &scale);
+	put(&t, "predicted timeline (%s; phases summed over rounds; busy time per stream):\n", unit);
 	put(&t, "  %-26s %9s %9s %9s %9s %9s\n", "phase", "start", "length", "inbound", "compute", "outbound");
 	for (int i = 0; i < p->num_phases; i++) {
 		const Dataflow_Ring_Phase *f = &p->phases[i];
-		put(&t, "  %-26s %9.4f %9.4f %9.4f %9.4f %9.4f\n", f->name, f->start_seconds, f->seconds,
-		    f->inbound_seconds, f->compute_seconds, f->outbound_seconds);
+		put(&t, "  %-26s %9.4g %9.4g %9.4g %9.4g %9.4g\n", f->name, f->start_seconds * scale, f->seconds * scale,
+		    f->inbound_seconds * scale, f->compute_seconds * scale, f->outbound_seconds * scale);
 	}
-	put(&t, "step %.4f s, %.1f tokens/s, MFU %.3f (%.3g model flops per step at %.4g flop/s peak)\n",
-	    p->step_seconds, p->tokens_per_second, p->mfu, p->model_flops, p->peak_flops);
+	put(&t, "step %.4g %s, %.0f tokens/s, MFU %.3f (%.3g model flops per step at %.4g flop/s peak)\n",
+	    p->step_seconds * scale, unit, p->tokens_per_second, p->mfu, p->model_flops, p->peak_flops);
 	return t.length;
 }

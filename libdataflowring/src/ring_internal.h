@@ -62,4 +62,12 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
  * returns the step time, and the bytes a step moves over the link (in + out) in *link_bytes. */
 double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *link_bytes);
 
+/* ring_units.c: "512 B", "3.25 MiB", "24.0 GiB" (valid until the end of the full expression
+ * that made it), and the unit (s, ms, us) and scale that show `seconds` without leading zeros. */
+typedef struct {
+	char text[24];
+} Ring_Text;
+Ring_Text ring_bytes_text(double bytes);
+const char *ring_seconds_unit(double seconds, double *scale);
+
 #endif

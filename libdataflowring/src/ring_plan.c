@@ -8,7 +8,6 @@
 
 #include "ring_internal.h"
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
 #define MAX_TOKENS ((int64_t)1 << 40)
 
 static Dataflow_Status bad(const char *field, const char *expected, double got)
@@ -315,14 +314,16 @@ Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflo
 	if (!s.found) {
 		if (isfinite(s.min_host_fitting_device))
 			return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
-						  "ring plan: nothing fits in %.2f GiB host memory: plans that fit the %.2f "
-						  "GiB device need at least %.2f GiB host",
-						  (double)request->host_bytes / GIB, (double)request->device_bytes / GIB,
-						  s.min_host_fitting_device / GIB);
+						  "ring plan: nothing fits in %s host memory: plans that fit the %s device "
+						  "need at least %s host",
+						  ring_bytes_text((double)request->host_bytes).text,
+						  ring_bytes_text((double)request->device_bytes).text,
+						  ring_bytes_text(s.min_host_fitting_device).text);
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
-					  "ring plan: nothing fits in %.2f GiB device memory: the smallest plan needs "
-					  "%.2f GiB device (and %.2f GiB host)",
-					  (double)request->device_bytes / GIB, s.min_device / GIB, s.min_device_host / GIB);
+					  "ring plan: nothing fits in %s device memory: the smallest plan needs %s device "
+					  "(and %s host)",
+					  ring_bytes_text((double)request->device_bytes).text, ring_bytes_text(s.min_device).text,
+					  ring_bytes_text(s.min_device_host).text);
 	}
 	const Ring_Candidate *c = &s.best;
 	double dev, host;

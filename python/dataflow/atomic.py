@@ -12,6 +12,20 @@ import stat
 import tempfile
 
 
+def umask():
+    """The process's umask, read without changing it (os.umask sets it, which races other threads)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # no /proc (or a kernel before 4.7): set and restore at once
+    os.umask(mask)
+    return mask
+
+
 def fsync_path(path):
     """Flushes a file's or a directory's contents (a directory's: its entries) to disk."""
     fd = os.open(path, os.O_RDONLY)
@@ -35,6 +49,7 @@ def replaced_file(path):
         raise OSError(errno.EEXIST, "exists and is not a regular file; only regular files are replaced", path)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes it 0600; the result is an ordinary output
     try:
         yield tmp
         fsync_path(tmp)
@@ -65,6 +80,7 @@ def replace_directory(path, fill):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
     try:
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it 0700
         fill(tmp)
         for entry in os.scandir(tmp):
             fsync_path(entry.path)

@@ -3,6 +3,8 @@
     <dir>/config.json            HF config (with model.safetensors the directory is also an HF model dir)
     <dir>/model.safetensors      model.state_dict()
     <dir>/optimizer.safetensors  the arrays of trainer.state_dict()
+    <dir>/tokenizer.json         the tokenizer, when it has one (a Hugging Face tokenizers one), so
+                                 that the directory is a whole HF model directory
     <dir>/trainer_state.json     step, data position, RNG, caller state, the rest of trainer.state_dict(),
                                  and the size + SHA-256 of every other file (checked on load)
 
@@ -19,6 +21,7 @@ from . import atomic
 from . import safetensors_io as st
 from .errors import BadArgumentError, FileFormatError
 from .file_checks import member, open_regular, read_json
+from .tokenizer import TOKENIZER_NAME
 
 STATE_NAME = "trainer_state.json"
 MODEL_NAME = st.WEIGHTS_NAME
@@ -76,9 +79,10 @@ def unflatten(skeleton, arrays, where=STATE_NAME):
     return walk(skeleton)
 
 
-def save(directory, model_state, config, optimizer_state=None, state=None):
+def save(directory, model_state, config, optimizer_state=None, state=None, texts=None):
     """Writes a checkpoint: model_state {name: array}, config (HF dict), optimizer_state (nested
-    dict of arrays and JSON values, e.g. trainer.state_dict()), state (JSON: step, data position...)."""
+    dict of arrays and JSON values, e.g. trainer.state_dict()), state (JSON: step, data position...),
+    texts {file name: text} (e.g. tokenizer.json), checked on load like the rest."""
     arrays, skeleton = flatten(optimizer_state or {})
     state = dict(state or {})
     json.dumps(state)  # fail before touching the disk if the caller's state is not JSON
@@ -88,8 +92,11 @@ def save(directory, model_state, config, optimizer_state=None, state=None):
             json.dump(config, f, indent=2, sort_keys=True)
         st.write(os.path.join(tmp, MODEL_NAME), model_state, metadata={"format": "pt"})
         st.write(os.path.join(tmp, OPTIMIZER_NAME), arrays)
+        for name, text in (texts or {}).items():
+            with open(member(tmp, name, "checkpoint.save", "texts"), "w", encoding="utf-8") as f:
+                f.write(text)
         files = {name: {"bytes": os.path.getsize(os.path.join(tmp, name)), "sha256": _sha256(os.path.join(tmp, name))}
-                 for name in (CONFIG_NAME, MODEL_NAME, OPTIMIZER_NAME)}
+                 for name in (CONFIG_NAME, MODEL_NAME, OPTIMIZER_NAME, *(texts or {}))}
         with open(os.path.join(tmp, STATE_NAME), "w") as f:
             json.dump({"format": FORMAT, "version": VERSION, "files": files, "optimizer": skeleton,
                        "state": state}, f, indent=2)
@@ -150,11 +157,13 @@ def load(directory):
     return Checkpoint(path, config, model_state, optimizer_state, manifest["state"])
 
 
-def save_training(directory, model, trainer, state=None):
-    """save() of a Llama and its Trainer; `state` adds the caller's JSON (data position, RNG, losses)."""
+def save_training(directory, model, trainer, state=None, tokenizer=None):
+    """save() of a Llama and its Trainer; `state` adds the caller's JSON (data position, RNG, losses);
+    a tokenizer with a tokenizer.json (dataflow.tokenizer.HFTokenizer) is saved as one."""
     config = {**model.config.to_dict(), "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    texts = {TOKENIZER_NAME: tokenizer.to_json()} if hasattr(tokenizer, "to_json") else None
     save(directory, model.state_dict(), config, trainer.state_dict(),
-         {"step": int(trainer.step_count), **(state or {})})
+         {"step": int(trainer.step_count), **(state or {})}, texts)
 
 
 def restore_training(checkpoint, model, trainer):

@@ -9,25 +9,27 @@ Errors in arguments or files end in one line naming the flag or the file (exit 2
 failures such as a full disk in one line too (exit 1); Ctrl-C exits 130.
 """
 import argparse
+import difflib
 import json
 import math
 import os
 import re
 import sys
+import textwrap
 import time
 
 import numpy as np
 
-from . import __version__, checkpoint, distributed, dtypes, ops, ring, ring_timeline
+from . import __version__, atomic, checkpoint, distributed, dtypes, model_specs, ops, ring, ring_timeline
 from . import tokenizer as tokenizers
 from . import build_info
 from .errors import BadArgumentError, DataflowError, FileFormatError
 from .generate import stream
 from .handle import Handle, parse_bytes
-from .pretrained import CONFIG_NAME, config_argument, from_pretrained, model_from_config, read_config, validate_config
+from .pretrained import CONFIG_NAME, from_pretrained, model_from_config, read_config, validate_config
 from .progress import mib
 from .tokenizer import StreamDecoder
-from .train import DEFAULT_STEPS, INTERRUPTED, PRESETS, RUN_DEFAULTS, TRACE_STEPS, open_handle, train
+from .train import DEFAULT_STEPS, INTERRUPTED, RUN_DEFAULTS, TRACE_STEPS, open_handle, train
 
 SCALE_SOURCE = r"""
 #include "dataflow/host_kernel.h"
@@ -102,6 +104,16 @@ def _load_for_generation(args, handle):
     Hugging Face model directory (prompts start with bos, as such models were trained); config, files
     and memory are checked before the model is allocated."""
     path = args.checkpoint
+    found = atomic.readable_directory(os.path.abspath(path))  # or what a save killed mid-swap left
+    expected = "a checkpoint (e.g. dataflow-train/checkpoint) or a Hugging Face model directory"
+    if not os.path.exists(found):
+        raise BadArgumentError(f"--checkpoint: {path} does not exist; expected {expected}")
+    if not os.path.isdir(found):
+        raise BadArgumentError(f"--checkpoint: {path} is not a directory; expected {expected}")
+    if not any(os.path.exists(os.path.join(found, name)) for name in
+               (checkpoint.STATE_NAME, CONFIG_NAME, os.path.join("checkpoint", checkpoint.STATE_NAME))):
+        raise BadArgumentError(f"--checkpoint: {path} holds neither {checkpoint.STATE_NAME} (a checkpoint) nor "
+                               f"{CONFIG_NAME} (a Hugging Face model directory)")
     if os.path.exists(os.path.join(path, "checkpoint", checkpoint.STATE_NAME)):
         raise BadArgumentError(f"--checkpoint: {path} is the output directory of a run; its checkpoint is "
                                f"{os.path.join(path, 'checkpoint')}")
@@ -219,8 +231,8 @@ def _positive(value, flag):
 
 
 def _plan_config(spec):
-    config = config_argument(spec, ring.PRESETS)
-    return config if isinstance(config, str) else validate_config(config, where=f"--config {spec}")
+    _, config, source, _ = model_specs.resolve(spec)
+    return validate_config(config, where=source)
 
 
 def plan(args):
@@ -234,8 +246,13 @@ def plan(args):
              (("--device-memory", args.device_memory), ("--host-memory", args.host_memory))}
     rates = {flag: parse_bytes(value, flag) if value is not None else None for flag, value in
              (("--h2d-bandwidth", args.h2d_bandwidth), ("--d2h-bandwidth", args.d2h_bandwidth))}
-    if args.timeline is not None and os.path.exists(args.timeline):
-        raise BadArgumentError(f"--timeline: {args.timeline} exists; remove it or choose another path")
+    if args.timeline is not None and os.path.isdir(args.timeline):
+        raise BadArgumentError(f"--timeline: {args.timeline} is a directory; name a file, e.g. "
+                               f"{os.path.join(args.timeline, 'plan.png')}")
+    if args.timeline is not None and os.path.exists(args.timeline) and not args.overwrite:
+        raise BadArgumentError(f"--timeline: {args.timeline} exists; replace it with --overwrite or choose another path")
+    if args.overwrite and args.timeline is None:
+        raise BadArgumentError("--overwrite: replaces an existing --timeline file; add --timeline FILE")
     if args.profile == "host":
         handle = Handle("host", streams=2, threads=args.threads)
         try:
@@ -251,8 +268,6 @@ def plan(args):
     p = ring.plan(config, seq_len, sizes["--device-memory"], sizes["--host-memory"], tokens_per_step=tokens,
                   profile=profile, dtype=args.dtype, master_weights=args.master_weights,
                   h2d_bandwidth=rates["--h2d-bandwidth"], d2h_bandwidth=rates["--d2h-bandwidth"])
-    if args.timeline is not None:
-        ring_timeline.save(args.timeline, p)
     if args.json:
         print(json.dumps({"step_seconds": p.predicted_step_seconds, "tokens_per_second": p.tokens_per_second,
                           "mfu": p.mfu, "chunk_tokens": p.chunk_tokens, "chunks_per_round": p.chunks_per_round,
@@ -263,12 +278,15 @@ def plan(args):
                           "profile": profile.source if isinstance(profile, ring.Profile) else profile}, indent=2))
     else:
         print(p.describe(), end="")
+    if args.timeline is not None:
+        ring_timeline.save(args.timeline, p)
+        print(f"timeline: wrote {args.timeline}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
 def _add_plan(sub):
     p = sub.add_parser("plan", help="place a model's training under device/host capacities; predict its speed")
-    p.add_argument("--config", required=True, help=f"model preset ({', '.join(ring.PRESETS)}) or an HF config.json")
+    p.add_argument("--config", required=True, help=f"the model: {model_specs.WHAT} (as dataflow train takes it)")
     p.add_argument("--seq-len", dest="seq_len", type=int, required=True, help="tokens per sequence")
     p.add_argument("--tokens-per-step", dest="tokens_per_step", type=int,
                    help="tokens per optimizer step, a multiple of --seq-len (default: one sequence)")
@@ -284,7 +302,9 @@ def _add_plan(sub):
     p.add_argument("--d2h-bandwidth", dest="d2h_bandwidth", help="device->host bytes/s (default: the profile's)")
     p.add_argument("--threads", type=int, help="host threads for --profile host (default: all cores)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--timeline", help="also draw the predicted timeline into this PNG (a new file)")
+    p.add_argument("--timeline", metavar="FILE", help="also draw the predicted timeline into this PNG (a new file, "
+                                                      "unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --timeline FILE")
     p.set_defaults(run=plan)
 
 
@@ -293,7 +313,7 @@ def _add_train(sub):
                        description="Train a Llama: the embedded corpus (Python docstrings) or --data, a BPE "
                                    "tokenizer, AdamW; a checkpoint in OUT/checkpoint and the loss curve in "
                                    "OUT/loss.png. An existing run is never replaced without --overwrite.")
-    p.add_argument("--config", help=f"model preset ({', '.join(PRESETS)}; default tiny), an HF config.json, or an "
+    p.add_argument("--config", help=f"the model: a preset ({', '.join(model_specs.PRESETS)}; default tiny), an HF config.json, or an "
                                     "HF model directory (its config.json and tokenizer.json; weights start fresh)")
     p.add_argument("--init", metavar="DIR", help="start from the weights of an HF model directory (config.json, "
                                                  "tokenizer.json, *.safetensors) instead of a random init")
@@ -324,7 +344,8 @@ def _add_train(sub):
     p.add_argument("--save-every", dest="save_every", type=_integer(0), default=0, metavar="N",
                    help="also checkpoint every N steps (default 0: at the end and on Ctrl-C only)")
     p.add_argument("--eval-every", dest="eval_every", type=_integer(0), default=0, metavar="N",
-                   help="validation loss on held-out text every N steps (default 0: ten times per run)")
+                   help="validation loss on held-out text every N steps (default 0: ten times per run; a resumed "
+                        "run keeps its interval)")
     p.add_argument("--nproc", type=_integer(1), metavar="N",
                    help="data-parallel on N local processes through Open MPI's mpirun, each on --batch / N "
                         "sequences of every step (or run `mpirun -n N dataflow train ...`); checkpoints "
@@ -362,8 +383,40 @@ def _add_generate(sub):
     p.set_defaults(run=generate_text)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps help at spaces only: argparse's default also breaks at hyphens, splitting flag names
+    (--trace-/steps) over two lines."""
+
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text, width, indent):
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser (and, through add_subparsers, its commands') with _HelpFormatter."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def _parse(parser, argv):
+    """parse_args, except that a flag the command lacks is reported by that command's parser (its
+    usage, not the top level's), with the nearest flag it has."""
+    args, extra = parser.parse_known_args(argv)
+    command = parser.commands.get(args.command, parser)
+    if extra:
+        known = [o for a in command._actions for o in a.option_strings]
+        near = difflib.get_close_matches(extra[0].split("=")[0], known, n=1)
+        command.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {near[0]}?)" if near else ""))
+    return args
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dataflow", description="Train and run Llama models on the dataflow C core.",
         epilog="Start with `dataflow train`, then `dataflow generate --checkpoint dataflow-train/checkpoint`. "
                "`dataflow COMMAND --help` lists a command's flags.")
@@ -371,6 +424,7 @@ def build_parser():
                         version=f"dataflow {__version__} (host matmul: {build_info.matmul_engine()})",
                         help="print the version and the host matmul engine, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="what to do (no command: this help)")
+    parser.commands = sub.choices
     _add_train(sub)
     _add_generate(sub)
     _add_plan(sub)
@@ -385,7 +439,7 @@ def build_parser():
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command is None:
         parser.print_help()
         return 0

@@ -18,9 +18,10 @@ def smooth(values, window):
         return np.where(n > 0, total / np.maximum(n, 1), np.nan)
 
 
-def figure(losses, validation=(), title="training loss", first_step=1):
+def figure(losses, validation=(), title="training loss", first_step=1, marks=()):
     """A matplotlib Figure: losses[i] is the training loss of step first_step + i; validation is
-    [(step, loss)]. Built without pyplot, so nothing global changes and no display is touched."""
+    [(step, loss)]; marks [(step, text)] draw a dashed line after that step, labelled (a resume,
+    an lr change). Built without pyplot, so nothing global changes and no display is touched."""
     from matplotlib.figure import Figure
     fig = Figure(figsize=(8, 5), dpi=100, layout="constrained")
     ax = fig.add_subplot()
@@ -33,6 +34,10 @@ def figure(losses, validation=(), title="training loss", first_step=1):
     if len(validation):
         v = np.asarray(validation, np.float64).reshape(-1, 2)
         ax.plot(v[:, 0], v[:, 1], "o-", color="tab:orange", markersize=5, label="validation (held out)")
+    for step, text in marks:
+        ax.axvline(step + 0.5, color="grey", linestyle="--", linewidth=1)
+        ax.annotate(text, (step + 0.5, 0), xycoords=("data", "axes fraction"), xytext=(3, 3),  # the legend is on top
+                    textcoords="offset points", rotation=90, va="bottom", fontsize=8, color="dimgrey")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy loss (nats per token)")
     ax.set_title(title)
@@ -42,8 +47,8 @@ def figure(losses, validation=(), title="training loss", first_step=1):
     return fig
 
 
-def save(path, losses, validation=(), title="training loss", first_step=1):
+def save(path, losses, validation=(), title="training loss", first_step=1, marks=()):
     """Writes figure(...) to `path` as a PNG, atomically (the previous plot survives a failed write)."""
-    fig = figure(losses, validation, title, first_step)
+    fig = figure(losses, validation, title, first_step, marks)
     with atomic.replaced_file(path) as tmp:
         fig.savefig(tmp, format="png")

@@ -72,17 +72,6 @@ def _rope_scaling(scaling, where):
     return out
 
 
-def config_argument(spec, presets, flag="--config"):
-    """A command-line model: a preset name (returned as given) or the dict of a config.json."""
-    if spec in presets:
-        return spec
-    try:
-        return read_json(spec, "model config")
-    except FileFormatError as e:
-        raise BadArgumentError(f"{flag}: {spec!r} is neither a preset ({', '.join(presets)}) nor a readable "
-                               f"JSON file: {e}") from None
-
-
 def validate_config(config, where=CONFIG_NAME):
     """A checked copy of an HF Llama config dict with implied fields filled in (num_key_value_heads,
     head_dim, rope_theta/rope_scaling also from transformers 5's rope_parameters); errors name

@@ -26,20 +26,23 @@ class Progress:
         self.tty = self.stream.isatty()
         self.every = max(1, total // 20)
         self.started = clock()
-        self.val = None
+        self.val = None  # (step, validation loss) of the latest validation
 
     def update(self, done, loss, tokens_per_s, memory_bytes, val=None):
-        """done: steps finished in this run (1..total)."""
+        """done: steps finished in this run (1..total); memory_bytes: device memory in use."""
         elapsed = self.clock() - self.started
         eta = elapsed / done * (self.total - done)
+        step = self.first + done
         if val is not None:
-            self.val = val
+            self.val = (step, val)
         bar = self.width * done // max(self.total, 1)
         last = self.first + self.total
-        line = (f"step {self.first + done:>{len(str(last))}}/{last} [{'#' * bar}{'.' * (self.width - bar)}] "
-                f"loss {loss:.3f}" + (f" | val {self.val:.3f}" if self.val is not None else "")
-                + f" | {tokens_per_s:,.0f} tok/s | {duration(elapsed)} elapsed, ETA {duration(eta)}"
-                f" | memory {mib(memory_bytes)}")
+        # a validation loss from an earlier step says which: it is not this step's
+        shown = "" if self.val is None else f" | val {self.val[1]:.3f}" + (
+            "" if self.val[0] == step else f" (step {self.val[0]})")
+        line = (f"step {step:>{len(str(last))}}/{last} [{'#' * bar}{'.' * (self.width - bar)}] "
+                f"loss {loss:.3f}{shown} | {tokens_per_s:,.0f} tok/s | {duration(elapsed)} elapsed, ETA "
+                f"{duration(eta)} | device memory {mib(memory_bytes)}")
         if self.tty:
             self.stream.write("\r\033[K" + line + ("\n" if done == self.total else ""))
         elif done % self.every == 0 or done in (1, self.total) or val is not None:

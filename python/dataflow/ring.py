@@ -12,29 +12,13 @@ import time
 
 import numpy as np
 
-from . import dtypes, ops
+from . import dtypes, model_specs, ops
 from .c_strings import c_bytes
 from ._ffi import ffi, modelslib, ringlib
 from .errors import BadArgumentError, check, error_for
 from .handle import Handle, parse_bytes
 from .models.config import LlamaConfig, checked_config
 from .models.host_blocks import scratch_blocked_model
-
-_LLAMA3 = {"vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_key_value_heads": 8,
-           "max_position_embeddings": 8192}
-# Hugging Face configs of the Llama-3 family (meta-llama/*/config.json; rope scaling left out:
-# it does not change sizes or flops).
-PRESETS = {
-    "llama3.2-1b": {**_LLAMA3, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-                    "num_attention_heads": 32, "head_dim": 64, "tie_word_embeddings": True},
-    "llama3.2-3b": {**_LLAMA3, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28,
-                    "num_attention_heads": 24, "head_dim": 128, "tie_word_embeddings": True},
-    "llama3-8b": {**_LLAMA3, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                  "num_attention_heads": 32},
-    "llama3-70b": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
-                   "num_attention_heads": 64},
-}
-
 
 def profile_names():
     """The built-in device profiles' names."""
@@ -46,10 +30,13 @@ def profile_names():
 
 
 class Profile:
-    """A device profile: the speeds the planner's model of time uses (device_profile.h)."""
+    """A device profile: the speeds the planner's model of time uses (device_profile.h).
+    `measured`: calibrate's raw measurements before any fit to a model ({} for a named profile):
+    matmul_flops_bf16 and matmul_flops_fp32, the large-shape rates of its size^3 matmuls."""
 
-    def __init__(self, cdata, keep=None):
+    def __init__(self, cdata, keep=None, measured=None):
         self._c, self._keep = cdata, keep  # keep: the source string's owner for measured ones
+        self.measured = dict(measured or {})
 
     @classmethod
     def named(cls, name):
@@ -171,12 +158,13 @@ def calibrate(handle, size=1024, tokens=1024, heads=8, head_dim=64, transfer_byt
                                f"causal attention {tokens} tokens x {heads} heads x {head_dim}, add of "
                                f"{big.nbytes >> 20} MiB, {host.nbytes} byte transfers".encode())
     c.source = source
+    measured = {"matmul_flops_bf16": rates["bf16"], "matmul_flops_fp32": rates["fp32"]}
     if cfg is None:
-        return Profile(c, keep=source)
+        return Profile(c, keep=source, measured=measured)
     fit = _fit_to_model(h, c, cfg, int(seq_len), int(fit_rows), dtype, repeats, fit_seconds)
     source = ffi.new("char[]", ffi.string(source) + f"; {fit}".encode())
     c.source = source
-    return Profile(c, keep=source)
+    return Profile(c, keep=source, measured=measured)
 
 
 def _layer_seconds(h, cfg, dtype, shapes, repeats):
@@ -278,12 +266,10 @@ def _fit_rates(c, layer, dtype, points):
 
 def _llama_config(config):
     if isinstance(config, str):
-        if config not in PRESETS:
-            raise BadArgumentError(f"plan: config {config!r} is not a preset ({', '.join(PRESETS)})")
-        return LlamaConfig.from_dict(PRESETS[config])
+        config = model_specs.resolve(config, "plan: config")[1]
     if isinstance(config, (dict, LlamaConfig)):
         return checked_config(config, "plan: config")
-    raise BadArgumentError(f"plan: config must be a preset name, an HF config dict or a LlamaConfig, got "
+    raise BadArgumentError(f"plan: config must be {model_specs.WHAT}, an HF config dict or a LlamaConfig, got "
                            f"{type(config).__name__}")
 
 
@@ -368,7 +354,7 @@ class Plan:
 
 def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, profile="h100-sxm", dtype="bf16",
          master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None):
-    """The fastest plan for training `config` (a preset name, an HF config dict or a LlamaConfig)
+    """The fastest plan for training `config` (a dataflow.model_specs spec, an HF config dict or a LlamaConfig)
     on sequences of seq_len tokens, tokens_per_step per optimizer step (default one sequence),
     within device_memory and host_memory ("24GiB" or bytes). profile: a name or a Profile;
     bandwidths (bytes/s or "50GB") override the profile's link. Raises OutOfMemoryError naming

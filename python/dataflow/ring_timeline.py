@@ -6,6 +6,13 @@ from . import atomic
 STREAMS = ("inbound", "compute", "outbound")
 
 
+def seconds_unit(seconds):
+    """(unit, scale) that show `seconds` without leading zeros: a small model's step is microseconds."""
+    if seconds >= 1 or seconds <= 0:
+        return "s", 1.0
+    return ("ms", 1e3) if seconds >= 1e-3 else ("µs", 1e6)
+
+
 def bars(phases):
     """{stream: [(phase index, start, seconds, y, height)]}: the busy part of each phase on each
     stream's row (row r spans y in [r - 0.4, r + 0.4], inbound at the top). Phases that start
@@ -32,13 +39,14 @@ def figure(phases, step_seconds, title="predicted step timeline"):
     fig = Figure(figsize=(10, 3.5), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     colours = [f"C{i % 10}" for i in range(len(phases))]
+    unit, scale = seconds_unit(step_seconds)
     for stream_bars in bars(phases).values():
         for i, start, seconds, y0, height in stream_bars:
-            ax.broken_barh([(start, seconds)], (y0, height), color=colours[i])
+            ax.broken_barh([(start * scale, seconds * scale)], (y0, height), color=colours[i])
     ax.set_yticks(range(len(STREAMS)), labels=list(reversed(STREAMS)))
-    ax.set_xlim(0, step_seconds if step_seconds > 0 else 1.0)
+    ax.set_xlim(0, step_seconds * scale if step_seconds > 0 else 1.0)
     ax.set_ylim(-0.6, len(STREAMS) - 0.4)
-    ax.set_xlabel("time within the step (s)")
+    ax.set_xlabel(f"time within the step ({unit})")
     ax.set_ylabel("stream")
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)
@@ -49,7 +57,8 @@ def figure(phases, step_seconds, title="predicted step timeline"):
 
 def save(path, plan):
     """Writes plan's timeline to `path` as a PNG, atomically."""
-    fig = figure(plan.phases, plan.predicted_step_seconds,
-                 f"predicted step timeline: {plan.predicted_step_seconds:.3g} s, {plan.tokens_per_second:,.0f} tok/s")
+    unit, scale = seconds_unit(plan.predicted_step_seconds)
+    fig = figure(plan.phases, plan.predicted_step_seconds, f"predicted step timeline: "
+                 f"{plan.predicted_step_seconds * scale:.3g} {unit}, {plan.tokens_per_second:,.0f} tok/s")
     with atomic.replaced_file(path) as tmp:
         fig.savefig(tmp, format="png")

@@ -55,6 +55,20 @@ def resident_training_bytes(model, tokens):
     return model.layout.total(kinds) + work + 4 * c_size(modelslib.dataflow_batch_buffer_numel(tokens, tokens, 1), what)
 
 
+def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None):
+    """ring.plan of training `config` on `tokens` per step within device_bytes and host_bytes.
+    profile None: only whether some plan fits, which depends on sizes, not speeds (a named
+    profile's plan), so it is known before measuring this machine or building the model.
+    OutOfMemoryError (the planner's, with the exact bytes added) when none fits."""
+    try:
+        return ring.plan(config, seq_len, device_bytes, host_bytes, tokens_per_step=tokens,
+                         profile=profile or ring.profile_names()[0], dtype=dtype, master_weights=master_weights)
+    except OutOfMemoryError as e:  # the planner's figures are rounded: add the exact bytes
+        raise OutOfMemoryError(f"{e} (in bytes: {parse_bytes(device_bytes, 'device'):,} device free, "
+                               f"{parse_bytes(host_bytes, 'host'):,} host; the smallest plan needs "
+                               f"{e.min_device_bytes:,} device, {e.min_host_bytes:,} host)") from None
+
+
 def choose_plan(model, host_memory, seq_len, batch_size, profile):
     """None when `model` is all-resident and its training on batch_size sequences of seq_len
     tokens (default: max_position_embeddings) fits its handle; else the fastest ring plan within
@@ -70,14 +84,11 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile):
     if model.placement == "device" and resident_training_bytes(model, tokens) <= free:
         return None
     host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
+    args = (config, seq_len, free, host, tokens, model.dtype, model.master_weights)
     if profile is None:
+        ring_plan(*args)
         profile = measured_profile(h.backend, config, seq_len, tokens, model.dtype)
-    try:
-        return ring.plan(config, seq_len, free, host, tokens_per_step=tokens, profile=profile, dtype=model.dtype,
-                         master_weights=model.master_weights)
-    except OutOfMemoryError as e:  # the planner's GiB figures round small models to 0.00: add the bytes
-        raise OutOfMemoryError(f"{e} (in bytes: {free:,} device free, {host:,} host; the smallest plan needs "
-                               f"{e.min_device_bytes:,} device, {e.min_host_bytes:,} host)") from None
+    return ring_plan(*args, profile=profile)
 
 
 class RingTraining:

@@ -132,7 +132,11 @@ class HFTokenizer:
         return self._tok.decode(_check_ids(ids, self.vocab_size).tolist(), skip_special_tokens=False)
 
     def to_dict(self):
-        return {"kind": self.kind, "json": self._tok.to_str(), "bos_id": self.bos_id, "eos_id": self.eos_id}
+        return {"kind": self.kind, "json": self.to_json(), "bos_id": self.bos_id, "eos_id": self.eos_id}
+
+    def to_json(self):
+        """The text of its tokenizer.json."""
+        return self._tok.to_str()
 
     def save(self, directory):
         """Writes directory/tokenizer.json (atomically), next to a model's config.json and safetensors."""
@@ -140,7 +144,7 @@ class HFTokenizer:
         os.makedirs(directory, exist_ok=True)
         with atomic.replaced_file(os.path.join(directory, TOKENIZER_NAME)) as tmp:
             with open(tmp, "w", encoding="utf-8") as f:
-                f.write(self._tok.to_str())
+                f.write(self.to_json())
 
 
 def default():

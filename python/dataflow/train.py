@@ -29,26 +29,18 @@ import sys
 import tempfile
 import time
 
-from . import atomic, checkpoint, distributed, launch, loss_plot
+from . import atomic, checkpoint, distributed, launch, loss_plot, model_specs
 from . import tokenizer as tokenizers
 from .corpus import Batches, read_text, split
 from .errors import BadArgumentError, DataflowError, FileFormatError, OutOfMemoryError, UnsupportedError
-from .file_checks import read_json
 from .handle import Handle
 from .models.host_blocks import host_memory_available
 from .pretrained import (CONFIG_NAME, check_memory, check_weights, copy_weights, model_from_config, model_memory,
                          parameter_shapes, validate_config)
 from .progress import Progress, duration, mib
+from .ring_training import ring_plan
 from .safetensors_io import read_directory
 
-# Model shapes by name; vocab_size comes from the tokenizer. "tiny" is the default: small enough
-# that the default run (a couple of minutes on 2 CPU cores) ends writing recognisable words.
-PRESETS = {
-    "tiny": {"hidden_size": 192, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 6,
-             "num_key_value_heads": 2, "max_position_embeddings": 256},
-    "small": {"hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 6,
-              "num_key_value_heads": 2, "max_position_embeddings": 512},
-}
 DEFAULT_STEPS = 800
 # Run settings: the command line wins, then a resumed checkpoint's, then these.
 RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 2e-3, "dtype": "fp32", "seed": 0, "master_weights": False}
@@ -65,18 +57,6 @@ def open_handle(args):
         raise BadArgumentError(f"--backend: {args.backend} is not available here: {e}") from None
 
 
-def _preset_config(name, tokenizer):
-    return {"model_type": "llama", "vocab_size": tokenizer.vocab_size, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-            "tie_word_embeddings": False, **PRESETS[name]}
-
-
-def _config_source(spec):
-    """(config.json path, model directory or None) of --config/--init SPEC naming a file or directory."""
-    if os.path.isdir(spec):
-        return os.path.join(spec, CONFIG_NAME), spec
-    return spec, None
-
-
 class Plan:
     """Everything a run needs, checked: nothing here has written a file or allocated device memory."""
 
@@ -91,7 +71,8 @@ def _refuse_changes(args, resumed):
 
 RUN_CHECKS = {"batch": lambda v: type(v) is int and v >= 1, "seq_len": lambda v: type(v) is int and v >= 2,
               "lr": lambda v: type(v) in (int, float) and 0 < v <= 1, "dtype": lambda v: v in ("fp32", "bf16"),
-              "seed": lambda v: type(v) is int and v >= 0, "master_weights": lambda v: type(v) is bool}
+              "seed": lambda v: type(v) is int and v >= 0, "master_weights": lambda v: type(v) is bool,
+              "eval_every": lambda v: type(v) is int and v >= 1}
 
 
 def _checked_state(state, where):
@@ -114,6 +95,10 @@ def _checked_state(state, where):
     if not isinstance(val, list) or not all(isinstance(v, list) and len(v) == 2 and type(v[0]) is int
                                             and type(v[1]) in (int, float) for v in val):
         fail("val_losses", val)
+    segments = state.get("segments", [])
+    if not isinstance(segments, list) or not all(isinstance(v, list) and len(v) == 2 and type(v[0]) is int
+                                                 and type(v[1]) in (int, float) for v in segments):
+        fail("segments", segments)
     data = state.get("data", {})
     if not isinstance(data, dict) or type(data.get("position", 0)) is not int or not isinstance(
             data.get("source", EMBEDDED), str):
@@ -123,34 +108,11 @@ def _checked_state(state, where):
 
 def _tokenizer_and_config(args, plan):
     """The tokenizer and (unvalidated) config of a new run, and where the config came from."""
-    spec = args.init or args.config or "tiny"
-    if spec in PRESETS and not args.init:
-        tokenizer = tokenizers.load(args.tokenizer) if args.tokenizer else tokenizers.default()
-        return tokenizer, _preset_config(spec, tokenizer), f"preset {spec}"
     flag = "--init" if args.init else "--config"
-    path, directory = _config_source(spec)
-    if args.init and directory is None:
-        raise BadArgumentError(f"--init: {spec} is not a directory; expected a Hugging Face model directory "
-                               "(config.json, tokenizer.json, *.safetensors)")
-    if not os.path.exists(path):
-        raise BadArgumentError(f"{flag}: {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json "
-                               "or a model directory")
-    config = read_json(path, CONFIG_NAME)
-    if isinstance(config, dict):
-        config = {"model_type": "llama", **config}
-    own = directory and os.path.exists(os.path.join(directory, tokenizers.TOKENIZER_NAME))
-    if args.tokenizer:
-        tokenizer = tokenizers.load(args.tokenizer)
-    elif own:
-        ids = {k: config.get(k) if isinstance(config, dict) and isinstance(config.get(k), int) else None
-               for k in ("bos_token_id", "eos_token_id")}
-        tokenizer = tokenizers.load(directory, bos_id=ids["bos_token_id"], eos_id=ids["eos_token_id"])
-    else:
-        tokenizer = tokenizers.default()
-    if isinstance(config, dict):
-        config.setdefault("vocab_size", tokenizer.vocab_size)
+    tokenizer, config, source, directory = model_specs.resolve(args.init or args.config or "tiny", flag,
+                                                               args.tokenizer, directory_only=bool(args.init))
     plan.init_dir = directory if args.init else None
-    return tokenizer, config, path
+    return tokenizer, config, source
 
 
 def prepare(args, ranks=1):
@@ -172,6 +134,10 @@ def prepare(args, ranks=1):
     if resume_path is None and existing and not args.overwrite:
         raise BadArgumentError(f"--out: {plan.ckpt_dir} already holds a trained run; continue it with --resume, "
                                f"replace it with --overwrite, or choose another --out")
+    in_place = resume_path is not None and os.path.realpath(resume_path) == os.path.realpath(plan.ckpt_dir)
+    if args.overwrite and in_place and not (args.trace is not None and os.path.exists(args.trace)):
+        raise BadArgumentError(f"--overwrite: --resume continues {plan.ckpt_dir} in place, so there is nothing to "
+                               "replace; drop --overwrite (or --resume, to start the run over)")
     if resume_path is not None and existing and not args.overwrite and \
             os.path.realpath(resume_path) != os.path.realpath(plan.ckpt_dir):
         raise BadArgumentError(f"--out: {plan.ckpt_dir} already holds another run than --resume {resume_path}; "
@@ -240,9 +206,14 @@ def prepare(args, ranks=1):
                            f"--data: {args.data}" if args.data else "the embedded corpus")
     plan.losses = list(prior.get("losses", []))
     plan.val_losses = [list(v) for v in prior.get("val_losses", [])]
+    # [first step, lr] of each run of this training (a checkpoint from before they were kept: its lr)
+    plan.segments = [list(v) for v in prior.get("segments", [[0, before.get("lr", plan.run["lr"])]] if plan.resumed
+                                                else [])] + [[int(prior.get("step", 0)), plan.run["lr"]]]
     plan.first_step = int(prior.get("step", 0))
     plan.steps = args.steps
-    plan.eval_every = args.eval_every or max(1, args.steps // 10)
+    # a resumed run validates at its first run's interval unless told otherwise, so its curve keeps one spacing
+    plan.eval_every = args.eval_every or before.get("eval_every") or max(1, args.steps // 10)
+    plan.run["eval_every"] = plan.eval_every
     plan.save_every = args.save_every
     plan.trace, plan.trace_steps = args.trace, args.trace_steps or TRACE_STEPS
     if args.trace is None and args.trace_steps is not None:
@@ -316,6 +287,15 @@ class Interrupts:
         signal.signal(signal.SIGINT, self.previous)
 
 
+def _device(backend):
+    """The backend and, on vulkan, which device it is (a GPU, or lavapipe on the CPU)."""
+    if backend.startswith("vulkan"):
+        from . import vulkan
+        index = int(backend.partition(":")[2] or 0)
+        return next((f"{backend}: {d['name']}" for d in vulkan.list_devices() if d["index"] == index), backend)
+    return backend
+
+
 def _banner(plan, trainer, handle, engine, ranks):
     cfg, run = plan.config, plan.run
     params, parts = model_memory(cfg, run["dtype"], training=True, master_weights=run["master_weights"])
@@ -329,9 +309,10 @@ def _banner(plan, trainer, handle, engine, ranks):
         f"{plan.tokenizer.vocab_size}); {len(plan.train_tokens):,} train, {plan.validation.size:,} held out for "
         "validation",
         f"  steps: {plan.steps} x {run['batch']} x {run['seq_len']} = {plan.steps * tokens_per_step:,} tokens "
-        f"({epochs:.1f} epochs), lr {run['lr']:g}, validation every {plan.eval_every} steps",
+        f"({epochs:.1f} epochs), lr {run['lr']:g}, validation "
+        + ("every step" if plan.eval_every == 1 else f"every {plan.eval_every} steps"),
         f"  memory: model {mib(sum(parts.values()))} ({', '.join(f'{k} {mib(v)}' for k, v in parts.items())}) of "
-        f"{mib(handle.memory_capacity())} device memory ({handle.backend}); host matmul: {engine}",
+        f"{mib(handle.memory_capacity())} device memory ({_device(handle.backend)}); host matmul: {engine}",
         f"  output: {plan.ckpt_dir} (checkpoint), {os.path.join(plan.out, 'loss.png')} (loss curve)",
     ]
     if trainer.plan is not None:
@@ -428,6 +409,13 @@ def _model_and_trainer(plan, handle, Trainer, weights, comm):
                        seq_len=run["seq_len"], batch_size=run["batch"])
     hint = "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
     try:
+        if comm is None:
+            try:
+                check_memory(handle, plan.config, run["dtype"], plan.config_source, training=True,
+                             master_weights=run["master_weights"])
+            except OutOfMemoryError:  # not all-resident: does the ring fit, before building a large model?
+                ring_plan(plan.config, run["seq_len"], handle.memory_capacity() - handle.memory_in_use(),
+                          options["host_memory"], run["batch"] * run["seq_len"], run["dtype"], run["master_weights"])
         model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
         if weights:
             copy_weights(model, weights)
@@ -448,6 +436,13 @@ def _run(plan, handle, model, trainer, comm=None):
     batches, losses, val_losses = plan.batches, plan.losses, plan.val_losses
 
     saved = [plan.first_step]
+    # the plot keeps one title over resumes (what was trained, not this invocation's flags) and marks
+    # where each resumed run began, with its lr when that changed
+    params, _ = model_memory(plan.config, run["dtype"])
+    title = (f"{os.path.basename(os.path.abspath(plan.out))}: Llama {params / 1e6:.2f}M "
+             f"({plan.config['num_hidden_layers']} layers, hidden {plan.config['hidden_size']})")
+    marks = [(step, "resumed" + (f", lr {before:g} -> {lr:g}" if lr != before else ""))
+             for (_, before), (step, lr) in zip(plan.segments, plan.segments[1:])]
 
     def save():
         if not lead:
@@ -458,13 +453,13 @@ def _run(plan, handle, model, trainer, comm=None):
         try:
             checkpoint.save_training(plan.ckpt_dir, model, trainer, {
                 "run": run, "tokenizer": plan.tokenizer.to_dict(), "losses": losses, "val_losses": val_losses,
-                "data": {**plan.data, "position": batches.position}})
+                "segments": plan.segments,
+                "data": {**plan.data, "position": batches.position}}, tokenizer=plan.tokenizer)
         except OSError as e:  # disk full, quota, permissions: the atomic save left the previous checkpoint
             raise DataflowError(f"cannot save the checkpoint {plan.ckpt_dir}: {e.strerror or e}; it keeps the last "
                                 f"saved state (step {saved[0]})") from None
         saved[0] = trainer.step_count
-        title = f"{os.path.basename(os.path.abspath(plan.out))}: {plan.config_source}, {run['dtype']}"
-        loss_plot.save(os.path.join(plan.out, "loss.png"), losses, val_losses, title=title)
+        loss_plot.save(os.path.join(plan.out, "loss.png"), losses, val_losses, title=title, marks=marks)
 
     def validate():
         """The mean loss over the validation rows, in pieces of at most a training batch's rows:
