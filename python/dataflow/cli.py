@@ -232,7 +232,10 @@ def _positive(value, flag):
 
 def _plan_config(spec):
     _, config, source, _ = model_specs.resolve(spec)
-    return validate_config(config, where=source)
+    try:
+        return validate_config(config, where=source)
+    except FileFormatError as e:
+        raise BadArgumentError(f"--config: {e}") from None
 
 
 def plan(args):

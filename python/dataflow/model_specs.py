@@ -6,7 +6,7 @@ tokenizer.json when the model's vocabulary comes from the tokenizer)."""
 import os
 
 from . import tokenizer as tokenizers
-from .errors import BadArgumentError
+from .errors import BadArgumentError, FileFormatError
 from .file_checks import read_json
 from .pretrained import CONFIG_NAME
 
@@ -51,7 +51,10 @@ def resolve(spec, flag="--config", tokenizer=None, directory_only=False):
     if not os.path.exists(path):
         raise BadArgumentError(f"{flag}: {spec!r} is not {WHAT}" +
                                (f" (the directory has no {CONFIG_NAME})" if directory else ""))
-    config = read_json(path, CONFIG_NAME)
+    try:  # the one safe reader: regular files only, bounded in size and nesting
+        config = read_json(path, CONFIG_NAME)
+    except FileFormatError as e:
+        raise BadArgumentError(f"{flag}: {e}") from None
     if isinstance(config, dict):
         config = {"model_type": "llama", **config}
     own = directory and os.path.exists(os.path.join(directory, tokenizers.TOKENIZER_NAME))
