@@ -57,7 +57,7 @@ def open_handle(args):
         raise BadArgumentError(f"--backend: {args.backend} is not available here: {e}") from None
 
 
-class Plan:
+class RunSpec:
     """Everything a run needs, checked: nothing here has written a file or allocated device memory."""
 
 
@@ -106,70 +106,70 @@ def _checked_state(state, where):
     return state
 
 
-def _tokenizer_and_config(args, plan):
+def _tokenizer_and_config(args, spec):
     """The tokenizer and (unvalidated) config of a new run, and where the config came from."""
     flag = "--init" if args.init else "--config"
     tokenizer, config, source, directory = model_specs.resolve(args.init or args.config or "tiny", flag,
                                                                args.tokenizer, directory_only=bool(args.init))
-    plan.init_dir = directory if args.init else None
+    spec.init_dir = directory if args.init else None
     return tokenizer, config, source
 
 
 def prepare(args, ranks=1):
     """Checks every argument and input of `dataflow train` (for a job of `ranks` processes) and
-    returns the Plan; raises BadArgumentError / FileFormatError naming the flag or file. Reads
+    returns the RunSpec; raises BadArgumentError / FileFormatError naming the flag or file. Reads
     files; writes nothing."""
-    plan = Plan()
-    plan.nproc, plan.shard_optimizer = args.nproc, args.shard_optimizer
-    plan.backend, plan.device_memory, plan.host_memory = args.backend, args.device_memory, args.host_memory
-    plan.init_dir = None
-    plan.out = args.out
-    plan.ckpt_dir = os.path.join(args.out, "checkpoint")
+    spec = RunSpec()
+    spec.nproc, spec.shard_optimizer = args.nproc, args.shard_optimizer
+    spec.backend, spec.device_memory, spec.host_memory = args.backend, args.device_memory, args.host_memory
+    spec.init_dir = None
+    spec.out = args.out
+    spec.ckpt_dir = os.path.join(args.out, "checkpoint")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise BadArgumentError(f"--out: {args.out} exists and is not a directory")
-    resume_path = plan.ckpt_dir if args.resume == "" else args.resume
-    existing = os.path.exists(atomic.readable_directory(os.path.abspath(plan.ckpt_dir)))
+    resume_path = spec.ckpt_dir if args.resume == "" else args.resume
+    existing = os.path.exists(atomic.readable_directory(os.path.abspath(spec.ckpt_dir)))
     if args.init and args.config:
         raise BadArgumentError("--init: a model directory brings its own config; drop --config")
     if resume_path is None and existing and not args.overwrite:
-        raise BadArgumentError(f"--out: {plan.ckpt_dir} already holds a trained run; continue it with --resume, "
+        raise BadArgumentError(f"--out: {spec.ckpt_dir} already holds a trained run; continue it with --resume, "
                                f"replace it with --overwrite, or choose another --out")
-    in_place = resume_path is not None and os.path.realpath(resume_path) == os.path.realpath(plan.ckpt_dir)
+    in_place = resume_path is not None and os.path.realpath(resume_path) == os.path.realpath(spec.ckpt_dir)
     if args.overwrite and in_place and not (args.trace is not None and os.path.exists(args.trace)):
-        raise BadArgumentError(f"--overwrite: --resume continues {plan.ckpt_dir} in place, so there is nothing to "
+        raise BadArgumentError(f"--overwrite: --resume continues {spec.ckpt_dir} in place, so there is nothing to "
                                "replace; drop --overwrite (or --resume, to start the run over)")
     if resume_path is not None and existing and not args.overwrite and \
-            os.path.realpath(resume_path) != os.path.realpath(plan.ckpt_dir):
-        raise BadArgumentError(f"--out: {plan.ckpt_dir} already holds another run than --resume {resume_path}; "
+            os.path.realpath(resume_path) != os.path.realpath(spec.ckpt_dir):
+        raise BadArgumentError(f"--out: {spec.ckpt_dir} already holds another run than --resume {resume_path}; "
                                "choose another --out or pass --overwrite")
 
-    plan.resumed = None
+    spec.resumed = None
     prior = {}
     if resume_path is not None:
         if not os.path.exists(atomic.readable_directory(os.path.abspath(resume_path))):
             raise BadArgumentError(f"--resume: no checkpoint at {resume_path}")
-        plan.resumed = checkpoint.load(resume_path)
-        where = os.path.join(plan.resumed.path, checkpoint.STATE_NAME)
-        prior = _checked_state(plan.resumed.state, where)
-        _refuse_changes(args, plan.resumed)
-        plan.tokenizer = tokenizers.from_dict(prior.get("tokenizer"), where)
-        plan.config, plan.config_source = plan.resumed.config, os.path.join(plan.resumed.path, CONFIG_NAME)
+        spec.resumed = checkpoint.load(resume_path)
+        where = os.path.join(spec.resumed.path, checkpoint.STATE_NAME)
+        prior = _checked_state(spec.resumed.state, where)
+        _refuse_changes(args, spec.resumed)
+        spec.tokenizer = tokenizers.from_dict(prior.get("tokenizer"), where)
+        spec.config, spec.config_source = spec.resumed.config, os.path.join(spec.resumed.path, CONFIG_NAME)
     else:
-        plan.tokenizer, plan.config, plan.config_source = _tokenizer_and_config(args, plan)
-    plan.config = validate_config(plan.config, plan.config_source)
-    if plan.config["vocab_size"] < plan.tokenizer.vocab_size:
-        raise BadArgumentError(f"{plan.config_source}: vocab_size {plan.config['vocab_size']} is smaller than the "
-                               f"tokenizer's {plan.tokenizer.vocab_size}")
+        spec.tokenizer, spec.config, spec.config_source = _tokenizer_and_config(args, spec)
+    spec.config = validate_config(spec.config, spec.config_source)
+    if spec.config["vocab_size"] < spec.tokenizer.vocab_size:
+        raise BadArgumentError(f"{spec.config_source}: vocab_size {spec.config['vocab_size']} is smaller than the "
+                               f"tokenizer's {spec.tokenizer.vocab_size}")
 
     before = prior.get("run", {})
-    plan.run = {k: getattr(args, k) if getattr(args, k) is not None else before.get(k, default)
+    spec.run = {k: getattr(args, k) if getattr(args, k) is not None else before.get(k, default)
                 for k, default in RUN_DEFAULTS.items()}
-    plan.changed = {k: (before[k], plan.run[k]) for k in RUN_DEFAULTS if k in before and before[k] != plan.run[k]}
-    if plan.run["master_weights"] and plan.run["dtype"] != "bf16":
+    spec.changed = {k: (before[k], spec.run[k]) for k in RUN_DEFAULTS if k in before and before[k] != spec.run[k]}
+    if spec.run["master_weights"] and spec.run["dtype"] != "bf16":
         raise BadArgumentError(f"--master-weights: fp32 master weights are for bf16 training; this run's dtype is "
-                               f"{plan.run['dtype']} (add --dtype bf16)")
-    if "master_weights" in plan.changed:
-        raise BadArgumentError(f"--master-weights: {plan.resumed.path} trained without fp32 master weights; a "
+                               f"{spec.run['dtype']} (add --dtype bf16)")
+    if "master_weights" in spec.changed:
+        raise BadArgumentError(f"--master-weights: {spec.resumed.path} trained without fp32 master weights; a "
                                "resumed run keeps its checkpoint's choice")
     if args.shard_optimizer and ranks == 1:
         raise BadArgumentError("--shard-optimizer: shards the optimizer state over several ranks; add --nproc N "
@@ -177,45 +177,45 @@ def prepare(args, ranks=1):
     if args.host_memory is not None and ranks > 1:  # the ring (its only user) is single-rank for now
         raise BadArgumentError(f"--host-memory: data-parallel ranks ({ranks}) train all-resident and use no host "
                                "memory budget; drop --host-memory, or train on one rank to plan into the ring")
-    if plan.run["batch"] % ranks:
-        raise BadArgumentError(f"--batch: {plan.run['batch']} sequences per step do not split evenly over {ranks} "
+    if spec.run["batch"] % ranks:
+        raise BadArgumentError(f"--batch: {spec.run['batch']} sequences per step do not split evenly over {ranks} "
                                f"ranks; pass a multiple of {ranks}")
-    if plan.run["seq_len"] > plan.config["max_position_embeddings"]:
-        raise BadArgumentError(f"--seq-len: {plan.run['seq_len']} exceeds the model's max_position_embeddings "
-                               f"{plan.config['max_position_embeddings']}")
+    if spec.run["seq_len"] > spec.config["max_position_embeddings"]:
+        raise BadArgumentError(f"--seq-len: {spec.run['seq_len']} exceeds the model's max_position_embeddings "
+                               f"{spec.config['max_position_embeddings']}")
 
     data = args.data
-    if plan.resumed:
+    if spec.resumed:
         trained_on = prior.get("data", {})
         if trained_on.get("source", EMBEDDED) != EMBEDDED and data is None:
             raise BadArgumentError(f"--data: this run trained on {trained_on['source']}; pass --data with that file "
                                    "to continue (a checkpoint never chooses which files to read)")
     text, digest = read_text(data)
-    tokens = plan.tokenizer.encode(text, eos=plan.tokenizer.eos_id is not None)
-    plan.source = os.path.abspath(data) if data else EMBEDDED
-    if plan.resumed:
+    tokens = spec.tokenizer.encode(text, eos=spec.tokenizer.eos_id is not None)
+    spec.source = os.path.abspath(data) if data else EMBEDDED
+    if spec.resumed:
         trained_on = prior.get("data", {})
         recorded = trained_on.get("sha256")
         if (recorded and recorded != digest) or (not recorded and trained_on.get("tokens") != len(tokens)):
             raise BadArgumentError(f"--data: {data or 'the embedded corpus'} differs from the text this run trained "
                                    f"on ({trained_on.get('source')}); --resume continues the same data")
-    plan.data = {"source": plan.source, "sha256": digest, "tokens": len(tokens)}
-    plan.train_tokens, plan.validation = split(tokens, plan.run["seq_len"])
-    plan.position = prior.get("data", {}).get("position", 0) if plan.resumed else 0
-    plan.batches = Batches(plan.train_tokens, plan.run["batch"], plan.run["seq_len"], plan.position,
+    spec.data = {"source": spec.source, "sha256": digest, "tokens": len(tokens)}
+    spec.train_tokens, spec.validation = split(tokens, spec.run["seq_len"])
+    spec.position = prior.get("data", {}).get("position", 0) if spec.resumed else 0
+    spec.batches = Batches(spec.train_tokens, spec.run["batch"], spec.run["seq_len"], spec.position,
                            f"--data: {args.data}" if args.data else "the embedded corpus")
-    plan.losses = list(prior.get("losses", []))
-    plan.val_losses = [list(v) for v in prior.get("val_losses", [])]
+    spec.losses = list(prior.get("losses", []))
+    spec.val_losses = [list(v) for v in prior.get("val_losses", [])]
     # [first step, lr] of each run of this training (a checkpoint from before they were kept: its lr)
-    plan.segments = [list(v) for v in prior.get("segments", [[0, before.get("lr", plan.run["lr"])]] if plan.resumed
-                                                else [])] + [[int(prior.get("step", 0)), plan.run["lr"]]]
-    plan.first_step = int(prior.get("step", 0))
-    plan.steps = args.steps
+    spec.segments = [list(v) for v in prior.get("segments", [[0, before.get("lr", spec.run["lr"])]] if spec.resumed
+                                                else [])] + [[int(prior.get("step", 0)), spec.run["lr"]]]
+    spec.first_step = int(prior.get("step", 0))
+    spec.steps = args.steps
     # a resumed run validates at its first run's interval unless told otherwise, so its curve keeps one spacing
-    plan.eval_every = args.eval_every or before.get("eval_every") or max(1, args.steps // 10)
-    plan.run["eval_every"] = plan.eval_every
-    plan.save_every = args.save_every
-    plan.trace, plan.trace_steps = args.trace, args.trace_steps or TRACE_STEPS
+    spec.eval_every = args.eval_every or before.get("eval_every") or max(1, args.steps // 10)
+    spec.run["eval_every"] = spec.eval_every
+    spec.save_every = args.save_every
+    spec.trace, spec.trace_steps = args.trace, args.trace_steps or TRACE_STEPS
     if args.trace is None and args.trace_steps is not None:
         raise BadArgumentError("--trace-steps: says how many steps --trace covers; add --trace FILE")
     if args.trace is not None:
@@ -227,7 +227,7 @@ def prepare(args, ranks=1):
                                    "link); --overwrite replaces regular files only: choose another path")
         if os.path.exists(args.trace) and not args.overwrite:
             raise BadArgumentError(f"--trace: {args.trace} exists; remove it, choose another path or pass --overwrite")
-    return plan
+    return spec
 
 
 def _check_writable(directory, flag="--out", create=True):
@@ -242,25 +242,25 @@ def _check_writable(directory, flag="--out", create=True):
         raise BadArgumentError(f"{flag}: cannot write to {directory}: {e.strerror or e}") from None
 
 
-def _check_outputs(plan):
-    if plan.trace is not None:  # first: --out's directory is created
-        _check_writable(os.path.dirname(os.path.abspath(plan.trace)), "--trace", create=False)
-    _check_writable(plan.out)
+def _check_outputs(spec):
+    if spec.trace is not None:  # first: --out's directory is created
+        _check_writable(os.path.dirname(os.path.abspath(spec.trace)), "--trace", create=False)
+    _check_writable(spec.out)
 
 
-def resume_command(plan, remaining):
-    parts = ["dataflow", "train", "--resume", plan.ckpt_dir, "--out", plan.out]
-    if plan.source != EMBEDDED:
-        parts += ["--data", plan.source]
+def resume_command(spec, remaining):
+    parts = ["dataflow", "train", "--resume", spec.ckpt_dir, "--out", spec.out]
+    if spec.source != EMBEDDED:
+        parts += ["--data", spec.source]
     if remaining > 0:
         parts += ["--steps", str(remaining)]
-    for flag, value in (("--backend", plan.backend), ("--device-memory", plan.device_memory),
-                        ("--host-memory", plan.host_memory)):
+    for flag, value in (("--backend", spec.backend), ("--device-memory", spec.device_memory),
+                        ("--host-memory", spec.host_memory)):
         if value is not None and (flag, value) != ("--backend", "host"):
             parts += [flag, value]
-    if plan.nproc:
-        parts += ["--nproc", str(plan.nproc)]
-    if plan.shard_optimizer:
+    if spec.nproc:
+        parts += ["--nproc", str(spec.nproc)]
+    if spec.shard_optimizer:
         parts += ["--shard-optimizer"]
     return shlex.join(parts)
 
@@ -296,24 +296,24 @@ def _device(backend):
     return backend
 
 
-def _banner(plan, trainer, handle, engine, ranks):
-    cfg, run = plan.config, plan.run
+def _banner(spec, trainer, handle, engine, ranks):
+    cfg, run = spec.config, spec.run
     params, parts = model_memory(cfg, run["dtype"], training=True, master_weights=run["master_weights"])
     tokens_per_step = run["batch"] * run["seq_len"]
-    epochs = plan.steps * tokens_per_step / max(len(plan.train_tokens), 1)
+    epochs = spec.steps * tokens_per_step / max(len(spec.train_tokens), 1)
     lines = [
         f"dataflow train: Llama {params / 1e6:.2f}M parameters ({cfg['num_hidden_layers']} layers, hidden "
         f"{cfg['hidden_size']}, {cfg['num_attention_heads']} heads, vocab {cfg['vocab_size']}) from "
-        f"{plan.config_source}, {run['dtype']}",
-        f"  data: {plan.source}: {plan.data['tokens']:,} tokens ({plan.tokenizer.kind} tokenizer, vocab "
-        f"{plan.tokenizer.vocab_size}); {len(plan.train_tokens):,} train, {plan.validation.size:,} held out for "
+        f"{spec.config_source}, {run['dtype']}",
+        f"  data: {spec.source}: {spec.data['tokens']:,} tokens ({spec.tokenizer.kind} tokenizer, vocab "
+        f"{spec.tokenizer.vocab_size}); {len(spec.train_tokens):,} train, {spec.validation.size:,} held out for "
         "validation",
-        f"  steps: {plan.steps} x {run['batch']} x {run['seq_len']} = {plan.steps * tokens_per_step:,} tokens "
+        f"  steps: {spec.steps} x {run['batch']} x {run['seq_len']} = {spec.steps * tokens_per_step:,} tokens "
         f"({epochs:.1f} epochs), lr {run['lr']:g}, validation "
-        + ("every step" if plan.eval_every == 1 else f"every {plan.eval_every} steps"),
+        + ("every step" if spec.eval_every == 1 else f"every {spec.eval_every} steps"),
         f"  memory: model {mib(sum(parts.values()))} ({', '.join(f'{k} {mib(v)}' for k, v in parts.items())}) of "
         f"{mib(handle.memory_capacity())} device memory ({_device(handle.backend)}); host matmul: {engine}",
-        f"  output: {plan.ckpt_dir} (checkpoint), {os.path.join(plan.out, 'loss.png')} (loss curve)",
+        f"  output: {spec.ckpt_dir} (checkpoint), {os.path.join(spec.out, 'loss.png')} (loss curve)",
     ]
     if trainer.plan is not None:
         p = trainer.plan
@@ -323,10 +323,10 @@ def _banner(plan, trainer, handle, engine, ranks):
                         f"predicted {p.predicted_step_seconds:.3g} s per step")
     if ranks > 1:
         lines.insert(-1, f"  data-parallel: {ranks} ranks (mpirun), {run['batch'] // ranks} sequences each per step"
-                     + (", optimizer state sharded (ZeRO-1)" if plan.shard_optimizer else ""))
-    if plan.resumed:
-        changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in plan.changed.items()) or "no settings changed"
-        lines.insert(1, f"  resuming {plan.resumed.path} at step {plan.first_step} ({changes})")
+                     + (", optimizer state sharded (ZeRO-1)" if spec.shard_optimizer else ""))
+    if spec.resumed:
+        changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in spec.changed.items()) or "no settings changed"
+        lines.insert(1, f"  resuming {spec.resumed.path} at step {spec.first_step} ({changes})")
     print("\n".join(lines), flush=True)
 
 
@@ -339,15 +339,15 @@ def train(args):
     from .build_info import matmul_engine
     ranks = distributed.launcher_size()
     if ranks is None and args.nproc and args.nproc > 1:
-        plan = prepare(args, args.nproc)  # every flag checked once, here, before any rank starts
+        spec = prepare(args, args.nproc)  # every flag checked once, here, before any rank starts
         command = launch.mpirun_command(args.nproc, args.argv)
-        _check_outputs(plan)
+        _check_outputs(spec)
         code, interrupted = launch.run(command)
         return INTERRUPTED if interrupted else code
     if ranks is not None and args.nproc not in (None, ranks):
         raise BadArgumentError(f"--nproc {args.nproc}: this process is one of {ranks} ranks started by mpirun; "
                                f"drop --nproc (mpirun -n sets the number of ranks) or make it {ranks}")
-    plan = prepare(args, ranks or 1)
+    spec = prepare(args, ranks or 1)
     if ranks is not None and args.threads is None:  # the ranks on this machine share its cores
         args.threads = max(1, (os.cpu_count() or 1) // distributed.local_ranks())
     handle = open_handle(args)
@@ -356,14 +356,14 @@ def train(args):
         lead = comm is None or comm.rank == 0
         with _quiet_unless(lead):
             weights = None
-            if plan.init_dir:
-                weights = check_weights(read_directory(plan.init_dir), parameter_shapes(plan.config),
-                                        plan.config["tie_word_embeddings"], plan.init_dir)
-            model, trainer = _model_and_trainer(plan, handle, Trainer, weights, comm)
+            if spec.init_dir:
+                weights = check_weights(read_directory(spec.init_dir), parameter_shapes(spec.config),
+                                        spec.config["tie_word_embeddings"], spec.init_dir)
+            model, trainer = _model_and_trainer(spec, handle, Trainer, weights, comm)
             if lead:
-                _check_outputs(plan)
-                _banner(plan, trainer, handle, matmul_engine(), ranks or 1)
-            code = _run(plan, handle, model, trainer, comm)
+                _check_outputs(spec)
+                _banner(spec, trainer, handle, matmul_engine(), ranks or 1)
+            code = _run(spec, handle, model, trainer, comm)
         if comm is not None:
             comm.close()  # on success only: a failed rank leaves without MPI_Finalize (cli.main)
         return code
@@ -392,31 +392,31 @@ def _stop_requested(interrupts, comm):
     return bool(comm.sum_host([float(asked)])[0] > 0)
 
 
-def _model_and_trainer(plan, handle, Trainer, weights, comm):
+def _model_and_trainer(spec, handle, Trainer, weights, comm):
     """The model and its Trainer: all-resident when training fits the device, else planned into
     the ring under --device-memory and --host-memory (default: what the host has available).
     Data-parallel ranks (comm) train all-resident models only."""
-    run = plan.run
+    run = spec.run
     options = {"master_weights": True} if run["master_weights"] else {}
     if comm is not None:
-        check_memory(handle, plan.config, run["dtype"], plan.config_source, training=True,
+        check_memory(handle, spec.config, run["dtype"], spec.config_source, training=True,
                      master_weights=run["master_weights"],
                      hint="; data-parallel ranks (--nproc) train all-resident: pass a larger --device-memory or "
                           "a smaller --config")
-        options.update(comm=comm, shard_optimizer=plan.shard_optimizer)
+        options.update(comm=comm, shard_optimizer=spec.shard_optimizer)
     else:
-        options.update(host_memory=host_memory_available() if plan.host_memory is None else plan.host_memory,
+        options.update(host_memory=host_memory_available() if spec.host_memory is None else spec.host_memory,
                        seq_len=run["seq_len"], batch_size=run["batch"])
     hint = "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
     try:
         if comm is None:
             try:
-                check_memory(handle, plan.config, run["dtype"], plan.config_source, training=True,
+                check_memory(handle, spec.config, run["dtype"], spec.config_source, training=True,
                              master_weights=run["master_weights"])
             except OutOfMemoryError:  # not all-resident: does the ring fit, before building a large model?
-                ring_plan(plan.config, run["seq_len"], handle.memory_capacity() - handle.memory_in_use(),
+                ring_plan(spec.config, run["seq_len"], handle.memory_capacity() - handle.memory_in_use(),
                           options["host_memory"], run["batch"] * run["seq_len"], run["dtype"], run["master_weights"])
-        model = model_from_config(plan.config, handle, run["dtype"], seed=run["seed"], where=plan.config_source)
+        model = model_from_config(spec.config, handle, run["dtype"], seed=run["seed"], where=spec.config_source)
         if weights:
             copy_weights(model, weights)
         trainer = Trainer(model, lr=run["lr"], **options)
@@ -425,79 +425,79 @@ def _model_and_trainer(plan, handle, Trainer, weights, comm):
     return model, trainer
 
 
-def _run(plan, handle, model, trainer, comm=None):
-    run = plan.run
+def _run(spec, handle, model, trainer, comm=None):
+    run = spec.run
     lead = comm is None or comm.rank == 0
     rows = run["batch"] // (comm.size if comm else 1)
     mine = slice(comm.rank * rows, (comm.rank + 1) * rows) if comm else slice(None)
-    if plan.resumed:
-        checkpoint.restore_training(plan.resumed, model, trainer)
+    if spec.resumed:
+        checkpoint.restore_training(spec.resumed, model, trainer)
         trainer.lr = run["lr"]  # the command line's (or the checkpoint's) lr, not the one stored with the optimizer
-    batches, losses, val_losses = plan.batches, plan.losses, plan.val_losses
+    batches, losses, val_losses = spec.batches, spec.losses, spec.val_losses
 
-    saved = [plan.first_step]
+    saved = [spec.first_step]
     # the plot keeps one title over resumes (what was trained, not this invocation's flags) and marks
     # where each resumed run began, with its lr when that changed
-    params, _ = model_memory(plan.config, run["dtype"])
-    title = (f"{os.path.basename(os.path.abspath(plan.out))}: Llama {params / 1e6:.2f}M "
-             f"({plan.config['num_hidden_layers']} layers, hidden {plan.config['hidden_size']})")
+    params, _ = model_memory(spec.config, run["dtype"])
+    title = (f"{os.path.basename(os.path.abspath(spec.out))}: Llama {params / 1e6:.2f}M "
+             f"({spec.config['num_hidden_layers']} layers, hidden {spec.config['hidden_size']})")
     marks = [(step, "resumed" + (f", lr {before:g} -> {lr:g}" if lr != before else ""))
-             for (_, before), (step, lr) in zip(plan.segments, plan.segments[1:])]
+             for (_, before), (step, lr) in zip(spec.segments, spec.segments[1:])]
 
     def save():
         if not lead:
-            if plan.shard_optimizer:
+            if spec.shard_optimizer:
                 trainer.state_dict()  # the gather of the sharded state takes every rank
             saved[0] = trainer.step_count
             return
         try:
-            checkpoint.save_training(plan.ckpt_dir, model, trainer, {
-                "run": run, "tokenizer": plan.tokenizer.to_dict(), "losses": losses, "val_losses": val_losses,
-                "segments": plan.segments,
-                "data": {**plan.data, "position": batches.position}}, tokenizer=plan.tokenizer)
+            checkpoint.save_training(spec.ckpt_dir, model, trainer, {
+                "run": run, "tokenizer": spec.tokenizer.to_dict(), "losses": losses, "val_losses": val_losses,
+                "segments": spec.segments,
+                "data": {**spec.data, "position": batches.position}}, tokenizer=spec.tokenizer)
         except OSError as e:  # disk full, quota, permissions: the atomic save left the previous checkpoint
-            raise DataflowError(f"cannot save the checkpoint {plan.ckpt_dir}: {e.strerror or e}; it keeps the last "
+            raise DataflowError(f"cannot save the checkpoint {spec.ckpt_dir}: {e.strerror or e}; it keeps the last "
                                 f"saved state (step {saved[0]})") from None
         saved[0] = trainer.step_count
-        loss_plot.save(os.path.join(plan.out, "loss.png"), losses, val_losses, title=title, marks=marks)
+        loss_plot.save(os.path.join(spec.out, "loss.png"), losses, val_losses, title=title, marks=marks)
 
     def validate():
         """The mean loss over the validation rows, in pieces of at most a training batch's rows:
         the memory the run was planned for."""
-        rows, piece = plan.validation, run["batch"]
+        rows, piece = spec.validation, run["batch"]
         if not len(rows):
             return None
         losses = [float(model.loss(rows[i:i + piece])) * len(rows[i:i + piece]) for i in range(0, len(rows), piece)]
         return sum(losses) / len(rows)  # every row has seq_len - 1 labelled tokens
 
-    tracing = plan.trace is not None and lead  # until the trace is written
+    tracing = spec.trace is not None and lead  # until the trace is written
 
     def write_trace():
         nonlocal tracing
         tracing = False
         trainer.stop_trace()
         try:
-            trainer.trace(plan.trace)
+            trainer.trace(spec.trace)
         except OSError as e:  # the trace is a by-product: the run goes on
-            print(f"train: warning: --trace: cannot write {plan.trace}: {e.strerror or e}; training continues",
+            print(f"train: warning: --trace: cannot write {spec.trace}: {e.strerror or e}; training continues",
                   file=sys.stderr, flush=True)
 
     def failed(what, error):
         """Saves what the run has trained (the failed step changed nothing), then the error."""
         if saved[0] != trainer.step_count and comm is None:  # a job's save would wait for the failed rank
             save()
-            kept = f"the checkpoint {plan.ckpt_dir} holds step {trainer.step_count}"
+            kept = f"the checkpoint {spec.ckpt_dir} holds step {trainer.step_count}"
         else:
-            kept = f"{plan.ckpt_dir} keeps the last saved state (step {saved[0]})"
+            kept = f"{spec.ckpt_dir} keeps the last saved state (step {saved[0]})"
         return DataflowError(f"{what}: {error}; {kept}")
 
     if tracing:
         trainer.start_trace()
-    progress = Progress(plan.steps, plan.first_step)
+    progress = Progress(spec.steps, spec.first_step)
     started, tokens_done, done, stopped = time.perf_counter(), 0, 0, False
     with Interrupts(progress) as interrupts:
-        for done in range(1, plan.steps + 1):
-            step = plan.first_step + done
+        for done in range(1, spec.steps + 1):
+            step = spec.first_step + done
             position = batches.position
             inputs = batches.next()  # the whole batch: this rank trains on its rows
             try:
@@ -507,13 +507,13 @@ def _run(plan, handle, model, trainer, comm=None):
                 raise failed(f"step {step} failed", e) from None
             if not math.isfinite(loss):
                 raise DataflowError(f"step {step}: the loss is {loss} (diverged; try a lower --lr); nothing saved, "
-                                    f"{plan.ckpt_dir} keeps the last saved state")
+                                    f"{spec.ckpt_dir} keeps the last saved state")
             losses.append(loss)
             tokens_done += inputs.size
-            if tracing and done == plan.trace_steps:
+            if tracing and done == spec.trace_steps:
                 write_trace()
             try:
-                val = validate() if lead and (done % plan.eval_every == 0 or done == plan.steps) else None
+                val = validate() if lead and (done % spec.eval_every == 0 or done == spec.steps) else None
             except DataflowError as e:
                 raise failed(f"validation after step {step}", e) from None
             if val is not None:
@@ -522,22 +522,22 @@ def _run(plan, handle, model, trainer, comm=None):
             stopped = _stop_requested(interrupts, comm)
             if stopped:
                 break
-            if plan.save_every and done % plan.save_every == 0 and done != plan.steps:
+            if spec.save_every and done % spec.save_every == 0 and done != spec.steps:
                 save()
         if tracing:
             write_trace()
         save()
     elapsed = time.perf_counter() - started
-    if stopped and done < plan.steps:
-        print(f"train: interrupted after step {plan.first_step + done}; checkpoint saved in {plan.ckpt_dir}.\n"
-              f"resume with: {resume_command(plan, plan.steps - done)}", file=sys.stderr, flush=True)
+    if stopped and done < spec.steps:
+        print(f"train: interrupted after step {spec.first_step + done}; checkpoint saved in {spec.ckpt_dir}.\n"
+              f"resume with: {resume_command(spec, spec.steps - done)}", file=sys.stderr, flush=True)
         # a rank's non-zero code would make mpirun abort the job: the launcher reports the interruption
         return INTERRUPTED if comm is None else 0
     val = f", validation {val_losses[-1][1]:.4f}" if val_losses else ""
     print(f"train: {done} steps (step {trainer.step_count} in all) in {duration(elapsed)}, loss "
           f"{losses[len(losses) - done]:.4f} -> {losses[-1]:.4f}{val}, {tokens_done / elapsed:,.0f} tok/s, device "
           f"memory peak {mib(handle.memory_peak())} of {mib(handle.memory_capacity())}; "
-          f"checkpoint {plan.ckpt_dir}, loss curve {os.path.join(plan.out, 'loss.png')}"
-          f"{f', trace {plan.trace}' if plan.trace is not None else ''}\n"
-          f"sample from it: dataflow generate --checkpoint {plan.ckpt_dir}", flush=True)
+          f"checkpoint {spec.ckpt_dir}, loss curve {os.path.join(spec.out, 'loss.png')}"
+          f"{f', trace {spec.trace}' if spec.trace is not None else ''}\n"
+          f"sample from it: dataflow generate --checkpoint {spec.ckpt_dir}", flush=True)
     return 0
