@@ -34,11 +34,14 @@ TOL = LLAMA_TOLERANCES
 handle = handle_fixture("handle", streams=2, device_memory="1GiB")
 
 
-def hf_model(config, state):
-    """LlamaForCausalLM in fp32 (eager attention) with our weights."""
-    hf_config = transformers.LlamaConfig(**config.to_dict())
+def hf_model(config, state=None):
+    """The transformers model of config's family (LlamaForCausalLM, Qwen2ForCausalLM, ...) in fp32
+    (eager attention) with our weights (None: its own random init)."""
+    hf_config = transformers.AutoConfig.for_model(**config.to_dict())
     hf_config._attn_implementation = "eager"
-    model = transformers.LlamaForCausalLM(hf_config).float()
+    model = transformers.AutoModelForCausalLM.from_config(hf_config).float()
+    if state is None:
+        return model
     result = model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
     assert not result.unexpected_keys
     assert set(result.missing_keys) <= {"lm_head.weight"} and (config.tie_word_embeddings or not result.missing_keys)

@@ -152,7 +152,7 @@ def load(directory):
 
 def save_training(directory, model, trainer, state=None):
     """save() of a Llama and its Trainer; `state` adds the caller's JSON (data position, RNG, losses)."""
-    config = {**model.config.to_dict(), "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    config = model.config.to_dict()
     save(directory, model.state_dict(), config, trainer.state_dict(),
          {"step": int(trainer.step_count), **(state or {})})
 

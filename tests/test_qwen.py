@@ -1,0 +1,176 @@
+"""The Qwen2/2.5 and Qwen3 families (q/k/v biases, per-head q/k RMSNorm, explicit head_dim, tied
+or untied embeddings) against Hugging Face transformers' Qwen2ForCausalLM / Qwen3ForCausalLM
+(fp32, eager attention) built from the same config and weights, on every backend: logits, loss,
+every gradient, AdamW with clipping, save levels; save_pretrained loaded by transformers and
+dataflow.models.from_pretrained choosing the family by model_type. Tolerances:
+tests/tolerances.py LLAMA_TOLERANCES."""
+import numpy as np
+import pytest
+
+import dataflow as df
+from dataflow.models import Llama, LlamaConfig, Trainer
+from tolerances import LLAMA_TOLERANCES, TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
+from conftest import handle_fixture
+from test_llama import hf_model, tokens_for
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+CONFIGS = {
+    # GQA 6/2, head_dim 10 (hidden / heads would be 7), untied: q/k/v biases
+    "qwen2_gqa": dict(model_type="qwen2", vocab_size=89, hidden_size=42, intermediate_size=70, num_hidden_layers=2,
+                      num_attention_heads=6, num_key_value_heads=2, head_dim=10, rms_norm_eps=1e-6,
+                      rope_theta=1000000.0, tie_word_embeddings=False),
+    # GQA 4/1 (MQA), tied embeddings, head_dim = hidden / heads
+    "qwen2_tied": dict(model_type="qwen2", vocab_size=53, hidden_size=40, intermediate_size=56, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=1, rms_norm_eps=1e-6, tie_word_embeddings=True),
+    # GQA 4/2, head_dim 24 > hidden / heads (9), untied: q_norm, k_norm
+    "qwen3_gqa": dict(model_type="qwen3", vocab_size=97, hidden_size=36, intermediate_size=62, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=24, rms_norm_eps=1e-6,
+                      rope_theta=1000000.0, tie_word_embeddings=False),
+    # attention_bias (q, k, v and o biases) with the per-head norms, GQA 6/3, tied
+    "qwen3_bias_tied": dict(model_type="qwen3", vocab_size=71, hidden_size=30, intermediate_size=44,
+                            num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=3, head_dim=8,
+                            rms_norm_eps=1e-5, attention_bias=True, tie_word_embeddings=True),
+}
+HF_CLASSES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+TOL = LLAMA_TOLERANCES
+
+handle = handle_fixture("handle", streams=2, device_memory="1GiB")
+
+
+def random_model(handle, name, seed, **kwargs):
+    """The model of CONFIGS[name] with every 1-D tensor (biases, norm weights) drawn too, so
+    the biases and the per-head norms matter to the comparison."""
+    config = LlamaConfig.from_dict(CONFIGS[name])
+    model = Llama(handle, config, seed=seed, **kwargs)
+    rng = np.random.default_rng(seed + 100)
+    state = model.state_dict()
+    for n, v in state.items():
+        if v.ndim == 1:
+            state[n] = (rng.normal(0.0, 0.1, v.shape) + (0.0 if n.endswith(".bias") else 1.0)).astype(np.float32)
+    model.load_state_dict(state)
+    return config, model
+
+
+def test_layouts_carry_the_families_tensors(handle):
+    """Names, shapes and order are Hugging Face's (named_parameters)."""
+    for name in CONFIGS:
+        config = LlamaConfig.from_dict(CONFIGS[name])
+        ref = hf_model(config)
+        assert type(ref).__name__ == HF_CLASSES[config.model_type]
+        want = {n: tuple(p.shape) for n, p in ref.named_parameters()}
+        model = Llama(handle, config)
+        assert list(model.shapes()) == list(want), name
+        assert model.shapes() == want, name
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_fp32_logits_loss_grads_match_hf(handle, name):
+    config, model = random_model(handle, name, seed=3)
+    ref = hf_model(config, model.state_dict())
+    tokens = tokens_for(config, (2, 13))
+    tol = TOL["fp32"]
+
+    with torch.no_grad():
+        want = ref(torch.from_numpy(tokens)).logits.numpy()
+    np.testing.assert_allclose(model.forward(tokens), want, rtol=tol["logits_rtol"], atol=tol["logits_atol"])
+
+    labels = tokens.copy()
+    labels[0, 4] = labels[1, 9] = -100
+    ref.zero_grad()
+    out = ref(torch.from_numpy(tokens), labels=torch.from_numpy(labels))
+    out.loss.backward()
+    loss, _ = model.loss_backward(tokens, labels)
+    np.testing.assert_allclose(loss, out.loss.item(), rtol=tol["loss_rtol"])
+    got = model.gradients()
+    want_grads = {n: p.grad.numpy() for n, p in ref.named_parameters()}
+    assert set(got) == set(want_grads)
+    for n, g in want_grads.items():
+        np.testing.assert_allclose(got[n], g, rtol=tol["grad_rtol"], atol=tol["grad_atol"] * np.abs(g).max(),
+                                   err_msg=n)
+
+
+@pytest.mark.parametrize("name", ["qwen2_gqa", "qwen3_bias_tied"])
+def test_adamw_three_steps_with_clipping_match_torch(handle, name):
+    config, model = random_model(handle, name, seed=7)
+    ref = hf_model(config, model.state_dict())
+    lr, betas, eps, wd, clip = 1e-2, (0.9, 0.95), 1e-8, 0.1, 0.5
+    trainer = Trainer(model, lr=lr, weight_decay=wd, betas=betas, eps=eps, grad_clip=clip)
+    opt = torch.optim.AdamW(ref.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd)
+    for step in range(3):
+        tokens = tokens_for(config, (2, 12), seed=10 + step)
+        opt.zero_grad()
+        t = torch.from_numpy(tokens)
+        want = ref(t, labels=t).loss
+        want.backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), clip)
+        opt.step()
+        np.testing.assert_allclose(trainer.step(tokens), want.item(), rtol=TOL["adamw"]["loss_rtol"],
+                                   err_msg=f"step {step}")
+    assert_trained_weights_close(model.state_dict(), {n: p.detach().numpy() for n, p in ref.named_parameters()},
+                                 TRAINED_WEIGHTS_RTOL["fp32"], lr, 3)
+
+
+@pytest.mark.parametrize("level", ["attention", "input"])
+def test_save_levels_give_identical_grads(handle, level):
+    """The per-head norms' inputs and the biases' ones column are rebuilt by the recompute."""
+    config, model = random_model(handle, "qwen3_bias_tied", seed=11)
+    tokens = tokens_for(config, (2, 15), seed=3)
+    loss, _ = model.loss_backward(tokens)
+    saved = model.gradients()
+    model.save_level = level
+    assert model.loss_backward(tokens)[0] == loss
+    for n, g in model.gradients().items():
+        np.testing.assert_array_equal(g, saved[n], err_msg=n)
+
+
+@pytest.mark.parametrize("name", ["qwen2_gqa", "qwen3_bias_tied"])
+def test_save_pretrained_loads_in_transformers(tmp_path, name):
+    h = df.Handle("host", streams=2, device_memory="256MiB")
+    try:
+        config, model = random_model(h, name, seed=5)
+        model.save_pretrained(tmp_path)
+        ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").float()
+        assert type(ref).__name__ == HF_CLASSES[config.model_type]
+        tokens = tokens_for(config, (1, 11), seed=2)
+        with torch.no_grad():
+            want = ref(torch.from_numpy(tokens)).logits.numpy()
+        tol = TOL["fp32"]
+        np.testing.assert_allclose(model.forward(tokens), want, rtol=tol["logits_rtol"], atol=tol["logits_atol"])
+        # and back: the family from config.json's model_type
+        back = df.models.from_pretrained(tmp_path, handle=h)
+        assert back.config.model_type == config.model_type
+        np.testing.assert_array_equal(back.forward(tokens), model.forward(tokens))
+    finally:
+        h.close()
+
+
+def test_transformers_directory_loads(tmp_path):
+    """A directory transformers wrote (random init) loads with its logits."""
+    config = LlamaConfig.from_dict(CONFIGS["qwen3_gqa"])
+    torch.manual_seed(0)
+    ref = hf_model(config)
+    ref.save_pretrained(tmp_path)
+    h = df.Handle("host", streams=2, device_memory="256MiB")
+    try:
+        model = df.models.from_pretrained(tmp_path, handle=h)
+        tokens = tokens_for(config, (1, 9), seed=4)
+        with torch.no_grad():
+            want = ref(torch.from_numpy(tokens)).logits.numpy()
+        tol = TOL["fp32"]
+        np.testing.assert_allclose(model.forward(tokens), want, rtol=tol["logits_rtol"], atol=tol["logits_atol"])
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"model_type": "mixtral"}, r"model_type 'mixtral' is not supported; supported: llama, qwen2, qwen3"),
+    ({"use_sliding_window": True}, r"use_sliding_window"),
+    ({"mlp_bias": True}, r"mlp_bias"),
+])
+def test_unsupported_configs_are_named(tmp_path, change, match):
+    import json
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIGS["qwen3_gqa"], **change}))
+    with pytest.raises(df.FileFormatError, match=match):
+        df.models.from_pretrained(tmp_path)
