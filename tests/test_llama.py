@@ -120,16 +120,16 @@ def test_bf16_matches_hf_fp32_from_rounded_weights(handle):
     assert worst[0] < tol["grad_rel"], worst
 
 
-@pytest.mark.parametrize("name", ["gqa_untied", "mha_tied"])
-def test_adamw_five_steps_match_torch(handle, name):
-    config = LlamaConfig.from_dict(CONFIGS[name])
-    model = Llama(handle, config, seed=7)
+def assert_adamw_matches_torch(model, steps):
+    """`steps` Trainer steps (AdamW, weight decay, clipping) of `model` against torch.optim.AdamW on
+    transformers' model from the same weights: each step's loss, then the weights."""
+    config = model.config
     ref = hf_model(config, model.state_dict())
     lr, betas, eps, wd, clip = 1e-2, (0.9, 0.95), 1e-8, 0.1, 0.5
     trainer = Trainer(model, lr=lr, weight_decay=wd, betas=betas, eps=eps, grad_clip=clip)
     opt = torch.optim.AdamW(ref.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd)
     tol = TOL["adamw"]
-    for step in range(5):
+    for step in range(steps):
         tokens = tokens_for(config, (2, 12), seed=10 + step)
         opt.zero_grad()
         t = torch.from_numpy(tokens)
@@ -139,9 +139,14 @@ def test_adamw_five_steps_match_torch(handle, name):
         opt.step()
         got = trainer.step(tokens)
         np.testing.assert_allclose(got, want.item(), rtol=tol["loss_rtol"], err_msg=f"step {step}")
-    assert trainer.step_count == 5
+    assert trainer.step_count == steps
     assert_trained_weights_close(model.state_dict(), {n: p.detach().numpy() for n, p in ref.named_parameters()},
                                  TRAINED_WEIGHTS_RTOL["fp32"], lr, trainer.step_count)
+
+
+@pytest.mark.parametrize("name", ["gqa_untied", "mha_tied"])
+def test_adamw_five_steps_match_torch(handle, name):
+    assert_adamw_matches_torch(Llama(handle, LlamaConfig.from_dict(CONFIGS[name]), seed=7), 5)
 
 
 def test_packed_documents_equal_separate(handle):

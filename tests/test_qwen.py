@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow.models import Llama, LlamaConfig, Trainer
-from tolerances import LLAMA_TOLERANCES, TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
+from dataflow.models import Llama, LlamaConfig
+from tolerances import LLAMA_TOLERANCES
 from conftest import handle_fixture
-from test_llama import hf_model, tokens_for
+from test_llama import assert_adamw_matches_torch, hf_model, tokens_for
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -93,23 +93,7 @@ def test_fp32_logits_loss_grads_match_hf(handle, name):
 
 @pytest.mark.parametrize("name", ["qwen2_gqa", "qwen3_bias_tied"])
 def test_adamw_three_steps_with_clipping_match_torch(handle, name):
-    config, model = random_model(handle, name, seed=7)
-    ref = hf_model(config, model.state_dict())
-    lr, betas, eps, wd, clip = 1e-2, (0.9, 0.95), 1e-8, 0.1, 0.5
-    trainer = Trainer(model, lr=lr, weight_decay=wd, betas=betas, eps=eps, grad_clip=clip)
-    opt = torch.optim.AdamW(ref.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd)
-    for step in range(3):
-        tokens = tokens_for(config, (2, 12), seed=10 + step)
-        opt.zero_grad()
-        t = torch.from_numpy(tokens)
-        want = ref(t, labels=t).loss
-        want.backward()
-        torch.nn.utils.clip_grad_norm_(ref.parameters(), clip)
-        opt.step()
-        np.testing.assert_allclose(trainer.step(tokens), want.item(), rtol=TOL["adamw"]["loss_rtol"],
-                                   err_msg=f"step {step}")
-    assert_trained_weights_close(model.state_dict(), {n: p.detach().numpy() for n, p in ref.named_parameters()},
-                                 TRAINED_WEIGHTS_RTOL["fp32"], lr, 3)
+    assert_adamw_matches_torch(random_model(handle, name, seed=7)[1], 3)
 
 
 @pytest.mark.parametrize("level", ["attention", "input"])
