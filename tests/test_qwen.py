@@ -158,3 +158,53 @@ def test_unsupported_configs_are_named(tmp_path, change, match):
     (tmp_path / "config.json").write_text(json.dumps({**CONFIGS["qwen3_gqa"], **change}))
     with pytest.raises(df.FileFormatError, match=match):
         df.models.from_pretrained(tmp_path)
+
+
+# ---- the ring: the block layout carries the new tensors, so ring training needs nothing more ----
+
+RING_CFG = {**CONFIGS["qwen3_bias_tied"], "num_hidden_layers": 6, "tie_word_embeddings": False,
+            "max_position_embeddings": 1024}
+RING_HOST, RING_PROFILE, RING_KW = "64MiB", "h100-sxm", {"lr": 1e-3, "weight_decay": 0.1}
+
+
+def ring_and_resident(cfg, seq, rows):
+    """A Trainer on a host handle capped at the smallest plan's need (so the ring, in chunks) and
+    the all-resident Trainer, both from the same weights (biases and norms drawn)."""
+    from dataflow.errors import OutOfMemoryError
+    with pytest.raises(OutOfMemoryError) as e:
+        df.ring.plan(cfg, seq, 1024, RING_HOST, tokens_per_step=seq * rows, dtype="fp32")
+    resident = Llama(df.Handle("host"), cfg, seed=1, placement="device")
+    rng = np.random.default_rng(2)
+    state = {n: (v + rng.normal(0.0, 0.1, v.shape)).astype(np.float32) if v.ndim == 1 else v
+             for n, v in resident.state_dict().items()}
+    resident.load_state_dict(state)
+    h = df.Handle("host", device_memory=e.value.min_device_bytes + 4096)
+    model = Llama(h, cfg, seed=1)
+    model.load_state_dict(state)
+    ring = df.Trainer(model, **RING_KW, host_memory=RING_HOST, seq_len=seq, batch_size=rows, profile=RING_PROFILE)
+    assert model.placement == "host" and ring.plan is not None
+    return h, ring, df.Trainer(resident, **RING_KW)
+
+
+@pytest.mark.parametrize("change, seq, rows, kv_context", [
+    ({}, 16, 4, False),
+    ({"vocab_size": 256, "num_hidden_layers": 3}, 512, 2, True),  # the smallest plan splits sequences
+])
+def test_ring_training_equals_all_resident(change, seq, rows, kv_context):
+    """Chunks of a step (and, at the long sequence, documents split over a K/V context: the
+    per-head norms' keys go into the context) against the all-resident Trainer on the whole
+    batch: fp32, only the order of sums differs (losses and the norm within 1e-5, the weights as
+    tolerances.assert_trained_weights_close)."""
+    from tolerances import TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
+    cfg = {**RING_CFG, **change}
+    h, ring, ref = ring_and_resident(cfg, seq, rows)
+    assert ring.plan.chunk_tokens < seq * rows and bool(ring.plan.kv_context) == kv_context, ring.plan.describe()
+    rng = np.random.default_rng(3)
+    steps = [rng.integers(0, cfg["vocab_size"], (rows, seq)) for _ in range(3)]
+    losses = [(ring.step(b), ref.step(b), ring.last_grad_norm, ref.last_grad_norm) for b in steps]
+    ring_l, ref_l, ring_n, ref_n = map(np.array, zip(*losses))
+    np.testing.assert_allclose(ring_l, ref_l, rtol=1e-5, atol=0)
+    np.testing.assert_allclose(ring_n, ref_n, rtol=1e-5, atol=0)
+    assert_trained_weights_close(ring.model.state_dict(), ref.model.state_dict(), TRAINED_WEIGHTS_RTOL["fp32"],
+                                 RING_KW["lr"], len(steps))
+    assert h.memory_peak() <= h.memory_capacity()
