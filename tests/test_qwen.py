@@ -208,3 +208,18 @@ def test_ring_training_equals_all_resident(change, seq, rows, kv_context):
     assert_trained_weights_close(ring.model.state_dict(), ref.model.state_dict(), TRAINED_WEIGHTS_RTOL["fp32"],
                                  RING_KW["lr"], len(steps))
     assert h.memory_peak() <= h.memory_capacity()
+
+
+@pytest.mark.parametrize("preset", ["qwen2.5-7b", "qwen3-8b"])
+def test_presets_are_the_published_models(preset):
+    """The plan presets hold the published configs: transformers builds the same parameters (on
+    the meta device), and the planner places them (24 GiB device, 128 GiB host, 4k sequences)."""
+    from dataflow import pretrained
+    config = df.ring.PRESETS[preset]
+    with torch.device("meta"):
+        ref = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+    assert type(ref).__name__ == HF_CLASSES[config["model_type"]]
+    want = {n: tuple(p.shape) for n, p in ref.named_parameters()}
+    assert pretrained.parameter_shapes(pretrained.validate_config(config)) == want
+    plan = df.ring.plan(preset, 4096, "24GiB", "128GiB", tokens_per_step=8 * 4096)
+    assert plan.predicted_step_seconds > 0

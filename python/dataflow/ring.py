@@ -20,8 +20,9 @@ from .models.host_blocks import scratch_blocked_model
 
 _LLAMA3 = {"vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_key_value_heads": 8,
            "max_position_embeddings": 8192}
+_QWEN = {"rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False}
 # Hugging Face configs of the Llama-3 family (meta-llama/*/config.json; rope scaling left out:
-# it does not change sizes or flops).
+# it does not change sizes or flops), Qwen2.5 (Qwen/Qwen2.5-7B) and Qwen3 (Qwen/Qwen3-8B).
 PRESETS = {
     "llama3.2-1b": {**_LLAMA3, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
                     "num_attention_heads": 32, "head_dim": 64, "tie_word_embeddings": True},
@@ -31,6 +32,12 @@ PRESETS = {
                   "num_attention_heads": 32},
     "llama3-70b": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
                    "num_attention_heads": 64},
+    "qwen2.5-7b": {**_QWEN, "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+                   "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+                   "num_key_value_heads": 4, "max_position_embeddings": 32768},
+    "qwen3-8b": {**_QWEN, "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
+                 "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960},
 }
 
 
