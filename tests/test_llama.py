@@ -99,16 +99,16 @@ def test_llama3_rope_scaling_is_applied(handle):
     assert np.abs(a - b).max() > 1e-4
 
 
-def test_bf16_matches_hf_fp32_from_rounded_weights(handle):
-    config = LlamaConfig.from_dict(CONFIGS["gqa_untied"])
-    model = Llama(handle, config, dtype="bf16", seed=5)
-    ref = hf_model(config, model.state_dict())  # the bf16-rounded weights, in fp32
-    tokens = tokens_for(config, (2, 16), seed=1)
+def rel(got, want):
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+def assert_bf16_close_to_hf_fp32(model, tokens, grad_rel=TOL["bf16"]["grad_rel"]):
+    """A bf16 model against transformers in fp32 on its bf16-rounded weights: logits and loss
+    within LLAMA_TOLERANCES["bf16"], the worst gradient's relative error under grad_rel; returns
+    the fp32 reference's gradients."""
     tol = TOL["bf16"]
-
-    def rel(got, want):
-        return np.linalg.norm(got - want) / np.linalg.norm(want)
-
+    ref = hf_model(model.config, model.state_dict())
     with torch.no_grad():
         want = ref(torch.from_numpy(tokens)).logits.numpy()
     assert rel(model.forward(tokens), want) < tol["logits_rel"]
@@ -117,7 +117,13 @@ def test_bf16_matches_hf_fp32_from_rounded_weights(handle):
     assert abs(loss - out.loss.item()) / out.loss.item() < tol["loss_rel"]
     got = model.gradients()
     worst = max((rel(got[n], want_grads[n]), n) for n in want_grads)
-    assert worst[0] < tol["grad_rel"], worst
+    assert worst[0] < grad_rel, worst
+    return want_grads
+
+
+def test_bf16_matches_hf_fp32_from_rounded_weights(handle):
+    config = LlamaConfig.from_dict(CONFIGS["gqa_untied"])
+    assert_bf16_close_to_hf_fp32(Llama(handle, config, dtype="bf16", seed=5), tokens_for(config, (2, 16), seed=1))
 
 
 def assert_adamw_matches_torch(model, steps):
