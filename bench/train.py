@@ -1,8 +1,12 @@
 """Training-step throughput and peak memory of dataflow's Llama vs Hugging Face
 LlamaForCausalLM on torch eager, same config, dtype, thread count and batch.
 
-    python bench/train.py [--quick] [--backend host] [--model reference|1b] [--threads N]
-                          [--dtypes fp32,bf16] [--steps 5]
+    python bench/train.py [--quick] [--backend host] [--model reference|qwen3|1b] [--threads N]
+                          [--dtypes fp32,bf16] [--steps 5] [--compile]
+
+--model qwen3: the reference sizes as a Qwen3 (per-head q/k RMSNorm; model_type qwen3), against
+transformers' Qwen3ForCausalLM. --compile: also torch.compile(model) (default inductor backend;
+its compilation runs in the warm-up steps, untimed) as a third peer.
 
 --backend cuda[:N]: dataflow on that GPU and torch on the same GPU (model built there, tokens
 there; each step ends with loss.item(), a sync, as Trainer.step returns the loss). --model 1b:
@@ -48,6 +52,7 @@ LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num
                 num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5, rope_theta=500000.0,
                 max_position_embeddings=4096, tie_word_embeddings=False)
 LLAMA_1B_BATCH = (1, 4096)
+QWEN3 = dict(REFERENCE, model_type="qwen3", head_dim=64, rms_norm_eps=1e-6)
 PEAK_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense tensor-core FLOP/s (SXM datasheets)
 WARMUP = 2
 
@@ -59,7 +64,8 @@ def peak_rss_mib():
 def config(args):
     if args.quick:
         return QUICK, QUICK_BATCH
-    return (LLAMA_1B, LLAMA_1B_BATCH) if args.model == "1b" else (REFERENCE, REFERENCE_BATCH)
+    return {"1b": (LLAMA_1B, LLAMA_1B_BATCH), "qwen3": (QWEN3, REFERENCE_BATCH)}.get(args.model,
+                                                                                (REFERENCE, REFERENCE_BATCH))
 
 
 def peak_flops(gpu_name):
@@ -67,7 +73,7 @@ def peak_flops(gpu_name):
 
 
 def step_flops(cfg, batch, seq):
-    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     h, f, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
     per_layer = h * hd * (cfg["num_attention_heads"] * 2 + cfg["num_key_value_heads"] * 2) + 3 * h * f
     dense = L * per_layer + cfg["vocab_size"] * h  # lm_head; the embedding is a lookup
@@ -97,9 +103,13 @@ def worker(args):
         baseline = peak_rss_mib()
         device = torch_device(args.backend)
         with torch.device(device):  # built on the device: a 1B model initialises in seconds there
-            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
+            model = transformers.AutoModelForCausalLM.from_config(
+                transformers.AutoConfig.for_model(**{"model_type": "llama", **cfg}))
         model = model.to(torch.bfloat16 if args.dtype == "bf16" else torch.float32).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
+        opt_params = model.parameters()
+        if args.worker == "torch_compile":
+            model = torch.compile(model)
+        opt = torch.optim.AdamW(opt_params, lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
         t = torch.from_numpy(tokens).to(device)
 
         def step():
@@ -132,12 +142,14 @@ def worker(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="host", help="dataflow Handle backend: host, cuda or cuda:N (torch runs there)")
-    p.add_argument("--model", choices=["reference", "1b"], default="reference", help="config (see the docstring)")
+    p.add_argument("--model", choices=["reference", "qwen3", "1b"], default="reference",
+                   help="config (see the docstring)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--steps", type=int, default=5, help="timed steps after 2 warm-up steps")
     p.add_argument("--quick", action="store_true", help="a small smoke config")
-    p.add_argument("--worker", choices=["dataflow", "torch"], help=argparse.SUPPRESS)
+    p.add_argument("--compile", action="store_true", help="also time torch.compile(model)")
+    p.add_argument("--worker", choices=["dataflow", "torch", "torch_compile"], help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.quick and args.steps == 5:
@@ -152,7 +164,7 @@ def main():
         if dtype not in ("fp32", "bf16"):
             p.error(f"--dtypes: {dtype!r} is not fp32 or bf16")
         pair = {}
-        for lib in ("dataflow", "torch"):
+        for lib in ("dataflow", "torch") + (("torch_compile",) if args.compile else ()):
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--dtype", dtype, "--backend",
                    args.backend, "--model", args.model, "--threads", str(args.threads), "--steps", str(args.steps)] + (
                    ["--quick"] if args.quick else [])
@@ -163,11 +175,14 @@ def main():
         d, t = pair["dataflow"], pair["torch"]
         rows.append(dict(dtype=dtype, dataflow=d, torch=t, speedup=d["tokens_per_s"] / t["tokens_per_s"],
                          rss_ratio=d["rss_peak_mib"] / t["rss_peak_mib"]))
+        if args.compile:
+            rows[-1].update(torch_compile=pair["torch_compile"],
+                            speedup_vs_compile=d["tokens_per_s"] / pair["torch_compile"]["tokens_per_s"])
     cfg, (batch, seq) = config(args)
     machine = machine_info(args.backend)
     peak = peak_flops(machine.get("gpu", "")) if args.backend != "host" else None
     for r in rows:
-        for lib in ("dataflow", "torch"):
+        for lib in ("dataflow", "torch") + (("torch_compile",) if args.compile else ()):
             r[lib]["mfu"] = round(r[lib]["gflops"] * 1e9 / peak, 4) if peak else None
     print(json.dumps(dict(bench="train", backend=args.backend, threads=args.threads, quick=args.quick,
                           model=args.model, config=cfg, batch=batch, seq=seq, steps=args.steps, machine=machine,
@@ -178,11 +193,13 @@ def main():
              f"{r['torch']['tokens_per_s']:.0f})" + (
                  f", MFU {r['dataflow']['mfu']} vs {r['torch']['mfu']}" if gpu else
                  f", peak RSS {r['rss_ratio']:.2f}x ({r['dataflow']['rss_peak_mib']:.0f} vs "
-                 f"{r['torch']['rss_peak_mib']:.0f} MiB)") for r in rows]
+                 f"{r['torch']['rss_peak_mib']:.0f} MiB)") + (
+                 f", {r['speedup_vs_compile']:.2f}x torch.compile ({r['torch_compile']['tokens_per_s']:.0f})"
+                 if args.compile else "") for r in rows]
     where = machine.get("gpu", args.backend) if gpu else f"{args.threads} threads"
     target = "target >= 1.1x tokens/s" if gpu else "target >= 1.5x tokens/s, <= 0.7x RSS"
-    print(f"train {args.backend} ({where}, hidden {cfg['hidden_size']} x {cfg['num_hidden_layers']} "
-          f"layers, {batch}x{seq} tokens): " + "; ".join(parts) + "; " + target)
+    print(f"train {args.backend} ({where}, {cfg.get('model_type', 'llama')}, hidden {cfg['hidden_size']} x "
+          f"{cfg['num_hidden_layers']} layers, {batch}x{seq} tokens): " + "; ".join(parts) + "; " + target)
 
 
 if __name__ == "__main__":
