@@ -1,8 +1,12 @@
 """Training-step throughput and peak memory of dataflow's Llama vs Hugging Face
 LlamaForCausalLM on torch eager, same config, dtype, thread count and batch.
 
-    python bench/train.py [--quick] [--backend host] [--model reference|1b] [--threads N]
-                          [--dtypes fp32,bf16] [--steps 5]
+    python bench/train.py [--quick] [--backend host] [--model reference|qwen3|1b] [--threads N]
+                          [--dtypes fp32,bf16] [--steps 5] [--compile]
+
+--model qwen3: the reference sizes as a Qwen3 (per-head q/k RMSNorm; model_type qwen3), against
+transformers' Qwen3ForCausalLM. --compile: also torch.compile(model) (default inductor backend;
+its compilation runs in the warm-up steps, untimed) as a third peer.
 
 --backend cuda[:N]: dataflow on that GPU and torch on the same GPU (model built there, tokens
 there; each step ends with loss.item(), a sync, as Trainer.step returns the loss). --model 1b:
@@ -54,6 +58,7 @@ LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num
                 num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5, rope_theta=500000.0,
                 max_position_embeddings=4096, tie_word_embeddings=False)
 LLAMA_1B_BATCH = (1, 4096)
+QWEN3 = dict(REFERENCE, model_type="qwen3", head_dim=64, rms_norm_eps=1e-6)
 PEAK_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense tensor-core FLOP/s (SXM datasheets)
 WARMUP = 2
 
@@ -65,7 +70,8 @@ def peak_rss_mib():
 def config(args):
     if args.quick:
         return QUICK, QUICK_BATCH
-    return (LLAMA_1B, LLAMA_1B_BATCH) if args.model == "1b" else (REFERENCE, REFERENCE_BATCH)
+    return {"1b": (LLAMA_1B, LLAMA_1B_BATCH), "qwen3": (QWEN3, REFERENCE_BATCH)}.get(args.model,
+                                                                                (REFERENCE, REFERENCE_BATCH))
 
 
 def peak_flops(gpu_name):
@@ -73,7 +79,7 @@ def peak_flops(gpu_name):
 
 
 def step_flops(cfg, batch, seq):
-    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     h, f, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
     per_layer = h * hd * (cfg["num_attention_heads"] * 2 + cfg["num_key_value_heads"] * 2) + 3 * h * f
     dense = L * per_layer + cfg["vocab_size"] * h  # lm_head; the embedding is a lookup
@@ -103,9 +109,13 @@ def worker(args):
         baseline = peak_rss_mib()
         device = torch_device(args.backend)
         with torch.device(device):  # built on the device: a 1B model initialises in seconds there
-            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
+            model = transformers.AutoModelForCausalLM.from_config(
+                transformers.AutoConfig.for_model(**{"model_type": "llama", **cfg}))
         model = model.to(torch.bfloat16 if args.dtype == "bf16" else torch.float32).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
+        opt_params = model.parameters()
+        if args.worker == "torch_compile":
+            model = torch.compile(model)
+        opt = torch.optim.AdamW(opt_params, lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
         t = torch.from_numpy(tokens).to(device)
 
         def step():
@@ -162,18 +172,20 @@ class Worker:
         return json.loads(answer)
 
 
-def measure(args, dtype, env):
-    """Both libraries' workers, alive together, take turns: --rounds rounds, each library timing n
-    steps per round (dataflow first in even rounds, torch in odd ones). n makes a library's rounds
-    add up to at least --steps steps and --seconds of them, from one step's time after warm-up."""
+def measure(args, dtype, libs, env):
+    """The libraries' workers, alive together, take turns: --rounds rounds, each library timing n
+    steps per round, the order rotating by one library each round (so none always runs first). n
+    makes a library's rounds add up to at least --steps steps and --seconds of them, from one step's
+    time after warm-up. Returns {library: row} and, per library, the per-round ratios of dataflow's
+    tokens/s to its."""
     cfg, (batch, seq) = config(args)
-    workers = {lib: Worker(args, lib, dtype, env) for lib in ("dataflow", "torch")}
+    workers = {lib: Worker(args, lib, dtype, env) for lib in libs}
     per_round = {lib: max(math.ceil(args.steps / args.rounds),
                           math.ceil(args.seconds / args.rounds / max(w.ask("run 1")[0], 1e-6)))
                  for lib, w in workers.items()}
     times = {lib: [] for lib in workers}
     for r in range(args.rounds):
-        for lib in ("dataflow", "torch") if r % 2 == 0 else ("torch", "dataflow"):
+        for lib in libs[r % len(libs):] + libs[:r % len(libs)]:
             times[lib].append(workers[lib].ask(f"run {per_round[lib]}"))
     rows = {}
     for lib, w in workers.items():
@@ -184,14 +196,20 @@ def measure(args, dtype, env):
                          tokens_per_s_rounds=[batch * seq / statistics.median(t) for t in times[lib]],
                          gflops=step_flops(cfg, batch, seq) / median / 1e9)
         w.proc.wait()
-    ratios = [a / b for a, b in zip(rows["dataflow"]["tokens_per_s_rounds"], rows["torch"]["tokens_per_s_rounds"])]
-    return rows["dataflow"], rows["torch"], ratios
+    ratios = {lib: [a / b for a, b in zip(rows["dataflow"]["tokens_per_s_rounds"], rows[lib]["tokens_per_s_rounds"])]
+              for lib in libs[1:]}
+    return rows, ratios
+
+
+def quartiles(values):
+    return statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="host", help="dataflow Handle backend: host, cuda or cuda:N (torch runs there)")
-    p.add_argument("--model", choices=["reference", "1b"], default="reference", help="config (see the docstring)")
+    p.add_argument("--model", choices=["reference", "qwen3", "1b"], default="reference",
+                   help="config (see the docstring)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--steps", type=int, help="least timed steps per library, after 2 warm-up steps (default 10; "
@@ -199,7 +217,8 @@ def main():
     p.add_argument("--seconds", type=float, help="least timed seconds per library (default 20; --quick 3)")
     p.add_argument("--rounds", type=int, default=10, help="turns each library takes, alternating (default 10)")
     p.add_argument("--quick", action="store_true", help="a small smoke config")
-    p.add_argument("--worker", choices=["dataflow", "torch"], help=argparse.SUPPRESS)
+    p.add_argument("--compile", action="store_true", help="also time torch.compile(model)")
+    p.add_argument("--worker", choices=["dataflow", "torch", "torch_compile"], help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
     args = p.parse_args()
     args.steps = args.steps if args.steps is not None else 40 if args.quick else 10
@@ -217,15 +236,21 @@ def main():
     for dtype in args.dtypes.split(","):
         if dtype not in ("fp32", "bf16"):
             p.error(f"--dtypes: {dtype!r} is not fp32 or bf16")
-        d, t, ratios = measure(args, dtype, env)
-        rows.append(dict(dtype=dtype, dataflow=d, torch=t, speedup=statistics.median(ratios), speedup_rounds=ratios,
-                         speedup_quartiles=statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3,
+        libs = ("dataflow", "torch") + (("torch_compile",) if args.compile else ())
+        pair, ratios = measure(args, dtype, libs, env)
+        d, t = pair["dataflow"], pair["torch"]
+        rows.append(dict(dtype=dtype, dataflow=d, torch=t, speedup=statistics.median(ratios["torch"]),
+                         speedup_rounds=ratios["torch"], speedup_quartiles=quartiles(ratios["torch"]),
                          rss_ratio=d["rss_peak_mib"] / t["rss_peak_mib"]))
+        if args.compile:
+            rows[-1].update(torch_compile=pair["torch_compile"],
+                            speedup_vs_compile=statistics.median(ratios["torch_compile"]),
+                            speedup_vs_compile_quartiles=quartiles(ratios["torch_compile"]))
     cfg, (batch, seq) = config(args)
     machine = machine_info(args.backend)
     peak = peak_flops(machine.get("gpu", "")) if args.backend != "host" else None
     for r in rows:
-        for lib in ("dataflow", "torch"):
+        for lib in ("dataflow", "torch") + (("torch_compile",) if args.compile else ()):
             r[lib]["mfu"] = round(r[lib]["gflops"] * 1e9 / peak, 4) if peak else None
     print(json.dumps(dict(bench="train", backend=args.backend, threads=args.threads, quick=args.quick,
                           model=args.model, config=cfg, batch=batch, seq=seq, steps=args.steps, seconds=args.seconds,
@@ -238,11 +263,13 @@ def main():
              f"{r['torch']['tokens_per_s']:.0f})" + (
                  f", MFU {r['dataflow']['mfu']} vs {r['torch']['mfu']}" if gpu else
                  f", peak RSS {r['rss_ratio']:.2f}x ({r['dataflow']['rss_peak_mib']:.0f} vs "
-                 f"{r['torch']['rss_peak_mib']:.0f} MiB)") for r in rows]
+                 f"{r['torch']['rss_peak_mib']:.0f} MiB)") + (
+                 f", {r['speedup_vs_compile']:.2f}x torch.compile ({r['torch_compile']['tokens_per_s']:.0f})"
+                 if args.compile else "") for r in rows]
     where = machine.get("gpu", args.backend) if gpu else f"{args.threads} threads"
     target = "target >= 1.1x tokens/s" if gpu else "target >= 1.5x tokens/s, <= 0.7x RSS"
-    print(f"train {args.backend} ({where}, hidden {cfg['hidden_size']} x {cfg['num_hidden_layers']} "
-          f"layers, {batch}x{seq} tokens): " + "; ".join(parts) + "; " + target)
+    print(f"train {args.backend} ({where}, {cfg.get('model_type', 'llama')}, hidden {cfg['hidden_size']} x "
+          f"{cfg['num_hidden_layers']} layers, {batch}x{seq} tokens): " + "; ".join(parts) + "; " + target)
 
 
 if __name__ == "__main__":

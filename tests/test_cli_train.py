@@ -475,16 +475,19 @@ def test_resume_checks_the_saved_run_state(stand_in, trained, tmp_path, capsys, 
     assert re.search(rf"trainer_state\.json: state\.{field}(\.\w+)?: unexpected value", capsys.readouterr().err)
 
 
-def test_hf_directories_train_from_and_generate_with_their_own_tokenizer(tmp_path, capsys):
-    """An HF model directory (config.json, model.safetensors, tokenizer.json): `train --init` starts from
-    its weights and tokenizer, `generate --checkpoint DIR` samples from it with its tokenizer.json."""
+@pytest.mark.parametrize("family", [{"model_type": "llama"}, {"model_type": "qwen2"},
+                                    {"model_type": "qwen3", "head_dim": 16, "attention_bias": True}])
+def test_hf_directories_train_from_and_generate_with_their_own_tokenizer(tmp_path, capsys, family):
+    """An HF model directory (config.json, model.safetensors, tokenizer.json) of each family:
+    `train --init` starts from its weights and tokenizer, `generate --checkpoint DIR` samples from it
+    with its tokenizer.json."""
     models = pytest.importorskip("dataflow.models")
     from dataflow import tokenizer as tokenizers
     text = tmp_path / "text.txt"
     text.write_text("Return the value of the function. " * 200)
     hf = tmp_path / "hf"
     with dataflow.Handle("host") as h:
-        config = {"model_type": "llama", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+        config = {**family, "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
                   "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 64,
                   "eos_token_id": 257}
         model = models.Llama(h, config, seed=5)
@@ -498,6 +501,7 @@ def test_hf_directories_train_from_and_generate_with_their_own_tokenizer(tmp_pat
     assert f"from {hf / 'config.json'}" in capsys.readouterr().out
     ck = checkpoint.load(tmp_path / "run" / "checkpoint")
     assert ck.state["tokenizer"]["kind"] == "hf" and ck.config["vocab_size"] == 300
+    assert ck.config["model_type"] == family["model_type"] and set(ck.model_state) == set(weights)
     np.testing.assert_allclose(ck.model_state["model.norm.weight"], weights["model.norm.weight"], atol=1e-6)
     assert run_cli("generate", "--checkpoint", str(hf), "--prompt", "Return", "--max-new-tokens", "8",
                    "--seed", "0") == 0

@@ -34,11 +34,14 @@ TOL = LLAMA_TOLERANCES
 handle = handle_fixture("handle", streams=2, device_memory="1GiB")
 
 
-def hf_model(config, state):
-    """LlamaForCausalLM in fp32 (eager attention) with our weights."""
-    hf_config = transformers.LlamaConfig(**config.to_dict())
+def hf_model(config, state=None):
+    """The transformers model of config's family (LlamaForCausalLM, Qwen2ForCausalLM, ...) in fp32
+    (eager attention) with our weights (None: its own random init)."""
+    hf_config = transformers.AutoConfig.for_model(**config.to_dict())
     hf_config._attn_implementation = "eager"
-    model = transformers.LlamaForCausalLM(hf_config).float()
+    model = transformers.AutoModelForCausalLM.from_config(hf_config).float()
+    if state is None:
+        return model
     result = model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)
     assert not result.unexpected_keys
     assert set(result.missing_keys) <= {"lm_head.weight"} and (config.tie_word_embeddings or not result.missing_keys)
@@ -96,16 +99,16 @@ def test_llama3_rope_scaling_is_applied(handle):
     assert np.abs(a - b).max() > 1e-4
 
 
-def test_bf16_matches_hf_fp32_from_rounded_weights(handle):
-    config = LlamaConfig.from_dict(CONFIGS["gqa_untied"])
-    model = Llama(handle, config, dtype="bf16", seed=5)
-    ref = hf_model(config, model.state_dict())  # the bf16-rounded weights, in fp32
-    tokens = tokens_for(config, (2, 16), seed=1)
+def rel(got, want):
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+def assert_bf16_close_to_hf_fp32(model, tokens, grad_rel=TOL["bf16"]["grad_rel"]):
+    """A bf16 model against transformers in fp32 on its bf16-rounded weights: logits and loss
+    within LLAMA_TOLERANCES["bf16"], the worst gradient's relative error under grad_rel; returns
+    the fp32 reference's gradients."""
     tol = TOL["bf16"]
-
-    def rel(got, want):
-        return np.linalg.norm(got - want) / np.linalg.norm(want)
-
+    ref = hf_model(model.config, model.state_dict())
     with torch.no_grad():
         want = ref(torch.from_numpy(tokens)).logits.numpy()
     assert rel(model.forward(tokens), want) < tol["logits_rel"]
@@ -114,19 +117,25 @@ def test_bf16_matches_hf_fp32_from_rounded_weights(handle):
     assert abs(loss - out.loss.item()) / out.loss.item() < tol["loss_rel"]
     got = model.gradients()
     worst = max((rel(got[n], want_grads[n]), n) for n in want_grads)
-    assert worst[0] < tol["grad_rel"], worst
+    assert worst[0] < grad_rel, worst
+    return want_grads
 
 
-@pytest.mark.parametrize("name", ["gqa_untied", "mha_tied"])
-def test_adamw_five_steps_match_torch(handle, name):
-    config = LlamaConfig.from_dict(CONFIGS[name])
-    model = Llama(handle, config, seed=7)
+def test_bf16_matches_hf_fp32_from_rounded_weights(handle):
+    config = LlamaConfig.from_dict(CONFIGS["gqa_untied"])
+    assert_bf16_close_to_hf_fp32(Llama(handle, config, dtype="bf16", seed=5), tokens_for(config, (2, 16), seed=1))
+
+
+def assert_adamw_matches_torch(model, steps):
+    """`steps` Trainer steps (AdamW, weight decay, clipping) of `model` against torch.optim.AdamW on
+    transformers' model from the same weights: each step's loss, then the weights."""
+    config = model.config
     ref = hf_model(config, model.state_dict())
     lr, betas, eps, wd, clip = 1e-2, (0.9, 0.95), 1e-8, 0.1, 0.5
     trainer = Trainer(model, lr=lr, weight_decay=wd, betas=betas, eps=eps, grad_clip=clip)
     opt = torch.optim.AdamW(ref.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd)
     tol = TOL["adamw"]
-    for step in range(5):
+    for step in range(steps):
         tokens = tokens_for(config, (2, 12), seed=10 + step)
         opt.zero_grad()
         t = torch.from_numpy(tokens)
@@ -136,9 +145,14 @@ def test_adamw_five_steps_match_torch(handle, name):
         opt.step()
         got = trainer.step(tokens)
         np.testing.assert_allclose(got, want.item(), rtol=tol["loss_rtol"], err_msg=f"step {step}")
-    assert trainer.step_count == 5
+    assert trainer.step_count == steps
     assert_trained_weights_close(model.state_dict(), {n: p.detach().numpy() for n, p in ref.named_parameters()},
                                  TRAINED_WEIGHTS_RTOL["fp32"], lr, trainer.step_count)
+
+
+@pytest.mark.parametrize("name", ["gqa_untied", "mha_tied"])
+def test_adamw_five_steps_match_torch(handle, name):
+    assert_adamw_matches_torch(Llama(handle, LlamaConfig.from_dict(CONFIGS[name]), seed=7), 5)
 
 
 def test_packed_documents_equal_separate(handle):

@@ -25,8 +25,8 @@ def test_config_defaults_and_implied_fields():
 
 
 BAD_CONFIGS = {
-    "not llama": ({"model_type": "gpt2"}, r"model_type must be 'llama', got 'gpt2'"),
-    "no model_type": ({"model_type": None}, r"model_type must be 'llama', got None"),
+    "not llama": ({"model_type": "gpt2"}, r"model_type 'gpt2' is not supported; supported: llama, qwen2, qwen3"),
+    "no model_type": ({"model_type": None}, r"model_type None is not supported; supported: llama, qwen2, qwen3"),
     "missing vocab_size": ({"vocab_size": None}, r"vocab_size is missing"),
     "zero layers": ({"num_hidden_layers": 0}, r"num_hidden_layers must be a positive integer \(at most 2\^31\), got 0"),
     "float hidden": ({"hidden_size": 48.0}, r"hidden_size must be a positive integer \(at most 2\^31\), got 48.0"),
@@ -34,7 +34,8 @@ BAD_CONFIGS = {
     "gqa ratio": ({"num_key_value_heads": 3}, r"num_attention_heads \(4\) is not a multiple of num_key_value_heads"),
     "negative eps": ({"rms_norm_eps": -1}, r"rms_norm_eps must be a positive finite number, got -1"),
     "gelu": ({"hidden_act": "gelu"}, r"hidden_act='gelu' is not supported; expected 'silu'"),
-    "bias": ({"attention_bias": True}, r"attention_bias=True is not supported"),
+    "mlp bias": ({"mlp_bias": True}, r"mlp_bias=True is not supported"),
+    "bias not bool": ({"attention_bias": 1}, r"attention_bias must be true or false, got 1"),
     "tie not bool": ({"tie_word_embeddings": "yes"}, r"tie_word_embeddings must be true or false"),
     "huge size": ({"vocab_size": 2**70}, r"vocab_size must be a positive integer \(at most 2\^31\), got 1180591"),
     "string size": ({"num_hidden_layers": "2"}, r"num_hidden_layers must be a positive integer"),

@@ -205,12 +205,20 @@ Dataflow_Status llama_input_grad(const Dataflow_Blocked_Model *m, int s, const v
 				      accumulate ? 1.0f : 0.0f);
 }
 
-Dataflow_Status llama_norm_weight_grad(const Dataflow_Blocked_Model *m, int s, int64_t T, const void *dxn,
-				       const void *x, const float *rstd, float *gw, void *const ws[WS_COUNT])
+Dataflow_Status llama_norm_weight_grad(const Dataflow_Blocked_Model *m, int s, int64_t rows, int64_t width,
+				       const void *dxn, const void *x, const float *rstd, float *gw,
+				       void *const ws[WS_COUNT])
 {
 	Dataflow_Handle *h = m->handle;
-	int64_t H = m->config.hidden_size;
-	TRY(dataflow_submit_rms_norm_bwd_w(h, s, m->config.dtype, DATAFLOW_FP32, T, H, dxn, x, rstd, ws[WS_RMS],
+	TRY(dataflow_submit_rms_norm_bwd_w(h, s, m->config.dtype, DATAFLOW_FP32, rows, width, dxn, x, rstd, ws[WS_RMS],
 					   ws[WS_DW]));
-	return dataflow_submit_add(h, s, DATAFLOW_FP32, H, 1.0f, gw, 1.0f, ws[WS_DW], gw);
+	return dataflow_submit_add(h, s, DATAFLOW_FP32, width, 1.0f, gw, 1.0f, ws[WS_DW], gw);
+}
+
+Dataflow_Status llama_bias_rows(const Dataflow_Blocked_Model *m, int s, const void *ones, const void *b,
+				const void *residual, void *out, int64_t T, int64_t n)
+{
+	DataflowDatatype d = m->config.dtype;
+	return dataflow_submit_matmul(m->handle, s, d, d, ones, b, residual, out, T, n, 1, 0, 0, 1.0f,
+				      residual ? 1.0f : 0.0f);
 }

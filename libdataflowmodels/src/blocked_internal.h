@@ -9,21 +9,23 @@
 
 #define TRY(expr) DATAFLOW_TRY(expr)
 
-/* a layer block's tensors, in block order */
-enum { LLAMA_Q, LLAMA_K, LLAMA_V, LLAMA_O, LLAMA_GATE, LLAMA_UP, LLAMA_DOWN, LLAMA_LN1, LLAMA_LN2,
-       LLAMA_PER_LAYER };
+/* a layer block's tensors, in block order (= Hugging Face's order); the optional ones (biases,
+ * q/k norms) take no elements when the config has none */
+enum { LLAMA_Q, LLAMA_QB, LLAMA_K, LLAMA_KB, LLAMA_V, LLAMA_VB, LLAMA_O, LLAMA_OB, LLAMA_QN, LLAMA_KN, LLAMA_GATE,
+       LLAMA_UP, LLAMA_DOWN, LLAMA_LN1, LLAMA_LN2, LLAMA_PER_LAYER };
 
 /* a layer's activations; the first two are saved from DATAFLOW_SAVE_ATTENTION up, the rest only
- * at DATAFLOW_SAVE_ALL */
+ * at DATAFLOW_SAVE_ALL; QPRE..RSTDK (q, k before their per-head norm) are empty without qk_norm */
 enum { ACT_ATT, ACT_LSE, ACT_XN1, ACT_Q, ACT_K, ACT_V, ACT_HMID, ACT_XN2, ACT_GATE, ACT_UP, ACT_RSTD1, ACT_RSTD2,
-       LAYER_ACTS };
+       ACT_QPRE, ACT_KPRE, ACT_RSTDQ, ACT_RSTDK, LAYER_ACTS };
 /* the head's activations (saved at every level) */
 enum { HEAD_XNF, HEAD_RSTD, HEAD_LOGITS, HEAD_ACTS };
 /* a layer's dacts (the head's: HEAD_DXN only) */
-enum { DA_DXN2, DA_DGATE, DA_DUP, DA_DMID, DA_DQ, DA_DK, DA_DV, DA_DXN1, LAYER_DACTS };
+/* (DQN, DKN: gradients at the normed q, k; empty without qk_norm) */
+enum { DA_DXN2, DA_DGATE, DA_DUP, DA_DMID, DA_DQ, DA_DK, DA_DV, DA_DXN1, DA_DQN, DA_DKN, LAYER_DACTS };
 enum { HEAD_DXN };
-/* one call's workspace */
-enum { WS_GRAD_NORM, WS_ACT, WS_DTMP, WS_DATT, WS_DW, WS_RMS, WS_ATTN, WS_COUNT };
+/* one call's workspace (ONES: T ones in the model dtype for the bias matmuls; empty without biases) */
+enum { WS_GRAD_NORM, WS_ACT, WS_DTMP, WS_DATT, WS_DW, WS_RMS, WS_ATTN, WS_ONES, WS_COUNT };
 
 #define LLAMA_MAX_ACTS LAYER_ACTS
 
@@ -32,6 +34,7 @@ struct Dataflow_Blocked_Model {
 	Dataflow_Llama_Config config;
 	int num_blocks;
 	int64_t layer_offset[LLAMA_PER_LAYER];
+	int64_t layer_size[LLAMA_PER_LAYER]; /* elements of each tensor (0: the config has none) */
 	int64_t embed_numel, layer_numel, head_numel;
 	int64_t norm_offset, lm_head_offset; /* in the head block; lm_head_offset -1 when tied */
 	int num_tensors;
@@ -88,14 +91,19 @@ Dataflow_Status llama_head_backward_w(const Dataflow_Blocked_Model *m, int s, co
 /* out[T, n_out] = x[T, n_in] W[n_out, n_in]^T (+ residual[T, n_out] when given) */
 Dataflow_Status llama_linear(const Dataflow_Blocked_Model *m, int s, const void *x, const void *W,
 			     const void *residual, void *out, int64_t T, int64_t n_out, int64_t n_in);
-/* g[n_out, n_in] += dy[T, n_out]^T x[T, n_in], fp32 accumulation into the fp32 gradient */
+/* g[n_out, n_in] += dy[T, n_out]^T x[T, n_in], fp32 accumulation into the fp32 gradient (with
+ * x = ones[T, 1]: a bias gradient, the column sums of dy) */
 Dataflow_Status llama_weight_grad(const Dataflow_Blocked_Model *m, int s, const void *dy, const void *x, float *g,
 				  int64_t T, int64_t n_out, int64_t n_in);
 /* dx[T, n_in] (+)= dy[T, n_out] W[n_out, n_in] */
 Dataflow_Status llama_input_grad(const Dataflow_Blocked_Model *m, int s, const void *dy, const void *W, void *dx,
 				 int64_t T, int64_t n_out, int64_t n_in, int accumulate);
-/* gw[H] += rms_norm_bwd_w(dxn, x, rstd), through workspace's dw and partials */
-Dataflow_Status llama_norm_weight_grad(const Dataflow_Blocked_Model *m, int s, int64_t T, const void *dxn,
-				       const void *x, const float *rstd, float *gw, void *const ws[WS_COUNT]);
+/* gw[width] += rms_norm_bwd_w(dxn, x, rstd) over rows x width, through workspace's dw and partials */
+Dataflow_Status llama_norm_weight_grad(const Dataflow_Blocked_Model *m, int s, int64_t rows, int64_t width,
+				       const void *dxn, const void *x, const float *rstd, float *gw,
+				       void *const ws[WS_COUNT]);
+/* out[T, n] = ones[T] b[n] (+ residual[T, n] when given): a bias broadcast over rows, exact */
+Dataflow_Status llama_bias_rows(const Dataflow_Blocked_Model *m, int s, const void *ones, const void *b,
+				const void *residual, void *out, int64_t T, int64_t n);
 
 #endif

@@ -90,10 +90,16 @@ Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Con
 	const Dataflow_Llama_Config *c = &m->config;
 	int64_t H = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
 	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd;
-	const int64_t sizes[LLAMA_PER_LAYER] = {qd * H, kvd * H, kvd * H, H * qd, F * H, F * H, H * F, H, H};
+	int64_t qkv_bias = c->qkv_bias != 0, o_bias = c->o_bias != 0, qk_norm = c->qk_norm != 0;
+	const int64_t sizes[LLAMA_PER_LAYER] = {
+		[LLAMA_Q] = qd * H,        [LLAMA_QB] = qkv_bias * qd, [LLAMA_K] = kvd * H,       [LLAMA_KB] = qkv_bias * kvd,
+		[LLAMA_V] = kvd * H,       [LLAMA_VB] = qkv_bias * kvd, [LLAMA_O] = H * qd,       [LLAMA_OB] = o_bias * H,
+		[LLAMA_QN] = qk_norm * hd, [LLAMA_KN] = qk_norm * hd,   [LLAMA_GATE] = F * H,     [LLAMA_UP] = F * H,
+		[LLAMA_DOWN] = H * F,      [LLAMA_LN1] = H,             [LLAMA_LN2] = H};
 	m->layer_numel = 0;
 	for (int i = 0; i < LLAMA_PER_LAYER; i++) {
 		m->layer_offset[i] = m->layer_numel;
+		m->layer_size[i] = sizes[i];
 		m->layer_numel += align_up(sizes[i]);
 	}
 	m->embed_numel = align_up(V * H);
@@ -104,27 +110,39 @@ Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Con
 	return DATAFLOW_OK;
 }
 
-/* The named-tensor table, in HF named_parameters order. */
+/* The named-tensor table, in HF named_parameters order (a layer's tensors in block order). */
 static Dataflow_Status name_tensors(Dataflow_Blocked_Model *m)
 {
 	const Dataflow_Llama_Config *c = &m->config;
 	int64_t H = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
 	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd, L = c->num_layers;
-	m->tensors = calloc((size_t)(9 * L + 3), sizeof(Dataflow_Llama_Tensor));
+	m->tensors = calloc((size_t)(LLAMA_PER_LAYER * L + 3), sizeof(Dataflow_Llama_Tensor));
 	if (!m->tensors)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "llama blocked model: host allocation failed");
 	add_tensor(m, "model.embed_tokens.weight", 2, V, H, 0, 0);
 	static const char *names[LLAMA_PER_LAYER] = {
-		"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-		"mlp.up_proj",      "mlp.down_proj",    "input_layernorm",  "post_attention_layernorm"};
-	const int64_t shapes[LLAMA_PER_LAYER][2] = {{qd, H}, {kvd, H}, {kvd, H}, {H, qd}, {F, H},
-						    {F, H},  {H, F},   {H, 1},   {H, 1}};
+		[LLAMA_Q] = "self_attn.q_proj.weight",    [LLAMA_QB] = "self_attn.q_proj.bias",
+		[LLAMA_K] = "self_attn.k_proj.weight",    [LLAMA_KB] = "self_attn.k_proj.bias",
+		[LLAMA_V] = "self_attn.v_proj.weight",    [LLAMA_VB] = "self_attn.v_proj.bias",
+		[LLAMA_O] = "self_attn.o_proj.weight",    [LLAMA_OB] = "self_attn.o_proj.bias",
+		[LLAMA_QN] = "self_attn.q_norm.weight",   [LLAMA_KN] = "self_attn.k_norm.weight",
+		[LLAMA_GATE] = "mlp.gate_proj.weight",    [LLAMA_UP] = "mlp.up_proj.weight",
+		[LLAMA_DOWN] = "mlp.down_proj.weight",    [LLAMA_LN1] = "input_layernorm.weight",
+		[LLAMA_LN2] = "post_attention_layernorm.weight"};
+	/* rows, columns (0: a vector of m->layer_size elements) */
+	const int64_t shapes[LLAMA_PER_LAYER][2] = {[LLAMA_Q] = {qd, H},    [LLAMA_K] = {kvd, H}, [LLAMA_V] = {kvd, H},
+						    [LLAMA_O] = {H, qd},    [LLAMA_GATE] = {F, H},
+						    [LLAMA_UP] = {F, H},    [LLAMA_DOWN] = {H, F}};
 	for (int64_t l = 0; l < L; l++)
 		for (int i = 0; i < LLAMA_PER_LAYER; i++) {
+			if (!m->layer_size[i])
+				continue;
 			char name[DATAFLOW_LLAMA_NAME_MAX];
-			snprintf(name, sizeof(name), "model.layers.%lld.%s.weight", (long long)l, names[i]);
-			add_tensor(m, name, i >= LLAMA_LN1 ? 1 : 2, shapes[i][0], shapes[i][1], (int)(1 + l),
-				   m->layer_offset[i]);
+			snprintf(name, sizeof(name), "model.layers.%lld.%s", (long long)l, names[i]);
+			if (shapes[i][1])
+				add_tensor(m, name, 2, shapes[i][0], shapes[i][1], (int)(1 + l), m->layer_offset[i]);
+			else
+				add_tensor(m, name, 1, m->layer_size[i], 1, (int)(1 + l), m->layer_offset[i]);
 		}
 	add_tensor(m, "model.norm.weight", 1, H, 1, (int)L + 1, m->norm_offset);
 	if (!c->tie_embeddings)

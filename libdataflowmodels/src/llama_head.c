@@ -72,5 +72,5 @@ Dataflow_Status llama_head_backward_w(const Dataflow_Blocked_Model *m, int s, co
 	int64_t T = a->batch->num_tokens;
 	TRY(llama_weight_grad(m, s, hd.act[HEAD_LOGITS], hd.act[HEAD_XNF], hd.glm_head, T, c->vocab_size,
 			      c->hidden_size));
-	return llama_norm_weight_grad(m, s, T, hd.dxn, a->x, hd.act[HEAD_RSTD], hd.gnorm, hd.ws);
+	return llama_norm_weight_grad(m, s, T, m->config.hidden_size, hd.dxn, a->x, hd.act[HEAD_RSTD], hd.gnorm, hd.ws);
 }

@@ -1,7 +1,13 @@
-/* A Llama decoder layer block, as Hugging Face LlamaDecoderLayer computes it:
- *   xn1 = rms_norm(x) ; q, k, v = xn1 Wq^T, xn1 Wk^T, xn1 Wv^T ; q, k = rope(q), rope(k)
- *   att = causal varlen GQA attention(q, k, v), scale 1 / sqrt(head_dim)
- *   hmid = x + att Wo^T ; xn2 = rms_norm(hmid) ; y = hmid + (silu(xn2 Wg^T) * xn2 Wu^T) Wd^T
+/* A decoder layer block, as Hugging Face's LlamaDecoderLayer, Qwen2DecoderLayer and
+ * Qwen3DecoderLayer compute it ([..]: when the config has it):
+ *   xn1 = rms_norm(x) ; q, k, v = xn1 Wq^T [+ bq], xn1 Wk^T [+ bk], xn1 Wv^T [+ bv]
+ *   [q, k = rms_norm(q), rms_norm(k) over each head's head_dim values (qk_norm)]
+ *   q, k = rope(q), rope(k) ; att = causal varlen GQA attention(q, k, v), scale 1 / sqrt(head_dim)
+ *   hmid = x + att Wo^T [+ bo] ; xn2 = rms_norm(hmid) ; y = hmid + (silu(xn2 Wg^T) * xn2 Wu^T) Wd^T
+ * A bias is a matmul with a column of ones (ones[T, 1] b[1, n], exact), written before the
+ * projection, which then accumulates onto it (one rounding, as torch's addmm); its gradient
+ * is the column sum of the output gradient (dy^T ones). The per-head norms' backward runs
+ * between rope_bwd and the projections' input gradients.
  * The backward is split: backward_x (dy -> dx, keeping in dacts what the weight gradients
  * need) and backward_w (weight gradients, fp32, accumulated with matmul beta = 1):
  *   backward_x: dgate = dy Wd ; dgate, dup = swiglu_bwd(dgate) ; dxn2 = dgate Wg + dup Wu
@@ -38,13 +44,31 @@ static Layer layer_view(const Dataflow_Blocked_Model *m, const Dataflow_Block_Me
 	Layer L = {.m = m, .h = m->handle, .d = c->dtype, .T = a->batch->num_tokens, .H = c->hidden_size,
 		   .F = c->intermediate_size, .hd = c->head_dim, .nq = c->num_heads, .nkv = c->num_kv_heads};
 	for (int i = 0; i < LLAMA_PER_LAYER; i++) {
-		L.w[i] = mem->param ? llama_at(mem->param, m->layer_offset[i], L.d) : NULL;
-		L.g[i] = mem->grad ? mem->grad + m->layer_offset[i] : NULL;
+		int present = m->layer_size[i] > 0; /* optional tensors the config lacks stay NULL */
+		L.w[i] = mem->param && present ? llama_at(mem->param, m->layer_offset[i], L.d) : NULL;
+		L.g[i] = mem->grad && present ? mem->grad + m->layer_offset[i] : NULL;
 	}
 	llama_acts_layout(m, DATAFLOW_BLOCK_LAYER, a->level, L.T, a->saved, a->recomputed, L.act, NULL, NULL);
 	llama_dacts_layout(m, DATAFLOW_BLOCK_LAYER, L.T, a->dacts, L.da);
 	llama_workspace_layout(m, L.T, a->workspace, L.ws);
 	return L;
+}
+
+/* The ones column the bias matmuls read (workspace is scratch: every call that needs it fills it). */
+static Dataflow_Status fill_ones(const Layer *L, int s)
+{
+	if (!L->w[LLAMA_QB] && !L->w[LLAMA_OB])
+		return DATAFLOW_OK;
+	return dataflow_submit_set_mem(L->h, s, L->d, L->T, 1.0f, L->ws[WS_ONES]);
+}
+
+/* out[T, n] = xn1 W^T (+ b when the layer has that bias) */
+static Dataflow_Status projection(const Layer *L, int s, const void *xn1, int w, int b, void *out, int64_t n)
+{
+	if (!L->w[b])
+		return llama_linear(L->m, s, xn1, L->w[w], NULL, out, L->T, n, L->H);
+	TRY(llama_bias_rows(L->m, s, L->ws[WS_ONES], L->w[b], NULL, out, L->T, n));
+	return llama_linear(L->m, s, xn1, L->w[w], out, out, L->T, n, L->H);
 }
 
 Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
@@ -58,11 +82,21 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 	/* with a context, the chunk's K and V rows go straight into it at row kv->past */
 	void *k = kv ? llama_at(kv->k, kv->past * L.nkv * L.hd, L.d) : act[ACT_K];
 	void *v = kv ? llama_at(kv->v, kv->past * L.nkv * L.hd, L.d) : act[ACT_V];
+	/* with per-head norms the projections' outputs are kept apart (their backward reads them) */
+	void *q_lin = L.w[LLAMA_QN] ? act[ACT_QPRE] : act[ACT_Q];
+	void *k_lin = L.w[LLAMA_KN] ? act[ACT_KPRE] : k;
 
+	TRY(fill_ones(&L, s));
 	TRY(dataflow_submit_rms_norm(L.h, s, L.d, L.T, L.H, eps, a->x, L.w[LLAMA_LN1], act[ACT_XN1], act[ACT_RSTD1]));
-	TRY(llama_linear(m, s, act[ACT_XN1], L.w[LLAMA_Q], NULL, act[ACT_Q], L.T, L.nq * L.hd, L.H));
-	TRY(llama_linear(m, s, act[ACT_XN1], L.w[LLAMA_K], NULL, k, L.T, L.nkv * L.hd, L.H));
-	TRY(llama_linear(m, s, act[ACT_XN1], L.w[LLAMA_V], NULL, v, L.T, L.nkv * L.hd, L.H));
+	TRY(projection(&L, s, act[ACT_XN1], LLAMA_Q, LLAMA_QB, q_lin, L.nq * L.hd));
+	TRY(projection(&L, s, act[ACT_XN1], LLAMA_K, LLAMA_KB, k_lin, L.nkv * L.hd));
+	TRY(projection(&L, s, act[ACT_XN1], LLAMA_V, LLAMA_VB, v, L.nkv * L.hd));
+	if (L.w[LLAMA_QN]) {
+		TRY(dataflow_submit_rms_norm(L.h, s, L.d, L.T * L.nq, L.hd, eps, q_lin, L.w[LLAMA_QN], act[ACT_Q],
+					     act[ACT_RSTDQ]));
+		TRY(dataflow_submit_rms_norm(L.h, s, L.d, L.T * L.nkv, L.hd, eps, k_lin, L.w[LLAMA_KN], k,
+					     act[ACT_RSTDK]));
+	}
 	TRY(dataflow_submit_rope(L.h, s, L.d, L.T, L.nq, L.hd, b->positions, m->inv_freq, act[ACT_Q], act[ACT_Q]));
 	TRY(dataflow_submit_rope(L.h, s, L.d, L.T, L.nkv, L.hd, b->positions, m->inv_freq, k, k));
 	if (kv && (!recompute || a->level < DATAFLOW_SAVE_ATTENTION))
@@ -72,7 +106,12 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 	else if (!kv && (!recompute || a->level < DATAFLOW_SAVE_ATTENTION))
 		TRY(dataflow_submit_attention(L.h, s, L.d, act[ACT_Q], k, v, b->cu_seqlens, act[ACT_ATT], act[ACT_LSE],
 					      L.T, b->num_docs, L.nq, L.nkv, L.hd, scale, 1));
-	TRY(llama_linear(m, s, act[ACT_ATT], L.w[LLAMA_O], a->x, act[ACT_HMID], L.T, L.H, L.nq * L.hd));
+	const void *residual = a->x;
+	if (L.w[LLAMA_OB]) { /* hmid = (x + bo) + att Wo^T */
+		TRY(llama_bias_rows(m, s, L.ws[WS_ONES], L.w[LLAMA_OB], a->x, act[ACT_HMID], L.T, L.H));
+		residual = act[ACT_HMID];
+	}
+	TRY(llama_linear(m, s, act[ACT_ATT], L.w[LLAMA_O], residual, act[ACT_HMID], L.T, L.H, L.nq * L.hd));
 	TRY(dataflow_submit_rms_norm(L.h, s, L.d, L.T, L.H, eps, act[ACT_HMID], L.w[LLAMA_LN2], act[ACT_XN2],
 				     act[ACT_RSTD2]));
 	TRY(llama_linear(m, s, act[ACT_XN2], L.w[LLAMA_GATE], NULL, act[ACT_GATE], L.T, L.F, L.H));
@@ -141,8 +180,16 @@ Dataflow_Status llama_layer_backward_x(const Dataflow_Blocked_Model *m, int s, c
 	/* attention */
 	TRY(llama_input_grad(m, s, da[DA_DMID], L.w[LLAMA_O], L.ws[WS_DATT], L.T, L.H, qd, 0));
 	TRY(attention_grads(&L, s, a));
-	TRY(dataflow_submit_rope_bwd(L.h, s, L.d, L.T, L.nq, L.hd, b->positions, m->inv_freq, da[DA_DQ], da[DA_DQ]));
-	TRY(dataflow_submit_rope_bwd(L.h, s, L.d, L.T, L.nkv, L.hd, b->positions, m->inv_freq, da[DA_DK], da[DA_DK]));
+	void *dq_n = L.w[LLAMA_QN] ? da[DA_DQN] : da[DA_DQ]; /* gradients at the rope's inputs */
+	void *dk_n = L.w[LLAMA_KN] ? da[DA_DKN] : da[DA_DK];
+	TRY(dataflow_submit_rope_bwd(L.h, s, L.d, L.T, L.nq, L.hd, b->positions, m->inv_freq, da[DA_DQ], dq_n));
+	TRY(dataflow_submit_rope_bwd(L.h, s, L.d, L.T, L.nkv, L.hd, b->positions, m->inv_freq, da[DA_DK], dk_n));
+	if (L.w[LLAMA_QN]) {
+		TRY(dataflow_submit_rms_norm_bwd_x(L.h, s, L.d, L.T * L.nq, L.hd, dq_n, act[ACT_QPRE], L.w[LLAMA_QN],
+						   act[ACT_RSTDQ], da[DA_DQ]));
+		TRY(dataflow_submit_rms_norm_bwd_x(L.h, s, L.d, L.T * L.nkv, L.hd, dk_n, act[ACT_KPRE], L.w[LLAMA_KN],
+						   act[ACT_RSTDK], da[DA_DK]));
+	}
 	TRY(llama_input_grad(m, s, da[DA_DQ], L.w[LLAMA_Q], da[DA_DXN1], L.T, qd, L.H, 0));
 	TRY(llama_input_grad(m, s, da[DA_DK], L.w[LLAMA_K], da[DA_DXN1], L.T, kvd, L.H, 1));
 	TRY(llama_input_grad(m, s, da[DA_DV], L.w[LLAMA_V], da[DA_DXN1], L.T, kvd, L.H, 1));
@@ -160,10 +207,22 @@ Dataflow_Status llama_layer_backward_w(const Dataflow_Blocked_Model *m, int s, c
 	TRY(llama_weight_grad(m, s, a->dy, L.ws[WS_ACT], L.g[LLAMA_DOWN], L.T, L.H, L.F));
 	TRY(llama_weight_grad(m, s, da[DA_DGATE], act[ACT_XN2], L.g[LLAMA_GATE], L.T, L.F, L.H));
 	TRY(llama_weight_grad(m, s, da[DA_DUP], act[ACT_XN2], L.g[LLAMA_UP], L.T, L.F, L.H));
-	TRY(llama_norm_weight_grad(m, s, L.T, da[DA_DXN2], act[ACT_HMID], act[ACT_RSTD2], L.g[LLAMA_LN2], L.ws));
+	TRY(llama_norm_weight_grad(m, s, L.T, L.H, da[DA_DXN2], act[ACT_HMID], act[ACT_RSTD2], L.g[LLAMA_LN2], L.ws));
 	TRY(llama_weight_grad(m, s, da[DA_DMID], act[ACT_ATT], L.g[LLAMA_O], L.T, L.H, qd));
 	TRY(llama_weight_grad(m, s, da[DA_DQ], act[ACT_XN1], L.g[LLAMA_Q], L.T, qd, L.H));
 	TRY(llama_weight_grad(m, s, da[DA_DK], act[ACT_XN1], L.g[LLAMA_K], L.T, kvd, L.H));
 	TRY(llama_weight_grad(m, s, da[DA_DV], act[ACT_XN1], L.g[LLAMA_V], L.T, kvd, L.H));
-	return llama_norm_weight_grad(m, s, L.T, da[DA_DXN1], a->x, act[ACT_RSTD1], L.g[LLAMA_LN1], L.ws);
+	TRY(fill_ones(&L, s));
+	const int bias[][2] = {{LLAMA_OB, DA_DMID}, {LLAMA_QB, DA_DQ}, {LLAMA_KB, DA_DK}, {LLAMA_VB, DA_DV}};
+	const int64_t bias_n[] = {L.H, qd, kvd, kvd};
+	for (int i = 0; i < 4; i++)
+		if (L.g[bias[i][0]])
+			TRY(llama_weight_grad(m, s, da[bias[i][1]], L.ws[WS_ONES], L.g[bias[i][0]], L.T, bias_n[i], 1));
+	if (L.g[LLAMA_QN]) {
+		TRY(llama_norm_weight_grad(m, s, L.T * L.nq, L.hd, da[DA_DQN], act[ACT_QPRE], act[ACT_RSTDQ],
+					   L.g[LLAMA_QN], L.ws));
+		TRY(llama_norm_weight_grad(m, s, L.T * L.nkv, L.hd, da[DA_DKN], act[ACT_KPRE], act[ACT_RSTDK],
+					   L.g[LLAMA_KN], L.ws));
+	}
+	return llama_norm_weight_grad(m, s, L.T, L.H, da[DA_DXN1], a->x, act[ACT_RSTD1], L.g[LLAMA_LN1], L.ws);
 }

@@ -158,9 +158,9 @@ def load(directory):
 
 
 def save_training(directory, model, trainer, state=None, tokenizer=None):
-    """save() of a Llama and its Trainer; `state` adds the caller's JSON (data position, RNG, losses);
+    """save() of a model and its Trainer; `state` adds the caller's JSON (data position, RNG, losses);
     a tokenizer with a tokenizer.json (dataflow.tokenizer.HFTokenizer) is saved as one."""
-    config = {**model.config.to_dict(), "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    config = model.config.to_dict()
     texts = {TOKENIZER_NAME: tokenizer.to_json()} if hasattr(tokenizer, "to_json") else None
     save(directory, model.state_dict(), config, trainer.state_dict(),
          {"step": int(trainer.step_count), **(state or {})}, texts)

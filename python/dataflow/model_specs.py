@@ -12,10 +12,11 @@ from .pretrained import CONFIG_NAME
 
 _LLAMA3 = {"vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_key_value_heads": 8,
            "max_position_embeddings": 8192}
+_QWEN = {"rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False}
 # "tiny" (the default of `dataflow train`) and "small" take vocab_size from the tokenizer: tiny is
 # small enough that the default run (a couple of minutes on 2 CPU cores) ends writing recognisable
-# words. The Llama-3 family are Hugging Face's configs (meta-llama/*/config.json; rope scaling
-# left out: it changes neither sizes nor flops).
+# words. The Llama-3 family, Qwen2.5 (Qwen/Qwen2.5-7B) and Qwen3 (Qwen/Qwen3-8B) are Hugging
+# Face's configs (their config.json; rope scaling left out: it changes neither sizes nor flops).
 PRESETS = {
     "tiny": {"hidden_size": 192, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 6,
              "num_key_value_heads": 2, "max_position_embeddings": 256},
@@ -29,6 +30,12 @@ PRESETS = {
                   "num_attention_heads": 32},
     "llama3-70b": {**_LLAMA3, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
                    "num_attention_heads": 64},
+    "qwen2.5-7b": {**_QWEN, "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+                   "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+                   "num_key_value_heads": 4, "max_position_embeddings": 32768},
+    "qwen3-8b": {**_QWEN, "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
+                 "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960},
 }
 WHAT = f"a preset ({', '.join(PRESETS)}), an HF config.json or an HF model directory"
 

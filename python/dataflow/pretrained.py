@@ -1,7 +1,9 @@
-"""Hugging Face model directories: config.json + *.safetensors, read into and written from a Llama.
+"""Hugging Face model directories: config.json + *.safetensors, read into and written from a Llama
+(the dense decoder of the Llama-3, Qwen2/2.5 and Qwen3 families, chosen by config.json's model_type).
 
-from_pretrained(path, handle, dtype) / save_pretrained(model, path) back Llama.from_pretrained and
-model.save_pretrained. Directories written here load with transformers' LlamaForCausalLM and back.
+from_pretrained(path, handle, dtype) / save_pretrained(model, path) back dataflow.models.from_pretrained,
+Llama.from_pretrained and model.save_pretrained. Directories written here load with transformers'
+AutoModelForCausalLM (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) and back.
 """
 import json
 import math
@@ -15,14 +17,15 @@ from . import safetensors_io as st
 from ._ffi import modelslib
 from .errors import BadArgumentError, FileFormatError, OutOfMemoryError
 from .file_checks import member, read_json
+from .models.config import FAMILIES
 
 CONFIG_NAME = "config.json"
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 # What transformers' LlamaConfig assumes for fields a config.json leaves out.
 DEFAULTS = {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None, "tie_word_embeddings": False,
             "max_position_embeddings": 2048}
-# Architecture variants the Llama here does not implement: field -> the only accepted value.
-UNSUPPORTED = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
+# Architecture variants the decoder here does not implement: field -> the only accepted value.
+UNSUPPORTED = {"hidden_act": "silu", "mlp_bias": False, "use_sliding_window": False}
 HF_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # Non-parameter buffers that older checkpoints carry and loading skips.
 BUFFER_SUFFIXES = (".rotary_emb.inv_freq",)
@@ -79,9 +82,13 @@ def validate_config(config, where=CONFIG_NAME):
     config that passes builds a model (memory permitting)."""
     if not isinstance(config, dict):
         raise FileFormatError(f"{where}: expected a JSON object, got {type(config).__name__}")
-    if config.get("model_type") != "llama":
-        raise FileFormatError(f"{where}: model_type must be 'llama', got {config.get('model_type')!r:.60}")
+    family = config.get("model_type")
+    if not isinstance(family, str) or family not in FAMILIES:
+        raise FileFormatError(f"{where}: model_type {family!r:.60} is not supported; supported: {', '.join(FAMILIES)}")
     out = dict(config)
+    for field, default in FAMILIES[family][1].items():
+        if out.get(field) is None:
+            out[field] = default
     for field in REQUIRED:
         if out.get(field) is None:
             raise FileFormatError(f"{where}: {field} is missing")
@@ -92,6 +99,13 @@ def validate_config(config, where=CONFIG_NAME):
     for field, accepted in UNSUPPORTED.items():
         if out.get(field, accepted) != accepted:
             raise FileFormatError(f"{where}: {field}={out[field]!r:.60} is not supported; expected {accepted!r}")
+    if "sliding_attention" in (out.get("layer_types") or ()):
+        raise FileFormatError(f"{where}: layer_types has sliding_attention layers; sliding-window attention is "
+                              f"not supported")
+    if family == "qwen2":
+        out.pop("attention_bias", None)  # Qwen2's q/k/v biases are always there
+    elif not isinstance(out.get("attention_bias", False), bool):
+        raise FileFormatError(f"{where}: attention_bias must be true or false, got {out['attention_bias']!r:.60}")
     heads = out["num_attention_heads"]
     if out.get("num_key_value_heads") is None:
         out["num_key_value_heads"] = heads
@@ -141,21 +155,11 @@ def read_config(directory):
 
 def parameter_shapes(config):
     """{Hugging Face name: shape} of a validated config's parameters, as Llama.shapes() will have
-    them; known before any allocation, so files and memory are checked first."""
-    H, F, V, hd = config["hidden_size"], config["intermediate_size"], config["vocab_size"], config["head_dim"]
-    q, kv = config["num_attention_heads"] * hd, config["num_key_value_heads"] * hd
-    shapes = {"model.embed_tokens.weight": (V, H)}
-    for i in range(config["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        shapes.update({p + "input_layernorm.weight": (H,), p + "self_attn.q_proj.weight": (q, H),
-                       p + "self_attn.k_proj.weight": (kv, H), p + "self_attn.v_proj.weight": (kv, H),
-                       p + "self_attn.o_proj.weight": (H, q), p + "post_attention_layernorm.weight": (H,),
-                       p + "mlp.gate_proj.weight": (F, H), p + "mlp.up_proj.weight": (F, H),
-                       p + "mlp.down_proj.weight": (H, F)})
-    shapes["model.norm.weight"] = (H,)
-    if not config["tie_word_embeddings"]:
-        shapes["lm_head.weight"] = (V, H)
-    return shapes
+    them (from libdataflowmodels' block layout); known before any allocation, so files and memory
+    are checked first."""
+    from .models.config import LlamaConfig
+    from .models.host_blocks import Layout
+    return {name: shape for name, shape, _, _ in Layout(LlamaConfig.from_dict(config), "fp32").tensors}
 
 
 def model_memory(config, dtype, training=False, master_weights=False):
@@ -243,7 +247,8 @@ def model_from_config(config, handle, dtype="fp32", seed=None, where=CONFIG_NAME
 
 
 def from_pretrained(path, handle, dtype="fp32", placement="auto"):
-    """A Llama on `handle` from an HF model directory (config.json + single or sharded safetensors).
+    """A Llama on `handle` from an HF model directory (config.json + single or sharded safetensors),
+    the family by config.json's model_type (FAMILIES; any other is an error naming it).
     The config, the files' headers against it, and the model's memory against the handle (placement
     "device") or the host (a model that does not fit the device: see Llama's placement) are all
     checked before anything is allocated."""
@@ -262,7 +267,7 @@ def from_pretrained(path, handle, dtype="fp32", placement="auto"):
 
 def save_pretrained(model, path, dtype=None):
     """Writes config.json and model.safetensors (each atomically) into directory `path`, loadable by
-    transformers' LlamaForCausalLM.from_pretrained. dtype: "fp32", "bf16" or "fp16" for the stored
+    transformers' AutoModelForCausalLM.from_pretrained (the family's class). dtype: "fp32", "bf16" or "fp16" for the stored
     weights; None keeps the dtypes model.state_dict() returns."""
     if dtype is not None and dtype not in HF_DTYPE:
         raise BadArgumentError(f"save_pretrained: dtype must be one of {sorted(HF_DTYPE)} or None, got {dtype!r}")
@@ -273,8 +278,7 @@ def save_pretrained(model, path, dtype=None):
     tensors = {name: st.Tensor(dtypes.encode(v, dtype), dtype) if dtype else np.asarray(v)
                for name, v in state.items()}
     stored = dtype or dtypes.from_numpy(next(iter(state.values())).dtype)
-    config = {**model.config.to_dict(), "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-              "dtype": HF_DTYPE.get(stored, "float32")}
+    config = {**model.config.to_dict(), "dtype": HF_DTYPE.get(stored, "float32")}
     write_model_files(path, config, tensors)
     stale_index = os.path.join(path, st.INDEX_NAME)
     if os.path.lexists(stale_index):  # shards of an earlier save would shadow model.safetensors

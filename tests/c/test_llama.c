@@ -1,7 +1,8 @@
 /* C-level check of libdataflowmodels through its public API: a tiny Llama with zero weights
  * (norms zero too, so every logit is exactly 0) has loss log(vocab) per labelled token, the
  * chunk loss reports loss_scale * that sum, the tensor table names HF tensors inside their
- * blocks, a bad config fails with a message, and an AdamW step runs. */
+ * blocks (a Qwen3 config's biases and per-head norms too), a bad config fails with a message,
+ * and an AdamW step runs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,31 @@ int main(void)
 			(long long)t.shape[1], t.block);
 		return 1;
 	}
+
+	/* a Qwen3 with attention_bias: q/k/v/o biases and per-head norms join each layer, in HF order */
+	Dataflow_Llama_Config qc = c;
+	qc.head_dim = 10;
+	qc.qkv_bias = qc.o_bias = qc.qk_norm = 1;
+	Dataflow_Blocked_Model *q;
+	CHECK(dataflow_llama_blocked_model_create(h, &qc, &q));
+	const char *layer0[] = {"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight",
+				"v_proj.bias",   "o_proj.weight", "o_proj.bias", "q_norm.weight", "k_norm.weight"};
+	const int64_t numel0[] = {40 * 24, 40, 20 * 24, 20, 20 * 24, 20, 24 * 40, 24, 10, 10};
+	if (dataflow_blocked_model_num_tensors(q) != 15 * 2 + 3) {
+		fprintf(stderr, "qwen tensor count %d\n", dataflow_blocked_model_num_tensors(q));
+		return 1;
+	}
+	for (int i = 0; i < 10; i++) {
+		char name[DATAFLOW_LLAMA_NAME_MAX];
+		snprintf(name, sizeof(name), "model.layers.0.self_attn.%s", layer0[i]);
+		CHECK(dataflow_blocked_model_tensor(q, 1 + i, &t));
+		if (strcmp(t.name, name) || t.numel != numel0[i] || t.block != 1 || t.offset % DATAFLOW_LLAMA_ALIGN) {
+			fprintf(stderr, "qwen tensor %d: got %s (%lld elements, block %d, offset %lld), expected %s (%lld)\n",
+				1 + i, t.name, (long long)t.numel, t.block, (long long)t.offset, name, (long long)numel0[i]);
+			return 1;
+		}
+	}
+	dataflow_blocked_model_destroy(q);
 
 	/* two documents of 5 and 3 tokens, labels aligned (the last token of each unlabelled) */
 	int32_t tokens[8] = {1, 5, 9, 2, 36, 7, 0, 3}, labels[8] = {5, 9, 2, 36, -100, 0, 3, -100};

@@ -5,8 +5,9 @@
 
 #include "dataflow/datatype.h"
 
-/* The architecture of a Llama-3-family decoder (GQA, RoPE with optional Llama-3 scaling,
- * RMSNorm, SwiGLU, tied or untied embeddings), in Hugging Face LlamaConfig's terms. */
+/* The architecture of a dense decoder of the Llama-3 / Qwen2 / Qwen3 families (GQA, RoPE with
+ * optional Llama-3 scaling, RMSNorm, SwiGLU, tied or untied embeddings, optional attention
+ * biases and per-head q/k RMSNorm), in Hugging Face config.json terms. */
 
 #define DATAFLOW_LLAMA_ALIGN 32 /* tensors start at multiples of this many elements in a block */
 #define DATAFLOW_LLAMA_IGNORE_INDEX (-100)
@@ -34,6 +35,9 @@ typedef struct {
 	float rope_high_freq_factor;
 	float rope_original_max_position;
 	int tie_embeddings;      /* lm_head shares embed_tokens.weight */
+	int qkv_bias;            /* q_proj, k_proj, v_proj have biases (Qwen2; attention_bias) */
+	int o_bias;              /* o_proj has a bias (Llama / Qwen3 attention_bias) */
+	int qk_norm;             /* RMSNorm over each head's q and k before RoPE (Qwen3 q_norm, k_norm) */
 	DataflowDatatype dtype;  /* weights and activations: DATAFLOW_FP32 or DATAFLOW_BF16 */
 } Dataflow_Llama_Config;
 

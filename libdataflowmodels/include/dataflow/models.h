@@ -42,7 +42,7 @@ const Dataflow_Llama_Config *dataflow_llama_config(const Dataflow_Llama *model);
 /* The blocked model the resident model drives (owned by it). */
 const Dataflow_Blocked_Model *dataflow_llama_blocked_model(const Dataflow_Llama *model);
 
-/* Number of named tensors (9 per layer + 2, + 1 when untied) and the index-th of them, in
+/* Number of named tensors (as dataflow_blocked_model_num_tensors) and the index-th of them, in
  * Hugging Face's named_parameters() order, with ptr into the block of that kind (NULL when
  * that kind is not allocated: m, v before the first step, master unless enabled). */
 int dataflow_llama_num_tensors(const Dataflow_Llama *model);

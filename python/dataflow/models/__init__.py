@@ -1,7 +1,9 @@
-"""Models over libdataflowmodels: Llama-3 family (LlamaConfig, Llama, KVCache) and its Trainer.
+"""Models over libdataflowmodels: the dense decoders of the Llama-3, Qwen2/2.5 and Qwen3 families
+(LlamaConfig, Llama, KVCache) and their Trainer.
 
     import dataflow as df
     h = df.Handle("host")
+    model = df.models.from_pretrained("Qwen3-0.6B/", handle=h)   # family by config.json's model_type
     model = df.models.Llama(h, df.models.LlamaConfig.from_dict(json.load(open("config.json"))))
     model.load_state_dict({name: numpy_array, ...})     # Hugging Face names and shapes
     logits = model.forward(tokens)                       # [B, T, V] numpy
@@ -25,5 +27,14 @@ from .kv_cache import KVCache
 from .llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, Llama
 from .trainer import Trainer
 
+
+
+def from_pretrained(path, handle=None, dtype="fp32", placement="auto"):
+    """The model of a Hugging Face directory (config.json + safetensors), its family chosen by
+    config.json's model_type (llama, qwen2, qwen3; any other is a FileFormatError naming it and
+    the supported ones); handle None: a new host handle. See dataflow.pretrained."""
+    return Llama.from_pretrained(path, handle, dtype, placement)
+
+
 __all__ = ["ADAM_M", "ADAM_V", "GRAD", "IGNORE_INDEX", "KVCache", "Llama", "LlamaConfig", "MASTER", "PARAM",
-           "Trainer"]
+           "Trainer", "from_pretrained"]

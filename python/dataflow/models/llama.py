@@ -33,7 +33,7 @@ class Llama:
     """A Llama-3-family causal LM on a dataflow handle: Llama(handle, config, dtype="fp32",
     seed=0, recompute=False, save_level=None, master_weights=False). config: LlamaConfig or a
     Hugging Face config dict. Weights start as Hugging Face initializes them (normal(0, 0.02)
-    for linears and embeddings, ones for norms), from numpy's default_rng(seed).
+    for linears and embeddings, ones for norms, zeros for biases), from numpy's default_rng(seed).
     save_level: what each layer keeps from the forward for the backward: "all" (default),
     "attention" (attention output and logsumexp; the rest is recomputed) or "input" (nothing:
     each layer's forward reruns in the backward); recompute=True is save_level="input". Every
@@ -92,8 +92,10 @@ class Llama:
         rng = np.random.default_rng(seed)
         init = {}
         for name, shape in self.shapes().items():
-            init[name] = (np.ones(shape, np.float32) if len(shape) == 1
-                          else rng.normal(0.0, 0.02, size=shape).astype(np.float32))
+            if len(shape) == 2:
+                init[name] = rng.normal(0.0, 0.02, size=shape).astype(np.float32)
+            else:  # norms start at one, biases at zero
+                init[name] = np.full(shape, 0.0 if name.endswith(".bias") else 1.0, np.float32)
         self.load_state_dict(init)
 
     @classmethod
