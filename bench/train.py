@@ -6,7 +6,7 @@ LlamaForCausalLM on torch eager, same config, dtype, thread count and batch.
 
 --model qwen3: the reference sizes as a Qwen3 (per-head q/k RMSNorm; model_type qwen3), against
 transformers' Qwen3ForCausalLM. --compile: also torch.compile(model) (default inductor backend;
-its compilation runs in the warm-up steps, untimed) as a third peer.
+its compilation runs in its longer warm-up, WARMUP_COMPILE untimed steps) as a third peer.
 
 --backend cuda[:N]: dataflow on that GPU and torch on the same GPU (model built there, tokens
 there; each step ends with loss.item(), a sync, as Trainer.step returns the loss). --model 1b:
@@ -21,7 +21,8 @@ clip_grad_norm_ / AdamW.step (sdpa attention, foreach AdamW: torch's defaults). 
 (library, dtype) runs in its own subprocess, so its peak RSS (resource.getrusage ru_maxrss)
 is its own: the dataflow process never imports torch. rss_baseline_mib is the peak before
 the model is built (interpreter + libraries), rss_peak_mib the peak after the timed steps.
-Timing: median of `steps` timed steps after 2 warm-up steps (tokens/s = batch * seq / median).
+Timing: median of `steps` timed steps after 2 warm-up steps (WARMUP_COMPILE for torch.compile;
+tokens/s = batch * seq / median).
 The two libraries run one after the other, not interleaved (each needs its own process), so
 outside load on this shared machine can favour either: the loadavg is recorded around each.
 bf16: dataflow keeps bf16 weights and activations with fp32 gradients, m and v; torch keeps
@@ -55,6 +56,9 @@ LLAMA_1B_BATCH = (1, 4096)
 QWEN3 = dict(REFERENCE, model_type="qwen3", head_dim=64, rms_norm_eps=1e-6)
 PEAK_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense tensor-core FLOP/s (SXM datasheets)
 WARMUP = 2
+# torch.compile recompiles during its first few steps (measured here: steps 3 and 4 still took
+# the 10 s of the first two, then 2.5-5 s), so its warm-up is longer
+WARMUP_COMPILE = 6
 
 
 def peak_rss_mib():
@@ -122,10 +126,11 @@ def worker(args):
         extra = {}
     load = [os.getloadavg()[0]]
     losses, times = [], []
-    for i in range(WARMUP + args.steps):
+    warmup = WARMUP_COMPILE if args.worker == "torch_compile" else WARMUP
+    for i in range(warmup + args.steps):
         t0 = time.perf_counter()
         losses.append(step())
-        if i >= WARMUP:
+        if i >= warmup:
             times.append(time.perf_counter() - t0)
     load.append(os.getloadavg()[0])
     if args.worker == "dataflow":
