@@ -6,7 +6,7 @@ LlamaForCausalLM on torch eager, same config, dtype, thread count and batch.
 
 --model qwen3: the reference sizes as a Qwen3 (per-head q/k RMSNorm; model_type qwen3), against
 transformers' Qwen3ForCausalLM. --compile: also torch.compile(model) (default inductor backend;
-its compilation runs in the warm-up steps, untimed) as a third peer.
+its compilation runs in its longer warm-up, WARMUP_COMPILE untimed steps) as a third peer.
 
 --backend cuda[:N]: dataflow on that GPU and torch on the same GPU (model built there, tokens
 there; each step ends with loss.item(), a sync, as Trainer.step returns the loss). --model 1b:
@@ -22,8 +22,9 @@ clip_grad_norm_ / AdamW.step (sdpa attention, foreach AdamW: torch's defaults). 
 is its own: the dataflow process never imports torch. rss_baseline_mib is the peak before
 the model is built (interpreter + libraries), rss_peak_mib the peak after the timed steps.
 Timing: both workers stay alive and take turns, --rounds rounds of a few steps each (the order
-alternating), so load that comes and goes on a shared machine hits both alike; a library's rounds
-add up to at least --steps steps and --seconds seconds after 2 warm-up steps. tokens/s = batch *
+rotating), so load that comes and goes on a shared machine hits both alike; a library's rounds
+add up to at least --steps steps and --seconds seconds after 2 warm-up steps
+(WARMUP_COMPILE for torch.compile, which recompiles in its first steps). tokens/s = batch *
 seq / the median of all of a library's timed steps; speedup is the median over the rounds of
 dataflow's tokens/s / torch's in the same round, and its spread the quartiles of those ratios.
 The loadavg is recorded around each worker's run. Both run with the same OpenMP wait policy
@@ -61,6 +62,9 @@ LLAMA_1B_BATCH = (1, 4096)
 QWEN3 = dict(REFERENCE, model_type="qwen3", head_dim=64, rms_norm_eps=1e-6)
 PEAK_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense tensor-core FLOP/s (SXM datasheets)
 WARMUP = 2
+# torch.compile recompiles during its first few steps (measured here: steps 3 and 4 still took
+# the 10 s of the first two, then 2.5-5 s), so its warm-up is longer
+WARMUP_COMPILE = 6
 
 
 def peak_rss_mib():
@@ -128,7 +132,8 @@ def worker(args):
         extra = {}
     # Commands from the parent, one per line: "run N" times N steps and answers their seconds;
     # "end" answers the summary. Between commands the process waits on its stdin, using no CPU.
-    load, losses = [os.getloadavg()[0]], [step() for _ in range(WARMUP)]
+    warmup = WARMUP_COMPILE if args.worker == "torch_compile" else WARMUP
+    load, losses = [os.getloadavg()[0]], [step() for _ in range(warmup)]
     for line in sys.stdin:
         if line.split()[0] == "end":
             break
