@@ -364,8 +364,9 @@ def train(args):
                 _check_outputs(spec)
                 _banner(spec, trainer, handle, matmul_engine(), ranks or 1)
             code = _run(spec, handle, model, trainer, comm)
-        if comm is not None:
-            comm.close()  # on success only: a failed rank leaves without MPI_Finalize (cli.main)
+        if comm is not None:  # on success only: a failed rank leaves without MPI_Finalize (cli.main)
+            model.close()  # first: a model sharding its optimizer state over comm keeps comm from closing
+            comm.close()
         return code
     finally:
         handle.close()
