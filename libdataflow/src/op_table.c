@@ -110,15 +110,6 @@ Dataflow_Status dataflow_op_table_insert(Dataflow_Op_Table *t, Dataflow_Op_Entry
 	return DATAFLOW_OK;
 }
 
-Dataflow_Op_Entry *dataflow_op_table_lookup(Dataflow_Op_Table *t, const uint8_t *fingerprint)
-{
-	pthread_rwlock_rdlock(&t->lock);
-	Slot *slot = find_slot(t->slots, t->capacity, fingerprint);
-	Dataflow_Op_Entry *entry = slot->used ? slot->entry : NULL;
-	pthread_rwlock_unlock(&t->lock);
-	return entry;
-}
-
 Dataflow_Op_Entry *dataflow_op_table_acquire(Dataflow_Op_Table *t, const uint8_t *fingerprint)
 {
 	pthread_rwlock_rdlock(&t->lock);
@@ -132,6 +123,14 @@ Dataflow_Op_Entry *dataflow_op_table_acquire(Dataflow_Op_Table *t, const uint8_t
 void dataflow_op_table_release(Dataflow_Op_Table *t)
 {
 	pthread_rwlock_unlock(&t->lock);
+}
+
+Dataflow_Op_Entry *dataflow_op_table_lookup(Dataflow_Op_Table *t, const uint8_t *fingerprint)
+{
+	Dataflow_Op_Entry *entry = dataflow_op_table_acquire(t, fingerprint);
+	if (entry)
+		dataflow_op_table_release(t);
+	return entry;
 }
 
 Dataflow_Status dataflow_op_table_unknown_error(Dataflow_Op_Table *t, const Op_Skeleton *skeleton)
