@@ -1,7 +1,7 @@
 """Trainer.step waits for the device at most twice (it needs once: the loss and the gradient
 norm are read together), the batch goes up in ONE inbound transfer, and the numbers it returns
 are right: the host syncs are counted by the handle (dataflow_handle_host_syncs), the
-transfers by wrapping the handle's inbound_transfer, and the loss and norm are compared with a
+transfers in the trainer's trace (start_trace waits for queued work before counting), and the loss and norm are compared with a
 fresh computation of the same quantities."""
 import numpy as np
 import pytest
@@ -17,17 +17,19 @@ MAX_SYNCS_PER_STEP = 2
 h = handle_fixture("h", scope="function", streams=2, device_memory="256MiB")
 
 
-def counted(h, fn):
-    """(fn's result, host syncs during it, inbound transfers during it)."""
-    transfers = []
-    inbound = h.inbound_transfer
-    h.inbound_transfer = lambda *args, **kwargs: transfers.append(1) or inbound(*args, **kwargs)
-    try:
-        before = h.host_syncs()
-        result = fn()
-        return result, h.host_syncs() - before, len(transfers)
-    finally:
-        del h.inbound_transfer
+def counted(h, fn, trainer=None):
+    """(fn's result, host syncs during it, inbound transfers of batches during it: "batch in"
+    spans of the trainer's trace, which records every transfer its executor submits)."""
+    if trainer is not None:
+        trainer.start_trace()
+    before = h.host_syncs()
+    result = fn()
+    syncs = h.host_syncs() - before
+    if trainer is None:
+        return result, syncs, 0
+    trainer.stop_trace()
+    spans, _ = trainer.trace_events()
+    return result, syncs, sum(s["what"] == "batch in" for s in spans)
 
 
 def batches(n, shape=(2, 9)):
@@ -43,7 +45,7 @@ def test_step_syncs_once_and_uploads_once(h, grad_clip, stream):
     trainer = Trainer(model, lr=1e-2, weight_decay=0.1, grad_clip=grad_clip)
     for step, tokens in enumerate(batches(3)):
         want_loss = twin.loss(tokens)
-        loss, syncs, transfers = counted(h, lambda: trainer.step(tokens, stream=stream))
+        loss, syncs, transfers = counted(h, lambda: trainer.step(tokens, stream=stream), trainer)
         assert syncs <= MAX_SYNCS_PER_STEP and syncs == 1, f"step {step}: {syncs} host syncs"
         assert transfers == 1, f"step {step}: the batch went up in {transfers} transfers"
         assert loss == want_loss, f"step {step}"
@@ -61,7 +63,7 @@ def test_accumulate_and_apply_syncs(h):
     trainer = Trainer(model, lr=1e-2, grad_clip=0.5)
     chunks = batches(2)
     for chunk in chunks:
-        _, syncs, transfers = counted(h, lambda: trainer.accumulate(chunk))
+        _, syncs, transfers = counted(h, lambda: trainer.accumulate(chunk), trainer)
         assert (syncs, transfers) == (1, 1)
     loss, syncs, _ = counted(h, trainer.apply)
     assert syncs == 0, "apply waits for nothing; the norm is read when asked for"

@@ -1,7 +1,9 @@
-"""Trainer traces (Trainer.start_trace / trace(path), dataflow.trace): all-resident, a span per
-block's forward and backward and per AdamW step on the compute stream, in the model's order;
-memory counters per step; recording changes no bits (the oracle: the same training untraced). In
-the ring, the executor's trace. Data-parallel traces: tests/test_distributed.py. Nothing timed."""
+"""Trainer traces (Trainer.start_trace / trace(path), dataflow.trace): all-resident training is
+the ring executor's all-resident plan, so its trace is the executor's: per step the gradients
+zeroed, the batch in, a forward per block, the head, the losses out, a backward per block in
+reverse, the gradient norm and an AdamW update per block, every role on the Trainer's one stream
+in submission order; memory counters per step; recording changes no bits (the oracle: the same
+training untraced). Data-parallel traces: tests/test_distributed.py. Nothing timed."""
 import json
 
 import numpy as np
@@ -14,6 +16,11 @@ from dataflow.models import Llama, LlamaConfig
 CFG = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
            num_key_value_heads=2, max_position_embeddings=64)
 STEPS, BLOCKS = 3, CFG["num_hidden_layers"] + 2
+ROLES = ("compute", "inbound", "outbound", "optimizer")
+STEP_SPANS = [("zero grad", b) for b in range(BLOCKS)] + [("batch in", -1)] + \
+    [("forward", b) for b in range(BLOCKS - 1)] + [("head", BLOCKS - 1), ("losses out", BLOCKS - 1)] + \
+    [("backward", b) for b in reversed(range(BLOCKS - 1))] + [("grad norm", -1)] + \
+    [("adamw", b) for b in range(BLOCKS)]
 
 
 def batches():
@@ -37,16 +44,15 @@ def test_resident_trace_holds_every_block_in_order_and_changes_no_bits(tmp_path)
         np.testing.assert_array_equal(w, plain_weights[name], err_msg=name)
 
     spans, samples = trainer.trace_events()
-    assert {s["stream"] for s in spans} == {"stream 0: compute"}
+    assert {s["stream"] for s in spans} == set(ROLES)
     for a, b in zip(spans, spans[1:]):  # one stream: in submission order, one after another
         assert 0 < a["start"] <= a["end"] <= b["start"], (a, b)
     for step in range(1, STEPS + 1):
         got = [(s["what"], s["block"]) for s in spans if s["step"] == step]
-        assert got == [("forward", b) for b in range(BLOCKS)] + [("backward", b) for b in reversed(range(BLOCKS))] + \
-            [("adamw", -1)]
+        assert got == STEP_SPANS
     assert [m["step"] for m in samples] == [1, 2, 3, 4]  # trace start, then after each step
-    assert all(0 < m["device_in_use"] <= m["device_peak"] <= h.memory_capacity() and m["host_in_use"] > 0
-               for m in samples)
+    assert all(0 < m["device_in_use"] <= m["device_peak"] <= h.memory_capacity() for m in samples)
+    assert all(m["host_in_use"] > 0 for m in samples[1:])  # the executor's host arrays
 
     path = tmp_path / "trace.json"
     written = trainer.trace(str(path))
@@ -54,13 +60,14 @@ def test_resident_trace_holds_every_block_in_order_and_changes_no_bits(tmp_path)
     assert trace == json.loads(json.dumps(written))
     events = trace["traceEvents"]
     threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert threads == {"stream 0: compute"}
+    assert threads == set(ROLES)
     names = {e["name"] for e in events if e["ph"] == "X"}
-    assert {"forward embedding", "forward layer 2", "forward head", "backward layer 0", "adamw"} <= names
+    assert {"forward embedding c0", "forward layer 2 c0", "head c0", "backward layer 0 c0", "adamw layer 1"} <= names
     counters = [e for e in events if e["ph"] == "C"]
     assert {e["name"] for e in counters} == {"device memory (bytes)", "host memory (bytes)"}
     assert len(counters) == 2 * len(samples)
-    assert trace["otherData"]["trainer"] == {"training": "all-resident"}
+    plan = trace["otherData"]["plan"]
+    assert (plan["weight_slots"], plan["grad_slots"], plan["chunks_per_round"]) == (3, 3, 1)
 
 
 def test_stopped_and_unstarted_traces():
@@ -73,7 +80,7 @@ def test_stopped_and_unstarted_traces():
     trainer.stop_trace()
     trainer.step(batches()[1])
     spans, samples = trainer.trace_events()
-    assert len(spans) == 2 * BLOCKS + 1 and {s["step"] for s in spans} == {1}
+    assert len(spans) == len(STEP_SPANS) and {s["step"] for s in spans} == {1}
     assert len(samples) == 2  # start, the first step
     trainer.start_trace()  # drops the recording
     assert trainer.trace_events()[0] == []

@@ -56,6 +56,7 @@ struct Dataflow_Ring_Executor {
 	int64_t kvd;             /* a token's key (or value) elements: num_kv_heads * head_dim */
 	int tied, master;
 	Ring_Block *blocks;
+	Dataflow_Block_Memory *adopted; /* a resident model's block memory the executor trains in place (NULL: its own) */
 	/* device */
 	void *arena;
 	uint64_t device_bytes, host_bytes;
@@ -90,6 +91,7 @@ struct Dataflow_Ring_Executor {
 	void **host_allocs;
 	int num_host_allocs;
 	int32_t *host_batches;   /* [rounds * K] chunks of batch_numel */
+	int batches_in_flight;   /* host_batches may still be read by inbound transfers (until a wait) */
 	Track host_batch_track;
 	int64_t batch_numel;
 	float *host_losses;      /* [rounds * K * T] */

@@ -88,7 +88,10 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 	for (int e = 0; e < 2; e++) {
 		int b = e ? x->N - 1 : 0;
 		Ring_Block *blk = &x->blocks[b];
-		if (edge_resident(x, b)) {
+		if (x->adopted) {
+			blk->train_param = x->adopted[b].param;
+			blk->train_grad = x->adopted[b].grad;
+		} else if (edge_resident(x, b)) {
 			blk->train_param = carve(&c, blk->bytes[DATAFLOW_BLOCK_PARAM]);
 			blk->train_grad = carve(&c, blk->bytes[DATAFLOW_BLOCK_GRAD]);
 		} else {
@@ -100,15 +103,22 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 	if (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT)
 		for (int b = 0; b < x->N; b++) {
 			Ring_Block *blk = &x->blocks[b];
+			const Dataflow_Block_Memory *own = x->adopted ? &x->adopted[b] : NULL;
+			void *adopted[DATAFLOW_BLOCK_NUM_KINDS] = {0};
+			if (own) {
+				adopted[DATAFLOW_BLOCK_ADAM_M] = own->m;
+				adopted[DATAFLOW_BLOCK_ADAM_V] = own->v;
+				adopted[DATAFLOW_BLOCK_MASTER] = own->master;
+			}
 			for (int k = DATAFLOW_BLOCK_ADAM_M; k <= (x->master ? DATAFLOW_BLOCK_MASTER : DATAFLOW_BLOCK_ADAM_V); k++)
-				blk->dev[k] = carve(&c, blk->bytes[k]);
+				blk->dev[k] = own ? adopted[k] : carve(&c, blk->bytes[k]);
 		}
 	int weights_resident = x->W >= L, grads_resident = x->G >= L;
 	/* resident slots hold the truth: they outlive the training phase */
 	for (int i = 0; i < x->W && weights_resident; i++)
-		x->wslot[i] = carve(&c, max_param);
+		x->wslot[i] = x->adopted ? x->adopted[1 + i].param : carve(&c, max_param);
 	for (int i = 0; i < x->G && grads_resident; i++)
-		x->gslot[i] = carve(&c, max_grad);
+		x->gslot[i] = x->adopted ? x->adopted[1 + i].grad : carve(&c, max_grad);
 	int64_t phase_start = ring_align64(c.used);
 	Carver training = {base, phase_start};
 	for (int i = 0; i < x->W && !weights_resident; i++)
@@ -251,6 +261,28 @@ static Dataflow_Status check_plan(Dataflow_Ring_Executor *x, const Dataflow_Ring
 	return DATAFLOW_OK;
 }
 
+/* Adopting a resident model's block memory: the plan must keep everything on the device, and
+ * every kind the training and the optimizer use must be given. */
+static Dataflow_Status check_adopted(const Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan *p,
+				     const Dataflow_Block_Memory *blocks)
+{
+	if (p->weight_slots != x->L || p->grad_slots != x->L || !p->embedding_resident || !p->head_resident ||
+	    p->optimizer != DATAFLOW_RING_OPT_DEVICE_RESIDENT)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring executor adopt: the plan must be all-resident (dataflow_ring_plan_resident), "
+					  "got %d weight and %d gradient slots of %d layers, optimizer %s",
+					  p->weight_slots, p->grad_slots, x->L, dataflow_ring_optimizer_name(p->optimizer));
+	for (int b = 0; b < x->N; b++)
+		if (!blocks[b].param || !blocks[b].grad || !blocks[b].m || !blocks[b].v || (x->master && !blocks[b].master))
+			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+						  "ring executor adopt: block %d lacks its %s memory", b,
+						  !blocks[b].param ? "parameter"
+						  : !blocks[b].grad ? "gradient"
+						  : !blocks[b].m || !blocks[b].v ? "AdamW state (m, v)"
+										  : "master-weight");
+	return DATAFLOW_OK;
+}
+
 static Dataflow_Status check_streams(Dataflow_Ring_Executor *x, const Dataflow_Ring_Streams *s)
 {
 	int ids[RS_NUM] = {0, 1, 2, 3};
@@ -264,13 +296,8 @@ static Dataflow_Status check_streams(Dataflow_Ring_Executor *x, const Dataflow_R
 	for (int i = 0; i < RS_NUM; i++) {
 		if (ids[i] < 0 || ids[i] >= n)
 			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-						  "ring executor: streams must be 4 distinct ids in [0, %d) (the handle's "
-						  "streams), got %d",
+						  "ring executor: streams must be ids in [0, %d) (the handle's streams), got %d",
 						  n, ids[i]);
-		for (int j = 0; j < i; j++)
-			if (ids[i] == ids[j])
-				return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-							  "ring executor: streams must be distinct, got %d twice", ids[i]);
 		x->s[i] = ids[i];
 	}
 	return DATAFLOW_OK;
@@ -300,8 +327,11 @@ static Dataflow_Status host_arrays(Dataflow_Ring_Executor *x)
 	return st;
 }
 
+/* Zeroes the state the executor allocated (adopted memory keeps its values). */
 static Dataflow_Status zero_device_state(Dataflow_Ring_Executor *x)
 {
+	if (x->adopted)
+		return DATAFLOW_OK;
 	for (int b = 0; b < x->N; b++)
 		for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
 			if (x->blocks[b].dev[k])
@@ -311,7 +341,7 @@ static Dataflow_Status zero_device_state(Dataflow_Ring_Executor *x)
 }
 
 static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan *plan,
-			     const Dataflow_Ring_Streams *streams)
+			     const Dataflow_Ring_Streams *streams, const Dataflow_Block_Memory *adopted)
 {
 	const Dataflow_Llama_Config *cfg = dataflow_blocked_model_config(x->model);
 	x->N = dataflow_blocked_model_num_blocks(x->model);
@@ -331,6 +361,12 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	}
 	TRY(check_streams(x, streams));
 	TRY(check_plan(x, plan));
+	if (adopted) {
+		TRY(check_adopted(x, plan, adopted));
+		if (!(x->adopted = malloc((size_t)x->N * sizeof(*x->adopted))))
+			return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring executor: host allocation failed");
+		memcpy(x->adopted, adopted, (size_t)x->N * sizeof(*x->adopted));
+	}
 	x->plan = *plan;
 	x->master = plan->master_weights;
 	x->T = plan->chunk_tokens;
@@ -391,20 +427,17 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	return zero_device_state(x);
 }
 
-Dataflow_Status dataflow_ring_executor_create(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
-					      const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
-					      Dataflow_Ring_Executor **executor)
+static Dataflow_Status make(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model, const Dataflow_Ring_Plan *plan,
+			    const Dataflow_Ring_Streams *streams, const Dataflow_Block_Memory *adopted,
+			    Dataflow_Ring_Executor **executor)
 {
-	if (!handle || !model || !plan || !executor)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "ring executor create: handle, model, plan and executor are required");
 	*executor = NULL;
 	Dataflow_Ring_Executor *x = calloc(1, sizeof(*x));
 	if (!x)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring executor: host allocation failed");
 	x->h = handle;
 	x->model = model;
-	Dataflow_Status st = build(x, plan, streams);
+	Dataflow_Status st = build(x, plan, streams, adopted);
 	if (st != DATAFLOW_OK) {
 		char message[1024];
 		strncpy(message, dataflow_last_error(), sizeof(message) - 1);
@@ -414,6 +447,26 @@ Dataflow_Status dataflow_ring_executor_create(Dataflow_Handle *handle, const Dat
 	}
 	*executor = x;
 	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_ring_executor_create(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
+					      const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
+					      Dataflow_Ring_Executor **executor)
+{
+	if (!handle || !model || !plan || !executor)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring executor create: handle, model, plan and executor are required");
+	return make(handle, model, plan, streams, NULL, executor);
+}
+
+Dataflow_Status dataflow_ring_executor_adopt(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
+					     const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
+					     const Dataflow_Block_Memory *blocks, Dataflow_Ring_Executor **executor)
+{
+	if (!handle || !model || !plan || !blocks || !executor)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring executor adopt: handle, model, plan, blocks and executor are required");
+	return make(handle, model, plan, streams, blocks, executor);
 }
 
 void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *x)
@@ -444,6 +497,7 @@ void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *x)
 	free(x->gslot);
 	free(x->gslot_track);
 	free(x->blocks);
+	free(x->adopted);
 	free(x);
 }
 
@@ -525,8 +579,14 @@ Dataflow_Status dataflow_ring_executor_wait(Dataflow_Ring_Executor *x)
 {
 	if (!x)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring executor wait: executor is required");
-	for (int r = 0; r < RS_NUM; r++)
-		TRY(dataflow_sync_stream(x->h, x->s[r]));
+	for (int r = 0; r < RS_NUM; r++) {
+		int seen = 0;
+		for (int q = 0; q < r; q++)
+			seen |= x->s[q] == x->s[r];
+		if (!seen)
+			TRY(dataflow_sync_stream(x->h, x->s[r]));
+	}
+	x->batches_in_flight = 0;
 	return dataflow_trace_sample(x->trace, x->h, x->host_bytes);
 }
 

@@ -295,6 +295,48 @@ static void search(const Ring_Context *x, Search *s)
 	}
 }
 
+/* Fills `plan` for candidate c: shape, placement, memory maps, timeline, step time and MFU. */
+static void fill_plan(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan)
+{
+	double dev, host;
+	ring_memory(x, c, plan, &dev, &host);
+	plan->seq_len = x->req->seq_len;
+	plan->tokens_per_step = x->req->tokens_per_step;
+	plan->chunk_tokens = c->chunk;
+	plan->chunks_per_round = c->chunks_per_round;
+	plan->rounds_per_step = c->rounds;
+	plan->kv_context = ring_kv_context(x->req, c);
+	plan->num_layers = x->num_layers;
+	double params = 0;
+	for (int b = 0; b < x->model->num_blocks; b++)
+		params += (double)x->model->blocks[b].sizes.bytes[DATAFLOW_BLOCK_PARAM];
+	plan->model_param_bytes = ring_clamp_bytes(params);
+	plan->embedding_resident = (c->edge_resident & EDGE_EMBEDDING) != 0;
+	plan->head_resident = (c->edge_resident & EDGE_HEAD) != 0;
+	plan->weight_slots = c->weight_slots;
+	plan->grad_slots = c->grad_slots;
+	for (int l = 0; l < x->num_layers; l++) {
+		plan->save_level[l] = c->level;
+		plan->activations_on_device[l] = l >= x->num_layers - c->device_layers;
+	}
+	plan->optimizer = c->opt;
+	plan->master_weights = x->req->master_weights;
+	double link_bytes;
+	plan->step_seconds = ring_time(x, c, plan, &link_bytes);
+	plan->tokens_per_second = (double)x->req->tokens_per_step / plan->step_seconds;
+	/* MFU: 6 N per token (N: weights met in matmuls, = matmul_flops_per_token / 2) plus 3x the
+	 * causal attention forward, over the step time at the dtype's peak */
+	double S = (double)x->req->seq_len, seqs = (double)x->req->tokens_per_step / S, flops = 0;
+	for (int b = 0; b < x->model->num_blocks; b++) {
+		const Dataflow_Ring_Block *blk = &x->model->blocks[b];
+		flops += 3 * blk->matmul_flops_per_token * (double)x->req->tokens_per_step +
+			 3 * blk->attention_flops_per_pair * seqs * S * (S + 1) / 2;
+	}
+	plan->model_flops = flops;
+	plan->peak_flops = x->peak;
+	plan->mfu = flops / (plan->step_seconds * x->peak);
+}
+
 Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflow_Ring_Plan *plan)
 {
 	if (!plan)
@@ -325,43 +367,39 @@ Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflo
 					  ring_bytes_text((double)request->device_bytes).text, ring_bytes_text(s.min_device).text,
 					  ring_bytes_text(s.min_device_host).text);
 	}
-	const Ring_Candidate *c = &s.best;
+	fill_plan(&x, &s.best, plan);
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_ring_plan_resident(const Dataflow_Ring_Request *request, Dataflow_Save_Level save_level,
+					    Dataflow_Ring_Plan *plan)
+{
+	if (!plan)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring plan resident: request and plan are required");
+	memset(plan, 0, sizeof(*plan));
+	if ((int)save_level < 0 || save_level >= DATAFLOW_NUM_SAVE_LEVELS)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring plan resident: save_level must be in [0, %d), got %d", DATAFLOW_NUM_SAVE_LEVELS,
+					  (int)save_level);
+	Ring_Context x;
+	Dataflow_Status st = setup(request, &x);
+	if (st != DATAFLOW_OK)
+		return st;
+	int L = x.num_layers;
+	Ring_Candidate c = {request->tokens_per_step, 1, 1, save_level, DATAFLOW_RING_OPT_DEVICE_RESIDENT,
+			    EDGE_EMBEDDING | EDGE_HEAD, L, L, L};
 	double dev, host;
-	ring_memory(&x, c, plan, &dev, &host);
-	plan->seq_len = request->seq_len;
-	plan->tokens_per_step = request->tokens_per_step;
-	plan->chunk_tokens = c->chunk;
-	plan->chunks_per_round = c->chunks_per_round;
-	plan->rounds_per_step = c->rounds;
-	plan->kv_context = ring_kv_context(request, c);
-	plan->num_layers = x.num_layers;
-	double params = 0;
-	for (int b = 0; b < x.model->num_blocks; b++)
-		params += (double)x.model->blocks[b].sizes.bytes[DATAFLOW_BLOCK_PARAM];
-	plan->model_param_bytes = ring_clamp_bytes(params);
-	plan->embedding_resident = (c->edge_resident & EDGE_EMBEDDING) != 0;
-	plan->head_resident = (c->edge_resident & EDGE_HEAD) != 0;
-	plan->weight_slots = c->weight_slots;
-	plan->grad_slots = c->grad_slots;
-	for (int l = 0; l < x.num_layers; l++) {
-		plan->save_level[l] = c->level;
-		plan->activations_on_device[l] = l >= x.num_layers - c->device_layers;
-	}
-	plan->optimizer = c->opt;
-	plan->master_weights = request->master_weights;
-	double link_bytes;
-	plan->step_seconds = ring_time(&x, c, plan, &link_bytes);
-	plan->tokens_per_second = (double)request->tokens_per_step / plan->step_seconds;
-	/* MFU: 6 N per token (N: weights met in matmuls, = matmul_flops_per_token / 2) plus 3x the
-	 * causal attention forward, over the step time at the dtype's peak */
-	double S = (double)request->seq_len, seqs = (double)request->tokens_per_step / S, flops = 0;
-	for (int b = 0; b < x.model->num_blocks; b++) {
-		const Dataflow_Ring_Block *blk = &x.model->blocks[b];
-		flops += 3 * blk->matmul_flops_per_token * (double)request->tokens_per_step +
-			 3 * blk->attention_flops_per_pair * seqs * S * (S + 1) / 2;
-	}
-	plan->model_flops = flops;
-	plan->peak_flops = x.peak;
-	plan->mfu = flops / (plan->step_seconds * x.peak);
+	int fits = ring_memory(&x, &c, NULL, &dev, &host);
+	plan->device_capacity = request->device_bytes;
+	plan->host_capacity = request->host_bytes;
+	plan->min_device_bytes = ring_clamp_bytes(dev);
+	plan->min_host_bytes = ring_clamp_bytes(host);
+	if (!fits)
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
+					  "ring plan resident: all-resident training on %lld tokens per step needs %s of "
+					  "device memory, more than %s",
+					  (long long)request->tokens_per_step, ring_bytes_text(dev).text,
+					  ring_bytes_text((double)request->device_bytes).text);
+	fill_plan(&x, &c, plan);
 	return DATAFLOW_OK;
 }

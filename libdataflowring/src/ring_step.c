@@ -523,18 +523,18 @@ static Dataflow_Status check_chunks(const Dataflow_Ring_Executor *x, const Dataf
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring accumulate: loss_scale must be finite and > 0, got %g", loss_scale);
 	int64_t context = x->plan.kv_context ? 2 : 0; /* cu_k after the batch */
-	int64_t max_docs = dataflow_batch_buffer_numel(x->T, 1, 1) >= 0
-				   ? x->batch_numel - context - dataflow_batch_buffer_numel(x->T, 0, 1)
-				   : 0;
+	/* a chunk's packed batch must fit its buffer: 3 int32 per token, one per document + 1 */
+	int64_t full_chunk_docs = x->batch_numel - context - 3 * x->T - 1;
 	for (int64_t i = 0; i < n; i++) {
 		const Dataflow_Ring_Chunk *c = &chunks[i];
 		if (!c->buffer || c->num_tokens < 1 || c->num_tokens > x->T || c->num_docs < 1 ||
-		    c->num_docs > c->num_tokens || c->num_docs + 1 > max_docs)
+		    c->num_docs > c->num_tokens ||
+		    dataflow_batch_buffer_numel(c->num_tokens, c->num_docs, 1) + context > x->batch_numel)
 			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 						  "ring accumulate: chunk %lld must have a buffer, 1..%lld tokens (the plan's "
-						  "chunk_tokens) and 1..min(tokens, %lld) documents; got %lld tokens, %lld "
-						  "documents",
-						  (long long)i, (long long)x->T, (long long)max_docs - 1,
+						  "chunk_tokens) and 1..min(tokens, %lld) documents (more when it has fewer "
+						  "tokens); got %lld tokens, %lld documents",
+						  (long long)i, (long long)x->T, (long long)full_chunk_docs,
 						  (long long)c->num_tokens, (long long)c->num_docs);
 		TRY(check_piece(x, chunks, i));
 	}
@@ -562,7 +562,9 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, con
 	if (!x)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring accumulate: executor is required");
 	TRY(check_chunks(x, chunks, num_chunks, loss_scale));
-	TRY(dataflow_sync_stream(x->h, x->s[RS_IN])); /* the last call's batches are up: their host copy is free */
+	if (x->batches_in_flight) /* the last call's batches are up: their host copy is free */
+		TRY(dataflow_sync_stream(x->h, x->s[RS_IN]));
+	x->batches_in_flight = 1;
 	for (int64_t i = 0; i < num_chunks; i++) {
 		int64_t numel = dataflow_batch_buffer_numel(chunks[i].num_tokens, chunks[i].num_docs, 1);
 		int32_t *host = x->host_batches + i * x->batch_numel;

@@ -352,13 +352,9 @@ class Plan:
         return ffi.string(buf).decode()
 
 
-def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, profile="h100-sxm", dtype="bf16",
-         master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None):
-    """The fastest plan for training `config` (a dataflow.model_specs spec, an HF config dict or a LlamaConfig)
-    on sequences of seq_len tokens, tokens_per_step per optimizer step (default one sequence),
-    within device_memory and host_memory ("24GiB" or bytes). profile: a name or a Profile;
-    bandwidths (bytes/s or "50GB") override the profile's link. Raises OutOfMemoryError naming
-    the least device and host memory a plan needs (also as .min_device_bytes, .min_host_bytes)."""
+def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
+             h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None):
+    """The checked Dataflow_Ring_Request and what it points at (kept alive with it)."""
     cfg = _llama_config(config)
     for name, value in (("seq_len", seq_len), ("tokens_per_step", tokens_per_step)):
         if (value is not None or name == "seq_len") and (isinstance(value, bool) or not isinstance(
@@ -382,11 +378,39 @@ def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, prof
     req.d2h_bytes_per_sec = _rate(d2h_bandwidth, "d2h_bandwidth")
     req.host_adamw_bytes_per_sec = _rate(host_adamw_bandwidth, "host_adamw_bandwidth")
     req.profile = prof._c
+    return req, (ring_model, blocks, prof)
+
+
+def _planned(plan_fn, req, *args):
     out = ffi.new("Dataflow_Ring_Plan *")
-    status = ringlib.dataflow_ring_plan(req, out)
-    del blocks  # read by the call above only
+    status = plan_fn(req, *args, out)
     if status != 0:
         err = error_for(status)
         err.min_device_bytes, err.min_host_bytes = out.min_device_bytes, out.min_host_bytes
         raise err
     return Plan(out)
+
+
+def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, profile="h100-sxm", dtype="bf16",
+         master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None):
+    """The fastest plan for training `config` (a dataflow.model_specs spec, an HF config dict or a LlamaConfig)
+    on sequences of seq_len tokens, tokens_per_step per optimizer step (default one sequence),
+    within device_memory and host_memory ("24GiB" or bytes). profile: a name or a Profile;
+    bandwidths (bytes/s or "50GB") override the profile's link. Raises OutOfMemoryError naming
+    the least device and host memory a plan needs (also as .min_device_bytes, .min_host_bytes)."""
+    req, keep = _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
+                         h2d_bandwidth, d2h_bandwidth, host_adamw_bandwidth)
+    return _planned(ringlib.dataflow_ring_plan, req)
+
+
+def resident_plan(config, seq_len, tokens_per_step, device_memory, save_level="all", profile="h100-sxm",
+                  dtype="bf16", master_weights=False):
+    """The all-resident plan (ring_plan.h, dataflow_ring_plan_resident): every block, its gradient,
+    optimizer state and activations (at save_level, a SAVE_LEVELS name) on the device, a step one
+    chunk of tokens_per_step tokens in sequences of at most seq_len. OutOfMemoryError (with
+    .min_device_bytes, what it needs) when it does not fit device_memory."""
+    from .models.llama import SAVE_LEVELS
+    if save_level not in SAVE_LEVELS:
+        raise BadArgumentError(f"plan: save_level must be one of {', '.join(SAVE_LEVELS)}, got {save_level!r}")
+    req, keep = _request(config, seq_len, device_memory, 1 << 62, tokens_per_step, profile, dtype, master_weights)
+    return _planned(ringlib.dataflow_ring_plan_resident, req, SAVE_LEVELS[save_level])

@@ -12,19 +12,34 @@ KIND_DTYPES = {0: None, 1: np.float32, 2: np.float32, 3: np.float32, 4: np.float
 
 class RingExecutor:
     """Blocked Llama `config` (LlamaConfig) in `dtype` on `handle`, trained from `plan`
-    (dataflow.ring.Plan). Streams 0..3 of the handle: compute, inbound, outbound, optimizer.
+    (dataflow.ring.Plan). Streams (default 0..3 of the handle): compute, inbound, outbound,
+    optimizer; roles may share a stream. adopt: for an all-resident plan (dataflow.ring.resident_plan),
+    a cdata Dataflow_Block_Memory[num_blocks] of a resident model's own memory, trained in place
+    (its owner keeps it alive and closes the executor before freeing it).
     trace=True records a trace from the start (start_trace(); written by trace(path))."""
 
-    def __init__(self, handle, config, plan, dtype, trace=False):
+    def __init__(self, handle, config, plan, dtype, trace=False, streams=None, adopt=None):
         self.handle, self.plan = handle, plan
-        model = ffi.new("Dataflow_Blocked_Model **")
-        check(modelslib.dataflow_llama_blocked_model_create(handle._ptr(), config._c_config(dtype), model))
-        self._bm = model[0]
+        if adopt is None:
+            model = ffi.new("Dataflow_Blocked_Model **")
+            check(modelslib.dataflow_llama_blocked_model_create(handle._ptr(), config._c_config(dtype), model))
+            self._bm, self._own_bm = model[0], True
+        else:  # the resident model's own definition (it outlives the executor)
+            blocks, owner = adopt
+            self._bm, self._own_bm, adopt = modelslib.dataflow_llama_blocked_model(owner), False, blocks
         out = ffi.new("Dataflow_Ring_Executor **")
+        roles = ffi.NULL
+        if streams is not None:
+            roles = ffi.new("Dataflow_Ring_Streams *")
+            roles.compute, roles.inbound, roles.outbound, roles.optimizer = streams
         try:
-            check(ringlib.dataflow_ring_executor_create(handle._ptr(), self._bm, plan._c, ffi.NULL, out))
+            if adopt is None:
+                check(ringlib.dataflow_ring_executor_create(handle._ptr(), self._bm, plan._c, roles, out))
+            else:
+                check(ringlib.dataflow_ring_executor_adopt(handle._ptr(), self._bm, plan._c, roles, adopt, out))
         except Exception:
-            modelslib.dataflow_blocked_model_destroy(self._bm)
+            if self._own_bm:
+                modelslib.dataflow_blocked_model_destroy(self._bm)
             raise
         self._x = out[0]
         self.num_blocks = modelslib.dataflow_blocked_model_num_blocks(self._bm)
@@ -49,7 +64,8 @@ class RingExecutor:
         x, self._x = getattr(self, "_x", None), None
         if x is not None and self.handle._alive():
             ringlib.dataflow_ring_executor_destroy(x)
-            modelslib.dataflow_blocked_model_destroy(self._bm)
+            if self._own_bm:
+                modelslib.dataflow_blocked_model_destroy(self._bm)
 
     def __del__(self):
         try:
@@ -108,15 +124,19 @@ class RingExecutor:
         flat = np.frombuffer(ffi.buffer(out.token_losses, 4 * T * len(chunk_sizes)), np.float32)
         return [flat[i * T:i * T + n].copy() for i, n in enumerate(chunk_sizes)]
 
-    def start_trace(self):
+    def start_trace(self, trace=None, keep=False):
         """Waits for the queued work, drops any earlier recording and records from now on: the
-        start and end of each unit of work on its stream, memory at each wait()."""
-        self.wait()  # queued spans stamp into the recording start() drops
-        if self._trace is None:
-            self._trace = traces.Trace()
+        start and end of each unit of work on its stream, memory at each wait(). trace: a
+        dataflow.trace.Trace to record into (default: the executor's own); keep: go on with its
+        recording (a Trainer's next executor) instead of starting it afresh."""
+        if not keep:
+            self.wait()  # queued spans stamp into the recording start() drops
+        if trace is not None or self._trace is None:
+            self._trace = trace or traces.Trace()
             check(ringlib.dataflow_ring_executor_set_trace(self._ptr(), self._trace._t))
-        self._trace.start()
-        self.wait()  # the first memory sample
+        if not keep:
+            self._trace.start()
+            self.wait()  # the first memory sample
 
     def stop_trace(self):
         if self._trace is not None:

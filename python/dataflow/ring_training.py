@@ -69,6 +69,30 @@ def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_w
                                f"{e.min_device_bytes:,} device, {e.min_host_bytes:,} host)") from None
 
 
+def resident_training(model, batch, stream, current):
+    """The RingTraining that trains all-resident `model` on `batch` ((tokens, labels, documents))
+    on `stream`: `current` when its plan takes the batch as one chunk on that stream, else a new
+    one (current closed first: its scratch memory goes back) of the all-resident plan for it."""
+    _, _, lengths, _ = flatten_documents(*batch)
+    seq_len, tokens = resident_shape(lengths)
+    if current is not None:
+        p = current.plan
+        if current.stream == stream and tokens <= p.chunk_tokens and (
+                len(lengths) <= p.chunk_tokens // p.seq_len + 64):
+            return current
+        current.executor.close()
+        tokens = max(tokens, p.chunk_tokens)
+        seq_len = min(seq_len, p.seq_len)
+        tokens = -(-tokens // seq_len) * seq_len
+    h = model.handle
+    held = [k for k in (PARAM, GRAD, ADAM_M, ADAM_V, MASTER) if model._block_array(0, k) is not None]
+    free = h.memory_capacity() - h.memory_in_use() + model.layout.total(held)  # the plan counts what it adopts
+    plan = ring.resident_plan(model.config, seq_len, tokens, free,
+                              save_level=model.save_level, profile=ring.profile_names()[0], dtype=model.dtype,
+                              master_weights=model.master_weights)
+    return RingTraining(model, plan, stream)
+
+
 def choose_plan(model, host_memory, seq_len, batch_size, profile):
     """None when `model` is all-resident and its training on batch_size sequences of seq_len
     tokens (default: max_position_embeddings) fits its handle; else the fastest ring plan within
@@ -91,23 +115,41 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile):
     return ring_plan(*args, profile=profile)
 
 
+def resident_shape(lengths):
+    """(seq_len, tokens_per_step) of the all-resident plan that takes a batch of documents of
+    these lengths as one chunk: a chunk holds up to tokens_per_step / seq_len + 64 documents."""
+    total, docs = sum(lengths), len(lengths)
+    seq_len = max(lengths)
+    if docs > total // seq_len + 64:
+        seq_len = max(1, total // (docs - 64))
+    return seq_len, -(-total // seq_len) * seq_len
+
+
 class RingTraining:
     """A model handed to a ring executor that trains it from `plan` (the model's weights, master
-    weights and AdamW state move into the executor)."""
+    weights and AdamW state move into the executor), or, with `stream`, an all-resident model
+    whose own device blocks an executor of the all-resident `plan` trains in place, every role
+    on `stream` (the model keeps them: forward and generate run on the device as before)."""
 
-    def __init__(self, model, plan):
+    def __init__(self, model, plan, stream=None):
         if not isinstance(plan, ring.Plan):
             raise BadArgumentError(f"Trainer: plan must be a dataflow.ring.Plan (from dataflow.ring.plan), got "
                                    f"{type(plan).__name__}")
+        self.plan, self.vocab = plan, model.config.vocab_size
+        self.max_chunks = plan.chunks_per_round * plan.rounds_per_step
+        if stream is not None:
+            self.stream = stream
+            self.executor = model._adopted_by(lambda blocks: RingExecutor(
+                model.handle, model.config, plan, model.dtype, streams=(stream,) * STREAMS, adopt=blocks), stream)
+            return
         if model.handle.num_streams < STREAMS:
             raise BadArgumentError(f"Trainer: training in the ring needs a handle with {STREAMS} streams (compute, "
                                    f"inbound, outbound, optimizer); this one has {model.handle.num_streams}")
         if bool(plan.master_weights) != model.master_weights:
             raise BadArgumentError(f"Trainer: the plan was made {'with' if plan.master_weights else 'without'} fp32 "
                                    f"master weights, but the model keeps {'them' if model.master_weights else 'none'}")
-        self.plan, self.vocab = plan, model.config.vocab_size
+        self.stream = None
         self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype))
-        self.max_chunks = plan.chunks_per_round * plan.rounds_per_step
 
     def chunks(self, tokens, labels, documents, what):
         """The batch as PackedBatch chunks of whole documents, at most chunk_tokens tokens each; a

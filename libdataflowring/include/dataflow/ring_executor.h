@@ -51,7 +51,7 @@
 
 typedef struct Dataflow_Ring_Executor Dataflow_Ring_Executor;
 
-/* The four streams (distinct ids of the handle). */
+/* The four streams (ids of the handle; two roles may share one). */
 typedef struct {
 	int compute, inbound, outbound, optimizer;
 } Dataflow_Ring_Streams;
@@ -70,11 +70,22 @@ typedef struct {
 
 /* Checks that the plan is for this model (num_layers and model_param_bytes), allocates and
  * registers everything (m, v and gradients zeroed; parameters zero until written). streams
- * NULL: {0, 1, 2, 3}. Errors: INVALID_ARGUMENT naming the mismatch, OUT_OF_MEMORY with the
+ * NULL: {0, 1, 2, 3}; ids may repeat (work sharing a stream runs in order, e.g. every
+ * role on one stream of a one-stream handle). Errors: INVALID_ARGUMENT naming the mismatch, OUT_OF_MEMORY with the
  * bytes the plan needs against the capacity. */
 Dataflow_Status dataflow_ring_executor_create(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
 					      const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
 					      Dataflow_Ring_Executor **executor);
+/* As create, for an all-resident plan (dataflow_ring_plan_resident) over a resident model's own
+ * block memory: blocks[b] (num_blocks entries: param, grad, m, v and, with master weights,
+ * master) are the homes the executor trains and updates in place, keeping their values (nothing
+ * is zeroed or copied; the caller keeps them allocated while the executor lives and frees them
+ * after destroy). Its device allocation is the training's scratch alone: activations, the chunk
+ * working set, the optimizer's scalars. INVALID_ARGUMENT for a plan that is not all-resident or
+ * a missing kind. */
+Dataflow_Status dataflow_ring_executor_adopt(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
+					     const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
+					     const Dataflow_Block_Memory *blocks, Dataflow_Ring_Executor **executor);
 /* Waits for the queued work, unregisters and frees everything (NULL: no-op). */
 void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *executor);
 

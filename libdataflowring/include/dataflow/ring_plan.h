@@ -167,6 +167,15 @@ typedef struct {
  * with the minimum device and host memory in the message and in plan->min_*_bytes. */
 Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflow_Ring_Plan *plan);
 
+/* The all-resident plan: every block's weights, gradient and optimizer state and every layer's
+ * activations (at save_level) on the device, the step one chunk of tokens_per_step tokens: what a
+ * Trainer runs when training fits the device (the executor may adopt the model's own block
+ * memory for it, dataflow_ring_executor_adopt). Its memory map, timeline and MFU are the
+ * planner's as for any plan. OUT_OF_MEMORY (plan->min_device_bytes: what it needs) when it
+ * does not fit request->device_bytes; bad requests: INVALID_ARGUMENT. */
+Dataflow_Status dataflow_ring_plan_resident(const Dataflow_Ring_Request *request, Dataflow_Save_Level save_level,
+					    Dataflow_Ring_Plan *plan);
+
 /* The model of time's seconds for a layer's forward + backward at save level all (no
  * recompute) over one chunk of `tokens` tokens (whole sequences of seq_len), at `dtype`'s peak:
  * what dataflow.ring.calibrate fits a profile to. Bad arguments: INVALID_ARGUMENT. */

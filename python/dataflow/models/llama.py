@@ -84,6 +84,7 @@ class Llama:
         self._batches = BatchBuffer(handle)
         self._logits = None
         self._caches = weakref.WeakSet()
+        self._adopters = weakref.WeakSet()  # ring executors training the device blocks in place
         self._gen_cache = None
         self._stream = None  # the stream of the model's last work (see _on)
         self.save_level = ("input" if recompute else "all") if save_level is None else save_level
@@ -151,8 +152,8 @@ class Llama:
 
     def _release_device(self):
         """Frees what the all-resident model holds on the device (its caches, batches, logits)."""
-        for cache in list(getattr(self, "_caches", ())):
-            cache.close()
+        for owner in list(getattr(self, "_caches", ())) + list(getattr(self, "_adopters", ())):
+            owner.close()
         for array in (getattr(getattr(self, "_batches", None), "array", None), getattr(self, "_logits", None)):
             if array is not None:
                 array.free()
@@ -242,6 +243,19 @@ class Llama:
                 executor.write(block, kind, data)
         self._store = executor
         self._weights_changed()
+        return executor
+
+    def _adopted_by(self, make_executor, stream):
+        """A ring executor make_executor((blocks, C model)) returns that trains this all-resident
+        model's own block memory in place (blocks: a Dataflow_Block_Memory[num_blocks]; the AdamW
+        moments are allocated on `stream` first). The model closes it before freeing that memory."""
+        self._on(stream)
+        check(modelslib.dataflow_llama_alloc_optimizer_state(self._m, stream))
+        blocks = ffi.new("Dataflow_Block_Memory[]", len(self.layout.bytes))
+        for b in range(len(self.layout.bytes)):
+            check(modelslib.dataflow_llama_block(self._m, b, blocks + b))
+        executor = make_executor((blocks, self._m))
+        self._adopters.add(executor)
         return executor
 
     def __del__(self):

@@ -77,6 +77,7 @@ class Trainer:
         self._norm, self._norm_pending = None, None  # last grad norm, or (host array, stream) not yet synced
         self._acc_loss, self._acc_labels = 0.0, 0
         self.comm, self.plan, self._ring, self._trace = None, None, None, None
+        self._resident = comm is None  # all-resident: the executor of an all-resident plan, made per batch shape
         if plan is not None or host_memory is not None or model.placement == "host":
             if comm is not None:
                 raise BadArgumentError("Trainer: comm (data-parallel) trains all-resident models only; drop "
@@ -84,7 +85,7 @@ class Trainer:
             from ..ring_training import RingTraining, choose_plan
             self.plan = plan if plan is not None else choose_plan(model, host_memory, seq_len, batch_size, profile)
             if self.plan is not None:
-                self._ring = RingTraining(model, self.plan)
+                self._ring, self._resident = RingTraining(model, self.plan), False
         if comm is not None:
             self.comm = comm.on(model.handle)
             if comm_stream is None:
@@ -101,6 +102,15 @@ class Trainer:
 
     def start_trace(self):
         """Waits for the queued work, drops any earlier recording and records from now on."""
+        if self._resident:
+            if self._trace is None:
+                self._trace = traces.Trace()
+            if self._ring is not None:
+                self._ring.executor.start_trace(self._trace)
+            else:
+                self._trace.start()
+                self._trace.sample(self.model.handle, 0)  # no executor yet: no host arrays
+            return
         if self._ring is not None:
             self._ring.executor.start_trace()
             return
@@ -114,10 +124,10 @@ class Trainer:
 
     def stop_trace(self):
         """Stops recording; trace(path) still writes what was recorded."""
-        if self._ring is not None:
-            self._ring.executor.stop_trace()
-        elif self._trace is not None:
+        if self._trace is not None:
             self._trace.stop()
+        elif self._ring is not None:
+            self._ring.executor.stop_trace()
 
     def _sample(self):
         if self._trace is not None:
@@ -128,7 +138,7 @@ class Trainer:
         gives them (all-resident: streams named "stream N: compute", "...: comm" by what ran there)."""
         if self._ring is not None:
             return self._ring.executor.trace_events()
-        if self._trace is None:
+        if self._resident or self._trace is None:
             raise DataflowError("trace: nothing recorded; create the Trainer with trace=True or call "
                                 "start_trace() before the steps to trace")
         self.model.handle.sync()  # every span stamped
@@ -175,7 +185,8 @@ class Trainer:
         if self._norm_pending is not None:
             host, stream = self._norm_pending
             if self._ring is not None:
-                self._ring.executor.wait()
+                if host is None:  # not yet waited for
+                    self._ring.executor.wait()
                 self._norm, self._norm_pending = self._ring.executor.grad_norm(), None
                 return
             self.model.handle.sync(stream)
@@ -189,7 +200,10 @@ class Trainer:
             self._ring.executor.apply(params, grad_clip, self.step_count + 1)
             self.step_count += 1
             self._norm_pending = (None, None)
-            self.model._weights_changed()
+            if self._resident:
+                self.model._stream = self._ring.stream  # the model's next work waits for the update
+            else:
+                self.model._weights_changed()
             return
         self.model._on(stream)
         check(modelslib.dataflow_llama_adamw_step(self.model._m, stream, params, grad_clip, self.step_count + 1))
@@ -217,12 +231,15 @@ class Trainer:
         if self._acc_labels:
             raise BadArgumentError("step: gradients from accumulate() are pending; call apply() first")
         hyperparameters = adamw_hyperparameters(self)
+        if self._resident:
+            self._for_batch(tokens, labels, documents, stream)
         if self._ring is not None:
             chunks = self._ring.chunks(tokens, labels, documents, "step")
             num_labels = sum(c.num_labels for c in chunks)
             if num_labels == 0:
                 raise BadArgumentError("step: no labelled tokens (every target is -100)")
             losses = self._ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(stream, hyperparameters))
+            self._norm_pending = (True, None)  # run() waited after the update: the norm is on the host
             self._wait_norm()
             return self.model._batch_loss(losses, 1.0 / num_labels)
         _, losses, num_labels = self._loss_backward(tokens, labels, documents, False, None, stream)
@@ -233,6 +250,18 @@ class Trainer:
             return self.model._batch_loss(losses, 1.0 / num_labels)
         return float(self.comm.sum_host([self.model._batch_loss(losses, 1.0)], stream)[0] / num_labels)
 
+    def _for_batch(self, tokens, labels, documents, stream):
+        """All-resident: the executor of the all-resident plan that takes this batch on `stream`
+        (the one before when it does; a new one keeps recording the trace)."""
+        from ..ring_training import resident_training
+        self.model._m  # ClosedError for a closed model, before its memory is adopted
+        ring = resident_training(self.model, (tokens, labels, documents), stream, self._ring)
+        if ring is not self._ring:
+            self._ring = ring
+            self.model._on(stream)
+            if self._trace is not None and self._trace.recording:
+                ring.executor.start_trace(self._trace, keep=True)
+
     def accumulate(self, tokens, labels=None, documents=None, stream=0):
         """Adds one chunk's gradients (of its summed loss; apply() divides by the labelled
         tokens of all chunks, so k chunks then apply() equal one step on all of them).
@@ -240,6 +269,8 @@ class Trainer:
         if self.comm is not None:
             raise BadArgumentError("accumulate: not supported with comm (data-parallel); use step()")
         first = self._acc_labels == 0
+        if self._resident:
+            self._for_batch(tokens, labels, documents, stream)
         if self._ring is not None:
             chunks = self._ring.chunks(tokens, labels, documents, "accumulate")
             batch_sum = self.model._batch_loss(self._ring.run(chunks, not first, 1.0), 1.0)
