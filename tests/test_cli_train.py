@@ -408,8 +408,9 @@ def test_trace_covers_the_first_steps_and_changes_no_bits(tmp_path, capsys):
     events = json.loads(trace.read_text())["traceEvents"]
     spans = [e for e in events if e["ph"] == "X"]
     assert {e["args"]["step"] for e in spans if e["cat"] == "backward"} == {1, 2}
-    assert {"forward layer 0", "backward head", "adamw"} <= {e["name"] for e in spans}
-    assert [e["args"]["name"] for e in events if e["name"] == "thread_name"] == ["stream 0: compute"]
+    assert {"forward layer 0 c0", "head c0", "backward layer 0 c0", "adamw layer 0"} <= {e["name"] for e in spans}
+    assert {e["args"]["name"] for e in events if e["name"] == "thread_name"} == {"compute", "inbound", "outbound",
+                                                                                 "optimizer"}  # the executor's roles
     assert {e["name"] for e in events if e["ph"] == "C"} == {"device memory (bytes)", "host memory (bytes)"}
     capsys.readouterr()
     assert run_cli("train", *common, "--out", str(tmp_path / "c"), "--trace", str(trace)) == 2
