@@ -4,12 +4,13 @@
 /* Private to libdataflowring: the executor's state, and the buffer tracks that order its
  * streams. */
 
+#include "dataflow/comm.h"
 #include "dataflow/ops.h"
 #include "dataflow/ring_executor.h"
 
 #define TRY(expr) DATAFLOW_TRY(expr)
 
-enum { RS_COMPUTE, RS_IN, RS_OUT, RS_OPT, RS_NUM };
+enum { RS_COMPUTE, RS_IN, RS_OUT, RS_OPT, RS_COMM, RS_NUM }; /* RS_COMM: data-parallel sums */
 
 /* The last point of each stream that used a buffer (handle_id 0: none). A stream about to use
  * it waits for the other streams' points (track_before), then records its own (track_after). */
@@ -98,6 +99,8 @@ struct Dataflow_Ring_Executor {
 	float *host_norm;
 	int64_t last_chunks;
 	Dataflow_Trace *trace;   /* the attached recorder (NULL: none) */
+	Dataflow_Comm *comm;     /* data-parallel: gradients summed over its ranks (NULL: none) */
+	int shard;               /* ZeRO-1: the optimizer state holds this rank's part of each block */
 };
 
 /* every stream waits for every other's queued work: phase changes of shared memory */
@@ -106,6 +109,13 @@ Dataflow_Status ring_barrier(Dataflow_Ring_Executor *x);
 int64_t ring_opt_slot_bytes(const Dataflow_Ring_Executor *x, int b);
 Dataflow_Status track_before(Dataflow_Ring_Executor *x, Track *t, int role);
 Dataflow_Status track_after(Dataflow_Ring_Executor *x, Track *t, int role);
+
+/* Data-parallel (ring_data_parallel.c): block b's final gradient g (device) summed over the
+ * ranks on the comm stream (sharded: this rank's part reduce-scattered, the tail all-reduced);
+ * the optimizer step of a sharded state (after the barrier that starts apply). */
+Dataflow_Status ring_sum_grad(Dataflow_Ring_Executor *x, int b, void *g, Track *track);
+Dataflow_Status ring_sharded_apply(Dataflow_Ring_Executor *x, const Dataflow_AdamW_Params *params,
+				   double max_grad_norm, int64_t step);
 
 /* Tracing (ring_trace.c): a span of work on stream role opens (its start stamp queued) and
  * closes (its end stamp); *span is NULL, and nothing is queued, while not recording. */

@@ -285,12 +285,13 @@ static Dataflow_Status check_adopted(const Dataflow_Ring_Executor *x, const Data
 
 static Dataflow_Status check_streams(Dataflow_Ring_Executor *x, const Dataflow_Ring_Streams *s)
 {
-	int ids[RS_NUM] = {0, 1, 2, 3};
+	int ids[RS_NUM] = {0, 1, 2, 3, 0};
 	if (s) {
 		ids[RS_COMPUTE] = s->compute;
 		ids[RS_IN] = s->inbound;
 		ids[RS_OUT] = s->outbound;
 		ids[RS_OPT] = s->optimizer;
+		ids[RS_COMM] = s->compute; /* until dataflow_ring_executor_set_comm names one */
 	}
 	int n = dataflow_handle_num_streams(x->h);
 	for (int i = 0; i < RS_NUM; i++) {

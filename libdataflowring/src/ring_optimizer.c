@@ -83,6 +83,8 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 					  "ring apply: max_grad_norm must be >= 0 and step >= 1, got %g and %lld",
 					  max_grad_norm, (long long)step);
 	TRY(ring_barrier(x)); /* the training pass is done with the memory the scalars share */
+	if (x->shard)
+		return ring_sharded_apply(x, params, max_grad_norm, step);
 	int s = x->s[RS_OPT], clip = max_grad_norm > 0;
 	Dataflow_Trace_Span *span;
 	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_GRAD_NORM, -1, -1, 0, &span));

@@ -124,11 +124,16 @@ static Dataflow_Status grad_begin(Round *r, int b)
 		       blk->bytes[DATAFLOW_BLOCK_GRAD], DATAFLOW_RING_WORK_GRAD_IN, b, -1);
 }
 
-/* After block b's last gradient of the round: send it home. */
+/* After block b's last gradient of the round: summed over the ranks (data-parallel, once it is
+ * final: the call's last round), then sent home. */
 static Dataflow_Status grad_end(Round *r, int b)
 {
 	Dataflow_Ring_Executor *x = r->x;
 	Ring_Block *blk = &x->blocks[b];
+	if (x->comm && r->last_round) {
+		Buf g = grad_of(x, b);
+		TRY(ring_sum_grad(x, b, g.ptr, g.track));
+	}
 	if (blk->dev[DATAFLOW_BLOCK_GRAD] || (blk->train_grad && !r->last_round))
 		return DATAFLOW_OK;
 	return copy_out(x, blk->host[DATAFLOW_BLOCK_GRAD], &blk->host_track[DATAFLOW_BLOCK_GRAD], grad_of(x, b),

@@ -6,7 +6,7 @@ from . import trace as traces
 from ._ffi import ffi, modelslib, ringlib
 from .errors import BadArgumentError, DataflowError, check, open_pointer
 
-STREAMS = ("compute", "inbound", "outbound", "optimizer")  # Dataflow_Ring_Streams order
+STREAMS = ("compute", "inbound", "outbound", "optimizer", "comm")  # roles: Dataflow_Ring_Streams order, then comm
 KIND_DTYPES = {0: None, 1: np.float32, 2: np.float32, 3: np.float32, 4: np.float32}  # None: the model dtype
 
 
@@ -48,7 +48,7 @@ class RingExecutor:
             s = ffi.new("Dataflow_Block_Sizes *")
             check(modelslib.dataflow_blocked_model_block_sizes(self._bm, b, s))
             self._sizes.append((int(s.numel), [int(s.bytes[k]) for k in range(5)]))
-        self._trace = None
+        self._trace, self._comm = None, None
         if trace:
             self.start_trace()
 
@@ -107,6 +107,24 @@ class RingExecutor:
         check(ringlib.dataflow_ring_executor_accumulate(self._ptr(), chunks, len(packed_chunks), int(bool(accumulate)),
                                                         float(loss_scale)))
 
+    def set_comm(self, comm, stream, shard_optimizer=False):
+        """Data-parallel: each block's final gradient summed over comm's ranks (a
+        dataflow.distributed.Communicator on this handle) on `stream` (ring_executor.h); a step's
+        gradients must come from one accumulate call. shard_optimizer: ZeRO-1 over an adopted
+        resident model's sharded state."""
+        check(ringlib.dataflow_ring_executor_set_comm(self._ptr(), comm._comm(), stream, int(shard_optimizer)))
+        comm._models.add(self)  # it forgets the communicator as that closes
+        self._comm = comm
+
+    def _forget_grad_comm(self):
+        if self._x is not None and self.handle._alive():
+            ringlib.dataflow_ring_executor_set_comm(self._x, ffi.NULL, 0, 0)
+        self._comm = None
+
+    @staticmethod
+    def _sharded():
+        return False
+
     def scale_grads(self, factor):
         check(ringlib.dataflow_ring_executor_scale_grads(self._ptr(), float(factor)))
 
@@ -156,7 +174,8 @@ class RingExecutor:
         Perfetto): a track per stream, counter tracks for device and host memory; returns the dict."""
         spans, samples = self.trace_events()
         plan = self.plan
-        trace = traces.chrome(spans, samples, STREAMS, self.num_blocks, "dataflow ring executor", metadata={
+        roles = STREAMS if any(s["stream"] == "comm" for s in spans) else STREAMS[:-1]
+        trace = traces.chrome(spans, samples, roles, self.num_blocks, "dataflow ring executor", metadata={
             "plan": {"chunk_tokens": plan.chunk_tokens, "chunks_per_round": plan.chunks_per_round,
                      "rounds_per_step": plan.rounds_per_step, "weight_slots": plan.weight_slots,
                      "grad_slots": plan.grad_slots, "optimizer": plan.optimizer,

@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "dataflow/blocked_model.h"
+#include "dataflow/comm.h"
 #include "dataflow/ring_plan.h"
 #include "dataflow/trace.h"
 
@@ -133,9 +134,23 @@ typedef struct {
 } Dataflow_Ring_Outputs;
 Dataflow_Status dataflow_ring_executor_outputs(const Dataflow_Ring_Executor *executor, Dataflow_Ring_Outputs *outputs);
 
+/* Data-parallel (comm NULL: none, the default): each block's gradient, once final in an
+ * accumulate call (after its backward in the call's last round), is summed over comm's ranks
+ * on `stream` (an all-reduce in rank order: the same bits on every rank) while compute goes on
+ * with the blocks below, before it is sent home; apply then computes the same norm and update
+ * on every rank. The caller scales the loss by 1 / the labelled tokens of every rank, and a
+ * step's gradients must come from ONE accumulate call (a second call would sum the first's
+ * already-summed gradients again). shard_optimizer (ZeRO-1, an adopting executor only): the
+ * adopted m, v and master hold this rank's part of each block as dataflow_llama_shard_optimizer
+ * lays them out (ring_data_parallel.c): gradients are reduce-scattered, each rank updates its
+ * part and the weights are all-gathered. Waits for the queued work first. Errors:
+ * INVALID_ARGUMENT for a stream out of range or sharding without adoption. */
+Dataflow_Status dataflow_ring_executor_set_comm(Dataflow_Ring_Executor *executor, Dataflow_Comm *comm, int stream,
+						int shard_optimizer);
+
 /* Trace (dataflow/trace.h): with a recorder attached, each unit of work the executor submits
  * is a span on its stream (Dataflow_Trace_Span.stream: the role, Dataflow_Ring_Streams order:
- * 0 compute, 1 inbound, 2 outbound, 3 optimizer; .what: a Dataflow_Ring_Work), the step
+ * 0 compute, 1 inbound, 2 outbound, 3 optimizer, 4 comm; .what: a Dataflow_Ring_Work), the step
  * advances at each apply, and memory is sampled (host_in_use: the executor's host arrays) when
  * dataflow_ring_executor_wait returns. A step of L layers and K chunks per round records about
  * 3 L K + 4 L spans per round. trace NULL detaches; the caller keeps the recorder alive while
@@ -159,6 +174,7 @@ typedef enum {
 	DATAFLOW_RING_WORK_ADAMW,         /* optimizer: a block's AdamW update */
 	DATAFLOW_RING_WORK_OPT_IN,        /* inbound: a block's optimizer state into its slot */
 	DATAFLOW_RING_WORK_OPT_OUT,       /* outbound: a block's updated state sent home */
+	DATAFLOW_RING_WORK_ALL_REDUCE,    /* comm: a block's gradient summed over the ranks */
 	DATAFLOW_RING_NUM_WORK
 } Dataflow_Ring_Work;
 

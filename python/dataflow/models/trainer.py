@@ -77,25 +77,27 @@ class Trainer:
         self._norm, self._norm_pending = None, None  # last grad norm, or (host array, stream) not yet synced
         self._acc_loss, self._acc_labels = 0.0, 0
         self.comm, self.plan, self._ring, self._trace = None, None, None, None
-        self._resident = comm is None  # all-resident: the executor of an all-resident plan, made per batch shape
+        if shard_optimizer and comm is None:
+            raise BadArgumentError("Trainer: shard_optimizer shards the optimizer state over the ranks of comm; "
+                                   "pass comm=df.distributed.init()")
+        self.shard_optimizer = bool(shard_optimizer)
+        self._resident = True  # all-resident: the executor of an all-resident plan, made per batch shape
         if plan is not None or host_memory is not None or model.placement == "host":
-            if comm is not None:
-                raise BadArgumentError("Trainer: comm (data-parallel) trains all-resident models only; drop "
+            if self.shard_optimizer:
+                raise BadArgumentError("Trainer: shard_optimizer (ZeRO-1) trains all-resident models only; drop "
                                        "host_memory and plan, and place the model on the device")
             from ..ring_training import RingTraining, choose_plan
             self.plan = plan if plan is not None else choose_plan(model, host_memory, seq_len, batch_size, profile)
             if self.plan is not None:
                 self._ring, self._resident = RingTraining(model, self.plan), False
+        self.comm_stream = None
         if comm is not None:
             self.comm = comm.on(model.handle)
-            if comm_stream is None:
-                comm_stream = 1 if model.handle.num_streams > 1 else 0
-            model._set_grad_comm(self.comm, comm_stream)
-        elif shard_optimizer:
-            raise BadArgumentError("Trainer: shard_optimizer shards the optimizer state over the ranks of comm; "
-                                   "pass comm=df.distributed.init()")
-        self.comm_stream = comm_stream if comm is not None else None
-        self.shard_optimizer = bool(shard_optimizer)
+            self.comm_stream = comm_stream if comm_stream is not None else 1 if model.handle.num_streams > 1 else 0
+            if self.shard_optimizer:  # the model lays its optimizer state out over the ranks
+                model._set_grad_comm(self.comm, self.comm_stream)
+            if self._ring is not None:
+                self._ring.executor.set_comm(self.comm, self.comm_stream)
         self._shard(True)
         if trace:
             self.start_trace()
@@ -170,6 +172,9 @@ class Trainer:
     def _shard(self, shard):
         """The optimizer state sharded over the ranks, or gathered whole (a collective)."""
         if self.shard_optimizer:
+            if self._ring is not None:  # its adopted state is about to move: the next step adopts again
+                self._ring.executor.close()
+                self._ring = None
             self.model._on(0)
             check(modelslib.dataflow_llama_shard_optimizer(self.model._m, 0, int(shard)))
             self.model._optimizer_sharded = shard
@@ -236,12 +241,21 @@ class Trainer:
         if self._ring is not None:
             chunks = self._ring.chunks(tokens, labels, documents, "step")
             num_labels = sum(c.num_labels for c in chunks)
+            if self.comm is not None:
+                if len(chunks) > self._ring.max_chunks:
+                    raise BadArgumentError(f"step: data-parallel, a step's batch must fit the plan's "
+                                           f"{self._ring.max_chunks} chunks of {self._ring.plan.chunk_tokens} tokens "
+                                           f"(one executor call), got {len(chunks)}; plan for the batch "
+                                           f"(Trainer(seq_len=..., batch_size=...))")
+                num_labels = int(self.comm.sum_host([num_labels], stream)[0])
             if num_labels == 0:
                 raise BadArgumentError("step: no labelled tokens (every target is -100)")
             losses = self._ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(stream, hyperparameters))
             self._norm_pending = (True, None)  # run() waited after the update: the norm is on the host
             self._wait_norm()
-            return self.model._batch_loss(losses, 1.0 / num_labels)
+            if self.comm is None:
+                return self.model._batch_loss(losses, 1.0 / num_labels)
+            return float(self.comm.sum_host([self.model._batch_loss(losses, 1.0)], stream)[0] / num_labels)
         _, losses, num_labels = self._loss_backward(tokens, labels, documents, False, None, stream)
         self._adamw(stream, hyperparameters)
         self._wait_norm()  # the one sync: the losses were read back before it too
@@ -259,6 +273,8 @@ class Trainer:
         if ring is not self._ring:
             self._ring = ring
             self.model._on(stream)
+            if self.comm is not None:
+                ring.executor.set_comm(self.comm, self.comm_stream, self.shard_optimizer)
             if self._trace is not None and self._trace.recording:
                 ring.executor.start_trace(self._trace, keep=True)
 

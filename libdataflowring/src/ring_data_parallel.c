@@ -1,0 +1,122 @@
+/* Data-parallel training in the executor: each block's gradient summed over the ranks on the
+ * comm stream as soon as it is final, and ZeRO-1, the optimizer state sharded over the ranks.
+ *
+ * ZeRO-1 (the layout dataflow_llama_shard_optimizer gives a resident model's state): block b's n
+ * elements split into N equal parts of q = n / N (rank r owns [r q, (r + 1) q)) and a tail
+ * [N q, n) of fewer than N elements every rank updates alike; the rank's m, v (and master) of
+ * the block are [its part | the tail]. The backward reduce-scatters each gradient (rank r
+ * receives its part summed in rank order: the bits an all-reduce gives) and all-reduces the
+ * tail; the step sums the squared norms of every rank's part (the tail counted on rank 0),
+ * updates the part and the tail, and all-gathers the parts of the weights. */
+#include <math.h>
+
+#include "ring_exec_internal.h"
+
+typedef struct {
+	int64_t part, own, tail, tail_len; /* q, r q, N q, n - N q */
+} Shard;
+
+static Shard shard_of(const Dataflow_Ring_Executor *x, int b)
+{
+	int64_t n = x->blocks[b].numel, ranks = dataflow_comm_size(x->comm), q = n / ranks;
+	return (Shard){q, dataflow_comm_rank(x->comm) * q, ranks * q, n - ranks * q};
+}
+
+Dataflow_Status ring_sum_grad(Dataflow_Ring_Executor *x, int b, void *g, Track *track)
+{
+	Dataflow_Trace_Span *span;
+	int64_t n = x->blocks[b].numel;
+	int cs = x->s[RS_COMM];
+	float *grad = g;
+	TRY(track_before(x, track, RS_COMM));
+	TRY(ring_span_begin(x, RS_COMM, DATAFLOW_RING_WORK_ALL_REDUCE, b, -1, (uint64_t)n * 4, &span));
+	if (x->shard) {
+		Shard sh = shard_of(x, b);
+		if (sh.part > 0)
+			TRY(dataflow_submit_reduce_scatter(x->comm, cs, DATAFLOW_FP32, sh.part, grad, grad + sh.own,
+							   DATAFLOW_REDUCE_SUM));
+		if (sh.tail_len > 0)
+			TRY(dataflow_submit_all_reduce(x->comm, cs, DATAFLOW_FP32, sh.tail_len, grad + sh.tail, grad + sh.tail,
+						       DATAFLOW_REDUCE_SUM));
+	} else {
+		TRY(dataflow_submit_all_reduce(x->comm, cs, DATAFLOW_FP32, n, grad, grad, DATAFLOW_REDUCE_SUM));
+	}
+	TRY(ring_span_end(x, span));
+	return track_after(x, track, RS_COMM);
+}
+
+/* AdamW over n elements of block b from element `at`, its state from `state_at`. */
+static Dataflow_Status adamw_range(Dataflow_Ring_Executor *x, int b, int64_t at, int64_t state_at, int64_t n,
+				   const Dataflow_AdamW_Params *p, const float *clip_scale, int64_t step)
+{
+	if (n == 0)
+		return DATAFLOW_OK;
+	const Ring_Block *blk = &x->blocks[b];
+	const Dataflow_Llama_Config *cfg = dataflow_blocked_model_config(x->model);
+	float *master = x->master ? (float *)blk->dev[DATAFLOW_BLOCK_MASTER] + state_at : NULL;
+	return dataflow_submit_adamw_step(x->h, x->s[RS_OPT], cfg->dtype, DATAFLOW_FP32, n,
+					  (char *)blk->dev[DATAFLOW_BLOCK_PARAM] + at * x->es,
+					  (float *)blk->dev[DATAFLOW_BLOCK_GRAD] + at,
+					  (float *)blk->dev[DATAFLOW_BLOCK_ADAM_M] + state_at,
+					  (float *)blk->dev[DATAFLOW_BLOCK_ADAM_V] + state_at, master, clip_scale, p->lr, p->beta1,
+					  p->beta2, p->eps, p->weight_decay, step);
+}
+
+Dataflow_Status ring_sharded_apply(Dataflow_Ring_Executor *x, const Dataflow_AdamW_Params *params,
+				   double max_grad_norm, int64_t step)
+{
+	int s = x->s[RS_OPT], clip = max_grad_norm > 0, lead = dataflow_comm_rank(x->comm) == 0;
+	const Dataflow_Llama_Config *cfg = dataflow_blocked_model_config(x->model);
+	Dataflow_Trace_Span *span;
+	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_GRAD_NORM, -1, -1, 0, &span));
+	TRY(dataflow_set_mem(x->h, s, x->sumsq, 0, 8));
+	for (int b = 0; b < x->N; b++) {
+		Shard sh = shard_of(x, b);
+		const float *g = x->blocks[b].dev[DATAFLOW_BLOCK_GRAD];
+		if (sh.part > 0)
+			TRY(dataflow_submit_grad_norm_sq(x->h, s, DATAFLOW_FP32, DATAFLOW_FP64, sh.part, g + sh.own,
+							 x->norm_ws, x->sumsq, 1));
+		if (lead && sh.tail_len > 0)
+			TRY(dataflow_submit_grad_norm_sq(x->h, s, DATAFLOW_FP32, DATAFLOW_FP64, sh.tail_len, g + sh.tail,
+							 x->norm_ws, x->sumsq, 1));
+	}
+	TRY(dataflow_submit_all_reduce(x->comm, s, DATAFLOW_FP64, 1, x->sumsq, x->sumsq, DATAFLOW_REDUCE_SUM));
+	TRY(dataflow_submit_clip_by_global_norm(x->h, s, DATAFLOW_FP64, x->sumsq, clip ? max_grad_norm : 1e30, x->scale,
+						x->norm));
+	TRY(ring_span_end(x, span));
+	TRY(dataflow_submit_outbound_transfer(x->h, s, x->host_norm, x->norm, 4));
+	const float *scale = clip ? x->scale : NULL;
+	for (int b = 0; b < x->N; b++) {
+		Shard sh = shard_of(x, b);
+		char *param = x->blocks[b].dev[DATAFLOW_BLOCK_PARAM];
+		TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_ADAMW, b, -1, 0, &span));
+		TRY(adamw_range(x, b, sh.own, 0, sh.part, params, scale, step));
+		TRY(adamw_range(x, b, sh.tail, sh.part, sh.tail_len, params, scale, step));
+		if (sh.part > 0)
+			TRY(dataflow_submit_all_gather(x->comm, s, cfg->dtype, sh.part, param + sh.own * x->es,
+						       param));
+		TRY(ring_span_end(x, span));
+	}
+	dataflow_trace_next_step(x->trace);
+	return ring_barrier(x);
+}
+
+Dataflow_Status dataflow_ring_executor_set_comm(Dataflow_Ring_Executor *x, Dataflow_Comm *comm, int stream,
+						int shard_optimizer)
+{
+	if (!x)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring set_comm: executor is required");
+	int n = dataflow_handle_num_streams(x->h);
+	if (comm && (stream < 0 || stream >= n))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring set_comm: stream must be in [0, %d) (the handle's streams), got %d", n, stream);
+	if (comm && shard_optimizer && !x->adopted)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring set_comm: a sharded optimizer state (ZeRO-1) needs an executor adopting a "
+					  "resident model's sharded state (dataflow_ring_executor_adopt)");
+	TRY(dataflow_ring_executor_wait(x)); /* the old stream's sums are done */
+	x->comm = comm;
+	x->shard = comm && shard_optimizer;
+	x->s[RS_COMM] = comm ? stream : x->s[RS_COMPUTE];
+	return DATAFLOW_OK;
+}
