@@ -174,9 +174,10 @@ def prepare(args, ranks=1):
     if args.shard_optimizer and ranks == 1:
         raise BadArgumentError("--shard-optimizer: shards the optimizer state over several ranks; add --nproc N "
                                "(N >= 2) or run under mpirun -n N")
-    if args.host_memory is not None and ranks > 1:  # the ring (its only user) is single-rank for now
-        raise BadArgumentError(f"--host-memory: data-parallel ranks ({ranks}) train all-resident and use no host "
-                               "memory budget; drop --host-memory, or train on one rank to plan into the ring")
+    if args.host_memory is not None and args.shard_optimizer:
+        raise BadArgumentError("--host-memory: --shard-optimizer (ZeRO-1) trains all-resident and uses no host "
+                               "memory budget; drop one of them (data-parallel ranks without --shard-optimizer "
+                               "plan into the ring under --host-memory)")
     if spec.run["batch"] % ranks:
         raise BadArgumentError(f"--batch: {spec.run['batch']} sequences per step do not split evenly over {ranks} "
                                f"ranks; pass a multiple of {ranks}")
@@ -395,28 +396,32 @@ def _stop_requested(interrupts, comm):
 
 def _model_and_trainer(spec, handle, Trainer, weights, comm):
     """The model and its Trainer: all-resident when training fits the device, else planned into
-    the ring under --device-memory and --host-memory (default: what the host has available).
-    Data-parallel ranks (comm) train all-resident models only."""
+    the ring under --device-memory and --host-memory (default: what the host has available),
+    data-parallel ranks (comm) too; --shard-optimizer (ZeRO-1) trains all-resident models only."""
     run = spec.run
     options = {"master_weights": True} if run["master_weights"] else {}
+    ranks = comm.size if comm is not None else 1
+    sharded = comm is not None and spec.shard_optimizer
     if comm is not None:
+        options.update(comm=comm, shard_optimizer=spec.shard_optimizer)
+    if sharded:
         check_memory(handle, spec.config, run["dtype"], spec.config_source, training=True,
                      master_weights=run["master_weights"],
-                     hint="; data-parallel ranks (--nproc) train all-resident: pass a larger --device-memory or "
-                          "a smaller --config")
-        options.update(comm=comm, shard_optimizer=spec.shard_optimizer)
+                     hint="; --shard-optimizer trains all-resident: pass a larger --device-memory or a smaller "
+                          "--config, or drop --shard-optimizer to train in the ring")
     else:
         options.update(host_memory=host_memory_available() if spec.host_memory is None else spec.host_memory,
-                       seq_len=run["seq_len"], batch_size=run["batch"])
+                       seq_len=run["seq_len"], batch_size=run["batch"] // ranks)
     hint = "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
     try:
-        if comm is None:
+        if not sharded:
             try:
                 check_memory(handle, spec.config, run["dtype"], spec.config_source, training=True,
                              master_weights=run["master_weights"])
             except OutOfMemoryError:  # not all-resident: does the ring fit, before building a large model?
                 ring_plan(spec.config, run["seq_len"], handle.memory_capacity() - handle.memory_in_use(),
-                          options["host_memory"], run["batch"] * run["seq_len"], run["dtype"], run["master_weights"])
+                          options["host_memory"], options["batch_size"] * run["seq_len"], run["dtype"],
+                          run["master_weights"])
         model = model_from_config(spec.config, handle, run["dtype"], seed=run["seed"], where=spec.config_source)
         if weights:
             copy_weights(model, weights)

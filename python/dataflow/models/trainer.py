@@ -1,5 +1,7 @@
-"""Trainer: AdamW training of a Llama with at most one host sync per step: all-resident, or
-through the ring executor when the training does not fit the device (dataflow.ring_training)."""
+"""Trainer: AdamW training of a Llama with at most one host sync per step, driven by the one
+training engine, the ring executor (libdataflowring): all-resident training is the executor of
+the all-resident plan over the model's own device blocks; larger than the device, a ring plan
+(dataflow.ring_training); data-parallel (and ZeRO-1) inside the executor either way."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,21 +19,29 @@ class Trainer:
     for a schedule). grad_clip 0 or None: no clipping. master_weights=True turns on the
     model's fp32 master weights (bf16 models; see Llama), None keeps the model's setting.
 
+    One engine: every step runs in a ring executor (dataflow.ring_executor). All-resident (the
+    model on the device and its training fits): the executor of the all-resident plan
+    (dataflow.ring.resident_plan) trains the model's own device blocks in place, every role on
+    the step's `stream`; it is made at the first step for that batch's shape and again when a
+    batch does not fit it or the stream changes (its scratch, activations and working set,
+    is freed then; the model keeps its weights, so forward and generate run on the device
+    between steps). .plan stays None.
+
     Host syncs: step() submits the batch (one inbound transfer), the forward/backward and the
     AdamW step, then waits ONCE to read the loss and the gradient norm together. accumulate()
     waits once for its chunk's loss; apply() does not wait: last_grad_norm waits when read.
 
     Data-parallel (comm: a dataflow.distributed.Communicator, rebound to the model's handle):
-    each rank steps on its own batch; every block's gradients are summed over the ranks on
-    comm_stream (default 1 when the handle has two streams) as soon as its backward is queued,
-    while the lower blocks differentiate; the loss is the mean over all ranks' labelled tokens,
-    so every rank applies the same AdamW (clipped on the global norm) and returns the same
-    loss. Two small host collectives per step (label count, loss) add two syncs.
-    shard_optimizer=True (ZeRO-1, with comm): each rank keeps 1/N of the optimizer state (m, v,
-    master weights), the gradients are reduce-scattered instead of all-reduced, each rank runs
-    AdamW on its part and the weights are all-gathered; state_dict() and load_state_dict()
-    gather and split the state (every rank must call them), so checkpoints are the same for any
-    number of ranks.
+    each rank steps on its own batch; every block's gradient is summed over the ranks on
+    comm_stream (default 1 when the handle has two streams) as soon as it is final, while the
+    lower blocks differentiate (ring_executor.h); the loss is the mean over all ranks' labelled
+    tokens, so every rank applies the same AdamW (clipped on the global norm) and returns the
+    same loss. Two small host collectives per step (label count, loss) add two syncs; a step's
+    batch must fit one executor call. shard_optimizer=True (ZeRO-1, with comm, all-resident):
+    each rank keeps 1/N of the optimizer state (m, v, master weights), the gradients are
+    reduce-scattered instead of all-reduced, each rank runs AdamW on its part and the weights
+    are all-gathered; state_dict() and load_state_dict() gather and split the state (every rank
+    must call them), so checkpoints are the same for any number of ranks.
 
     Larger than the device (host_memory, seq_len, batch_size, profile, plan): with host_memory
     given ("8GiB" or bytes) or a host-held model (Llama placement "host"; host_memory then
@@ -39,25 +49,21 @@ class Trainer:
     of batch_size sequences of seq_len tokens (default: max_position_embeddings) under the
     handle's free device memory and host_memory, with profile's speeds (default: this machine's,
     measured once, dataflow.ring.calibrate). When all-resident training fits, it trains
-    all-resident and .plan is None; else .plan is the plan and the model's weights move into a
-    ring executor (dataflow.ring_executor) that streams them through device slots (the model is
-    host-held from then on: state_dict, save_pretrained and checkpoints read the executor;
-    generate runs on a CPU copy, see Llama). plan: a dataflow.ring.plan to use as given.
-    step, accumulate/apply, state_dict/load_state_dict behave as all-resident: a batch is split
-    into chunks of whole sequences (dataflow.ring_training), a step syncs once per
-    chunks_per_round x rounds_per_step chunks; the executor runs on streams 0..3 of the handle
-    (the methods' stream arguments apply to all-resident training only). OutOfMemoryError (the
-    planner's, naming the least device and host memory) when no plan fits.
+    all-resident as above and .plan is None; else .plan is the plan and the model's weights move
+    into the executor, which streams them through device slots (the model is host-held from
+    then on: state_dict, save_pretrained and checkpoints read the executor; generate runs on a
+    CPU copy, see Llama). plan: a dataflow.ring.plan to use as given. A batch is split into
+    chunks of whole sequences (dataflow.ring_training), a step syncs once per chunks_per_round x
+    rounds_per_step chunks; the executor runs on streams 0..3 of the handle. OutOfMemoryError
+    (the planner's, naming the least device and host memory) when no plan fits.
 
     Trace (trace=True, or start_trace() before the steps to trace; stop_trace() ends it):
-    trace(path) writes what the streams ran as Chrome trace-event JSON for Perfetto
-    (dataflow.trace): a track per stream, device and host memory counters sampled after each
-    step. In the ring, the executor's trace (RingExecutor.trace: compute, inbound, outbound,
-    optimizer). All-resident: per block a forward and a backward span on the compute stream,
-    data-parallel a gradient all-reduce (reduce-scatter when sharded) per block on comm_stream,
-    and the AdamW step; host memory is the process's resident memory. Recording changes no
-    result; it costs two host ops per span and ~64 bytes of host memory per span (about 2 L + 6
-    spans per step of L layers all-resident, more in the ring), so trace the steps you need."""
+    trace(path) writes what the executor ran as Chrome trace-event JSON for Perfetto
+    (dataflow.trace, RingExecutor.trace): a track per role (compute, inbound, outbound,
+    optimizer, and comm when data-parallel), device and host memory counters sampled after each
+    step. Recording changes no result; it costs two host ops per span and ~64 bytes of host
+    memory per span (about 4 L + 8 spans per step of L layers all-resident, more in the ring),
+    so trace the steps you need."""
 
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
@@ -74,7 +80,7 @@ class Trainer:
         elif master_weights is not None and model.master_weights:
             raise BadArgumentError("Trainer: master_weights=False, but the model already keeps master weights")
         self.step_count = 0
-        self._norm, self._norm_pending = None, None  # last grad norm, or (host array, stream) not yet synced
+        self._norm, self._norm_pending = None, None  # last grad norm; "queued" / "waited": not yet read
         self._acc_loss, self._acc_labels = 0.0, 0
         self.comm, self.plan, self._ring, self._trace = None, None, None, None
         if shard_optimizer and comm is None:
@@ -104,70 +110,34 @@ class Trainer:
 
     def start_trace(self):
         """Waits for the queued work, drops any earlier recording and records from now on."""
-        if self._resident:
-            if self._trace is None:
-                self._trace = traces.Trace()
-            if self._ring is not None:
-                self._ring.executor.start_trace(self._trace)
-            else:
-                self._trace.start()
-                self._trace.sample(self.model.handle, 0)  # no executor yet: no host arrays
-            return
-        if self._ring is not None:
-            self._ring.executor.start_trace()
-            return
-        self.model.handle.sync()  # queued spans stamp into the recording start() drops
         if self._trace is None:
             self._trace = traces.Trace()
-            check(modelslib.dataflow_llama_set_trace(self.model._m, self._trace._t))
-            self.model._trace = self._trace  # recorded into for as long as the model lives
-        self._trace.start()
-        self._sample()
+        if self._ring is not None:
+            self._ring.executor.start_trace(self._trace)
+        else:  # all-resident before the first step: no executor yet, nor its host arrays
+            self._trace.start()
+            self._trace.sample(self.model.handle, 0)
 
     def stop_trace(self):
         """Stops recording; trace(path) still writes what was recorded."""
         if self._trace is not None:
             self._trace.stop()
-        elif self._ring is not None:
-            self._ring.executor.stop_trace()
 
-    def _sample(self):
-        if self._trace is not None:
-            self._trace.sample(self.model.handle, traces.resident_bytes())
-
-    def trace_events(self):
-        """(spans, memory samples) recorded since start_trace, as dataflow.trace.Trace.read
-        gives them (all-resident: streams named "stream N: compute", "...: comm" by what ran there)."""
-        if self._ring is not None:
-            return self._ring.executor.trace_events()
-        if self._resident or self._trace is None:
+    def _recorded(self):
+        if self._ring is None or self._trace is None:
             raise DataflowError("trace: nothing recorded; create the Trainer with trace=True or call "
                                 "start_trace() before the steps to trace")
-        self.model.handle.sync()  # every span stamped
-        spans, samples = self._trace.read(modelslib.dataflow_llama_work_name, int)
-        roles = {}
-        for s in spans:
-            roles.setdefault(s["stream"], set()).add("comm" if s["what"].startswith("grad ") else "compute")
-        names = {n: f"stream {n}: " + " + ".join(r for r in ("compute", "comm") if r in roles[n]) for n in roles}
-        for s in spans:
-            s["stream"] = names[s["stream"]]
-        return spans, samples
+        return self._ring.executor
+
+    def trace_events(self):
+        """(spans, memory samples) recorded since start_trace, as dataflow.trace.Trace.read gives
+        them: the executor's, streams named by role (compute, inbound, outbound, optimizer, comm)."""
+        return self._recorded().trace_events()
 
     def trace(self, path):
         """Writes what was recorded since start_trace to `path` as Chrome trace-event JSON (opens
         in Perfetto); returns the dict."""
-        if self._ring is not None:
-            return self._ring.executor.trace(path)
-        spans, samples = self.trace_events()
-        streams = sorted({s["stream"] for s in spans}, key=lambda name: int(name.split()[1].rstrip(":")))
-        info = {"training": "all-resident"}
-        if self.comm is not None:
-            info.update(training="data-parallel", rank=self.comm.rank, ranks=self.comm.size,
-                        comm_stream=self.comm_stream, shard_optimizer=self.shard_optimizer)
-        trace = traces.chrome(spans, samples, streams, self.model.config.num_hidden_layers + 2, "dataflow trainer",
-                              metadata={"trainer": info})
-        traces.write(path, trace)
-        return trace
+        return self._recorded().trace(path)
 
     def _shard(self, shard):
         """The optimizer state sharded over the ranks, or gathered whole (a collective)."""
@@ -186,47 +156,23 @@ class Trainer:
         return self._norm
 
     def _wait_norm(self):
-        """Syncs the stream of the last optimizer step once, if not yet, and reads its norm."""
-        if self._norm_pending is not None:
-            host, stream = self._norm_pending
-            if self._ring is not None:
-                if host is None:  # not yet waited for
-                    self._ring.executor.wait()
-                self._norm, self._norm_pending = self._ring.executor.grad_norm(), None
-                return
-            self.model.handle.sync(stream)
-            self._norm, self._norm_pending = float(host[0]), None
+        """Waits for the executor once, if not yet, and reads the last optimizer step's norm."""
+        if self._norm_pending:
+            if self._norm_pending == "queued":
+                self._ring.executor.wait()
+            self._norm, self._norm_pending = self._ring.executor.grad_norm(), None
 
-    def _adamw(self, stream, hyperparameters=None):
+    def _adamw(self, hyperparameters=None):
         """Submits the AdamW step (hyperparameters: adamw_hyperparameters, checked before the
         step began) and the read-back of its gradient norm; the step counts once it is queued."""
         params, grad_clip = hyperparameters or adamw_hyperparameters(self)
-        if self._ring is not None:
-            self._ring.executor.apply(params, grad_clip, self.step_count + 1)
-            self.step_count += 1
-            self._norm_pending = (None, None)
-            if self._resident:
-                self.model._stream = self._ring.stream  # the model's next work waits for the update
-            else:
-                self.model._weights_changed()
-            return
-        self.model._on(stream)
-        check(modelslib.dataflow_llama_adamw_step(self.model._m, stream, params, grad_clip, self.step_count + 1))
+        self._ring.executor.apply(params, grad_clip, self.step_count + 1)
         self.step_count += 1
-        self._norm_pending = (self.model._read_output("grad_norm", stream), stream)
-
-    def _loss_backward(self, tokens, labels, documents, accumulate, loss_scale, stream):
-        """Submits a chunk's loss_backward; returns (packed batch, token losses host array,
-        labelled tokens the loss is the mean over: of every rank when data-parallel)."""
-        packed = self.model._pack(tokens, labels, documents)
-        num_labels = packed.num_labels
-        if self.comm is not None:
-            num_labels = int(self.comm.sum_host([num_labels], stream)[0])
-        if loss_scale is None:
-            if num_labels == 0:
-                raise BadArgumentError("step: no labelled tokens (every target is -100)")
-            loss_scale = 1.0 / num_labels
-        return packed, self.model._loss_pass(packed, accumulate, loss_scale, stream), num_labels
+        self._norm_pending = "queued"
+        if self._resident:
+            self.model._stream = self._ring.stream  # the model's next work waits for the update
+        else:
+            self.model._weights_changed()
 
     def step(self, tokens, labels=None, documents=None, stream=0):
         """One optimizer step on one batch: tokens [B, T] or [T], or a list of 1-D documents;
@@ -238,28 +184,20 @@ class Trainer:
         hyperparameters = adamw_hyperparameters(self)
         if self._resident:
             self._for_batch(tokens, labels, documents, stream)
-        if self._ring is not None:
-            chunks = self._ring.chunks(tokens, labels, documents, "step")
-            num_labels = sum(c.num_labels for c in chunks)
-            if self.comm is not None:
-                if len(chunks) > self._ring.max_chunks:
-                    raise BadArgumentError(f"step: data-parallel, a step's batch must fit the plan's "
-                                           f"{self._ring.max_chunks} chunks of {self._ring.plan.chunk_tokens} tokens "
-                                           f"(one executor call), got {len(chunks)}; plan for the batch "
-                                           f"(Trainer(seq_len=..., batch_size=...))")
-                num_labels = int(self.comm.sum_host([num_labels], stream)[0])
-            if num_labels == 0:
-                raise BadArgumentError("step: no labelled tokens (every target is -100)")
-            losses = self._ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(stream, hyperparameters))
-            self._norm_pending = (True, None)  # run() waited after the update: the norm is on the host
-            self._wait_norm()
-            if self.comm is None:
-                return self.model._batch_loss(losses, 1.0 / num_labels)
-            return float(self.comm.sum_host([self.model._batch_loss(losses, 1.0)], stream)[0] / num_labels)
-        _, losses, num_labels = self._loss_backward(tokens, labels, documents, False, None, stream)
-        self._adamw(stream, hyperparameters)
-        self._wait_norm()  # the one sync: the losses were read back before it too
-        self._sample()
+        chunks = self._ring.chunks(tokens, labels, documents, "step")
+        num_labels = sum(c.num_labels for c in chunks)
+        if self.comm is not None:
+            if len(chunks) > self._ring.max_chunks:
+                raise BadArgumentError(f"step: data-parallel, a step's batch must fit the plan's "
+                                       f"{self._ring.max_chunks} chunks of {self._ring.plan.chunk_tokens} tokens "
+                                       f"(one executor call), got {len(chunks)}; plan for the batch "
+                                       f"(Trainer(seq_len=..., batch_size=...))")
+            num_labels = int(self.comm.sum_host([num_labels], stream)[0])
+        if num_labels == 0:
+            raise BadArgumentError("step: no labelled tokens (every target is -100)")
+        losses = self._ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(hyperparameters))
+        self._norm_pending = "waited"  # run() waited after the update: the norm is on the host
+        self._wait_norm()
         if self.comm is None:
             return self.model._batch_loss(losses, 1.0 / num_labels)
         return float(self.comm.sum_host([self.model._batch_loss(losses, 1.0)], stream)[0] / num_labels)
@@ -287,32 +225,24 @@ class Trainer:
         first = self._acc_labels == 0
         if self._resident:
             self._for_batch(tokens, labels, documents, stream)
-        if self._ring is not None:
-            chunks = self._ring.chunks(tokens, labels, documents, "accumulate")
-            batch_sum = self.model._batch_loss(self._ring.run(chunks, not first, 1.0), 1.0)
-            n = sum(c.num_labels for c in chunks)
-        else:
-            packed, losses, _ = self._loss_backward(tokens, labels, documents, not first, 1.0, stream)
-            self.model.handle.sync(stream)
-            self._sample()
-            batch_sum, n = self.model._batch_loss(losses, 1.0), packed.num_labels
+        chunks = self._ring.chunks(tokens, labels, documents, "accumulate")
+        batch_sum = self.model._batch_loss(self._ring.run(chunks, not first, 1.0), 1.0)
+        n = sum(c.num_labels for c in chunks)
         self._acc_loss += batch_sum
         self._acc_labels += n
         return batch_sum / n if n else float("nan")
 
     def apply(self, stream=0):
-        """The optimizer step for the accumulated chunks; returns their mean loss."""
+        """The optimizer step for the accumulated chunks; returns their mean loss. It runs on the
+        streams of the executor that ran them (stream: kept for callers; the model's later work
+        on any stream waits for it)."""
         if self._acc_labels == 0:
             raise BadArgumentError("apply: nothing accumulated (or no labelled tokens)")
         hyperparameters = adamw_hyperparameters(self)
-        if self._ring is not None:
-            self._ring.executor.scale_grads(1.0 / self._acc_labels)
-        else:
-            self.model._on(stream)
-            check(modelslib.dataflow_llama_scale_grads(self.model._m, stream, 1.0 / self._acc_labels))
+        self._ring.executor.scale_grads(1.0 / self._acc_labels)
         loss = self._acc_loss / self._acc_labels
         self._acc_loss, self._acc_labels = 0.0, 0
-        self._adamw(stream, hyperparameters)
+        self._adamw(hyperparameters)
         return loss
 
     def state_dict(self):
