@@ -1,0 +1,150 @@
+"""BatchEngine: continuous batching of generation requests over a PagedKVCache.
+
+Requests join (add) and leave (when they stop) between steps. A step runs, in one batched
+forward (dataflow_llama_forward_paged), one new token of every decoding sequence and a chunk
+of at most prefill_chunk prompt tokens of the sequences still reading their prompts, within
+max_batch_tokens. A request is admitted only when the pool can hold its whole length
+(prompt + max_new_tokens - 1), so a step never runs out of pages. Each sequence's logits
+depend on its own tokens only (paged_attention splits by key position, rows of the matmuls are
+independent), so greedy output does not depend on what else is in the batch.
+"""
+import collections
+import numbers
+
+import numpy as np
+
+from .errors import BadArgumentError
+from .generate import check_sampling, sample_next
+from .models.batch import check_tokens
+
+
+class _Request:
+    def __init__(self, rid, prompt, max_new_tokens, temperature, top_p, rng, stop_ids):
+        self.rid, self.prompt, self.max_new_tokens = rid, prompt, max_new_tokens
+        self.temperature, self.top_p, self.rng, self.stop_ids = temperature, top_p, rng, stop_ids
+        self.seq, self.fed, self.tokens = None, 0, []
+
+    @property
+    def length(self):
+        """Tokens its sequence will hold at most (the last sampled token is never fed back)."""
+        return self.prompt.size + self.max_new_tokens - 1
+
+    def next_input(self, budget, prefill_chunk):
+        """The tokens to feed next: a prompt chunk, or the last sampled token."""
+        if self.fed < self.prompt.size:
+            return self.prompt[self.fed:self.fed + min(budget, prefill_chunk)]
+        return np.asarray(self.tokens[-1:], np.int32)
+
+
+class BatchEngine:
+    """Generation of many requests at once over one PagedKVCache of `model` (its arguments:
+    num_pages defaults to room for max_seqs sequences of max_seq_tokens)."""
+
+    def __init__(self, model, num_pages=None, page_size=16, max_seqs=16, max_seq_tokens=None, max_batch_tokens=256,
+                 prefill_chunk=None):
+        max_seq_tokens = model.config.max_position_embeddings if max_seq_tokens is None else max_seq_tokens
+        if num_pages is None and isinstance(max_seq_tokens, numbers.Integral) and isinstance(page_size, numbers.Integral):
+            num_pages = max_seqs * -(-max_seq_tokens // max(page_size, 1))
+        self.cache = model.paged_kv_cache(num_pages, page_size, max_seqs, max_seq_tokens, max_batch_tokens)
+        prefill_chunk = max_batch_tokens if prefill_chunk is None else prefill_chunk
+        if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, numbers.Integral) or prefill_chunk < 1:
+            raise BadArgumentError(f"BatchEngine: prefill_chunk must be an integer >= 1, got {prefill_chunk!r:.40}")
+        self.model, self.prefill_chunk = model, int(prefill_chunk)
+        self._waiting, self._running, self._done = collections.deque(), [], {}
+        self._next_rid = 0
+        self._reserved_pages = 0
+
+    def _pages(self, tokens):
+        return -(-tokens // self.cache.page_size)
+
+    def add(self, prompt_ids, max_new_tokens, temperature=0.0, top_p=1.0, seed=None, stop_ids=()):
+        """Queues a request; returns its id. Sampling as dataflow.generate (greedy at temperature
+        0); generation stops after a token of stop_ids or max_new_tokens tokens."""
+        max_new_tokens, rng = check_sampling(temperature, top_p, max_new_tokens, seed)
+        prompt = check_tokens(prompt_ids, self.model.config.vocab_size, "BatchEngine.add: prompt_ids")
+        stop_ids = frozenset(int(t) for t in stop_ids)
+        r = _Request(self._next_rid, prompt, max_new_tokens, float(temperature), float(top_p), rng, stop_ids)
+        if r.length > self.cache.max_seq_tokens:
+            raise BadArgumentError(f"BatchEngine.add: prompt ({prompt.size} tokens) + max_new_tokens "
+                                   f"({max_new_tokens}) - 1 exceeds max_seq_tokens {self.cache.max_seq_tokens}")
+        if self._pages(r.length) > self.cache.num_pages:
+            raise BadArgumentError(f"BatchEngine.add: the request needs {self._pages(r.length)} pages, the pool has "
+                                   f"{self.cache.num_pages}")
+        self._next_rid += 1
+        if max_new_tokens == 0:
+            self._done[r.rid] = r
+        else:
+            self._waiting.append(r)
+        return r.rid
+
+    @property
+    def pending(self):
+        """Requests not finished yet."""
+        return len(self._waiting) + len(self._running)
+
+    def _admit(self):
+        while self._waiting and len(self._running) < self.cache.max_seqs and \
+                self._reserved_pages + self._pages(self._waiting[0].length) <= self.cache.num_pages:
+            r = self._waiting.popleft()
+            r.seq = self.cache.add_sequence()
+            self._reserved_pages += self._pages(r.length)
+            self._running.append(r)
+
+    def _finish(self, r):
+        self.cache.free_sequence(r.seq)
+        self._reserved_pages -= self._pages(r.length)
+        self._running.remove(r)
+        self._done[r.rid] = r
+
+    def step(self):
+        """One batched forward; returns [(request id, new token), ...] of this step."""
+        self._admit()
+        if not self._running:
+            return []
+        budget, plan = self.cache.max_batch_tokens, []
+        # decoding sequences first (one token each), then prompt chunks in arrival order
+        for r in sorted(self._running, key=lambda r: r.fed < r.prompt.size):
+            if budget == 0:
+                break
+            ids = r.next_input(budget, self.prefill_chunk)
+            plan.append((r, ids))
+            budget -= ids.size
+        logits = self.cache.forward([(r.seq, ids) for r, ids in plan])
+        vocab, emitted = self.model.config.vocab_size, []
+        for (r, ids), row in zip(plan, logits):
+            if r.fed < r.prompt.size:
+                r.fed += ids.size
+                if r.fed < r.prompt.size:
+                    continue  # more of the prompt to read
+            token = sample_next(row[:vocab], r.temperature, r.top_p, r.rng)
+            r.tokens.append(token)
+            emitted.append((r.rid, token))
+            if token in r.stop_ids or len(r.tokens) == r.max_new_tokens:
+                self._finish(r)
+        return emitted
+
+    def run(self):
+        """Steps until every request is finished; returns {request id: int64 token ids}."""
+        while self.pending:
+            self.step()
+        return self.results()
+
+    def results(self):
+        """{request id: int64 token ids} of the finished requests."""
+        return {rid: np.asarray(r.tokens, np.int64) for rid, r in self._done.items()}
+
+    def close(self):
+        self.cache.close()
+
+
+def generate_batch(model, prompts, max_new_tokens, temperature=0.0, top_p=1.0, seed=None, stop_ids=(), **engine):
+    """The new tokens of each prompt (a list of int64 arrays) from one BatchEngine (engine:
+    its keyword arguments); request i gets seed + i when seed is given."""
+    eng = BatchEngine(model, **engine)
+    try:
+        rids = [eng.add(p, max_new_tokens, temperature, top_p, None if seed is None else seed + i, stop_ids)
+                for i, p in enumerate(prompts)]
+        out = eng.run()
+        return [out[rid] for rid in rids]
+    finally:
+        eng.close()
