@@ -9,6 +9,7 @@ import pytest
 
 import dataflow as df
 from dataflow.batch_engine import BatchEngine, generate_batch
+from dataflow.sampling import SamplingParams
 from test_llama import CONFIGS, hf_model
 from test_llama_generate import prompt_for, sharp_model
 from conftest import handle_fixture
@@ -63,15 +64,44 @@ def test_output_does_not_depend_on_the_batch_bf16(handle):
         np.testing.assert_array_equal(a, b)
 
 
-def test_seeded_sampling_and_stop_ids(handle):
+def test_seeded_sampling_does_not_depend_on_the_batch_and_stops(handle):
     model, _ = sharp_model(handle, "gqa_untied")
-    prompts = [prompt_for(model, n, seed=n) for n in (4, 9)]
-    a = generate_batch(model, prompts, 15, temperature=1.3, top_p=0.9, seed=5, **ENGINE)
-    np.testing.assert_array_equal(a[0], model.generate(prompts[0], 15, temperature=1.3, top_p=0.9, seed=5))
-    np.testing.assert_array_equal(a[1], model.generate(prompts[1], 15, temperature=1.3, top_p=0.9, seed=6))
-    stop = int(a[1][4])
-    cut = generate_batch(model, prompts, 15, temperature=1.3, top_p=0.9, seed=5, stop_ids=[stop], **ENGINE)[1]
-    np.testing.assert_array_equal(cut, a[1][:int(np.flatnonzero(a[1] == stop)[0]) + 1])
+    prompts = [prompt_for(model, n, seed=n) for n in PROMPT_LENGTHS]
+    sampling = SamplingParams(temperature=1.3, top_k=40, top_p=0.9, repetition_penalty=1.1)
+    together = generate_batch(model, prompts, 15, sampling, seed=5, **ENGINE)
+    for i, p in enumerate(prompts):
+        np.testing.assert_array_equal(together[i], generate_batch(model, [p], 15, sampling, seed=5 + i, **ENGINE)[0])
+    assert not np.array_equal(together[0], generate_batch(model, prompts[:1], 15, sampling, seed=6, **ENGINE)[0])
+    a = together[1]
+    stop = int(a[4])
+    first = int(np.flatnonzero(a == stop)[0])
+    cut = generate_batch(model, prompts, 15, sampling, seed=5, stop_ids=[stop], **ENGINE)[1]
+    np.testing.assert_array_equal(cut, a[:first + 1])
+    engine = BatchEngine(model, decode=lambda ids: " ".join(map(str, ids)), **ENGINE)
+    rid = engine.add(prompts[1], 15, sampling, seed=6, stop_strings=[f" {a[2]} {a[3]}"])
+    done = engine.run()[rid]
+    assert done.finish_reason == "stop" and done.stop_string == f" {a[2]} {a[3]}"
+    text = engine.decode  # the request stopped at the first token whose text holds the string
+    np.testing.assert_array_equal(done.tokens, a[:done.tokens.size])
+    assert done.stop_string in text(done.tokens) and done.stop_string not in text(done.tokens[:-1])
+    assert done.tokens.size <= 4
+    engine.close()
+
+
+def test_logprobs_are_log_softmax_of_the_sequences_logits(handle):
+    model, _ = sharp_model(handle, "mqa_llama3_rope")
+    prompt = prompt_for(model, 6)
+    engine = BatchEngine(model, **ENGINE)
+    rid = engine.add(prompt, 5)
+    engine.add(prompt_for(model, 9, seed=4), 5)
+    done = engine.run()[rid]
+    assert done.finish_reason == "length"
+    cache, ids = model.kv_cache(16), prompt
+    for token, logprob in zip(done.tokens, done.logprobs):
+        logits = torch.from_numpy(cache.forward(ids)).double()
+        assert int(torch.argmax(logits)) == token
+        np.testing.assert_allclose(logprob, torch.log_softmax(logits, -1)[token].item(), rtol=1e-5, atol=1e-5)
+        ids = [token]
 
 
 def test_pages_return_and_memory_goes_back_to_idle(handle):
@@ -122,6 +152,8 @@ def test_engine_rejects_requests_it_cannot_hold(handle):
         engine.add(prompt_for(model, 30), 12)
     with pytest.raises(df.BadArgumentError, match="needs 5 pages, the pool has 4"):
         engine.add(prompt_for(model, 10), 10)
-    with pytest.raises(df.BadArgumentError, match="top_p"):
-        engine.add(prompt_for(model, 3), 2, top_p=0)
+    with pytest.raises(df.BadArgumentError, match="sampling must be a SamplingParams"):
+        engine.add(prompt_for(model, 3), 2, sampling=0.5)
+    with pytest.raises(df.BadArgumentError, match="needs decode"):
+        engine.add(prompt_for(model, 3), 2, stop_strings=["x"])
     engine.close()

@@ -9,20 +9,34 @@ depend on its own tokens only (paged_attention splits by key position, rows of t
 independent), so greedy output does not depend on what else is in the batch.
 """
 import collections
+import dataclasses
 import numbers
 
 import numpy as np
 
 from .errors import BadArgumentError
-from .generate import check_sampling, sample_next
 from .models.batch import check_tokens
+from .sampling import SamplingParams, sample_batch
+
+GREEDY = SamplingParams(temperature=0)
+
+
+@dataclasses.dataclass
+class Completion:
+    """A finished request: its new tokens, their logprobs (log_softmax of the raw logits) and
+    why it stopped: "stop" (a stop id or string; stop_string names the string) or "length"."""
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    finish_reason: str
+    stop_string: str = None
 
 
 class _Request:
-    def __init__(self, rid, prompt, max_new_tokens, temperature, top_p, rng, stop_ids):
+    def __init__(self, rid, prompt, max_new_tokens, sampling, seed, stop_ids, stop_strings):
         self.rid, self.prompt, self.max_new_tokens = rid, prompt, max_new_tokens
-        self.temperature, self.top_p, self.rng, self.stop_ids = temperature, top_p, rng, stop_ids
-        self.seq, self.fed, self.tokens = None, 0, []
+        self.sampling, self.state, self.stop_ids, self.stop_strings = sampling, seed, stop_ids, stop_strings
+        self.seq, self.fed, self.tokens, self.logprobs = None, 0, [], []
+        self.finish_reason, self.stop_string = None, None
 
     @property
     def length(self):
@@ -41,7 +55,7 @@ class BatchEngine:
     num_pages defaults to room for max_seqs sequences of max_seq_tokens)."""
 
     def __init__(self, model, num_pages=None, page_size=16, max_seqs=16, max_seq_tokens=None, max_batch_tokens=256,
-                 prefill_chunk=None):
+                 prefill_chunk=None, decode=None):
         max_seq_tokens = model.config.max_position_embeddings if max_seq_tokens is None else max_seq_tokens
         if num_pages is None and isinstance(max_seq_tokens, numbers.Integral) and isinstance(page_size, numbers.Integral):
             num_pages = max_seqs * -(-max_seq_tokens // max(page_size, 1))
@@ -49,7 +63,7 @@ class BatchEngine:
         prefill_chunk = max_batch_tokens if prefill_chunk is None else prefill_chunk
         if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, numbers.Integral) or prefill_chunk < 1:
             raise BadArgumentError(f"BatchEngine: prefill_chunk must be an integer >= 1, got {prefill_chunk!r:.40}")
-        self.model, self.prefill_chunk = model, int(prefill_chunk)
+        self.model, self.prefill_chunk, self.decode = model, int(prefill_chunk), decode
         self._waiting, self._running, self._done = collections.deque(), [], {}
         self._next_rid = 0
         self._reserved_pages = 0
@@ -57,13 +71,24 @@ class BatchEngine:
     def _pages(self, tokens):
         return -(-tokens // self.cache.page_size)
 
-    def add(self, prompt_ids, max_new_tokens, temperature=0.0, top_p=1.0, seed=None, stop_ids=()):
-        """Queues a request; returns its id. Sampling as dataflow.generate (greedy at temperature
-        0); generation stops after a token of stop_ids or max_new_tokens tokens."""
-        max_new_tokens, rng = check_sampling(temperature, top_p, max_new_tokens, seed)
+    def add(self, prompt_ids, max_new_tokens, sampling=GREEDY, seed=0, stop_ids=(), stop_strings=()):
+        """Queues a request; returns its id. sampling: a SamplingParams (default greedy), drawn in
+        C from the request's own seed (dataflow.sampling). Generation stops after a token of
+        stop_ids, once the text (the engine's decode of the new tokens) holds one of
+        stop_strings, or after max_new_tokens tokens."""
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
+            raise BadArgumentError(f"BatchEngine.add: max_new_tokens must be an integer >= 0, got {max_new_tokens!r:.40}")
+        if not isinstance(sampling, SamplingParams):
+            raise BadArgumentError(f"BatchEngine.add: sampling must be a SamplingParams, got {type(sampling).__name__}")
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 64:
+            raise BadArgumentError(f"BatchEngine.add: seed must be an integer in [0, 2^64), got {seed!r:.40}")
+        stop_strings = tuple(stop_strings)
+        if stop_strings and (self.decode is None or not all(isinstance(t, str) and t for t in stop_strings)):
+            raise BadArgumentError("BatchEngine.add: stop_strings must be non-empty strings, and the engine needs "
+                                   "decode (token ids -> text) to see them")
         prompt = check_tokens(prompt_ids, self.model.config.vocab_size, "BatchEngine.add: prompt_ids")
         stop_ids = frozenset(int(t) for t in stop_ids)
-        r = _Request(self._next_rid, prompt, max_new_tokens, float(temperature), float(top_p), rng, stop_ids)
+        r = _Request(self._next_rid, prompt, int(max_new_tokens), sampling, int(seed), stop_ids, stop_strings)
         if r.length > self.cache.max_seq_tokens:
             raise BadArgumentError(f"BatchEngine.add: prompt ({prompt.size} tokens) + max_new_tokens "
                                    f"({max_new_tokens}) - 1 exceeds max_seq_tokens {self.cache.max_seq_tokens}")
@@ -71,7 +96,8 @@ class BatchEngine:
             raise BadArgumentError(f"BatchEngine.add: the request needs {self._pages(r.length)} pages, the pool has "
                                    f"{self.cache.num_pages}")
         self._next_rid += 1
-        if max_new_tokens == 0:
+        if r.max_new_tokens == 0:
+            r.finish_reason = "length"
             self._done[r.rid] = r
         else:
             self._waiting.append(r)
@@ -110,41 +136,63 @@ class BatchEngine:
             plan.append((r, ids))
             budget -= ids.size
         logits = self.cache.forward([(r.seq, ids) for r, ids in plan])
-        vocab, emitted = self.model.config.vocab_size, []
-        for (r, ids), row in zip(plan, logits):
+        rows, reqs = [], []
+        for i, (r, ids) in enumerate(plan):
             if r.fed < r.prompt.size:
                 r.fed += ids.size
                 if r.fed < r.prompt.size:
                     continue  # more of the prompt to read
-            token = sample_next(row[:vocab], r.temperature, r.top_p, r.rng)
+            rows.append(i)
+            reqs.append(r)
+        if not reqs:
+            return []
+        states = np.array([r.state for r in reqs], np.uint64)
+        tokens, logprobs = sample_batch(logits[rows, :self.model.config.vocab_size], [r.sampling for r in reqs],
+                                        [np.concatenate([r.prompt, np.asarray(r.tokens, np.int32)]) for r in reqs],
+                                        [r.prompt.size for r in reqs], states)
+        emitted = []
+        for r, token, logprob, state in zip(reqs, tokens.tolist(), logprobs.tolist(), states.tolist()):
+            r.state = state
             r.tokens.append(token)
+            r.logprobs.append(logprob)
             emitted.append((r.rid, token))
-            if token in r.stop_ids or len(r.tokens) == r.max_new_tokens:
+            self._check_stop(r, token)
+            if r.finish_reason:
                 self._finish(r)
         return emitted
 
+    def _check_stop(self, r, token):
+        if token in r.stop_ids:
+            r.finish_reason = "stop"
+        elif r.stop_strings:
+            text = self.decode(r.tokens)
+            r.stop_string = next((s for s in r.stop_strings if s in text), None)
+            r.finish_reason = "stop" if r.stop_string else None
+        if not r.finish_reason and len(r.tokens) == r.max_new_tokens:
+            r.finish_reason = "length"
+
     def run(self):
-        """Steps until every request is finished; returns {request id: int64 token ids}."""
+        """Steps until every request is finished; returns results()."""
         while self.pending:
             self.step()
         return self.results()
 
     def results(self):
-        """{request id: int64 token ids} of the finished requests."""
-        return {rid: np.asarray(r.tokens, np.int64) for rid, r in self._done.items()}
+        """{request id: Completion} of the finished requests."""
+        return {rid: Completion(np.asarray(r.tokens, np.int64), np.asarray(r.logprobs, np.float32), r.finish_reason,
+                                r.stop_string) for rid, r in self._done.items()}
 
     def close(self):
         self.cache.close()
 
 
-def generate_batch(model, prompts, max_new_tokens, temperature=0.0, top_p=1.0, seed=None, stop_ids=(), **engine):
+def generate_batch(model, prompts, max_new_tokens, sampling=GREEDY, seed=0, stop_ids=(), **engine):
     """The new tokens of each prompt (a list of int64 arrays) from one BatchEngine (engine:
-    its keyword arguments); request i gets seed + i when seed is given."""
+    its keyword arguments); request i draws from seed + i."""
     eng = BatchEngine(model, **engine)
     try:
-        rids = [eng.add(p, max_new_tokens, temperature, top_p, None if seed is None else seed + i, stop_ids)
-                for i, p in enumerate(prompts)]
+        rids = [eng.add(p, max_new_tokens, sampling, seed + i, stop_ids) for i, p in enumerate(prompts)]
         out = eng.run()
-        return [out[rid] for rid in rids]
+        return [out[rid].tokens for rid in rids]
     finally:
         eng.close()
