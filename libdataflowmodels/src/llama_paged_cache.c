@@ -118,7 +118,7 @@ Dataflow_Status dataflow_llama_paged_cache_create(Dataflow_Llama *model, int64_t
 					   .page_size = page_size, .max_seqs = max_seqs, .max_pages = max_pages,
 					   .max_batch_tokens = max_batch_tokens};
 	pc->free_stack = malloc((size_t)num_pages * sizeof(int32_t));
-	pc->seq_pages = malloc((size_t)(max_seqs * max_pages) * sizeof(int32_t));
+	pc->seq_pages = calloc((size_t)(max_seqs * max_pages), sizeof(int32_t)); /* unused entries are uploaded, never read */
 	pc->seq_len = malloc((size_t)max_seqs * sizeof(int64_t));
 	pc->host_tables = calloc((size_t)o.total, sizeof(int32_t));
 	if (!pc->free_stack || !pc->seq_pages || !pc->seq_len || !pc->host_tables) {
