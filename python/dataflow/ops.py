@@ -657,7 +657,7 @@ def _check_page_tables(page_table, seq_lens, cu, num_pages, page_size):
     if seq_lens.shape != (batch,) or not np.issubdtype(seq_lens.dtype, np.integer):
         raise BadArgumentError(f"paged_attention: seq_lens must be integers of shape ({batch},), "
                                f"got {seq_lens.dtype}{seq_lens.shape}")
-    q_lens = np.diff(cu) if cu is not None else np.zeros(batch, np.int64)
+    q_lens = np.diff(cu) if cu is not None and cu.size == batch + 1 else np.zeros(batch, np.int64)  # else named below
     for b in range(batch):
         n = int(seq_lens[b])
         if n < q_lens[b] or n > max_pages * page_size:
