@@ -40,6 +40,7 @@ def test_paged_cache_logits_equal_contiguous_cache(handle, name, dtype):
     assert (paged.length(s0), paged.length(s1)) == (12, 6)
 
 
+@pytest.mark.slow  # > 1 s on vulkan (lavapipe) / with transformers' import
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_ragged_batch_greedy_equals_single_sequence_and_hugging_face(handle, name):
     model, state = sharp_model(handle, name)
@@ -55,6 +56,7 @@ def test_ragged_batch_greedy_equals_single_sequence_and_hugging_face(handle, nam
         np.testing.assert_array_equal(got, out[0, prompt.size:].numpy())
 
 
+@pytest.mark.slow  # > 1 s on vulkan (lavapipe) / with transformers' import
 def test_output_does_not_depend_on_the_batch_bf16(handle):
     model, _ = sharp_model(handle, "gqa_untied", "bf16")
     prompts = [prompt_for(model, n, seed=n) for n in PROMPT_LENGTHS]
@@ -64,6 +66,7 @@ def test_output_does_not_depend_on_the_batch_bf16(handle):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # > 1 s on vulkan (lavapipe) / with transformers' import
 def test_seeded_sampling_does_not_depend_on_the_batch_and_stops(handle):
     model, _ = sharp_model(handle, "gqa_untied")
     prompts = [prompt_for(model, n, seed=n) for n in PROMPT_LENGTHS]
