@@ -71,7 +71,7 @@ def test_paged_attention_matches_torch(h, case, dtype):
                                       h.from_numpy(vp, dtype=dtype), table, lens, cu, split_size=split_size)
     want_out, want_lse = oracle(q, k_seq, v_seq, cu, scale)
     tol = ATTENTION_TOLERANCES[dtype]
-    out_tol = attention_out_tolerance(dtype, h.backend == "cuda" and dtype != "fp32", max(kv_lens),
+    out_tol = attention_out_tolerance(dtype, h.backend.startswith("cuda") and dtype != "fp32", max(kv_lens),
                                       np.abs(vp).max())
     np.testing.assert_allclose(out.numpy().astype(np.float32), want_out, **out_tol)
     np.testing.assert_allclose(lse.numpy(), want_lse, rtol=0, atol=tol["lse_atol"])
@@ -79,8 +79,9 @@ def test_paged_attention_matches_torch(h, case, dtype):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_one_split_gives_attention_kv_bits_and_batch_does_not_matter(h, dtype):
-    """Each sequence alone, and in a batch with others, equals attention_kv over its contiguous
-    keys bit for bit (keys <= split_size), so greedy decoding cannot depend on the batch."""
+    """Each sequence alone equals it in a batch with others bit for bit, so greedy decoding cannot
+    depend on the batch; and attention_kv over its contiguous keys, bit for bit on host and vulkan
+    (keys <= split_size: the same tiles), within tolerance on cuda (other kernels)."""
     kv_lens, q_lens = [45, 130, 7], [1, 2, 1]
     q, kp, vp, table, lens, cu, k_seq, v_seq = paged_case(kv_lens, q_lens, 8, 2, 32, 16, dtype, seed=7)
     dev = lambda x: h.from_numpy(x, dtype=dtype)  # noqa: E731
@@ -91,7 +92,11 @@ def test_one_split_gives_attention_kv_bits_and_batch_does_not_matter(h, dtype):
         alone = df.ops.paged_attention(h, dev(qb), kp_d, vp_d, table[b:b + 1], lens[b:b + 1], [0, q_lens[b]],
                                        split_size=256)[0].numpy()
         ref = df.ops.attention_kv(h, dev(qb), dev(k_seq[b]), dev(v_seq[b]), [0, q_lens[b]], [0, kv_lens[b]])[0]
-        np.testing.assert_array_equal(alone, ref.numpy())
+        if h.backend.startswith("cuda"):
+            np.testing.assert_allclose(alone.astype(np.float32), ref.numpy().astype(np.float32),
+                                       **attention_out_tolerance(dtype, dtype != "fp32", max(kv_lens), np.abs(vp).max()))
+        else:
+            np.testing.assert_array_equal(alone, ref.numpy())
         np.testing.assert_array_equal(batched[cu[b]:cu[b + 1]], alone)
 
 

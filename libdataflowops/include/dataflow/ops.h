@@ -93,7 +93,7 @@ int64_t dataflow_attention_bwd_workspace_bytes(int64_t total_tokens, int64_t num
  * (a multiple of 64): the first op forms per (sequence, kv head, split) the split's partial
  * output, max and sum, the second combines the splits in order. A sequence's result depends on
  * its own length and split_size only, never on the other sequences of the batch; with
- * seq_len <= split_size it has attention_kv's bits. The tables are device data never read at
+ * seq_len <= split_size the host and vulkan kernels give attention_kv's bits (cuda's differ). The tables are device data never read at
  * submit time: offsets are clamped as attention_kv's, a length is clamped to [0, max_pages *
  * page_size], and keys of a page id outside [0, num_pages) or past the table read as NaN (the
  * sequence's output is NaN rather than silently wrong; dataflow.ops.paged_attention checks
