@@ -51,8 +51,9 @@ def test_ragged_batch_greedy_equals_single_sequence_and_hugging_face(handle, nam
     for prompt, got in zip(prompts, batched):
         np.testing.assert_array_equal(got, model.generate(prompt, 12, temperature=0))
         with torch.no_grad():
-            out = hf.generate(torch.from_numpy(prompt[None]), attention_mask=torch.ones(1, prompt.size, dtype=torch.long),
-                              do_sample=False, max_new_tokens=12, min_new_tokens=12, pad_token_id=0)
+            mask = torch.ones(1, prompt.size, dtype=torch.long)
+            out = hf.generate(torch.from_numpy(prompt[None]), attention_mask=mask, do_sample=False, max_new_tokens=12,
+                              min_new_tokens=12, pad_token_id=0)
         np.testing.assert_array_equal(got, out[0, prompt.size:].numpy())
 
 

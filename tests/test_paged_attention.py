@@ -92,8 +92,8 @@ def test_one_split_gives_attention_kv_bits_and_batch_does_not_matter(h, dtype):
                                        split_size=256)[0].numpy()
         ref = df.ops.attention_kv(h, dev(qb), dev(k_seq[b]), dev(v_seq[b]), [0, q_lens[b]], [0, kv_lens[b]])[0]
         if h.backend.startswith("cuda"):
-            np.testing.assert_allclose(alone.astype(np.float32), ref.numpy().astype(np.float32),
-                                       **attention_out_tolerance(dtype, dtype != "fp32", max(kv_lens), np.abs(vp).max()))
+            tol = attention_out_tolerance(dtype, dtype != "fp32", max(kv_lens), np.abs(vp).max())
+            np.testing.assert_allclose(alone.astype(np.float32), ref.numpy().astype(np.float32), **tol)
         else:
             np.testing.assert_array_equal(alone, ref.numpy())
         np.testing.assert_array_equal(batched[cu[b]:cu[b + 1]], alone)

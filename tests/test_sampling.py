@@ -81,7 +81,8 @@ def test_matches_numpy_reference_and_torch_logprobs():
             want, ref_states[r] = reference(logits[r], PARAMS[r], histories[r], prompt_lens[r], ref_states[r])
             assert tokens[r] == want, (r, PARAMS[r])
             histories[r].append(int(tokens[r]))
-        want_lp = torch.log_softmax(torch.from_numpy(logits).double(), -1)[torch.arange(rows), torch.from_numpy(tokens).long()]
+        log_p = torch.log_softmax(torch.from_numpy(logits).double(), -1)
+        want_lp = log_p[torch.arange(rows), torch.from_numpy(tokens).long()]
         np.testing.assert_allclose(logprobs, want_lp.numpy(), rtol=1e-6, atol=1e-6)
     assert [int(s) for s in states] == ref_states
 

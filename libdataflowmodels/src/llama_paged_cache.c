@@ -162,7 +162,8 @@ static int alive(const Dataflow_Llama_Paged_Cache *c, int64_t seq)
 Dataflow_Status dataflow_llama_paged_cache_add_sequence(Dataflow_Llama_Paged_Cache *cache, int64_t *seq)
 {
 	if (!cache || !seq)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama paged_cache_add_sequence: cache and seq are required");
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama paged_cache_add_sequence: cache and seq are required");
 	for (int64_t s = 0; s < cache->max_seqs; s++)
 		if (cache->seq_len[s] < 0) {
 			cache->seq_len[s] = 0;

@@ -34,8 +34,9 @@ static Dataflow_Status check_row(int64_t r, int64_t vocab, const float *logits, 
 {
 	const char *op = "sample_batch";
 	if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: params[%lld].temperature must be finite and >= 0, got %g",
-					  op, (long long)r, (double)p->temperature);
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "%s: params[%lld].temperature must be finite and >= 0, got %g", op, (long long)r,
+					  (double)p->temperature);
 	if (p->top_k < 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "%s: params[%lld].top_k must be >= 0, got %d", op,
 					  (long long)r, p->top_k);

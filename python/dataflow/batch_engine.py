@@ -57,7 +57,7 @@ class BatchEngine:
     def __init__(self, model, num_pages=None, page_size=16, max_seqs=16, max_seq_tokens=None, max_batch_tokens=256,
                  prefill_chunk=None, decode=None):
         max_seq_tokens = model.config.max_position_embeddings if max_seq_tokens is None else max_seq_tokens
-        if num_pages is None and isinstance(max_seq_tokens, numbers.Integral) and isinstance(page_size, numbers.Integral):
+        if num_pages is None and all(isinstance(v, numbers.Integral) for v in (max_seq_tokens, page_size)):
             num_pages = max_seqs * -(-max_seq_tokens // max(page_size, 1))
         self.cache = model.paged_kv_cache(num_pages, page_size, max_seqs, max_seq_tokens, max_batch_tokens)
         prefill_chunk = max_batch_tokens if prefill_chunk is None else prefill_chunk
@@ -77,7 +77,8 @@ class BatchEngine:
         stop_ids, once the text (the engine's decode of the new tokens) holds one of
         stop_strings, or after max_new_tokens tokens."""
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
-            raise BadArgumentError(f"BatchEngine.add: max_new_tokens must be an integer >= 0, got {max_new_tokens!r:.40}")
+            raise BadArgumentError(f"BatchEngine.add: max_new_tokens must be an integer >= 0, "
+                                   f"got {max_new_tokens!r:.40}")
         if not isinstance(sampling, SamplingParams):
             raise BadArgumentError(f"BatchEngine.add: sampling must be a SamplingParams, got {type(sampling).__name__}")
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 64:

@@ -683,7 +683,8 @@ def paged_attention(h, q, k_pages, v_pages, page_table, seq_lens, cu_seqlens_q, 
     q = _array(q, "paged_attention q")
     num_pages, page_size, hkv, d = _paged_pools(k_pages, v_pages, "paged_attention")
     if len(q.shape) != 3 or q.shape[2] != d or q.dtype != k_pages.dtype:
-        raise BadArgumentError(f"paged_attention: q must be {k_pages.dtype}(tokens, q_heads, {d}), got {q.dtype}{q.shape}")
+        raise BadArgumentError(f"paged_attention: q must be {k_pages.dtype}(tokens, q_heads, {d}), "
+                               f"got {q.dtype}{q.shape}")
     total_q, hq = q.shape[0], q.shape[1]
     if hq % hkv:
         raise BadArgumentError(f"paged_attention: num_q_heads ({hq}) must be a multiple of num_kv_heads ({hkv})")
@@ -691,14 +692,16 @@ def paged_attention(h, q, k_pages, v_pages, page_table, seq_lens, cu_seqlens_q, 
     cu = _cu_seqlens(h, cu_seqlens_q, total_q, stream, "cu_seqlens_q", "total_q")
     if isinstance(page_table, Array):
         if len(page_table.shape) != 2:
-            raise BadArgumentError(f"paged_attention: page_table must be int32 (batch, max_pages), got {page_table.shape}")
+            raise BadArgumentError(f"paged_attention: page_table must be int32 (batch, max_pages), "
+                                   f"got {page_table.shape}")
         batch, max_pages = page_table.shape
     else:
         if isinstance(seq_lens, Array):
             raise BadArgumentError("paged_attention: page_table and seq_lens must both be numpy or both device arrays")
         batch, max_pages = _check_page_tables(page_table, seq_lens, cu_host, num_pages, page_size)
     if cu.size != batch + 1:
-        raise BadArgumentError(f"paged_attention: cu_seqlens_q must have batch + 1 = {batch + 1} offsets, got {cu.size}")
+        raise BadArgumentError(f"paged_attention: cu_seqlens_q must have batch + 1 = {batch + 1} offsets, "
+                               f"got {cu.size}")
     table = _int32_table(h, page_table, "paged_attention: page_table", (batch, max_pages), stream)
     lens = _int32_table(h, seq_lens, "paged_attention: seq_lens", (batch,), stream)
     out = _check_like(out, "out", q.shape, q.dtype) if out is not None else h.empty(q.shape, q.dtype)
