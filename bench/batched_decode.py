@@ -5,8 +5,9 @@ same run: ratio = tok/s at n streams / tok/s at 1 stream (n streams share each s
 Decode tok/s counts the tokens of steps in which every running sequence decodes (prompts
 read); peak memory per sequence = (handle peak during the run - memory before it) / n.
 
-    python bench/batched_decode.py [--dtypes fp32 bf16] [--streams 1 4 16] [--new-tokens 64]
-Prints one JSON object per (dtype, streams) and a summary line."""
+    python bench/batched_decode.py [--dtypes fp32 bf16] [--streams 1 4 16] [--new-tokens 64] [--quick]
+Prints one JSON object (a row per dtype and stream count) and a summary line. --quick: a
+2-layer model, 8 new tokens, one round (a smoke run)."""
 import argparse
 import json
 import statistics
@@ -16,7 +17,7 @@ import numpy as np
 
 import dataflow as df
 from dataflow.batch_engine import BatchEngine
-from train import REFERENCE
+from train import QUICK, REFERENCE
 
 
 def run(h, model, streams, prompt_len, new_tokens, rounds):
@@ -52,21 +53,25 @@ def main():
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
+    if args.quick:
+        args.new_tokens, args.rounds = 8, 1
     h = df.Handle("host", streams=2)
-    summary = []
+    summary, rows = [], []
     for dtype in args.dtypes:
-        model = df.models.Llama(h, df.models.LlamaConfig(**REFERENCE), dtype=dtype, seed=0)
+        config = QUICK if args.quick else REFERENCE
+        model = df.models.Llama(h, df.models.LlamaConfig(**config), dtype=dtype, seed=0)
         base = None
         for n in args.streams:
             med, lo, hi, mem = run(h, model, n, args.prompt, args.new_tokens, args.rounds)
             base = med if n == args.streams[0] else base
-            row = dict(bench="batched_decode", dtype=dtype, streams=n, decode_tok_s=round(med, 1),
-                       spread=[round(lo, 1), round(hi, 1)], ratio_vs_1_stream=round(med / base, 2),
-                       peak_bytes_per_seq=int(mem), peer=f"the same engine at {args.streams[0]} stream(s)")
-            print(json.dumps(row), flush=True)
+            rows.append(dict(dtype=dtype, streams=n, decode_tok_s=round(med, 1), spread=[round(lo, 1), round(hi, 1)],
+                             ratio_vs_first=round(med / base, 2), peak_bytes_per_seq=int(mem)))
             summary.append(f"{dtype} x{n}: {med:.0f} tok/s ({med / base:.2f}x)")
         model.close()
+    print(json.dumps(dict(bench="batched_decode", model="quick" if args.quick else "reference",
+                          peer=f"the same engine at {args.streams[0]} stream(s)", rows=rows)))
     print("batched_decode: " + ", ".join(summary))
 
 
