@@ -3,7 +3,8 @@
 with random weights, fp32 and bf16. The peer is the same engine with one sequence, in the
 same run: ratio = tok/s at n streams / tok/s at 1 stream (n streams share each step's matmuls).
 Decode tok/s counts the tokens of steps in which every running sequence decodes (prompts
-read); peak memory per sequence = (handle peak during the run - memory before it) / n.
+read); peak memory per sequence = (handle peak during the run - memory before it) / n, after an
+untimed warm-up run that grows the model's workspace to the largest step.
 
     python bench/batched_decode.py [--dtypes fp32 bf16] [--streams 1 4 16] [--new-tokens 64] [--quick]
 Prints one JSON object (a row per dtype and stream count) and a summary line. --quick: a
@@ -62,6 +63,7 @@ def main():
     for dtype in args.dtypes:
         config = QUICK if args.quick else REFERENCE
         model = df.models.Llama(h, df.models.LlamaConfig(**config), dtype=dtype, seed=0)
+        run(h, model, max(args.streams), args.prompt, args.new_tokens, 1)  # warm-up: the workspace at its largest
         base = None
         for n in args.streams:
             med, lo, hi, mem = run(h, model, n, args.prompt, args.new_tokens, args.rounds)
