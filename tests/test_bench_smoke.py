@@ -91,3 +91,11 @@ def test_machine_info_without_torch():
     code = BLOCK_PEERS.split("sys.argv =")[0] + "import harness; info = harness.machine_info(); assert 'torch' not in info"
     out = subprocess.run([sys.executable, "-c", code, BENCH], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_batched_decode_quick():
+    result, summary = run_bench("batched_decode.py", "--quick", "--dtypes", "fp32", "--streams", "1", "2")
+    assert [(r["dtype"], r["streams"]) for r in result["rows"]] == [("fp32", 1), ("fp32", 2)]
+    for r in result["rows"]:
+        assert r["decode_tok_s"] > 0 and r["peak_bytes_per_seq"] > 0, r
+    assert summary.startswith("batched_decode: fp32 x1:")

@@ -10,7 +10,8 @@ import pytest
 import dataflow as df
 from conftest import backend_unavailable, missing_op
 
-OPS = ["embedding_bwd_w", "cross_entropy", "matmul", "attention_kv", "rms_norm", "attention_bwd", "attention_kv_bwd"]
+OPS = ["embedding_bwd_w", "cross_entropy", "matmul", "attention_kv", "rms_norm", "attention_bwd", "attention_kv_bwd",
+       "paged_attention_partial", "paged_attention_combine"]
 pytestmark = pytest.mark.skipif(bool(backend_unavailable("vulkan") or missing_op("vulkan", OPS)),
                                 reason=str(backend_unavailable("vulkan") or missing_op("vulkan", OPS)))
 
@@ -104,6 +105,25 @@ def attention_kv_bwd(h, keys, d=256):
     return all(np.abs(g.numpy().reshape(w.shape) - w).max() < 1e-4 * np.abs(w).max() for g, w in zip(got, want))
 
 
+def paged_attention(h, keys, d=128, page=64):
+    """attention_kv's case over pages (shuffled) with one split of all the keys."""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 1, d)).astype(np.float32)
+    pages = -(-keys // page)
+    k = (0.1 * rng.standard_normal((pages * page, 1, d))).astype(np.float32)
+    k[keys - 1, 0] = q[0, 0]
+    v = rng.standard_normal((pages * page, 1, d)).astype(np.float32)
+    table = rng.permutation(pages).astype(np.int32)
+    kp, vp = np.empty((pages, page, 1, d), np.float32), np.empty((pages, page, 1, d), np.float32)
+    kp[table], vp[table] = k.reshape(pages, page, 1, d), v.reshape(pages, page, 1, d)
+    out, _ = df.ops.paged_attention(h, h.from_numpy(q), h.from_numpy(kp), h.from_numpy(vp), table[None],
+                                    np.array([keys], np.int32), np.array([0, 1], np.int32),
+                                    split_size=-(-keys // 64) * 64)
+    s = k[:keys, 0].astype(np.float64) @ q[0, 0].astype(np.float64) / d ** 0.5
+    p = np.exp(s - s.max())
+    return np.abs(out.numpy()[0, 0] - (p / p.sum()) @ v[:keys, 0]).max() < 1e-4
+
+
 def rms_norm(h, hidden):
     """One row whose last element is the largest."""
     x = np.random.default_rng(4).standard_normal((1, hidden)).astype(np.float32)
@@ -128,6 +148,8 @@ CASES = [
     ("rms_norm", rms_norm, 524042, 560000, "hidden = 560000, rows = 1"),
     ("attention_bwd", attention_bwd, 64, 65,
      "total_tokens = 65, head_dim = 256, num_q_heads / num_kv_heads = 82, num_seqs = 1"),
+    ("paged_attention_partial", paged_attention, 69824, 100032,
+     r"split_size = 100032, head_dim = 128, batch = 1, splits \* total_q \* num_q_heads = 1"),
     ("attention_kv_bwd", attention_kv_bwd, 5312, 8192,
      "total_q = 1, total_k = 8192, head_dim = 256, num_q_heads / num_kv_heads = 1, num_seqs = 1"),
 ]

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h", "dataflow/comm.h", "dataflow/models.h", "dataflow/cuda.h",
+HEADERS = ["dataflow/dataflow.h", "dataflow/ops.h", "dataflow/comm.h", "dataflow/models.h", "dataflow/sampling.h", "dataflow/cuda.h",
            "dataflow/vulkan.h", "dataflow/ring_plan.h", "dataflow/ring_executor.h"]
 
 

@@ -50,7 +50,7 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dat
 	TRY(llama_workspace_reserve(m, b->num_tokens));
 	if (!accumulate_grads)
 		TRY(dataflow_llama_zero_grads(m, s));
-	TRY(llama_forward_pass(m, s, b, NULL, NULL, 0, loss_scale));
+	TRY(llama_forward_pass(m, s, b, NULL, NULL, NULL, 0, loss_scale));
 
 	const Dataflow_Blocked_Model *bm = m->bm;
 	int which = 0; /* dres[which] receives the gradient at the next block's output */

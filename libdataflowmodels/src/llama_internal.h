@@ -75,12 +75,23 @@ struct Dataflow_Llama_KV_Cache {
 	int32_t *tables;  /* device: iota [max_tokens], then pairs {0, m} for m = 0..max_tokens */
 };
 
+/* One step over the paged cache (llama_paged_cache.c): layer l's K pages start
+ * 2 l layer_elems elements into the pool and its V pages layer_elems after them; the head runs
+ * over each sequence's last new token, the rows last_rows gathered into head_x. */
+typedef struct {
+	Dataflow_Block_Paged_KV kv;  /* the tables and workspace; k_pages: the pool */
+	int64_t layer_elems;         /* elements of one layer's K (or V) pages */
+	const int32_t *last_rows;    /* device [num_docs] */
+	void *head_x;                /* device [num_docs, hidden] */
+} Llama_Paged_Pass;
+
 /* Embedding, every layer (with the cache's K/V context when kv_cache is given, its length
- * tokens before the batch), then the head over rows [first_row, T). loss_scale > 0: training:
- * token losses, and dlogits of that scale in the head's activations; 0: logits only, into
- * `logits` or (NULL) the head's activations. */
+ * tokens before the batch; or over paged pages when paged is given), then the head over rows
+ * [first_row, T) (paged: over paged->last_rows). loss_scale > 0: training: token losses, and
+ * dlogits of that scale in the head's activations; 0: logits only, into `logits` or (NULL) the
+ * head's activations. */
 Dataflow_Status llama_forward_pass(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch,
-				   const Dataflow_Llama_KV_Cache *kv_cache, void *logits, int64_t first_row,
-				   float loss_scale);
+				   const Dataflow_Llama_KV_Cache *kv_cache, const Llama_Paged_Pass *paged, void *logits,
+				   int64_t first_row, float loss_scale);
 
 #endif

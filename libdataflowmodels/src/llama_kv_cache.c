@@ -143,7 +143,7 @@ Dataflow_Status dataflow_llama_forward_cached(Dataflow_Llama *model, int stream,
 	int64_t past = cache->length;
 	int32_t *pairs = cache->tables + cache->max_tokens;
 	Dataflow_Llama_Batch batch = {num_tokens, 1, tokens, NULL, pairs + 2 * num_tokens, cache->tables + past};
-	TRY(llama_forward_pass(model, stream, &batch, cache, logits_out, num_tokens - rows, 0.0f));
+	TRY(llama_forward_pass(model, stream, &batch, cache, NULL, logits_out, num_tokens - rows, 0.0f));
 	cache->length = past + num_tokens;
 	return DATAFLOW_OK;
 }

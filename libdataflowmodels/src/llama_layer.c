@@ -99,7 +99,16 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 	}
 	TRY(dataflow_submit_rope(L.h, s, L.d, L.T, L.nq, L.hd, b->positions, m->inv_freq, act[ACT_Q], act[ACT_Q]));
 	TRY(dataflow_submit_rope(L.h, s, L.d, L.T, L.nkv, L.hd, b->positions, m->inv_freq, k, k));
-	if (kv && (!recompute || a->level < DATAFLOW_SAVE_ATTENTION))
+	const Dataflow_Block_Paged_KV *pkv = a->paged;
+	if (pkv) {
+		TRY(dataflow_submit_paged_kv_write(L.h, s, L.d, k, v, pkv->slot_mapping, pkv->k_pages, pkv->v_pages, L.T,
+						   pkv->num_pages, pkv->page_size, L.nkv, L.hd));
+		TRY(dataflow_submit_paged_attention(L.h, s, L.d, act[ACT_Q], pkv->k_pages, pkv->v_pages, pkv->page_table,
+						    pkv->seq_lens, b->cu_seqlens, act[ACT_ATT], NULL, pkv->workspace,
+						    pkv->workspace_bytes, L.T, b->num_docs, pkv->num_pages,
+						    pkv->page_size, pkv->max_pages, L.nq, L.nkv, L.hd, pkv->split_size,
+						    scale));
+	} else if (kv && (!recompute || a->level < DATAFLOW_SAVE_ATTENTION))
 		TRY(dataflow_submit_attention_kv(L.h, s, L.d, act[ACT_Q], kv->k, kv->v, b->cu_seqlens, kv->cu_k,
 						 act[ACT_ATT], act[ACT_LSE], L.T, kv->past + L.T, 1, L.nq, L.nkv, L.hd,
 						 scale, 1));

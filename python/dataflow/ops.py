@@ -1,7 +1,8 @@
 """The default ops on device arrays. Shapes are checked here; dtypes, pointers and buffer
 extents are checked again in C against each op's signature, which has the last word.
 Catalogue ops are submitted by argument name (catalogue.OPS[op].submit); the composite ops
-(grad_norm_sq, rms_norm_bwd_w, attention_bwd, attention_kv_bwd) are hand-written C functions."""
+(grad_norm_sq, rms_norm_bwd_w, attention_bwd, attention_kv_bwd, paged_attention) are hand-written
+C functions."""
 import numpy as np
 
 from . import dtypes
@@ -600,3 +601,121 @@ def swiglu_bwd(h, d_out, gate, up, d_gate=None, d_up=None, stream=0):
     OPS["swiglu_bwd"].submit(h, stream, dtype=gate.dtype, rows=rows, ffn=ffn, d_out=d_out, gate=gate, up=up,
            d_gate=d_gate, d_up=d_up)
     return d_gate, d_up
+
+
+def _paged_pools(k_pages, v_pages, op):
+    """(num_pages, page_size, kv_heads, head_dim) of checked k_pages, v_pages."""
+    k_pages, v_pages = _array(k_pages, f"{op} k_pages"), _array(v_pages, f"{op} v_pages")
+    if len(k_pages.shape) != 4 or k_pages.shape != v_pages.shape or k_pages.dtype != v_pages.dtype:
+        raise BadArgumentError(f"{op}: k_pages and v_pages must be alike (num_pages, page_size, kv_heads, head_dim), "
+                               f"got {k_pages.dtype}{k_pages.shape} and {v_pages.dtype}{v_pages.shape}")
+    return k_pages.shape
+
+
+def _int32_table(h, x, what, shape, stream):
+    """A device int32 array of the given shape; numpy input is uploaded (checked by the caller)."""
+    if isinstance(x, Array):
+        if x.dtype != "int32" or x.shape != tuple(shape):
+            raise BadArgumentError(f"{what} must be int32{tuple(shape)}, got {x.dtype}{x.shape}")
+        return x
+    return h.from_numpy(np.ascontiguousarray(x, dtype=np.int32), stream=stream)
+
+
+def paged_kv_write(h, k, v, k_pages, v_pages, slot_mapping, stream=0):
+    """Writes the K/V rows of new tokens into a paged cache (see ops.h): k/v (tokens, kv_heads,
+    head_dim), k_pages/v_pages (num_pages, page_size, kv_heads, head_dim), slot_mapping int32
+    (tokens,): token t goes to row slot % page_size of page slot // page_size. numpy slots are
+    checked against the pool; a device slot outside it is skipped."""
+    num_pages, page_size, hkv, d = _paged_pools(k_pages, v_pages, "paged_kv_write")
+    k, v = _array(k, "paged_kv_write k"), _array(v, "paged_kv_write v")
+    if len(k.shape) != 3 or k.shape != v.shape or k.shape[1:] != (hkv, d) or k.dtype != k_pages.dtype \
+            or v.dtype != k_pages.dtype:
+        raise BadArgumentError(f"paged_kv_write: k and v must be {k_pages.dtype}(tokens, {hkv}, {d}) like the pages, "
+                               f"got {k.dtype}{k.shape} and {v.dtype}{v.shape}")
+    if not isinstance(slot_mapping, Array):
+        slot_mapping = np.asarray(slot_mapping)
+        if slot_mapping.shape != (k.shape[0],):
+            raise BadArgumentError(f"paged_kv_write: slot_mapping must have shape ({k.shape[0]},), "
+                                   f"got {slot_mapping.shape}")
+    slots = _index_array(h, slot_mapping, "paged_kv_write: slot_mapping", ("int32",), num_pages * page_size)
+    if slots.shape != (k.shape[0],):
+        raise BadArgumentError(f"paged_kv_write: slot_mapping must have shape ({k.shape[0]},), got {slots.shape}")
+    _same_handle(h, k, v, k_pages, v_pages, slots)
+    OPS["paged_kv_write"].submit(h, stream, dtype=k.dtype, k=k, v=v, slot_mapping=slots, k_pages=k_pages,
+                                 v_pages=v_pages, num_tokens=k.shape[0], num_pages=num_pages, page_size=page_size,
+                                 num_kv_heads=hkv, head_dim=d)
+
+
+def _check_page_tables(page_table, seq_lens, cu, num_pages, page_size):
+    """Host tables of paged_attention: each length within the table and at least its query
+    count, each page a sequence reads inside the pool (the kernels would give NaN)."""
+    page_table, seq_lens = np.asarray(page_table), np.asarray(seq_lens)
+    if page_table.ndim != 2 or not np.issubdtype(page_table.dtype, np.integer):
+        raise BadArgumentError(f"paged_attention: page_table must be a 2-D integer array (batch, max_pages), "
+                               f"got {page_table.dtype}{page_table.shape}")
+    batch, max_pages = page_table.shape
+    if seq_lens.shape != (batch,) or not np.issubdtype(seq_lens.dtype, np.integer):
+        raise BadArgumentError(f"paged_attention: seq_lens must be integers of shape ({batch},), "
+                               f"got {seq_lens.dtype}{seq_lens.shape}")
+    q_lens = np.diff(cu) if cu is not None and cu.size == batch + 1 else np.zeros(batch, np.int64)  # else named below
+    for b in range(batch):
+        n = int(seq_lens[b])
+        if n < q_lens[b] or n > max_pages * page_size:
+            raise BadArgumentError(f"paged_attention: seq_lens[{b}] = {n} must be in [{q_lens[b]} (its new tokens), "
+                                   f"{max_pages * page_size} (max_pages * page_size)]")
+        used = page_table[b, :-(-n // page_size)]
+        bad = np.flatnonzero((used < 0) | (used >= num_pages))
+        if bad.size:
+            raise BadArgumentError(f"paged_attention: page_table[{b}, {bad[0]}] = {used[bad[0]]} is not a page of "
+                                   f"the pool [0, {num_pages})")
+    return batch, max_pages
+
+
+def paged_attention(h, q, k_pages, v_pages, page_table, seq_lens, cu_seqlens_q, scale=None, split_size=512,
+                    out=None, lse=None, workspace=None, stream=0):
+    """Attention of a batch of sequences' new tokens over K/V in pages (flash-decoding, see
+    ops.h): q (total_q, q_heads, head_dim) packed by cu_seqlens_q (batch + 1 offsets),
+    k_pages/v_pages (num_pages, page_size, kv_heads, head_dim), page_table int32 (batch,
+    max_pages), seq_lens int32 (batch,) keys per sequence (its new tokens' included). Causal
+    bottom-right as attention_kv. Keys are cut in splits of split_size (a multiple of 64).
+    numpy tables are checked (page ids, lengths) before upload; device tables are used as is.
+    Returns (out like q, lse fp32 (q_heads, total_q))."""
+    q = _array(q, "paged_attention q")
+    num_pages, page_size, hkv, d = _paged_pools(k_pages, v_pages, "paged_attention")
+    if len(q.shape) != 3 or q.shape[2] != d or q.dtype != k_pages.dtype:
+        raise BadArgumentError(f"paged_attention: q must be {k_pages.dtype}(tokens, q_heads, {d}), "
+                               f"got {q.dtype}{q.shape}")
+    total_q, hq = q.shape[0], q.shape[1]
+    if hq % hkv:
+        raise BadArgumentError(f"paged_attention: num_q_heads ({hq}) must be a multiple of num_kv_heads ({hkv})")
+    cu_host = None if isinstance(cu_seqlens_q, Array) else np.asarray(cu_seqlens_q)
+    cu = _cu_seqlens(h, cu_seqlens_q, total_q, stream, "cu_seqlens_q", "total_q")
+    if isinstance(page_table, Array):
+        if len(page_table.shape) != 2:
+            raise BadArgumentError(f"paged_attention: page_table must be int32 (batch, max_pages), "
+                                   f"got {page_table.shape}")
+        batch, max_pages = page_table.shape
+    else:
+        if isinstance(seq_lens, Array):
+            raise BadArgumentError("paged_attention: page_table and seq_lens must both be numpy or both device arrays")
+        batch, max_pages = _check_page_tables(page_table, seq_lens, cu_host, num_pages, page_size)
+    if cu.size != batch + 1:
+        raise BadArgumentError(f"paged_attention: cu_seqlens_q must have batch + 1 = {batch + 1} offsets, "
+                               f"got {cu.size}")
+    table = _int32_table(h, page_table, "paged_attention: page_table", (batch, max_pages), stream)
+    lens = _int32_table(h, seq_lens, "paged_attention: seq_lens", (batch,), stream)
+    out = _check_like(out, "out", q.shape, q.dtype) if out is not None else h.empty(q.shape, q.dtype)
+    lse = _check_like(lse, "lse", (hq, total_q), "fp32") if lse is not None else h.empty((hq, total_q), "fp32")
+    nbytes = opslib.dataflow_paged_attention_workspace_bytes(total_q, hq, d, max_pages, page_size, int(split_size))
+    if nbytes < 0:
+        raise BadArgumentError(f"paged_attention: invalid sizes: {total_q} tokens, {hq} heads, head_dim {d}, "
+                               f"{max_pages} pages of {page_size}, split_size {split_size}")
+    if workspace is None:
+        workspace = h.empty((nbytes,), "uint8")
+    _same_handle(h, q, k_pages, v_pages, table, lens, cu, out, lse, _array(workspace, "paged_attention workspace"))
+    scale = 1.0 / d ** 0.5 if scale is None else float(scale)
+    check(opslib.dataflow_submit_paged_attention(
+        h._ptr(), stream, dtypes.enum(q.dtype), q.cdata, k_pages.cdata, v_pages.cdata, table.cdata, lens.cdata,
+        cu.cdata, out.cdata, ffi.cast("float *", lse.cdata), workspace.cdata, workspace.nbytes, total_q, batch,
+        num_pages, page_size, max_pages, hq, hkv, d, int(split_size), scale))
+    return out, lse

@@ -37,6 +37,7 @@ LAUNCH_WITH(rope, Dataflow_Rope_Args, cuda_elementwise_config(a.num_tokens * (a.
 LAUNCH_WITH(rope_bwd, Dataflow_Rope_Bwd_Args, cuda_elementwise_config(a.num_tokens * (a.head_dim / 2), c))
 LAUNCH_WITH(swiglu, Dataflow_Swiglu_Args, cuda_elementwise_config(a.rows * a.ffn, c))
 LAUNCH_WITH(swiglu_bwd, Dataflow_Swiglu_Bwd_Args, cuda_elementwise_config(a.rows * a.ffn, c))
+LAUNCH_WITH(paged_kv_write, Dataflow_Paged_Kv_Write_Args, cuda_elementwise_config(a.num_tokens * a.num_kv_heads * a.head_dim, c))
 LAUNCH_WITH(rms_norm_bwd_w_reduce, Dataflow_Rms_Norm_Bwd_W_Reduce_Args, cuda_elementwise_config(a.hidden, c))
 /* 16 threads per DATAFLOW_GRAD_NORM_BLOCK elements */
 LAUNCH_WITH(grad_norm_sq_partials, Dataflow_Grad_Norm_Sq_Partials_Args,
@@ -50,6 +51,17 @@ LAUNCH_WITH(rms_norm_bwd_x, Dataflow_Rms_Norm_Bwd_X_Args,
 	    cuda_rows_config(a.rows, a.hidden, elem_size(op, DATAFLOW_RMS_NORM_BWD_X_ARG_X), c))
 LAUNCH_WITH(cross_entropy, Dataflow_Cross_Entropy_Args,
 	    cuda_rows_config(a.tokens, a.vocab, elem_size(op, DATAFLOW_CROSS_ENTROPY_ARG_LOGITS), c))
+
+/* paged_attention: 4-warp blocks, one per (sequence, kv head, split) for the partials and
+ * one per sequence for the combine (grid-stride past CUDA_MAX_GRID) */
+static void paged_config(int64_t blocks, Dataflow_Launch_Config *c)
+{
+	uint32_t grid = (uint32_t)(blocks < 1 ? 1 : blocks > CUDA_MAX_GRID ? CUDA_MAX_GRID : blocks);
+	*c = (Dataflow_Launch_Config){{grid, 1, 1}, {128, 1, 1}, 0, 1};
+}
+LAUNCH_WITH(paged_attention_partial, Dataflow_Paged_Attention_Partial_Args,
+	    paged_config(a.batch * a.num_kv_heads * ((a.max_pages * a.page_size + a.split_size - 1) / a.split_size), c))
+LAUNCH_WITH(paged_attention_combine, Dataflow_Paged_Attention_Combine_Args, paged_config(a.batch, c))
 
 /* one warp per (token, query head) */
 LAUNCH_WITH(attention_bwd_delta, Dataflow_Attention_Bwd_Delta_Args, cuda_warps_config(a.total_tokens * a.num_q_heads, c))

@@ -24,7 +24,7 @@ static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t
 	const size_t es = dataflow_datatype_size(dt);
 	float qrows[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], qt[ATTN_MAX_HEAD_DIM * ATTN_BLOCK];
 	float kv[ATTN_BLOCK * ATTN_MAX_HEAD_DIM], o[ATTN_BLOCK * ATTN_MAX_HEAD_DIM];
-	float s[ATTN_BLOCK * ATTN_BLOCK], m[ATTN_BLOCK], l[ATTN_BLOCK], alpha[ATTN_BLOCK];
+	float s[ATTN_BLOCK * ATTN_BLOCK], m[ATTN_BLOCK], l[ATTN_BLOCK];
 
 	attn_load_rows(qrows, dp, (const char *)x->q + (size_t)((q0 * hq + h) * d) * es, hq * d, dt, nq,
 		       ATTN_BLOCK, d);
@@ -43,26 +43,7 @@ static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t
 		if (x->causal && kb + nk - 1 > q0 + off)
 			attn_mask_causal(s, nk, kb, q0 + off);
 
-		/* m_new = max(m, max_j s_j); alpha = 2^(m - m_new); p = 2^(s - m_new); l = alpha l + sum p.
-		 * Padded queries (i >= nq) see scores 0, so m_new stays finite for every lane; a query
-		 * with every key masked keeps m = -inf and gets alpha = p = 0 (exp2 maps NaN to 0). */
-		float mnew[ATTN_BLOCK];
-		memcpy(mnew, m, sizeof(mnew));
-		for (int j = 0; j < nk; j++)
-			for (int i = 0; i < ATTN_BLOCK; i++)
-				mnew[i] = s[j * ATTN_BLOCK + i] > mnew[i] ? s[j * ATTN_BLOCK + i] : mnew[i];
-		memcpy(alpha, m, sizeof(alpha));
-		t->exp2(alpha, 1, mnew);
-		t->exp2(s, nk, mnew);
-		for (int i = 0; i < ATTN_BLOCK; i++)
-			l[i] *= alpha[i];
-		for (int j = 0; j < nk; j++)
-			for (int i = 0; i < ATTN_BLOCK; i++)
-				l[i] += s[j * ATTN_BLOCK + i];
-		memcpy(m, mnew, sizeof(m));
-		for (int i = 0; i < nq; i++)
-			for (int k = 0; k < dp; k++)
-				o[i * dp + k] *= alpha[i];
+		attn_softmax_tile(t, s, nk, m, l, o, nq, dp);
 
 		/* o_i += sum_j p_ji v_j */
 		kv_row0 = (const char *)x->v + (size_t)((kb * hkv + hk) * d) * es;

@@ -433,4 +433,31 @@ static inline Attn_Tiles attn_tiles(void)
 	}
 }
 
+/* One key tile of the forward's online softmax over the S^T tile s (nk keys x ATTN_BLOCK
+ * lanes, base 2): m_new = max(m, max_j s_j); alpha = 2^(m - m_new); s = p = 2^(s - m_new);
+ * l = alpha l + sum_j p; the first rows rows of o (dp floats apart) are scaled by alpha.
+ * Padded lanes see scores 0, so m_new stays finite for every lane; a lane with every key
+ * masked keeps m = -inf and gets alpha = p = 0 (exp2 maps NaN to 0). */
+static inline void attn_softmax_tile(const Attn_Tiles *t, float *s, int nk, float *m, float *l, float *o, int rows,
+				     int dp)
+{
+	float mnew[ATTN_BLOCK], alpha[ATTN_BLOCK];
+	memcpy(mnew, m, sizeof(mnew));
+	for (int j = 0; j < nk; j++)
+		for (int i = 0; i < ATTN_BLOCK; i++)
+			mnew[i] = s[j * ATTN_BLOCK + i] > mnew[i] ? s[j * ATTN_BLOCK + i] : mnew[i];
+	memcpy(alpha, m, sizeof(alpha));
+	t->exp2(alpha, 1, mnew);
+	t->exp2(s, nk, mnew);
+	for (int i = 0; i < ATTN_BLOCK; i++)
+		l[i] *= alpha[i];
+	for (int j = 0; j < nk; j++)
+		for (int i = 0; i < ATTN_BLOCK; i++)
+			l[i] += s[j * ATTN_BLOCK + i];
+	memcpy(m, mnew, sizeof(mnew));
+	for (int i = 0; i < rows; i++)
+		for (int k = 0; k < dp; k++)
+			o[i * dp + k] *= alpha[i];
+}
+
 #endif

@@ -178,6 +178,17 @@ VULKAN_LAUNCH(attention_kv, Dataflow_Attention_Kv_Args,
 	      LOOP(G, ATTN_FWD_LOOPS(a.total_k, a.num_seqs, a.head_dim)),
 	      "total_k = %lld, head_dim = %lld, num_seqs = %lld, total_q * num_q_heads = %lld", (long long)a.total_k,
 	      (long long)a.head_dim, (long long)a.num_seqs, (long long)(a.total_q * a.num_q_heads))
+/* paged_kv_write: one invocation per element of k; paged_attention_combine: one workgroup per
+ * (query head, token), its loops the search for the sequence, the splits twice (the second
+ * over the lane's head dimensions) and the store. */
+VULKAN_LAUNCH(paged_kv_write, Dataflow_Paged_Kv_Write_Args, a.num_pages * a.page_size * a.num_kv_heads * a.head_dim,
+	      a.num_tokens * a.num_kv_heads * a.head_dim, GROUP, LOOP(G, 0), "num_tokens = %lld", (long long)a.num_tokens)
+VULKAN_LAUNCH(paged_attention_combine, Dataflow_Paged_Attention_Combine_Args,
+	      a.num_splits * a.total_q * a.num_q_heads * (a.head_dim + 2), a.total_q * a.num_q_heads, 1,
+	      LOOP(G, LOOP(a.batch, 0) + LOOP(a.num_splits, 0) + LOOP(a.num_splits, LOOP(CDIV(a.head_dim, ATTN_BLOCK), 0)) +
+			      LOOP(ATTN_DIMS, 0) + LOOP(CDIV(a.head_dim, ATTN_BLOCK), 0)),
+	      "batch = %lld, num_splits = %lld, head_dim = %lld", (long long)a.batch, (long long)a.num_splits,
+	      (long long)a.head_dim)
 VULKAN_LAUNCH(attention_bwd_delta, Dataflow_Attention_Bwd_Delta_Args, a.total_tokens * a.num_q_heads * a.head_dim,
 	      a.total_tokens * a.num_q_heads, ATTN_GROUP, LOOP(G, LOOP(a.head_dim, 0)),
 	      "total_tokens * num_q_heads = %lld, head_dim = %lld", (long long)(a.total_tokens * a.num_q_heads),
@@ -324,7 +335,9 @@ static double attention_bwd_loops(int64_t q_tokens, int64_t k_tokens, int64_t gr
 	return LOOP(grid_passes(items, 1), ATTN_ITEM_LOOPS(num_seqs, head_dim) + LARGER(key, query));
 }
 
-static Dataflow_Status attention_bwd_dispatch(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state,
+/* Dispatches items workgroups of op with its int64 scalars as 32-bit words (their kernels'
+ * DATAFLOW_<OP>_PARAMS_NARROW): each is below 2^32, as the callers' checks make sure. */
+static Dataflow_Status narrow_dispatch(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state,
 					      int64_t items)
 {
 	Op k = *op;
@@ -361,7 +374,7 @@ static Dataflow_Status attention_bwd_dispatch(Dataflow_Handle *handle, int strea
 						   a.num_seqs, a.head_dim, q_rows + k_rows);                  \
 		if (loops_fit(handle, op, loops, __VA_ARGS__) != DATAFLOW_OK)                                \
 			return dataflow_last_status();                                                       \
-		return attention_bwd_dispatch(handle, stream_id, op, op_state, q_rows + k_rows);             \
+		return narrow_dispatch(handle, stream_id, op, op_state, q_rows + k_rows);             \
 	}
 
 VULKAN_ATTENTION_BWD(attention_bwd, Dataflow_Attention_Bwd_Args, DATAFLOW_ATTENTION_BWD_ARG_Q, a.total_tokens,
@@ -373,3 +386,31 @@ VULKAN_ATTENTION_BWD(attention_kv_bwd, Dataflow_Attention_Kv_Bwd_Args, DATAFLOW_
 		     "total_q = %lld, total_k = %lld, head_dim = %lld, num_q_heads / num_kv_heads = %lld, num_seqs = %lld",
 		     (long long)a.total_q, (long long)a.total_k, (long long)a.head_dim,
 		     (long long)(a.num_q_heads / a.num_kv_heads), (long long)a.num_seqs)
+
+/* ---- paged_attention_partial: an external op for the same reason (148 bytes of arguments),
+ * one workgroup per (split, query head, query token): the search for the sequence, the scan
+ * of the split's pages, and attention's forward over the split's key blocks. ---- */
+Dataflow_Status dataflow_vulkan_paged_attention_partial_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+							    Dataflow_Op_State *state)
+{
+	(void)handle;
+	return variant_kernel(skeleton, 1, (const int[]){DATAFLOW_PAGED_ATTENTION_PARTIAL_ARG_Q}, state);
+}
+
+Dataflow_Status dataflow_vulkan_paged_attention_partial(Dataflow_Handle *handle, int stream_id, const Op *op,
+						       void *op_state)
+{
+	Dataflow_Paged_Attention_Partial_Args a = dataflow_paged_attention_partial_args(op->op_args);
+	int64_t splits = CDIV(a.max_pages * a.page_size, a.split_size), rows = a.total_q * a.num_q_heads;
+	if (fits_32_bits(op, LARGER(a.num_pages * a.page_size * a.num_kv_heads * a.head_dim, splits * rows * (a.head_dim + 2)),
+			 "the page pool's and the partials' elements") != DATAFLOW_OK)
+		return dataflow_last_status();
+	double item = ATTN_ITEM_LOOPS(a.batch, a.head_dim) + LOOP(CDIV(CDIV(a.split_size, a.page_size) + 1, ATTN_BLOCK), 0) +
+		      LOOP(CDIV(a.split_size, ATTN_BLOCK), ATTN_FWD_BLOCK(a.head_dim)) + LOOP(CDIV(a.head_dim, ATTN_BLOCK), 0);
+	if (loops_fit(handle, op, LOOP(grid_passes(splits * rows, 1), item),
+		      "split_size = %lld, head_dim = %lld, batch = %lld, splits * total_q * num_q_heads = %lld",
+		      (long long)a.split_size, (long long)a.head_dim, (long long)a.batch,
+		      (long long)(splits * rows)) != DATAFLOW_OK)
+		return dataflow_last_status();
+	return narrow_dispatch(handle, stream_id, op, op_state, splits * rows);
+}

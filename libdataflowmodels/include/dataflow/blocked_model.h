@@ -219,6 +219,20 @@ typedef struct {
 	float *dk, *dv;       /* backward_x: the context's gradients, accumulated */
 } Dataflow_Block_KV;
 
+/* A batch of sequences over a paged KV cache (inference: the layer forward only). The chunk
+ * holds num_docs sequences' new tokens (cu_seqlens; positions continue each sequence); their
+ * keys (after RoPE) and values go into the pages at slot_mapping (paged_kv_write) and they
+ * attend with paged_attention over the sequences' page tables and lengths (dataflow/ops.h). */
+typedef struct {
+	void *k_pages, *v_pages;     /* [num_pages, page_size, num_kv_heads, head_dim], model dtype */
+	const int32_t *slot_mapping; /* [num_tokens]: page * page_size + row of each new token */
+	const int32_t *page_table;   /* [num_docs, max_pages] */
+	const int32_t *seq_lens;     /* [num_docs]: keys per sequence, its new tokens included */
+	int64_t num_pages, page_size, max_pages, split_size;
+	void *workspace;             /* paged_attention's, of workspace_bytes */
+	int64_t workspace_bytes;
+} Dataflow_Block_Paged_KV;
+
 /* The activations and data of one call (see the top of this header); which fields a call
  * reads or writes:
  *                forward                 recompute        backward_x            backward_w
@@ -245,6 +259,7 @@ typedef struct {
 	float loss_scale;
 	const Dataflow_Block_Memory *tied;  /* tied head: the embedding block's memory */
 	const Dataflow_Block_KV *kv;        /* layer forward, recompute, backward_x: context (NULL: the chunk alone) */
+	const Dataflow_Block_Paged_KV *paged; /* layer forward: a paged cache instead (kv is then NULL) */
 } Dataflow_Block_Args;
 
 Dataflow_Status dataflow_block_forward(const Dataflow_Blocked_Model *model, int block, int stream,

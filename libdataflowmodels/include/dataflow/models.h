@@ -100,6 +100,47 @@ Dataflow_Status dataflow_llama_forward_cached(Dataflow_Llama *model, int stream,
 					      const int32_t *tokens, int64_t num_tokens, void *logits_out,
 					      int all_logits);
 
+/* Paged KV cache for batched decoding (continuous batching): every layer's keys (after RoPE)
+ * and values in fixed-size pages of ONE device allocation of the handle (under its ledger),
+ *   [num_layers][K, V][num_pages][page_size][num_kv_heads][head_dim]   model dtype,
+ * plus step tables and paged_attention's workspace. Sequences join (add_sequence) and leave
+ * (free_sequence) between steps; a sequence takes pages from the pool as it grows and returns
+ * them all when freed. Limits fixed at create: max_seqs sequences alive, max_seq_tokens
+ * tokens per sequence, max_batch_tokens new tokens per step. A sequence's result depends on
+ * its own tokens only, never on the other sequences of a step. */
+typedef struct Dataflow_Llama_Paged_Cache Dataflow_Llama_Paged_Cache;
+
+/* Allocates the pool and reserves the model's workspace for max_batch_tokens tokens. */
+Dataflow_Status dataflow_llama_paged_cache_create(Dataflow_Llama *model, int64_t num_pages, int64_t page_size,
+						  int64_t max_seqs, int64_t max_seq_tokens, int64_t max_batch_tokens,
+						  Dataflow_Llama_Paged_Cache **cache);
+/* Waits for the handle's queued work, then frees the cache (NULL: no-op). */
+void dataflow_llama_paged_cache_destroy(Dataflow_Llama_Paged_Cache *cache);
+/* A new empty sequence: *seq is its id in [0, max_seqs). Fails when max_seqs are alive. */
+Dataflow_Status dataflow_llama_paged_cache_add_sequence(Dataflow_Llama_Paged_Cache *cache, int64_t *seq);
+/* Returns the sequence's pages to the pool; its id may be reused. */
+Dataflow_Status dataflow_llama_paged_cache_free_sequence(Dataflow_Llama_Paged_Cache *cache, int64_t seq);
+/* Tokens a live sequence holds; -1 for a NULL cache or an id that is not alive. */
+int64_t dataflow_llama_paged_cache_length(const Dataflow_Llama_Paged_Cache *cache, int64_t seq);
+/* Pages not held by any sequence; -1 for a NULL cache. */
+int64_t dataflow_llama_paged_cache_free_pages(const Dataflow_Llama_Paged_Cache *cache);
+/* Bytes of the page pool of num_pages pages of page_size tokens (-1: invalid). */
+int64_t dataflow_llama_paged_cache_pool_bytes(const Dataflow_Llama_Config *config, int64_t num_pages,
+					      int64_t page_size);
+
+/* One step of continuous batching: sequences seqs[0..num_seqs) (distinct, alive) each append
+ * num_new[i] >= 1 tokens (tokens: host int32, the sequences' new tokens back to back, ids in
+ * [0, vocab)): a prompt, a chunk of one, or the last sampled token. Every layer writes their
+ * K/V into the sequences' pages and attends over each sequence's cache (paged_attention).
+ * logits_out: device [num_seqs, vocab] of config.dtype, the logits of each sequence's last
+ * new token. Pages for the new tokens are taken first: when the pool is short, or a limit is
+ * passed, nothing is submitted and no sequence changes (the pool's shortage is
+ * DATAFLOW_ERR_OUT_OF_MEMORY). Asynchronous on stream; the host arrays may be reused on
+ * return (they are copied). */
+Dataflow_Status dataflow_llama_forward_paged(Dataflow_Llama *model, int stream, Dataflow_Llama_Paged_Cache *cache,
+					     int64_t num_seqs, const int64_t *seqs, const int64_t *num_new,
+					     const int32_t *tokens, void *logits_out);
+
 /* Forward, cross-entropy over batch->labels, backward. Every gradient receives
  *     d/dparam ( loss_scale * sum over tokens t with a label of CE(logits[t], labels[t]) )
  * added to it (accumulate_grads = 1) or written over it (0). For the mean loss of one chunk

@@ -78,6 +78,40 @@ Dataflow_Status dataflow_submit_attention_kv_bwd(Dataflow_Handle *handle, int st
 int64_t dataflow_attention_bwd_workspace_bytes(int64_t total_tokens, int64_t num_seqs, int64_t num_q_heads,
 					       int64_t num_kv_heads, int64_t head_dim);
 
+/* paged_attention: queries of a batch of sequences (a few new tokens each, packed as
+ * attention_kv's Q) attend over keys and values stored in pages (flash-decoding).
+ *   q, out            [total_q][num_q_heads][head_dim]                 dtype (fp32, fp16, bf16)
+ *   k_pages, v_pages  [num_pages][page_size][num_kv_heads][head_dim]   dtype
+ *   page_table        int32 [batch][max_pages]: sequence b's key j is row j % page_size of
+ *                     page page_table[b][j / page_size]
+ *   seq_lens          int32 [batch]: sequence b has keys [0, seq_lens[b]), its new tokens'
+ *                     keys included (written first, e.g. with paged_kv_write)
+ *   cu_seqlens_q      int32 [batch + 1]: sequence b's queries [cu[b], cu[b + 1])
+ *   lse               fp32 [num_q_heads][total_q] or NULL
+ * Query i of q_len sees keys j <= i + seq_len - q_len (causal, bottom-right, as attention_kv),
+ * head h reads kv head h / (num_q_heads / num_kv_heads). Keys are cut in splits of split_size
+ * (a multiple of 64): the first op forms per (sequence, kv head, split) the split's partial
+ * output, max and sum, the second combines the splits in order. A sequence's result depends on
+ * its own length and split_size only, never on the other sequences of the batch; with
+ * seq_len <= split_size the host and vulkan kernels give attention_kv's bits (cuda's differ). The tables are device data never read at
+ * submit time: offsets are clamped as attention_kv's, a length is clamped to [0, max_pages *
+ * page_size], and keys of a page id outside [0, num_pages) or past the table read as NaN (the
+ * sequence's output is NaN rather than silently wrong; dataflow.ops.paged_attention checks
+ * host tables and names the bad entry). workspace: dataflow_paged_attention_workspace_bytes
+ * bytes. Submits paged_attention_partial then paged_attention_combine (both or neither). */
+Dataflow_Status dataflow_submit_paged_attention(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+						const void *q, const void *k_pages, const void *v_pages,
+						const void *page_table, const void *seq_lens, const void *cu_seqlens_q,
+						void *out, float *lse, void *workspace, int64_t workspace_bytes,
+						int64_t total_q, int64_t batch, int64_t num_pages, int64_t page_size,
+						int64_t max_pages, int64_t num_q_heads, int64_t num_kv_heads,
+						int64_t head_dim, int64_t split_size, float scale);
+/* Bytes of fp32 workspace paged_attention needs: cdiv(max_pages * page_size, split_size)
+ * splits of total_q * num_q_heads * (head_dim + 2) floats; -1 when a size is not positive or
+ * the bytes overflow int64. */
+int64_t dataflow_paged_attention_workspace_bytes(int64_t total_q, int64_t num_q_heads, int64_t head_dim,
+						 int64_t max_pages, int64_t page_size, int64_t split_size);
+
 /* rms_norm_bwd_w: dw[j] = sum over rows r of dy[r, j] * (x[r, j] * rstd[r]), deterministic:
  * the same bits for any thread count. Submits rms_norm_bwd_w_partials (fp32 sums per block of
  * DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS rows into workspace) then rms_norm_bwd_w_reduce (the

@@ -19,11 +19,12 @@ packed into one chunk with variable-length causal attention and positions restar
 
 Modules, one concept each (imports go down this list only): config (LlamaConfig), batch
 (packing a batch into one buffer), device_io (reading results back), kv_cache (KVCache),
-llama (Llama), trainer (Trainer).
+paged_kv_cache (PagedKVCache), llama (Llama), trainer (Trainer).
 """
 from .batch import IGNORE_INDEX
 from .config import LlamaConfig
 from .kv_cache import KVCache
+from .paged_kv_cache import PagedKVCache
 from .llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, Llama
 from .trainer import Trainer
 

@@ -7,7 +7,32 @@ from .batch import check_tokens
 from .device_io import fetch
 
 
-class KVCache:
+class ModelCache:
+    """What a model's caches share: a C object (self._c) valid while the model lives, closed
+    with it (model._caches), destroyed by self._destroy (its C destroy function)."""
+    _destroy = None
+
+    @property
+    def closed(self):
+        return self._c is None
+
+    def _ptr(self):
+        self.model._m  # closed with its model
+        return open_pointer(self._c, self.model.handle, type(self).__name__)
+
+    def close(self):
+        c, self._c = getattr(self, "_c", None), None
+        if c is not None and self.model.handle._alive():
+            type(self)._destroy(c)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class KVCache(ModelCache):
     """Keys and values of one sequence's tokens for incremental decoding (C:
     dataflow_llama_kv_cache_*): model.kv_cache(max_tokens). forward(tokens) runs the new
     tokens at positions length.. over everything cached before them and appends their K/V;
@@ -24,13 +49,7 @@ class KVCache:
         self._logits = None
         model._caches.add(self)
 
-    @property
-    def closed(self):
-        return self._c is None
-
-    def _ptr(self):
-        self.model._m  # closed with its model
-        return open_pointer(self._c, self.model.handle, "KVCache")
+    _destroy = staticmethod(lambda c: modelslib.dataflow_llama_kv_cache_destroy(c))
 
     @property
     def length(self):
@@ -62,14 +81,3 @@ class KVCache:
                                                       n, out.cdata, int(bool(all_logits))))
         logits = fetch(out, stream)
         return logits if all_logits else logits[0]
-
-    def close(self):
-        c, self._c = getattr(self, "_c", None), None
-        if c is not None and self.model.handle._alive():
-            modelslib.dataflow_llama_kv_cache_destroy(c)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -13,6 +13,7 @@ from .config import checked_config
 from .device_io import fetch
 from .host_blocks import HostBlocks, Layout, host_memory_available
 from .kv_cache import KVCache
+from .paged_kv_cache import PagedKVCache
 
 # which copy of a tensor (Dataflow_Block_Kind)
 PARAM, GRAD, ADAM_M, ADAM_V, MASTER = 0, 1, 2, 3, 4
@@ -514,6 +515,12 @@ class Llama:
         if self._m is None:
             return self._cpu_copy().kv_cache(max_tokens)
         return KVCache(self, max_tokens)
+
+    def paged_kv_cache(self, num_pages, page_size=16, max_seqs=16, max_seq_tokens=None, max_batch_tokens=256):
+        """A PagedKVCache for batched decoding (of the CPU copy of a host-held model, see kv_cache)."""
+        if self._m is None:
+            return self._cpu_copy().paged_kv_cache(num_pages, page_size, max_seqs, max_seq_tokens, max_batch_tokens)
+        return PagedKVCache(self, num_pages, page_size, max_seqs, max_seq_tokens, max_batch_tokens)
 
     def generate(self, prompt_tokens, max_new_tokens, temperature=1.0, top_p=1.0, seed=None, use_cache=True,
                  eos_token_id=None, stream=0):
