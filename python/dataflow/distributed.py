@@ -18,7 +18,7 @@ from .c_strings import c_string
 from .errors import BadArgumentError, check, open_pointer
 from .handle import Handle
 
-REDUCE_OPS = {"sum": 0, "avg": 1}
+REDUCE_OPS = {"sum": commlib.DATAFLOW_REDUCE_SUM, "avg": commlib.DATAFLOW_REDUCE_AVG}  # comm.h's enum
 LAUNCHER_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")  # Open MPI's, then MPICH/Hydra's
 RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK")
 LOCAL_SIZE_ENV = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")

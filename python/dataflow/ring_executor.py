@@ -7,7 +7,6 @@ from ._ffi import ffi, modelslib, ringlib
 from .errors import BadArgumentError, DataflowError, check, open_pointer
 
 STREAMS = ("compute", "inbound", "outbound", "optimizer", "comm")  # roles: Dataflow_Ring_Streams order, then comm
-KIND_DTYPES = {0: None, 1: np.float32, 2: np.float32, 3: np.float32, 4: np.float32}  # None: the model dtype
 
 
 class RingExecutor:

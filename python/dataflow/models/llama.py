@@ -16,8 +16,12 @@ from .kv_cache import KVCache
 from .paged_kv_cache import PagedKVCache
 
 # which copy of a tensor (Dataflow_Block_Kind)
-PARAM, GRAD, ADAM_M, ADAM_V, MASTER = 0, 1, 2, 3, 4
-SAVE_LEVELS = {"input": 0, "attention": 1, "all": 2}
+# the C enums (blocked_model.h): block kinds, and save levels by name
+PARAM, GRAD, ADAM_M, ADAM_V, MASTER = (modelslib.DATAFLOW_BLOCK_PARAM, modelslib.DATAFLOW_BLOCK_GRAD,
+                                       modelslib.DATAFLOW_BLOCK_ADAM_M, modelslib.DATAFLOW_BLOCK_ADAM_V,
+                                       modelslib.DATAFLOW_BLOCK_MASTER)
+SAVE_LEVELS = {"input": modelslib.DATAFLOW_SAVE_INPUT, "attention": modelslib.DATAFLOW_SAVE_ATTENTION,
+               "all": modelslib.DATAFLOW_SAVE_ALL}
 PLACEMENTS = ("auto", "device", "host")
 
 
