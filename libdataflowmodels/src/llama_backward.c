@@ -15,8 +15,7 @@ static Dataflow_Status wait_for(Dataflow_Handle *h, int waiter, int stream)
 	return dataflow_submit_dependency(h, waiter, &state);
 }
 
-/* Block `block`'s gradients, complete on stream s, summed over the ranks on the comm stream
- * (with a sharded optimizer: each rank's part of them). */
+/* Block `block`'s gradients, complete on stream s, summed over the ranks on the comm stream. */
 static Dataflow_Status sum_over_ranks(Dataflow_Llama *m, int s, int block)
 {
 	int cs = m->grad_comm_stream;
@@ -24,11 +23,9 @@ static Dataflow_Status sum_over_ranks(Dataflow_Llama *m, int s, int block)
 		TRY(wait_for(m->handle, cs, s));
 	int64_t n = llama_block_numel(m->bm, block);
 	Dataflow_Trace_Span *span;
-	TRY(llama_span_begin(m, cs, m->shard_optimizer ? DATAFLOW_LLAMA_WORK_REDUCE_SCATTER : DATAFLOW_LLAMA_WORK_ALL_REDUCE,
-			     block, (uint64_t)n * sizeof(float), &span));
+	TRY(llama_span_begin(m, cs, DATAFLOW_LLAMA_WORK_ALL_REDUCE, block, (uint64_t)n * sizeof(float), &span));
 	float *g = m->blocks[block].grad;
-	TRY(m->shard_optimizer ? llama_shard_reduce_grads(m, cs, block)
-			       : dataflow_submit_all_reduce(m->grad_comm, cs, DATAFLOW_FP32, n, g, g, DATAFLOW_REDUCE_SUM));
+	TRY(dataflow_submit_all_reduce(m->grad_comm, cs, DATAFLOW_FP32, n, g, g, DATAFLOW_REDUCE_SUM));
 	return llama_span_end(m, span);
 }
 
@@ -42,6 +39,8 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dat
 					  "llama loss_backward: loss_scale must be finite and > 0 (1 / labelled tokens for a "
 					  "mean loss), got %g",
 					  loss_scale);
+	if (m->shard_optimizer)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, LLAMA_SHARDED_TRAINING, "loss_backward");
 	if (m->grad_comm && accumulate_grads)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama loss_backward: accumulate_grads must be 0 with a gradient communicator "

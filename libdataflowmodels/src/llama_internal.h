@@ -46,11 +46,10 @@ Dataflow_Status llama_span_end(Dataflow_Llama *model, Dataflow_Trace_Span *span)
 
 /* Elements of block b's m, v and master: the block's, or the rank's shard of them. */
 int64_t llama_optimizer_state_numel(const Dataflow_Llama *model, int block);
-/* Sharded: block b's gradients reduce-scattered (and the tail all-reduced) on comm stream cs. */
-Dataflow_Status llama_shard_reduce_grads(Dataflow_Llama *model, int cs, int block);
-/* Sharded: the AdamW step of dataflow_llama_adamw_step over the rank's shards. */
-Dataflow_Status llama_sharded_adamw_step(Dataflow_Llama *model, int stream, const Dataflow_AdamW_Params *params,
-					 double max_grad_norm, int64_t step);
+/* The model's own training pass refuses a sharded state (printf format: the call's name). */
+#define LLAMA_SHARDED_TRAINING                                                                             \
+	"llama %s: the optimizer state is sharded (ZeRO-1); sharded training runs in the ring executor " \
+	"(dataflow_ring_executor_adopt, then dataflow_ring_executor_set_comm with shard_optimizer)"
 
 static inline void *llama_resid(const Dataflow_Llama *m, int64_t layer)
 {

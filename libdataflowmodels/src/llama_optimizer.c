@@ -70,11 +70,12 @@ Dataflow_Status dataflow_llama_adamw_step(Dataflow_Llama *m, int s, const Datafl
 	if (step < 1)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama adamw_step: step must be >= 1, got %lld",
 					  (long long)step);
+	if (m->shard_optimizer)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, LLAMA_SHARDED_TRAINING, "adamw_step");
 	TRY(dataflow_llama_alloc_optimizer_state(m, s));
 	Dataflow_Trace_Span *span;
 	TRY(llama_span_begin(m, s, DATAFLOW_LLAMA_WORK_OPTIMIZER, -1, 0, &span));
-	TRY(m->shard_optimizer ? llama_sharded_adamw_step(m, s, params, max_grad_norm, step)
-			       : adamw_blocks(m, s, params, max_grad_norm, step));
+	TRY(adamw_blocks(m, s, params, max_grad_norm, step));
 	TRY(llama_span_end(m, span));
 	dataflow_trace_next_step(m->trace);
 	return DATAFLOW_OK;

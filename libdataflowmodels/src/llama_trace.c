@@ -7,7 +7,6 @@ static const char *const work_names[DATAFLOW_LLAMA_NUM_WORK] = {
 	[DATAFLOW_LLAMA_WORK_FORWARD] = "forward",
 	[DATAFLOW_LLAMA_WORK_BACKWARD] = "backward",
 	[DATAFLOW_LLAMA_WORK_ALL_REDUCE] = "grad all-reduce",
-	[DATAFLOW_LLAMA_WORK_REDUCE_SCATTER] = "grad reduce-scatter",
 	[DATAFLOW_LLAMA_WORK_OPTIMIZER] = "adamw",
 };
 

@@ -8,7 +8,6 @@
  * receives its part summed in rank order: the bits an all-reduce gives) and all-reduces the
  * tail; the step sums the squared norms of every rank's part (the tail counted on rank 0),
  * updates the part and the tail, and all-gathers the parts of the weights. */
-#include <math.h>
 
 #include "ring_exec_internal.h"
 
@@ -62,13 +61,9 @@ static Dataflow_Status adamw_range(Dataflow_Ring_Executor *x, int b, int64_t at,
 					  p->beta2, p->eps, p->weight_decay, step);
 }
 
-Dataflow_Status ring_sharded_apply(Dataflow_Ring_Executor *x, const Dataflow_AdamW_Params *params,
-				   double max_grad_norm, int64_t step)
+Dataflow_Status ring_sharded_norm_sq(Dataflow_Ring_Executor *x)
 {
-	int s = x->s[RS_OPT], clip = max_grad_norm > 0, lead = dataflow_comm_rank(x->comm) == 0;
-	const Dataflow_Llama_Config *cfg = dataflow_blocked_model_config(x->model);
-	Dataflow_Trace_Span *span;
-	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_GRAD_NORM, -1, -1, 0, &span));
+	int s = x->s[RS_OPT], lead = dataflow_comm_rank(x->comm) == 0;
 	TRY(dataflow_set_mem(x->h, s, x->sumsq, 0, 8));
 	for (int b = 0; b < x->N; b++) {
 		Shard sh = shard_of(x, b);
@@ -80,25 +75,22 @@ Dataflow_Status ring_sharded_apply(Dataflow_Ring_Executor *x, const Dataflow_Ada
 			TRY(dataflow_submit_grad_norm_sq(x->h, s, DATAFLOW_FP32, DATAFLOW_FP64, sh.tail_len, g + sh.tail,
 							 x->norm_ws, x->sumsq, 1));
 	}
-	TRY(dataflow_submit_all_reduce(x->comm, s, DATAFLOW_FP64, 1, x->sumsq, x->sumsq, DATAFLOW_REDUCE_SUM));
-	TRY(dataflow_submit_clip_by_global_norm(x->h, s, DATAFLOW_FP64, x->sumsq, clip ? max_grad_norm : 1e30, x->scale,
-						x->norm));
-	TRY(ring_span_end(x, span));
-	TRY(dataflow_submit_outbound_transfer(x->h, s, x->host_norm, x->norm, 4));
-	const float *scale = clip ? x->scale : NULL;
-	for (int b = 0; b < x->N; b++) {
-		Shard sh = shard_of(x, b);
-		char *param = x->blocks[b].dev[DATAFLOW_BLOCK_PARAM];
-		TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_ADAMW, b, -1, 0, &span));
-		TRY(adamw_range(x, b, sh.own, 0, sh.part, params, scale, step));
-		TRY(adamw_range(x, b, sh.tail, sh.part, sh.tail_len, params, scale, step));
-		if (sh.part > 0)
-			TRY(dataflow_submit_all_gather(x->comm, s, cfg->dtype, sh.part, param + sh.own * x->es,
-						       param));
-		TRY(ring_span_end(x, span));
-	}
-	dataflow_trace_next_step(x->trace);
-	return ring_barrier(x);
+	return dataflow_submit_all_reduce(x->comm, s, DATAFLOW_FP64, 1, x->sumsq, x->sumsq, DATAFLOW_REDUCE_SUM);
+}
+
+Dataflow_Status ring_sharded_adamw(Dataflow_Ring_Executor *x, int b, const Dataflow_AdamW_Params *params,
+				   const float *clip_scale, int64_t step)
+{
+	Shard sh = shard_of(x, b);
+	char *param = x->blocks[b].dev[DATAFLOW_BLOCK_PARAM];
+	const Dataflow_Llama_Config *cfg = dataflow_blocked_model_config(x->model);
+	Dataflow_Trace_Span *span;
+	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_ADAMW, b, -1, 0, &span));
+	TRY(adamw_range(x, b, sh.own, 0, sh.part, params, clip_scale, step));
+	TRY(adamw_range(x, b, sh.tail, sh.part, sh.tail_len, params, clip_scale, step));
+	if (sh.part > 0)
+		TRY(dataflow_submit_all_gather(x->comm, x->s[RS_OPT], cfg->dtype, sh.part, param + sh.own * x->es, param));
+	return ring_span_end(x, span);
 }
 
 Dataflow_Status dataflow_ring_executor_set_comm(Dataflow_Ring_Executor *x, Dataflow_Comm *comm, int stream,

@@ -112,10 +112,12 @@ Dataflow_Status track_after(Dataflow_Ring_Executor *x, Track *t, int role);
 
 /* Data-parallel (ring_data_parallel.c): block b's final gradient g (device) summed over the
  * ranks on the comm stream (sharded: this rank's part reduce-scattered, the tail all-reduced);
- * the optimizer step of a sharded state (after the barrier that starts apply). */
+ * with a sharded state, the squared global norm into x->sumsq (every rank's parts, summed over
+ * the ranks) and block b's AdamW on this rank's part and the tail, then its weights gathered. */
 Dataflow_Status ring_sum_grad(Dataflow_Ring_Executor *x, int b, void *g, Track *track);
-Dataflow_Status ring_sharded_apply(Dataflow_Ring_Executor *x, const Dataflow_AdamW_Params *params,
-				   double max_grad_norm, int64_t step);
+Dataflow_Status ring_sharded_norm_sq(Dataflow_Ring_Executor *x);
+Dataflow_Status ring_sharded_adamw(Dataflow_Ring_Executor *x, int b, const Dataflow_AdamW_Params *params,
+				   const float *clip_scale, int64_t step);
 
 /* Tracing (ring_trace.c): a span of work on stream role opens (its start stamp queued) and
  * closes (its end stamp); *span is NULL, and nothing is queued, while not recording. */

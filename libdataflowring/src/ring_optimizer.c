@@ -83,19 +83,23 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 					  "ring apply: max_grad_norm must be >= 0 and step >= 1, got %g and %lld",
 					  max_grad_norm, (long long)step);
 	TRY(ring_barrier(x)); /* the training pass is done with the memory the scalars share */
-	if (x->shard)
-		return ring_sharded_apply(x, params, max_grad_norm, step);
 	int s = x->s[RS_OPT], clip = max_grad_norm > 0;
 	Dataflow_Trace_Span *span;
 	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_GRAD_NORM, -1, -1, 0, &span));
-	for (int b = 0; b < x->N; b++)
-		TRY(dataflow_block_grad_norm_sq(x->model, b, s, grad_home(&x->blocks[b]), x->norm_ws, x->sumsq, b > 0));
+	if (x->shard)
+		TRY(ring_sharded_norm_sq(x));
+	else
+		for (int b = 0; b < x->N; b++)
+			TRY(dataflow_block_grad_norm_sq(x->model, b, s, grad_home(&x->blocks[b]), x->norm_ws, x->sumsq,
+							b > 0));
 	TRY(dataflow_submit_clip_by_global_norm(x->h, s, DATAFLOW_FP64, x->sumsq, clip ? max_grad_norm : 1e30, x->scale,
 						x->norm));
 	TRY(ring_span_end(x, span));
 	TRY(dataflow_submit_outbound_transfer(x->h, s, x->host_norm, x->norm, 4));
 	const float *scale = clip ? x->scale : NULL;
-	for (int b = 0; b < x->N; b++) {
+	for (int b = 0; b < x->N && x->shard; b++)
+		TRY(ring_sharded_adamw(x, b, params, scale, step));
+	for (int b = 0; b < x->N && !x->shard; b++) {
 		Ring_Block *blk = &x->blocks[b];
 		if (x->plan.optimizer == DATAFLOW_RING_OPT_DEVICE_STREAMED ||
 		    x->plan.optimizer == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED) {

@@ -175,7 +175,6 @@ typedef enum {
 	DATAFLOW_LLAMA_WORK_FORWARD,        /* a block's forward (the head's: with the loss) */
 	DATAFLOW_LLAMA_WORK_BACKWARD,       /* a block's recompute, backward_x and backward_w */
 	DATAFLOW_LLAMA_WORK_ALL_REDUCE,     /* data-parallel: a block's gradients summed over the ranks */
-	DATAFLOW_LLAMA_WORK_REDUCE_SCATTER, /* the same with a sharded optimizer: this rank's part summed */
 	DATAFLOW_LLAMA_WORK_OPTIMIZER,      /* an AdamW step: global norm, clipping, every block's update */
 	DATAFLOW_LLAMA_NUM_WORK
 } Dataflow_Llama_Work;
@@ -183,15 +182,14 @@ Dataflow_Status dataflow_llama_set_trace(Dataflow_Llama *model, Dataflow_Trace *
 /* "forward", "grad all-reduce", ...; NULL for a value out of range. */
 const char *dataflow_llama_work_name(Dataflow_Llama_Work what);
 
-/* ZeRO-1 (shard = 1; 0 undoes it): the optimizer state (m, v, fp32 master weights) sharded over
- * the ranks of the gradient communicator. Of each block of n elements, rank r of N keeps the
- * part [r q, (r + 1) q), q = n / N, and the tail [N q, n); loss_backward reduce-scatters the
- * gradients (the tail: all-reduces), and adamw_step updates the part and the tail, then
- * all-gathers the parts of the weights. Existing state is converted (unsharding all-gathers
- * it); every rank must call it, in the same order as its other collectives. The weights equal
- * the unsharded step's within rounding (the gradient norm adds in another order). While
- * sharded, dataflow_llama_tensor of m, v and master fails, enable_master_weights and
- * set_grad_comm too: unshard first. */
+/* ZeRO-1's layout (shard = 1; 0 undoes it): the optimizer state (m, v, fp32 master weights)
+ * sharded over the ranks of the gradient communicator. Of each block of n elements, rank r of N
+ * keeps the part [r q, (r + 1) q), q = n / N, and the tail [N q, n). Existing state is converted
+ * (unsharding all-gathers it); every rank must call it, in the same order as its other
+ * collectives. Sharded training is the ring executor's over this state (dataflow_ring_executor_adopt
+ * and dataflow_ring_executor_set_comm with shard_optimizer); the model's own loss_backward and
+ * adamw_step refuse a sharded state. While sharded, dataflow_llama_tensor of m, v and master
+ * fails, enable_master_weights and set_grad_comm too: unshard first. */
 Dataflow_Status dataflow_llama_shard_optimizer(Dataflow_Llama *model, int stream, int shard);
 
 /* Forward and the token losses only (gradients untouched). Asynchronous on stream. */
