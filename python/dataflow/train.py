@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from . import atomic, checkpoint, distributed, launch, loss_plot, model_specs
+from . import atomic, checkpoint, distributed, launch, loss_plot, lr_schedule, model_specs
 from . import tokenizer as tokenizers
 from .corpus import Batches, read_text, split
 from .errors import BadArgumentError, DataflowError, FileFormatError, OutOfMemoryError, UnsupportedError
@@ -72,7 +72,7 @@ def _refuse_changes(args, resumed):
 RUN_CHECKS = {"batch": lambda v: type(v) is int and v >= 1, "seq_len": lambda v: type(v) is int and v >= 2,
               "lr": lambda v: type(v) in (int, float) and 0 < v <= 1, "dtype": lambda v: v in ("fp32", "bf16"),
               "seed": lambda v: type(v) is int and v >= 0, "master_weights": lambda v: type(v) is bool,
-              "eval_every": lambda v: type(v) is int and v >= 1}
+              "eval_every": lambda v: type(v) is int and v >= 1, "schedule_steps": lambda v: type(v) is int and v >= 1}
 
 
 def _checked_state(state, where):
@@ -211,6 +211,12 @@ def prepare(args, ranks=1):
                                                 else [])] + [[int(prior.get("step", 0)), spec.run["lr"]]]
     spec.first_step = int(prior.get("step", 0))
     spec.steps = args.steps
+    # the lr schedule's horizon: a resumed run keeps its first run's (so that it continues the same
+    # schedule) unless it trains past it, which stretches the decay to this run's end
+    end, planned = spec.first_step + spec.steps, before.get("schedule_steps")
+    spec.run["schedule_steps"] = args.schedule_steps or max(planned or 0, end)
+    if planned is not None and planned != spec.run["schedule_steps"]:
+        spec.changed["schedule_steps"] = (planned, spec.run["schedule_steps"])
     # a resumed run validates at its first run's interval unless told otherwise, so its curve keeps one spacing
     spec.eval_every = args.eval_every or before.get("eval_every") or max(1, args.steps // 10)
     spec.run["eval_every"] = spec.eval_every
@@ -309,7 +315,7 @@ def _banner(spec, trainer, handle, engine, ranks):
         f"{spec.tokenizer.vocab_size}); {len(spec.train_tokens):,} train, {spec.validation.size:,} held out for "
         "validation",
         f"  steps: {spec.steps} x {run['batch']} x {run['seq_len']} = {spec.steps * tokens_per_step:,} tokens "
-        f"({epochs:.1f} epochs), lr {run['lr']:g}, validation "
+        f"({epochs:.1f} epochs), lr {run['lr']:g} ({_schedule(run)}), validation "
         + ("every step" if spec.eval_every == 1 else f"every {spec.eval_every} steps"),
         f"  memory: model {mib(sum(parts.values()))} ({', '.join(f'{k} {mib(v)}' for k, v in parts.items())}) of "
         f"{mib(handle.memory_capacity())} device memory ({_device(handle.backend)}); host matmul: {engine}",
@@ -328,6 +334,12 @@ def _banner(spec, trainer, handle, engine, ranks):
         changes = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in spec.changed.items()) or "no settings changed"
         lines.insert(1, f"  resuming {spec.resumed.path} at step {spec.first_step} ({changes})")
     print("\n".join(lines), flush=True)
+
+
+def _schedule(run):
+    horizon = run["schedule_steps"]
+    return (f"warmup {lr_schedule.warmup_steps(horizon)} steps, cosine to {run['lr'] * lr_schedule.FLOOR:g} at "
+            f"step {horizon}")
 
 
 def train(args):
@@ -433,7 +445,6 @@ def _run(spec, handle, model, trainer, comm=None):
     mine = slice(comm.rank * rows, (comm.rank + 1) * rows) if comm else slice(None)
     if spec.resumed:
         checkpoint.restore_training(spec.resumed, model, trainer)
-        trainer.lr = run["lr"]  # the command line's (or the checkpoint's) lr, not the one stored with the optimizer
     batches, losses, val_losses = spec.batches, spec.losses, spec.val_losses
 
     saved = [spec.first_step]
@@ -501,6 +512,8 @@ def _run(spec, handle, model, trainer, comm=None):
             step = spec.first_step + done
             position = batches.position
             inputs = batches.next()  # the whole batch: this rank trains on its rows
+            # the schedule of the command line's (or the checkpoint's) peak lr, not the lr stored with the optimizer
+            trainer.lr = lr_schedule.lr_at(step, run["lr"], run["schedule_steps"])
             try:
                 loss = float(trainer.step(inputs[mine]))
             except DataflowError as e:
