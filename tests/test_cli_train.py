@@ -191,7 +191,7 @@ def test_resumed_runs_keep_their_validation_interval_and_plot_title(stand_in, tm
 def test_plot_keeps_its_title_and_marks_resumes(monkeypatch, tmp_path):
     _stand_in(monkeypatch)
     drawn = []
-    monkeypatch.setattr(train_module.loss_plot, "save", lambda path, losses, val, title, marks: drawn.append(
+    monkeypatch.setattr(train_module.loss_plot, "save", lambda path, losses, val, title, marks, lrs: drawn.append(
         (title, marks)))
     out = tmp_path / "run"
     assert run_cli("train", "--steps", "4", *SMALL, "--out", str(out)) == 0
@@ -316,6 +316,7 @@ def test_resume_honours_changed_hyperparameters(stand_in, tmp_path, capsys):
     ck = checkpoint.load(out / "checkpoint")
     assert ck.state["run"]["lr"] == 0.0005 and ck.state["run"]["batch"] == 3 and ck.state["run"]["schedule_steps"] == 5
     assert ck.state["data"]["position"] == 2 * 32 + 3 * 48
+    assert ck.state["lrs"] == [0.002, 0.0002] + PlainSGD.calls  # the lr of every step, for the plot
     assert "(batch 2 -> 3, lr 0.002 -> 0.0005, schedule_steps 2 -> 5)" in capsys.readouterr().out
 
 
@@ -470,7 +471,7 @@ def test_generate_streams_and_keeps_to_the_context(tmp_path):
 
 
 @pytest.mark.parametrize("field,value", [("step", "3"), ("losses", {"a": 1}), ("val_losses", [[1]]),
-                                         ("run", {"batch": -2}), ("run", {"lr": "fast"}), ("run", {"schedule_steps": 0}),
+                                         ("run", {"batch": -2}), ("run", {"lr": "fast"}), ("run", {"schedule_steps": 0}), ("lrs", [1e-3, "x"]),
                                          ("data", {"position": 1.5})])
 def test_resume_checks_the_saved_run_state(stand_in, trained, tmp_path, capsys, field, value):
     out = tmp_path / "run"

@@ -88,9 +88,10 @@ def _checked_state(state, where):
             fail(f"run.{key}", run[key])
     if type(state.get("step", 0)) is not int or state.get("step", 0) < 0:
         fail("step", state.get("step"))
-    losses = state.get("losses", [])
-    if not isinstance(losses, list) or not all(type(v) in (int, float) for v in losses):
-        fail("losses", losses)
+    for field in ("losses", "lrs"):
+        values = state.get(field, [])
+        if not isinstance(values, list) or not all(type(v) in (int, float) for v in values):
+            fail(field, values)
     val = state.get("val_losses", [])
     if not isinstance(val, list) or not all(isinstance(v, list) and len(v) == 2 and type(v[0]) is int
                                             and type(v[1]) in (int, float) for v in val):
@@ -205,6 +206,7 @@ def prepare(args, ranks=1):
     spec.batches = Batches(spec.train_tokens, spec.run["batch"], spec.run["seq_len"], spec.position,
                            f"--data: {args.data}" if args.data else "the embedded corpus")
     spec.losses = list(prior.get("losses", []))
+    spec.lrs = list(prior.get("lrs", []))  # the lr of each step (of the last ones: older checkpoints kept none)
     spec.val_losses = [list(v) for v in prior.get("val_losses", [])]
     # [first step, lr] of each run of this training (a checkpoint from before they were kept: its lr)
     spec.segments = [list(v) for v in prior.get("segments", [[0, before.get("lr", spec.run["lr"])]] if spec.resumed
@@ -445,7 +447,7 @@ def _run(spec, handle, model, trainer, comm=None):
     mine = slice(comm.rank * rows, (comm.rank + 1) * rows) if comm else slice(None)
     if spec.resumed:
         checkpoint.restore_training(spec.resumed, model, trainer)
-    batches, losses, val_losses = spec.batches, spec.losses, spec.val_losses
+    batches, losses, val_losses, lrs = spec.batches, spec.losses, spec.val_losses, spec.lrs
 
     saved = [spec.first_step]
     # the plot keeps one title over resumes (what was trained, not this invocation's flags) and marks
@@ -465,13 +467,13 @@ def _run(spec, handle, model, trainer, comm=None):
         try:
             checkpoint.save_training(spec.ckpt_dir, model, trainer, {
                 "run": run, "tokenizer": spec.tokenizer.to_dict(), "losses": losses, "val_losses": val_losses,
-                "segments": spec.segments,
+                "lrs": lrs, "segments": spec.segments,
                 "data": {**spec.data, "position": batches.position}}, tokenizer=spec.tokenizer)
         except OSError as e:  # disk full, quota, permissions: the atomic save left the previous checkpoint
             raise DataflowError(f"cannot save the checkpoint {spec.ckpt_dir}: {e.strerror or e}; it keeps the last "
                                 f"saved state (step {saved[0]})") from None
         saved[0] = trainer.step_count
-        loss_plot.save(os.path.join(spec.out, "loss.png"), losses, val_losses, title=title, marks=marks)
+        loss_plot.save(os.path.join(spec.out, "loss.png"), losses, val_losses, title=title, marks=marks, lrs=lrs)
 
     def validate():
         """The mean loss over the validation rows, in pieces of at most a training batch's rows:
@@ -523,6 +525,7 @@ def _run(spec, handle, model, trainer, comm=None):
                 raise DataflowError(f"step {step}: the loss is {loss} (diverged; try a lower --lr); nothing saved, "
                                     f"{spec.ckpt_dir} keeps the last saved state")
             losses.append(loss)
+            lrs.append(trainer.lr)
             tokens_done += inputs.size
             if tracing and done == spec.trace_steps:
                 write_trace()
