@@ -177,15 +177,15 @@ def test_resumed_runs_keep_their_validation_interval_and_plot_title(stand_in, tm
     out = tmp_path / "run"
     assert run_cli("train", "--steps", "20", *SMALL, "--out", str(out)) == 0  # validation every 2 steps
     assert "validation every 2 steps" in capsys.readouterr().out
-    assert run_cli("train", "--steps", "3", "--resume", "--lr", "1e-3", "--out", str(out)) == 0
+    assert run_cli("train", "--steps", "3", "--resume", "--lr", "5e-4", "--out", str(out)) == 0
     banner = capsys.readouterr().out
     assert "validation every 2 steps" in banner  # not every step, as 3 // 10 would give
     state = checkpoint.load(out / "checkpoint").state
     assert [v[0] for v in state["val_losses"]][-3:] == [20, 22, 23] and state["run"]["eval_every"] == 2
-    assert state["segments"] == [[0, 2e-3], [20, 1e-3]]
+    assert state["segments"] == [[0, 1e-3], [20, 5e-4]]
     assert run_cli("train", "--steps", "1", "--resume", "--eval-every", "1", "--out", str(out)) == 0
     assert "validation every step" in capsys.readouterr().out
-    assert checkpoint.load(out / "checkpoint").state["segments"] == [[0, 2e-3], [20, 1e-3], [23, 1e-3]]
+    assert checkpoint.load(out / "checkpoint").state["segments"] == [[0, 1e-3], [20, 5e-4], [23, 5e-4]]
 
 
 def test_plot_keeps_its_title_and_marks_resumes(monkeypatch, tmp_path):
@@ -199,7 +199,7 @@ def test_plot_keeps_its_title_and_marks_resumes(monkeypatch, tmp_path):
     assert run_cli("train", "--steps", "2", "--resume", "--lr", "5e-4", "--out", str(out)) == 0
     titles = {title for title, _ in drawn}
     assert len(titles) == 1 and titles.pop().startswith("run: Llama ")
-    assert drawn[-1][1] == [(4, "resumed"), (6, "resumed, lr 0.002 -> 0.0005")]
+    assert drawn[-1][1] == [(4, "resumed"), (6, "resumed, lr 0.001 -> 0.0005")]
 
 
 def test_checkpoint_is_a_whole_hf_directory_with_its_tokenizer(stand_in, tmp_path):

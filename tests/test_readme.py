@@ -115,7 +115,7 @@ WORD = re.compile(r"[A-Za-z]{2,}")
 def vocabulary_share(text, vocabulary):
     """The measure for "recognisable words": of the sample's words (runs of 2+ ASCII letters), the
     share that occur as words in the training corpus. The byte-level default run before the BPE
-    tokenizer scored 11% on this; the default run now about 74% (800 steps, validation loss 5.10)."""
+    tokenizer scored 11% on this; the default run now about 75% (800 steps, validation loss 4.87)."""
     words = WORD.findall(text)
     return sum(w in vocabulary for w in words) / max(len(words), 1), len(words)
 

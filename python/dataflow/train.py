@@ -43,7 +43,9 @@ from .safetensors_io import read_directory
 
 DEFAULT_STEPS = 800
 # Run settings: the command line wins, then a resumed checkpoint's, then these.
-RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 2e-3, "dtype": "fp32", "seed": 0, "master_weights": False}
+# lr (the schedule's peak): the default run's validation loss ends at 5.10 with 2e-3, 4.87 with 1e-3 and
+# 4.85 with 5e-4; 1e-3 learns faster in the first half
+RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 1e-3, "dtype": "fp32", "seed": 0, "master_weights": False}
 EMBEDDED = "embedded"
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 TRACE_STEPS = 20
