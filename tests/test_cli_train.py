@@ -5,6 +5,7 @@ import argparse
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -126,7 +127,7 @@ def run_cli(*argv):
 @pytest.mark.slow
 def test_train_resume_generate_plumbing(stand_in, tmp_path, capsys):
     out = tmp_path / "run"
-    assert run_cli("train", "--steps", "6", *SMALL, "--out", str(out)) == 0
+    assert run_cli("train", "--steps", "6", *SMALL, "--out", str(out), "--schedule-steps", "10") == 0
     ck = checkpoint.load(out / "checkpoint")
     assert ck.state["step"] == 6 and len(ck.state["losses"]) == 6 and ck.state["data"]["position"] == 6 * 32
     assert ck.state["data"]["source"] == "embedded" and ck.config["vocab_size"] == 258
@@ -139,7 +140,7 @@ def test_train_resume_generate_plumbing(stand_in, tmp_path, capsys):
     assert "held out for validation" in captured.out and "host matmul:" in captured.out
     assert "loss" in captured.out and "checkpoint" in captured.out
 
-    # resume: same batch settings come from the checkpoint; identical to an uninterrupted run
+    # resume: same batch settings and lr schedule come from the checkpoint; identical to an uninterrupted run
     assert run_cli("train", "--steps", "4", "--resume", "--out", str(out)) == 0
     straight = tmp_path / "straight"
     assert run_cli("train", "--steps", "10", *SMALL, "--out", str(straight), "--eval-every", "100") == 0
@@ -176,21 +177,21 @@ def test_resumed_runs_keep_their_validation_interval_and_plot_title(stand_in, tm
     out = tmp_path / "run"
     assert run_cli("train", "--steps", "20", *SMALL, "--out", str(out)) == 0  # validation every 2 steps
     assert "validation every 2 steps" in capsys.readouterr().out
-    assert run_cli("train", "--steps", "3", "--resume", "--lr", "1e-3", "--out", str(out)) == 0
+    assert run_cli("train", "--steps", "3", "--resume", "--lr", "5e-4", "--out", str(out)) == 0
     banner = capsys.readouterr().out
     assert "validation every 2 steps" in banner  # not every step, as 3 // 10 would give
     state = checkpoint.load(out / "checkpoint").state
     assert [v[0] for v in state["val_losses"]][-3:] == [20, 22, 23] and state["run"]["eval_every"] == 2
-    assert state["segments"] == [[0, 2e-3], [20, 1e-3]]
+    assert state["segments"] == [[0, 1e-3], [20, 5e-4]]
     assert run_cli("train", "--steps", "1", "--resume", "--eval-every", "1", "--out", str(out)) == 0
     assert "validation every step" in capsys.readouterr().out
-    assert checkpoint.load(out / "checkpoint").state["segments"] == [[0, 2e-3], [20, 1e-3], [23, 1e-3]]
+    assert checkpoint.load(out / "checkpoint").state["segments"] == [[0, 1e-3], [20, 5e-4], [23, 5e-4]]
 
 
 def test_plot_keeps_its_title_and_marks_resumes(monkeypatch, tmp_path):
     _stand_in(monkeypatch)
     drawn = []
-    monkeypatch.setattr(train_module.loss_plot, "save", lambda path, losses, val, title, marks: drawn.append(
+    monkeypatch.setattr(train_module.loss_plot, "save", lambda path, losses, val, title, marks, lrs: drawn.append(
         (title, marks)))
     out = tmp_path / "run"
     assert run_cli("train", "--steps", "4", *SMALL, "--out", str(out)) == 0
@@ -198,7 +199,7 @@ def test_plot_keeps_its_title_and_marks_resumes(monkeypatch, tmp_path):
     assert run_cli("train", "--steps", "2", "--resume", "--lr", "5e-4", "--out", str(out)) == 0
     titles = {title for title, _ in drawn}
     assert len(titles) == 1 and titles.pop().startswith("run: Llama ")
-    assert drawn[-1][1] == [(4, "resumed"), (6, "resumed, lr 0.002 -> 0.0005")]
+    assert drawn[-1][1] == [(4, "resumed"), (6, "resumed, lr 0.001 -> 0.0005")]
 
 
 def test_checkpoint_is_a_whole_hf_directory_with_its_tokenizer(stand_in, tmp_path):
@@ -241,6 +242,7 @@ BAD_ARGUMENTS = {  # argv -> what stderr must say (each names the flag)
     "short seq-len": (["--seq-len", "1"], "argument --seq-len: must be >= 2"),
     "nan lr": (["--lr", "nan"], "argument --lr: must be in (0, 1], got nan"),
     "negative lr": (["--lr=-1e-3"], "argument --lr: must be in (0, 1]"),
+    "zero schedule-steps": (["--schedule-steps", "0"], "argument --schedule-steps: must be >= 1, got 0"),
     "zero threads": (["--threads", "0"], "argument --threads: must be >= 1"),
     "bad memory": (["--device-memory", "5XB"], "argument --device-memory: expected a size like 512MiB"),
     "negative save-every": (["--save-every", "-1"], "argument --save-every: must be >= 0"),
@@ -304,13 +306,18 @@ def test_resume_refuses_what_it_cannot_change(stand_in, tmp_path, capsys, flag):
 def test_resume_honours_changed_hyperparameters(stand_in, tmp_path, capsys):
     out = tmp_path / "run"
     assert run_cli("train", "--steps", "2", *SMALL, "--lr", "0.002", "--out", str(out)) == 0
+    assert PlainSGD.calls == [0.002, 0.0002]  # the warmup's one step to the peak, then the floor at the horizon
     PlainSGD.calls = []
     assert run_cli("train", "--steps", "3", "--resume", "--out", str(out), "--lr", "0.0005", "--batch", "3") == 0
-    assert PlainSGD.calls == [0.0005] * 3  # trained with the new lr, not the one restored with the optimizer
+    # the new lr is the new peak (not the lr restored with the optimizer); training past the horizon (step 2)
+    # stretches the cosine to this run's end: steps 3, 4, 5 of a 5-step schedule (1 warmup step)
+    np.testing.assert_allclose(PlainSGD.calls, [0.0005 * (0.1 + 0.45 * (1 + math.cos(math.pi * (s - 1) / 4)))
+                                                for s in (3, 4, 5)], rtol=1e-12)
     ck = checkpoint.load(out / "checkpoint")
-    assert ck.state["run"]["lr"] == 0.0005 and ck.state["run"]["batch"] == 3
+    assert ck.state["run"]["lr"] == 0.0005 and ck.state["run"]["batch"] == 3 and ck.state["run"]["schedule_steps"] == 5
     assert ck.state["data"]["position"] == 2 * 32 + 3 * 48
-    assert "resuming" in capsys.readouterr().out and "(changed: batch 2 -> 3, lr 0.002 -> 0.0005)"
+    assert ck.state["lrs"] == [0.002, 0.0002] + PlainSGD.calls  # the lr of every step, for the plot
+    assert "(batch 2 -> 3, lr 0.002 -> 0.0005, schedule_steps 2 -> 5)" in capsys.readouterr().out
 
 
 def test_resume_needs_the_same_data_named_explicitly(stand_in, tmp_path, capsys):
@@ -381,7 +388,8 @@ def test_bf16_master_weights_resume_like_an_uninterrupted_run(tmp_path):
     """The real model: fp32 master weights are checkpointed and restored, so 3 + 2 steps equal 5."""
     pytest.importorskip("dataflow.models")
     (tmp_path / "micro.json").write_text(MICRO)
-    common = ("--config", "micro.json", "--batch", "2", "--seq-len", "16", "--dtype", "bf16", "--master-weights")
+    common = ("--config", "micro.json", "--batch", "2", "--seq-len", "16", "--dtype", "bf16", "--master-weights",
+              "--schedule-steps", "5")
     assert _dataflow("train", "--steps", "3", *common, "--out", "a", cwd=tmp_path).returncode == 0
     resumed = _dataflow("train", "--steps", "2", "--resume", "--out", "a", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -464,7 +472,8 @@ def test_generate_streams_and_keeps_to_the_context(tmp_path):
 
 
 @pytest.mark.parametrize("field,value", [("step", "3"), ("losses", {"a": 1}), ("val_losses", [[1]]),
-                                         ("run", {"batch": -2}), ("run", {"lr": "fast"}), ("data", {"position": 1.5})])
+                                         ("run", {"batch": -2}), ("run", {"lr": "fast"}), ("run", {"schedule_steps": 0}), ("lrs", [1e-3, "x"]),
+                                         ("data", {"position": 1.5})])
 def test_resume_checks_the_saved_run_state(stand_in, trained, tmp_path, capsys, field, value):
     out = tmp_path / "run"
     shutil.copytree(trained, out)

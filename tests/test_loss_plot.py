@@ -47,6 +47,18 @@ def test_degenerate_curves(tmp_path, values):
         assert image.size == (800, 500)
 
 
+def test_learning_rate_is_drawn_on_its_own_axis_for_the_steps_that_kept_it():
+    lrs = [1e-3 * (1 - s / 40) for s in range(20)]  # a resumed older run: the lr of its last 20 of 30 steps
+    fig = loss_plot.figure([3.0] * 30, [(30, 2.9)], title="t", lrs=lrs)
+    ax, lr_ax = fig.axes
+    (line,) = lr_ax.get_lines()
+    np.testing.assert_array_equal(line.get_xdata(), np.arange(11, 31))
+    np.testing.assert_array_equal(line.get_ydata(), lrs)
+    assert lr_ax.get_ylabel() == "learning rate" and lr_ax.get_ylim()[0] == 0
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["train (per step)", "train",
+                                                                    "validation (held out)", "learning rate (right)"]
+
+
 def test_marks_show_where_resumed_runs_began():
     fig = loss_plot.figure([3.0] * 30, [], title="t", marks=[(10, "resumed"), (20, "resumed, lr 0.002 -> 0.0005")])
     (ax,) = fig.axes

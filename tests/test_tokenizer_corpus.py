@@ -113,11 +113,15 @@ def test_batches_are_consecutive_and_resumable():
         Batches(tokens[:3], 2, 4, source="small.txt")
 
 
-def test_validation_is_a_held_out_tail():
+def test_validation_rows_are_held_out_evenly_over_the_stream():
     tokens = np.arange(10_000, dtype=np.int32)
     train, val = split(tokens, seq_len=64)
-    assert val.shape == (7, 64) and train.size + val.size == tokens.size
-    np.testing.assert_array_equal(val.reshape(-1), tokens[train.size:])
+    assert val.shape == (7, 64) and train.size + val.size == tokens.size  # 5% of 10,000 tokens: 7 rows
+    assert not np.isin(val, train).any()  # held out: never trained on
+    np.testing.assert_array_equal(train, np.setdiff1d(tokens, val))  # the rest, in order
+    assert val[0, 0] < tokens.size / 7 and val[-1, -1] >= tokens.size * 6 / 7  # spread: one in each 7th
+    assert (np.diff(val[:, 0]) > 64).all()
+    assert split(tokens, seq_len=64, rows=3)[1].shape == (3, 64)
     assert split(tokens[:100], seq_len=64)[1].shape == (0, 64)  # too short to hold any out
 
 

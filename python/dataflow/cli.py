@@ -330,7 +330,10 @@ def _add_train(sub):
                    help=f"tokens per sequence (default {RUN_DEFAULTS['seq_len']})")
     p.add_argument("--dtype", choices=("fp32", "bf16"), help="model dtype (default fp32)")
     p.add_argument("--lr", type=_number(0, 1, low_open=True),
-                   help=f"AdamW learning rate, in (0, 1] (default {RUN_DEFAULTS['lr']:g})")
+                   help=f"AdamW peak learning rate (see --schedule-steps), in (0, 1] (default {RUN_DEFAULTS['lr']:g})")
+    p.add_argument("--schedule-steps", dest="schedule_steps", type=_integer(1), metavar="N",
+                   help="the lr schedule's length: a warmup, then a cosine decay of --lr to a tenth of it at step N "
+                        "(default: the run's last step; a resumed run keeps its schedule unless it trains past it)")
     p.add_argument("--master-weights", dest="master_weights", action="store_const", const=True,
                    help="bf16: keep fp32 master weights for AdamW (saved in checkpoints; kept on resume)")
     p.add_argument("--seed", type=_integer(0), help="weight initialisation seed of a new run (default 0)")

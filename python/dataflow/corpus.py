@@ -1,5 +1,5 @@
 """Training text as token batches: the embedded corpus (data/corpus.txt) or a text file, split into
-a training stream and a held-out validation tail."""
+a training stream and held-out validation rows spread over it."""
 import hashlib
 import os
 
@@ -9,8 +9,8 @@ from .errors import BadArgumentError, FileFormatError
 from .file_checks import open_regular
 
 EMBEDDED = os.path.join(os.path.dirname(__file__), "data", "corpus.txt")
-VALIDATION_FRACTION = 0.05   # the tail of the token stream, never trained on
-VALIDATION_ROWS = 16         # sequences scored for each validation loss
+VALIDATION_FRACTION = 0.05   # at most this share of the token stream is held out, never trained on
+VALIDATION_ROWS = 32         # sequences scored for each validation loss
 
 
 def read_text(path=None, flag="--data"):
@@ -34,13 +34,21 @@ def load_tokens(tokenizer, path=None):
 
 
 def split(tokens, seq_len, fraction=VALIDATION_FRACTION, rows=VALIDATION_ROWS):
-    """(training tokens, validation rows [n, seq_len]): the last `fraction` of the stream (at least one
-    row, at most `rows`) is held out; a stream too short to spare a row gets no validation."""
-    held = max(int(len(tokens) * fraction), seq_len)
-    n = min(rows, held // seq_len)
+    """(training tokens, validation rows [n, seq_len]): n windows of seq_len tokens (at most `rows`,
+    together at most `fraction` of the stream, at least one) spread evenly over the stream are held
+    out, and the rest, in order, is the training stream; a stream too short to spare a row gets no
+    validation. Spread, not a tail: a corpus of many documents (the embedded one: one module's
+    docstrings after another) would otherwise be validated on its last document alone, whose loss
+    measures how unlike the rest that document is more than how well the model generalises."""
+    windows = len(tokens) // seq_len
+    n = min(rows, max(int(len(tokens) * fraction), seq_len) // seq_len)
     if n == 0 or len(tokens) - n * seq_len < 2 * seq_len:
         return tokens, np.zeros((0, seq_len), tokens.dtype)
-    return tokens[:-n * seq_len], tokens[-n * seq_len:].reshape(n, seq_len)
+    held = [(2 * k + 1) * windows // (2 * n) for k in range(n)]  # the middle window of each n-th of the stream
+    keep = np.ones(len(tokens), bool)
+    for w in held:
+        keep[w * seq_len:(w + 1) * seq_len] = False
+    return tokens[keep], np.stack([tokens[w * seq_len:(w + 1) * seq_len] for w in held])
 
 
 class Batches:

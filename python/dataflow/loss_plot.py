@@ -1,5 +1,6 @@
 """The loss curve of a training run as a PNG, drawn with matplotlib (no display needed): the raw
-training loss faintly, its moving average on top, held-out validation points, labelled axes."""
+training loss faintly, its moving average on top, held-out validation points, the learning rate
+on its own axis, labelled axes."""
 import numpy as np
 
 from . import atomic
@@ -18,10 +19,12 @@ def smooth(values, window):
         return np.where(n > 0, total / np.maximum(n, 1), np.nan)
 
 
-def figure(losses, validation=(), title="training loss", first_step=1, marks=()):
+def figure(losses, validation=(), title="training loss", first_step=1, marks=(), lrs=()):
     """A matplotlib Figure: losses[i] is the training loss of step first_step + i; validation is
     [(step, loss)]; marks [(step, text)] draw a dashed line after that step, labelled (a resume,
-    an lr change). Built without pyplot, so nothing global changes and no display is touched."""
+    an lr change); lrs the learning rate of the last len(lrs) steps, on a right-hand axis (its
+    schedule explains the loss's shape). Built without pyplot, so nothing global changes and no
+    display is touched."""
     from matplotlib.figure import Figure
     fig = Figure(figsize=(8, 5), dpi=100, layout="constrained")
     ax = fig.add_subplot()
@@ -42,13 +45,20 @@ def figure(losses, validation=(), title="training loss", first_step=1, marks=())
     ax.set_ylabel("cross-entropy loss (nats per token)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    if len(losses) or len(validation):
-        ax.legend(loc="upper right")
+    handles = ax.get_legend_handles_labels()[0]
+    if len(lrs):
+        lr_ax = ax.twinx()
+        lr_ax.plot(steps[len(steps) - len(lrs):], lrs, color="tab:green", linewidth=1, label="learning rate (right)")
+        lr_ax.set_ylim(0, max(lrs) * 1.05)
+        lr_ax.set_ylabel("learning rate")
+        handles += lr_ax.get_legend_handles_labels()[0]
+    if handles:
+        ax.legend(handles=handles, loc="upper right")
     return fig
 
 
-def save(path, losses, validation=(), title="training loss", first_step=1, marks=()):
+def save(path, losses, validation=(), title="training loss", first_step=1, marks=(), lrs=()):
     """Writes figure(...) to `path` as a PNG, atomically (the previous plot survives a failed write)."""
-    fig = figure(losses, validation, title, first_step, marks)
+    fig = figure(losses, validation, title, first_step, marks, lrs)
     with atomic.replaced_file(path) as tmp:
         fig.savefig(tmp, format="png")
