@@ -60,6 +60,10 @@ static Dataflow_Status check_config(const Dataflow_Llama_Config *c)
 					  "llama config: llama3 rope scaling needs high_freq_factor > low_freq_factor > 0 "
 					  "and original_max_position > 0, got %g, %g, %g",
 					  c->rope_high_freq_factor, c->rope_low_freq_factor, c->rope_original_max_position);
+	if (c->sliding_window < 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: sliding_window must be >= 0 (0: none), got %lld",
+					  (long long)c->sliding_window);
 	if (c->dtype != DATAFLOW_FP32 && c->dtype != DATAFLOW_BF16)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama config: dtype must be fp32 or bf16, got %s",
 					  dataflow_datatype_name(c->dtype));

@@ -388,10 +388,20 @@ def _check_like(x, what, shape, dtype):
     return x
 
 
-def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, out=None, lse=None, stream=0):
+def _window(window, causal, op):
+    """A checked sliding window (Mistral's: query i sees keys i - window < j <= i; 0 is none)."""
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+        raise BadArgumentError(f"{op}: window must be an int >= 0 (0: no sliding window), got {window!r}")
+    if window and not causal:
+        raise BadArgumentError(f"{op}: window {window} needs causal=True (a sliding window looks back only)")
+    return int(window)
+
+
+def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, window=0, out=None, lse=None, stream=0):
     """Softmax attention over packed variable-length sequences (see ops.h):
     q (tokens, q_heads, head_dim), k/v (tokens, kv_heads, head_dim), cu_seqlens the num_seqs + 1
-    sequence offsets (numpy or device int32). scale defaults to 1/sqrt(head_dim).
+    sequence offsets (numpy or device int32). scale defaults to 1/sqrt(head_dim). window > 0
+    (causal only) is a sliding window: query i sees keys i - window < j <= i.
     Returns (out like q, lse fp32 (q_heads, tokens))."""
     q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
     total, _, hq, hkv, d = _attention_shapes(q, k, v)
@@ -402,11 +412,12 @@ def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, out=None, lse=Non
     _same_handle(h, q, k, v, cu, out, lse)
     OPS["attention"].submit(h, stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens=cu, out=out, lse=lse,
            total_tokens=total, num_seqs=cu.size - 1, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=scale,
-           causal=bool(causal))
+           causal=bool(causal), window=_window(window, causal, "attention"))
     return out, lse
 
 
-def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, out=None, lse=None, stream=0):
+def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, window=0, out=None, lse=None,
+                 stream=0):
     """Forward attention with separate query and key sequences (FlashAttention varlen with
     cu_seqlens_q and cu_seqlens_k, see ops.h): q (total_q, q_heads, head_dim), k/v (total_k,
     kv_heads, head_dim), e.g. new tokens over a KV cache. Causal masking is bottom-right aligned:
@@ -421,11 +432,11 @@ def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True
     _same_handle(h, q, k, v, cu_q, cu_k, out, lse)
     OPS["attention_kv"].submit(h, stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, out=out,
            lse=lse, total_q=total_q, total_k=total_k, num_seqs=cu_q.size - 1, num_q_heads=hq, num_kv_heads=hkv,
-           head_dim=d, scale=scale, causal=bool(causal))
+           head_dim=d, scale=scale, causal=bool(causal), window=_window(window, causal, "attention_kv"))
     return out, lse
 
 
-def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=True, dq=None, dk=None, dv=None,
+def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=True, window=0, dq=None, dk=None, dv=None,
                   workspace=None, stream=0):
     """Gradients of attention() given dout and its (out, lse); deterministic. Returns (dq, dk, dv).
     workspace: a device array of at least dataflow_attention_bwd_workspace_bytes; by default one
@@ -450,11 +461,11 @@ def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=Tru
     check(opslib.dataflow_submit_attention_bwd(h._ptr(), stream, dtypes.enum(q.dtype), dout.cdata, q.cdata, k.cdata,
                                                v.cdata, out.cdata, lse.cdata, cu.cdata, dq.cdata, dk.cdata, dv.cdata,
                                                workspace.cdata, workspace.nbytes, total, cu.size - 1, hq, hkv, d, scale,
-                                               int(bool(causal))))
+                                               int(bool(causal)), _window(window, causal, "attention_bwd")))
     return dq, dk, dv
 
 
-def attention_kv_bwd(h, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, dq=None,
+def attention_kv_bwd(h, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, window=0, dq=None,
                      dk=None, dv=None, workspace=None, stream=0):
     """Gradients of attention_kv() given dout and its (out, lse); deterministic. Returns (dq, dk, dv):
     dq like q; dk, dv fp32 like k, ACCUMULATED: pass the fp32 arrays of an earlier call to add
@@ -485,7 +496,7 @@ def attention_kv_bwd(h, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sca
                                                   dq.cdata, ffi.cast("float *", dk.cdata),
                                                   ffi.cast("float *", dv.cdata), workspace.cdata, workspace.nbytes,
                                                   total_q, total_k, cu_q.size - 1, hq, hkv, d, scale,
-                                                  int(bool(causal))))
+                                                  int(bool(causal)), _window(window, causal, "attention_kv_bwd")))
     return dq, dk, dv
 
 def _rows(x, what):

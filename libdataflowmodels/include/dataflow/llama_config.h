@@ -5,9 +5,10 @@
 
 #include "dataflow/datatype.h"
 
-/* The architecture of a dense decoder of the Llama-3 / Qwen2 / Qwen3 families (GQA, RoPE with
- * optional Llama-3 scaling, RMSNorm, SwiGLU, tied or untied embeddings, optional attention
- * biases and per-head q/k RMSNorm), in Hugging Face config.json terms. */
+/* The architecture of a dense decoder of the Llama-3 / Qwen2 / Qwen3 / Mistral families (GQA,
+ * RoPE with optional Llama-3 scaling, RMSNorm, SwiGLU, tied or untied embeddings, optional
+ * attention biases and per-head q/k RMSNorm, an optional sliding window), in Hugging Face
+ * config.json terms. */
 
 #define DATAFLOW_LLAMA_ALIGN 32 /* tensors start at multiples of this many elements in a block */
 #define DATAFLOW_LLAMA_IGNORE_INDEX (-100)
@@ -38,6 +39,7 @@ typedef struct {
 	int qkv_bias;            /* q_proj, k_proj, v_proj have biases (Qwen2; attention_bias) */
 	int o_bias;              /* o_proj has a bias (Llama / Qwen3 attention_bias) */
 	int qk_norm;             /* RMSNorm over each head's q and k before RoPE (Qwen3 q_norm, k_norm) */
+	int64_t sliding_window;  /* Mistral's: query i sees keys i - w < j <= i; 0: none */
 	DataflowDatatype dtype;  /* weights and activations: DATAFLOW_FP32 or DATAFLOW_BF16 */
 } Dataflow_Llama_Config;
 

@@ -49,7 +49,8 @@ int64_t dataflow_grad_norm_sq_workspace_bytes(int64_t n);
  *   p_ij = exp(s_ij - lse_i),  D_i = dout_i . out_i,  ds_ij = p_ij (dout_i . v_j - D_i)
  *   dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i,  dv_j = sum_i p_ij dout_i
  * with the sums over i of dk, dv running over all query heads sharing the kv head. Results
- * are deterministic: the same bits for any thread count. dq, dk, dv are overwritten.
+ * are deterministic: the same bits for any thread count. dq, dk, dv are overwritten. window:
+ * attention's sliding window (0: none; > 0 needs causal).
  * workspace: at least dataflow_attention_bwd_workspace_bytes(...) bytes of device memory
  * (holds D). Submits attention_bwd_delta, then the attention_bwd op, in stream order (both or
  * neither). */
@@ -58,7 +59,8 @@ Dataflow_Status dataflow_submit_attention_bwd(Dataflow_Handle *handle, int strea
 					      const void *out, const void *lse, const void *cu_seqlens, void *dq,
 					      void *dk, void *dv, void *workspace, int64_t workspace_bytes,
 					      int64_t total_tokens, int64_t num_seqs, int64_t num_q_heads,
-					      int64_t num_kv_heads, int64_t head_dim, float scale, int causal);
+					      int64_t num_kv_heads, int64_t head_dim, float scale, int causal,
+					      int64_t window);
 /* attention_kv_bwd: gradients of attention_kv (same shapes, bottom-right causal masking and
  * offset rules) given dout and the forward's out and lse, with attention_bwd's formulas. dq
  * (dtype) is overwritten; dk and dv are fp32 and ACCUMULATED: dk += this call's dK, so the keys
@@ -72,7 +74,7 @@ Dataflow_Status dataflow_submit_attention_kv_bwd(Dataflow_Handle *handle, int st
 						 const void *cu_seqlens_k, void *dq, float *dk, float *dv, void *workspace,
 						 int64_t workspace_bytes, int64_t total_q, int64_t total_k, int64_t num_seqs,
 						 int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, float scale,
-						 int causal);
+						 int causal, int64_t window);
 /* Bytes of workspace attention_bwd needs (fp32 [num_q_heads][total_tokens]); -1 when a size
  * is not positive or the bytes overflow int64. */
 int64_t dataflow_attention_bwd_workspace_bytes(int64_t total_tokens, int64_t num_seqs, int64_t num_q_heads,
