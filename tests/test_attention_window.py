@@ -4,11 +4,10 @@ boolean mask and autograd, in fp32 on the same (dtype-rounded) inputs. Tolerance
 tests/tolerances.py, through test_attention's assert_attention_close."""
 import numpy as np
 import pytest
-import torch
 
 import dataflow as df
 from conftest import handle_fixture
-from test_attention import assert_attention_close, offsets
+from test_attention import assert_attention_close, offsets, oracle_kv
 from tolerances import ATTENTION_TOLERANCES
 from test_elementwise_ops import quantize
 
@@ -16,36 +15,9 @@ h = handle_fixture("h", ("attention", "attention_kv", "attention_bwd_delta", "at
                    streams=2, device_memory="1GiB")
 
 
-def window_mask(lq, lk, window):
-    """Query i of lq (bottom-right aligned: at key position i + lk - lq) sees key j when
-    pos - window < j <= pos; window 0 is plain causal. The boundary is transformers'
-    sliding_window_overlay (kv_idx > q_idx - sliding_window) with its causal mask."""
-    pos = torch.arange(lq)[:, None] + (lk - lq)
-    j = torch.arange(lk)[None, :]
-    allowed = j <= pos
-    return allowed & (j > pos - window) if window else allowed
-
-
 def oracle(q, k, v, cu_q, cu_k, scale, window, dout=None):
-    """out, lse (q_heads, total_q) and with dout (dq, dk, dv), torch fp32 per sequence. A query
-    that sees no key gets out = 0 and lse = -inf (the kernels' rule)."""
-    q, k, v = (torch.from_numpy(x).requires_grad_(dout is not None) for x in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    outs, lses = [], []
-    for (qa, qb), (ka, kb) in zip(zip(cu_q[:-1], cu_q[1:]), zip(cu_k[:-1], cu_k[1:])):
-        qs = q[qa:qb].transpose(0, 1)
-        ks = k[ka:kb].repeat_interleave(group, dim=1).transpose(0, 1)
-        vs = v[ka:kb].repeat_interleave(group, dim=1).transpose(0, 1)
-        allowed = window_mask(qb - qa, kb - ka, window)
-        scores = ((qs @ ks.transpose(1, 2)) * scale).masked_fill(~allowed, -float("inf"))
-        p = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows without keys: 0
-        outs.append((p @ vs).transpose(0, 1))
-        lses.append(torch.logsumexp(scores, dim=-1))
-    out, lse = torch.cat(outs), torch.cat(lses, dim=1)
-    if dout is None:
-        return out.detach().numpy(), lse.detach().numpy(), None
-    out.backward(torch.from_numpy(dout))
-    return out.detach().numpy(), lse.detach().numpy(), [x.grad.numpy() for x in (q, k, v)]
+    """test_attention's oracle_kv with the window in its mask: out, lse, (dq, dk, dv)."""
+    return oracle_kv(q, k, v, cu_q, cu_k, scale, dout=dout, window=window) + (() if dout is not None else (None,))
 
 
 def inputs(q_tokens, k_tokens, hq, hkv, d, dtype, seed):
