@@ -1,9 +1,10 @@
 """Hugging Face model directories: config.json + *.safetensors, read into and written from a Llama
-(the dense decoder of the Llama-3, Qwen2/2.5 and Qwen3 families, chosen by config.json's model_type).
+(the dense decoder of the Llama-3, Qwen2/2.5, Qwen3 and Mistral families, chosen by config.json's
+model_type).
 
 from_pretrained(path, handle, dtype) / save_pretrained(model, path) back dataflow.models.from_pretrained,
 Llama.from_pretrained and model.save_pretrained. Directories written here load with transformers'
-AutoModelForCausalLM (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) and back.
+AutoModelForCausalLM (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM) and back.
 """
 import json
 import math
@@ -17,7 +18,7 @@ from . import safetensors_io as st
 from ._ffi import modelslib
 from .errors import BadArgumentError, FileFormatError, OutOfMemoryError
 from .file_checks import member, read_json
-from .models.config import FAMILIES
+from .models.config import FAMILIES, sliding_window
 
 CONFIG_NAME = "config.json"
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -25,7 +26,7 @@ REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers
 DEFAULTS = {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None, "tie_word_embeddings": False,
             "max_position_embeddings": 2048}
 # Architecture variants the decoder here does not implement: field -> the only accepted value.
-UNSUPPORTED = {"hidden_act": "silu", "mlp_bias": False, "use_sliding_window": False}
+UNSUPPORTED = {"hidden_act": "silu", "mlp_bias": False}
 HF_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # Non-parameter buffers that older checkpoints carry and loading skips.
 BUFFER_SUFFIXES = (".rotary_emb.inv_freq",)
@@ -99,11 +100,12 @@ def validate_config(config, where=CONFIG_NAME):
     for field, accepted in UNSUPPORTED.items():
         if out.get(field, accepted) != accepted:
             raise FileFormatError(f"{where}: {field}={out[field]!r:.60} is not supported; expected {accepted!r}")
-    if "sliding_attention" in (out.get("layer_types") or ()):
-        raise FileFormatError(f"{where}: layer_types has sliding_attention layers; sliding-window attention is "
-                              f"not supported")
-    if family == "qwen2":
-        out.pop("attention_bias", None)  # Qwen2's q/k/v biases are always there
+    try:
+        sliding_window(out, family)
+    except BadArgumentError as e:
+        raise FileFormatError(f"{where}: {e}") from None
+    if family in ("qwen2", "mistral"):
+        out.pop("attention_bias", None)  # Qwen2's q/k/v biases are always there; Mistral has none
     elif not isinstance(out.get("attention_bias", False), bool):
         raise FileFormatError(f"{where}: attention_bias must be true or false, got {out['attention_bias']!r:.60}")
     heads = out["num_attention_heads"]
