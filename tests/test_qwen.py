@@ -41,10 +41,16 @@ CONFIGS = {
     "mistral_window": dict(model_type="mistral", vocab_size=83, hidden_size=40, intermediate_size=66,
                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=12,
                            rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=5, tie_word_embeddings=False),
-    # Mistral v0.3's kind: sliding_window null (no window), MQA 6/1, tied
+    # Mistral v0.3's kind: sliding_window null (no window), MQA 6/1, tied; linear rope scaling
     "mistral_no_window": dict(model_type="mistral", vocab_size=61, hidden_size=36, intermediate_size=50,
                               num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=1, head_dim=8,
-                              rms_norm_eps=1e-5, sliding_window=None, tie_word_embeddings=True),
+                              rms_norm_eps=1e-5, sliding_window=None, tie_word_embeddings=True,
+                              rope_scaling={"rope_type": "linear", "factor": 2.5}),
+    # yarn rope scaling with its attention factor (mscale on cos and sin: 1.139 at factor 4)
+    "qwen3_yarn": dict(model_type="qwen3", vocab_size=79, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+                       rope_theta=10000.0, max_position_embeddings=64, tie_word_embeddings=False,
+                       rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
     # Qwen2 with use_sliding_window on every layer (max_window_layers 0): a window of 4
     "qwen2_window": dict(model_type="qwen2", vocab_size=67, hidden_size=24, intermediate_size=40,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,

@@ -3,6 +3,7 @@
  *   xn1 = rms_norm(x) ; q, k, v = xn1 Wq^T [+ bq], xn1 Wk^T [+ bk], xn1 Wv^T [+ bv]
  *   [q, k = rms_norm(q), rms_norm(k) over each head's head_dim values (qk_norm)]
  *   q, k = rope(q), rope(k) ; att = causal varlen GQA attention(q, k, v), scale 1 / sqrt(head_dim)
+ *                                   (times rope's attention factor squared: yarn's mscale on cos, sin)
  *                                   [over the last sliding_window keys only (Mistral)]
  *   hmid = x + att Wo^T [+ bo] ; xn2 = rms_norm(hmid) ; y = hmid + (silu(xn2 Wg^T) * xn2 Wu^T) Wd^T
  * A bias is a matmul with a column of ones (ones[T, 1] b[1, n], exact), written before the
@@ -78,7 +79,7 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 	Layer L = layer_view(m, mem, a);
 	const Dataflow_Llama_Batch *b = a->batch;
 	const Dataflow_Block_KV *kv = a->kv;
-	float eps = m->config.rms_eps, scale = 1.0f / sqrtf((float)L.hd);
+	float eps = m->config.rms_eps, scale = m->attn_scale;
 	void **act = L.act;
 	/* with a context, the chunk's K and V rows go straight into it at row kv->past */
 	void *k = kv ? llama_at(kv->k, kv->past * L.nkv * L.hd, L.d) : act[ACT_K];
@@ -146,7 +147,7 @@ static Dataflow_Status attention_grads(const Layer *L, int s, const Dataflow_Blo
 	const Dataflow_Llama_Batch *b = a->batch;
 	const Dataflow_Block_KV *kv = a->kv;
 	void *const *act = L->act, *const *da = L->da;
-	float scale = 1.0f / sqrtf((float)L->hd);
+	float scale = L->m->attn_scale;
 	int64_t ws = dataflow_attention_bwd_workspace_bytes(L->T, L->T, L->nq, L->nkv, L->hd);
 	if (!kv)
 		return dataflow_submit_attention_bwd(L->h, s, L->d, L->ws[WS_DATT], act[ACT_Q], act[ACT_K], act[ACT_V],

@@ -163,17 +163,48 @@ def embedding_bwd_w(h, ids, d_out, d_table=None, vocab=None, stream=0):
     return d_table
 
 
-def rope_inv_freq(head_dim, theta=10000.0, scaling=None):
-    """fp32 numpy [head_dim/2] inverse frequencies for rope: HF's default, or with scaling (a
-    dict like HF's rope_scaling: factor, low_freq_factor, high_freq_factor,
-    original_max_position_embeddings) its Llama-3 scaling."""
+# HF rope_type -> Dataflow_Rope_Type, and the parameters each reads (HF's names)
+ROPE_TYPES = {"default": opslib.DATAFLOW_ROPE_DEFAULT, "linear": opslib.DATAFLOW_ROPE_LINEAR,
+              "llama3": opslib.DATAFLOW_ROPE_LLAMA3, "yarn": opslib.DATAFLOW_ROPE_YARN}
+_ROPE_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings", "beta_fast",
+                "beta_slow", "attention_factor", "mscale", "mscale_all_dim")
+
+
+def rope_scaling(theta=10000.0, scaling=None, out=None):
+    """A Dataflow_Rope_Scaling (cffi; filled into `out` when given) from theta and an HF
+    rope_scaling dict: rope_type (or type) default, linear, llama3 or yarn and the parameters HF
+    names; a parameter left out or null is 0, which C reads as HF's default where HF has one."""
     s = scaling or {}
+    kind = s.get("rope_type", s.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        why = " (its frequencies change with the sequence length)" if kind == "dynamic" else ""
+        raise BadArgumentError(f"rope scaling {kind!r:.40} is not supported{why}; supported: {', '.join(ROPE_TYPES)}")
+    c = ffi.new("Dataflow_Rope_Scaling *") if out is None else out
+    try:
+        c.type, c.theta = ROPE_TYPES[kind], theta
+        for field in _ROPE_FIELDS:
+            setattr(c, field, s.get(field) or 0.0)
+        c.truncate = int(s.get("truncate", True) is not False)
+    except (TypeError, OverflowError) as e:
+        raise BadArgumentError(f"rope scaling: theta and {', '.join(_ROPE_FIELDS)} must be numbers: {e}") from None
+    return c
+
+
+def rope_parameters(head_dim, theta=10000.0, scaling=None):
+    """(inv_freq, attention_factor): fp32 numpy [head_dim/2] inverse frequencies for rope and the
+    factor HF multiplies cos and sin by (yarn's mscale, else 1), as transformers'
+    ROPE_INIT_FUNCTIONS compute them for theta and the rope_scaling dict (rope_scaling())."""
+    c = rope_scaling(theta, scaling)
     out = np.empty(max(int(head_dim) // 2, 1), np.float32)
-    check(opslib.dataflow_rope_inv_freq(head_dim, theta, s.get("factor", 0.0), s.get("low_freq_factor", 0.0),
-                                        s.get("high_freq_factor", 0.0),
-                                        s.get("original_max_position_embeddings", 0.0),
-                                        ffi.cast("float *", ffi.from_buffer(out))))
-    return out
+    factor = ffi.new("float *")
+    check(opslib.dataflow_rope_inv_freq(head_dim, c, ffi.cast("float *", ffi.from_buffer(out)), factor))
+    return out, factor[0]
+
+
+def rope_inv_freq(head_dim, theta=10000.0, scaling=None):
+    """rope_parameters' inv_freq: HF's default frequencies, or with scaling (a dict like HF's
+    rope_scaling) its linear, llama3 or yarn ones."""
+    return rope_parameters(head_dim, theta, scaling)[0]
 
 
 def _rope(h, name, x, positions, inv_freq, out, stream):

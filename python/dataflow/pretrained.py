@@ -19,6 +19,7 @@ from ._ffi import modelslib
 from .errors import BadArgumentError, FileFormatError, OutOfMemoryError
 from .file_checks import member, read_json
 from .models.config import FAMILIES, sliding_window
+from .ops import ROPE_TYPES
 
 CONFIG_NAME = "config.json"
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -35,7 +36,6 @@ BUFFER_SUFFIXES = (".rotary_emb.inv_freq",)
 MAX_DIM = 2**31                 # what libdataflowmodels accepts for each size
 MAX_HEAD_DIM = 256              # DATAFLOW_ATTENTION_MAX_HEAD_DIM
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # eps, theta and rope factors are C floats
-ROPE_TYPES = ("default", "llama3")
 
 
 def _positive_int(config, field, where):
@@ -54,23 +54,33 @@ def _positive_number(value, field, where):
 
 
 def _rope_scaling(scaling, where):
-    """None, or a checked llama3 rope_scaling dict (the only scaling the model implements)."""
+    """None, or a checked rope_scaling dict of a type the model implements (linear, llama3, yarn)."""
     if scaling is None:
         return None
     if not isinstance(scaling, dict):
         raise FileFormatError(f"{where}: rope_scaling must be an object or null, got {scaling!r:.60}")
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind not in ROPE_TYPES:
-        raise FileFormatError(f"{where}: rope_scaling.rope_type {kind!r:.60} is not supported; expected one of "
+        why = " (dynamic NTK scaling changes the frequencies with the sequence length)" if kind == "dynamic" else ""
+        raise FileFormatError(f"{where}: rope_scaling.rope_type {kind!r:.60} is not supported{why}; expected one of "
                               f"{list(ROPE_TYPES)}")
     if kind == "default":
         return None
     out = dict(scaling)
     out["factor"] = _positive_number(scaling.get("factor"), "rope_scaling.factor", where)
-    low = _positive_number(scaling.get("low_freq_factor", 1.0), "rope_scaling.low_freq_factor", where)
-    high = _positive_number(scaling.get("high_freq_factor", 4.0), "rope_scaling.high_freq_factor", where)
-    if not high > low:
-        raise FileFormatError(f"{where}: rope_scaling: high_freq_factor ({high}) must exceed low_freq_factor ({low})")
+    if kind == "llama3":
+        low = _positive_number(scaling.get("low_freq_factor", 1.0), "rope_scaling.low_freq_factor", where)
+        high = _positive_number(scaling.get("high_freq_factor", 4.0), "rope_scaling.high_freq_factor", where)
+        if not high > low:
+            raise FileFormatError(f"{where}: rope_scaling: high_freq_factor ({high}) must exceed low_freq_factor "
+                                  f"({low})")
+    if kind == "yarn":
+        for field in ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim"):
+            if scaling.get(field) is not None:
+                _positive_number(scaling[field], f"rope_scaling.{field}", where)
+        if not isinstance(scaling.get("truncate", True), bool):
+            raise FileFormatError(f"{where}: rope_scaling.truncate must be true or false, "
+                                  f"got {scaling['truncate']!r:.60}")
     if "original_max_position_embeddings" in scaling:
         _positive_int(scaling, "original_max_position_embeddings", where)
     return out

@@ -29,7 +29,7 @@ int main(void)
 	CHECK(dataflow_register_default_ops(h));
 
 	Dataflow_Llama_Config c = {.vocab_size = 37, .hidden_size = 24, .intermediate_size = 40, .num_layers = 2,
-				   .num_heads = 4, .num_kv_heads = 2, .rms_eps = 1e-5f, .rope_theta = 10000.0f,
+				   .num_heads = 4, .num_kv_heads = 2, .rms_eps = 1e-5f, .rope = {.theta = 10000.0f},
 				   .dtype = DATAFLOW_FP32};
 	Dataflow_Llama *bad;
 	c.num_kv_heads = 3;

@@ -4,9 +4,10 @@
 #include <stdint.h>
 
 #include "dataflow/datatype.h"
+#include "dataflow/ops.h"
 
 /* The architecture of a dense decoder of the Llama-3 / Qwen2 / Qwen3 / Mistral families (GQA,
- * RoPE with optional Llama-3 scaling, RMSNorm, SwiGLU, tied or untied embeddings, optional
+ * RoPE with HF's default, linear, llama3 or yarn frequencies, RMSNorm, SwiGLU, tied or untied embeddings, optional
  * attention biases and per-head q/k RMSNorm, an optional sliding window), in Hugging Face
  * config.json terms. */
 
@@ -29,12 +30,7 @@ typedef struct {
 	int64_t num_kv_heads;    /* divides num_heads */
 	int64_t head_dim;        /* 0: hidden_size / num_heads */
 	float rms_eps;
-	float rope_theta;
-	/* Llama-3 rope scaling (HF rope_scaling rope_type "llama3"); factor 0: none. */
-	float rope_factor;
-	float rope_low_freq_factor;
-	float rope_high_freq_factor;
-	float rope_original_max_position;
+	Dataflow_Rope_Scaling rope; /* theta and HF's rope_type (default, linear, llama3, yarn) */
 	int tie_embeddings;      /* lm_head shares embed_tokens.weight */
 	int qkv_bias;            /* q_proj, k_proj, v_proj have biases (Qwen2; attention_bias) */
 	int o_bias;              /* o_proj has a bias (Llama / Qwen3 attention_bias) */

@@ -21,14 +21,38 @@
  * op must provide every variant. */
 Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle);
 
-/* Host helper for rope: inv_freq[i] = 1 / theta^(2i / head_dim) for i < head_dim/2, then, when
- * factor != 0, Llama-3 scaling exactly as Hugging Face's _compute_llama3_parameters (fp32):
- * wavelengths above original_max_position_embeddings / low_freq_factor are divided by factor,
+/* RoPE frequency schemes: Hugging Face's rope_type values this library computes. */
+typedef enum {
+	DATAFLOW_ROPE_DEFAULT = 0,
+	DATAFLOW_ROPE_LINEAR = 1, /* inv_freq / factor */
+	DATAFLOW_ROPE_LLAMA3 = 2, /* _compute_llama3_parameters */
+	DATAFLOW_ROPE_YARN = 3,   /* _compute_yarn_parameters */
+} Dataflow_Rope_Type;
+
+/* A rope_type with its parameters (HF rope_scaling / rope_parameters names). */
+typedef struct {
+	int type; /* Dataflow_Rope_Type */
+	float theta;
+	float factor;                              /* linear, llama3, yarn: > 0 */
+	float low_freq_factor, high_freq_factor;   /* llama3 */
+	float original_max_position_embeddings;    /* llama3, yarn */
+	float beta_fast, beta_slow;                /* yarn; 0: HF's 32 and 1 */
+	float attention_factor;                    /* yarn; 0: from factor, mscale, mscale_all_dim as HF */
+	float mscale, mscale_all_dim;              /* yarn; 0: not given */
+	int truncate;                              /* yarn: floor/ceil the correction range (HF's default) */
+} Dataflow_Rope_Scaling;
+
+/* Host helper for rope: inv_freq[i] = 1 / theta^(2i / head_dim) for i < head_dim/2, then the
+ * scheme's scaling exactly as Hugging Face's ROPE_INIT_FUNCTIONS compute it in fp32 (llama3:
+ * wavelengths above original_max_position_embeddings / low_freq_factor divided by factor,
  * those below original_max_position_embeddings / high_freq_factor kept, those between
- * interpolated smoothly. factor == 0 gives the default (unscaled) frequencies. inv_freq is host
- * memory of head_dim/2 floats; upload it for the op. */
-Dataflow_Status dataflow_rope_inv_freq(int64_t head_dim, float theta, float factor, float low_freq_factor,
-				       float high_freq_factor, float original_max_position_embeddings, float *inv_freq);
+ * interpolated; linear: all divided by factor; yarn: interpolated and extrapolated frequencies
+ * blended over the correction range of beta_fast..beta_slow rotations). inv_freq is host memory
+ * of head_dim/2 floats; upload it for the op. *attention_factor (may be NULL) gets the factor HF
+ * multiplies cos and sin by (yarn's mscale; 1 otherwise): scale the attention scores by its
+ * square. */
+Dataflow_Status dataflow_rope_inv_freq(int64_t head_dim, const Dataflow_Rope_Scaling *scaling, float *inv_freq,
+				       float *attention_factor);
 
 /* grad_norm_sq: out[0] = (accumulate ? out[0] : 0) + sum_i x[i]^2 over n elements of x (fp32,
  * bf16), accumulated in fp64; out is fp32 or fp64 [1]. Deterministic for any thread count:

@@ -4,6 +4,7 @@ import dataclasses
 
 from .. import dtypes
 from .._ffi import ffi
+from ..ops import ROPE_TYPES, rope_scaling as c_rope_scaling
 from ..errors import BadArgumentError, FileFormatError
 
 # model_type -> (the transformers class that loads it, defaults its config class has that
@@ -82,7 +83,7 @@ class LlamaConfig:
     head_dim: int = None                 # None: hidden_size // num_attention_heads
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
-    rope_scaling: dict = None            # {"rope_type": "llama3", "factor", "low_freq_factor", ...} or None
+    rope_scaling: dict = None            # {"rope_type": "llama3" | "linear" | "yarn", "factor", ...} or None
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     attention_bias: bool = False         # biases on q, k, v, o (Llama, Qwen3; Qwen2 has q, k, v biases always)
@@ -129,8 +130,8 @@ class LlamaConfig:
             kind = scaling.get("rope_type", scaling.get("type"))
             if kind == "default":
                 scaling = None
-            elif kind != "llama3":
-                raise BadArgumentError(f"LlamaConfig: rope scaling {kind!r} is not supported (only 'llama3')")
+            elif kind not in ROPE_TYPES:
+                c_rope_scaling(scaling=scaling)  # names what is not supported
         d["rope_scaling"] = scaling
         if d.get("mlp_bias"):
             raise BadArgumentError("LlamaConfig: mlp_bias = true is not supported")
@@ -162,13 +163,12 @@ class LlamaConfig:
         c.vocab_size, c.hidden_size = self.vocab_size, self.hidden_size
         c.intermediate_size, c.num_layers = self.intermediate_size, self.num_hidden_layers
         c.num_heads, c.num_kv_heads, c.head_dim = self.num_attention_heads, self.num_key_value_heads, self.head_dim
-        c.rms_eps, c.rope_theta = self.rms_norm_eps, self.rope_theta
-        if self.rope_scaling:
-            s = self.rope_scaling
-            c.rope_factor = s["factor"]
-            c.rope_low_freq_factor = s.get("low_freq_factor", 1.0)
-            c.rope_high_freq_factor = s.get("high_freq_factor", 4.0)
-            c.rope_original_max_position = s.get("original_max_position_embeddings", 8192)
+        c.rms_eps = self.rms_norm_eps
+        # HF (transformers 5's standardize_rope_params) takes a missing original_max_position_embeddings
+        # from max_position_embeddings; llama3's frequency factors default as Meta's
+        scaling = {"original_max_position_embeddings": self.max_position_embeddings, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, **(self.rope_scaling or {})}
+        c_rope_scaling(self.rope_theta, scaling, out=c.rope)
         c.tie_embeddings = int(bool(self.tie_word_embeddings))
         c.qkv_bias = int(self.model_type == "qwen2" or bool(self.attention_bias))
         c.o_bias = int(self.model_type != "qwen2" and bool(self.attention_bias))
