@@ -176,7 +176,7 @@ def rope_scaling(theta=10000.0, scaling=None, out=None):
     names; a parameter left out or null is 0, which C reads as HF's default where HF has one."""
     s = scaling or {}
     kind = s.get("rope_type", s.get("type", "default"))
-    if kind not in ROPE_TYPES:
+    if not isinstance(kind, str) or kind not in ROPE_TYPES:
         why = " (its frequencies change with the sequence length)" if kind == "dynamic" else ""
         raise BadArgumentError(f"rope scaling {kind!r:.40} is not supported{why}; supported: {', '.join(ROPE_TYPES)}")
     c = ffi.new("Dataflow_Rope_Scaling *") if out is None else out

@@ -60,7 +60,7 @@ def _rope_scaling(scaling, where):
     if not isinstance(scaling, dict):
         raise FileFormatError(f"{where}: rope_scaling must be an object or null, got {scaling!r:.60}")
     kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind not in ROPE_TYPES:
+    if not isinstance(kind, str) or kind not in ROPE_TYPES:
         why = " (dynamic NTK scaling changes the frequencies with the sequence length)" if kind == "dynamic" else ""
         raise FileFormatError(f"{where}: rope_scaling.rope_type {kind!r:.60} is not supported{why}; expected one of "
                               f"{list(ROPE_TYPES)}")

@@ -42,8 +42,16 @@ def sliding_window(d, family):
         first = d.get("max_window_layers", QWEN_MAX_WINDOW_LAYERS)
         if not isinstance(first, int) or isinstance(first, bool) or first < 0:
             raise BadArgumentError(f"max_window_layers must be an integer >= 0, got {first!r:.60}")
+    layers = d.get("num_hidden_layers")
+    if types is not None and (not isinstance(types, list) or len(types) != layers or
+                              not all(t in ("sliding_attention", "full_attention") for t in types)):
+        raise BadArgumentError(f"layer_types must list 'sliding_attention' or 'full_attention' for each of the "
+                               f"{layers} layers, got {types!r:.80}")
+    if family in ("qwen2", "qwen3"):
         if types is None:
-            types = ["sliding_attention" if i >= first else "full_attention" for i in range(d["num_hidden_layers"])]
+            if not isinstance(layers, int):
+                raise BadArgumentError(f"use_sliding_window needs num_hidden_layers, got {layers!r:.60}")
+            types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
     elif family == "llama" or window is None:
         window = None
         if types is not None and "sliding_attention" in types:
@@ -53,10 +61,6 @@ def sliding_window(d, family):
     if not isinstance(window, int) or isinstance(window, bool) or not 0 < window < 2**31:
         raise BadArgumentError(f"sliding_window must be a positive integer (below 2^31) or null, got {window!r:.60}")
     if types is not None:
-        if not isinstance(types, list) or len(types) != d["num_hidden_layers"] or \
-                not set(types) <= {"sliding_attention", "full_attention"}:
-            raise BadArgumentError(f"layer_types must list 'sliding_attention' or 'full_attention' for each of the "
-                                   f"{d['num_hidden_layers']} layers, got {types!r:.80}")
         if len(set(types)) > 1:
             raise BadArgumentError(f"a sliding window on some layers only ({types.count('sliding_attention')} of "
                                    f"{len(types)}: max_window_layers / layer_types) is not supported; every layer "
@@ -64,6 +68,8 @@ def sliding_window(d, family):
         if types[0] == "full_attention":
             return None
     return window
+
+
 _CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
                 "max_position_embeddings", "tie_word_embeddings", "attention_bias")
