@@ -172,3 +172,26 @@ def test_attention_window_checked_in_c(h):
             cu.cdata, q.cdata, kv.cdata, kv.cdata, ws.cdata, ws.nbytes, 10, 1, 4, 2, 32, 0.5, causal, window)
         with pytest.raises(df.BadArgumentError, match=msg):
             check(status)
+
+
+@pytest.mark.parametrize("lengths,hkv", [([200, 3, 90], 2), ([260], 1)])  # the fused and the per-block backward
+def test_attention_window_deterministic_and_kv_equal(lengths, hkv):
+    """With a window: the same bits with 1 and 2 host threads, and attention_kv / attention_kv_bwd
+    over cu_seqlens_k = cu_seqlens_q give attention's and attention_bwd's bits (one kernel)."""
+    cu = offsets(lengths)
+    q, k, v, dout = inputs(cu[-1], cu[-1], 4, hkv, 64, "bf16", seed=21)
+    results = []
+    for threads in (1, 2):
+        with df.Handle("host", threads=threads) as hh:
+            dev = [hh.from_numpy(x, dtype="bf16") for x in (q, k, v, dout)]
+            out, lse = df.ops.attention(hh, *dev[:3], cu, window=70)
+            grads = df.ops.attention_bwd(hh, dev[3], *dev[:3], out, lse, cu, window=70)
+            kv_out, kv_lse = df.ops.attention_kv(hh, *dev[:3], cu, cu, window=70)
+            kv_grads = df.ops.attention_kv_bwd(hh, dev[3], *dev[:3], out, lse, cu, cu, window=70)
+            assert np.array_equal(out.raw(), kv_out.raw()) and np.array_equal(lse.numpy(), kv_lse.numpy())
+            assert np.array_equal(grads[0].raw(), kv_grads[0].raw())
+            for g, kv_g in zip(grads[1:], kv_grads[1:]):  # kv_bwd's dk, dv: the same fp32 sums, unrounded
+                assert np.array_equal(g.numpy(), quantize(kv_g.numpy(), "bf16"))
+            results.append([x.raw().copy() for x in (out, lse, *grads)])
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), *results):
+        assert np.array_equal(a, b), f"{name} differs between 1 and 2 threads"
