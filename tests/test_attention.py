@@ -273,10 +273,19 @@ def test_attention_bad_input(h):
 
 # ---- attention_kv: separate query and key sequences (KV cache), forward only ----
 
-def oracle_kv(q, k, v, cu_q, cu_k, scale, causal=True, dout=None):
-    """torch fp32 SDPA per sequence with an explicit bottom-right causal mask: query i of q_len
-    sees key j of k_len when j <= i + k_len - q_len. Returns out, lse (q_heads, total_q), and
-    with dout also (dq, dk, dv) by autograd."""
+def kv_mask(lq, lk, causal=True, window=0):
+    """Query i of lq (at key position pos = i + lk - lq, bottom-right aligned) sees key j of lk
+    when j <= pos (causal) and, with a sliding window, j > pos - window: transformers'
+    sliding_window_overlay (kv_idx > q_idx - sliding_window) with its causal mask."""
+    if not causal:
+        return torch.ones(lq, lk, dtype=torch.bool)
+    pos, j = torch.arange(lq)[:, None] + (lk - lq), torch.arange(lk)[None, :]
+    return (j <= pos) & (j > pos - window) if window else j <= pos
+
+
+def oracle_kv(q, k, v, cu_q, cu_k, scale, causal=True, dout=None, window=0):
+    """torch fp32 SDPA per sequence with an explicit mask (kv_mask). Returns out, lse
+    (q_heads, total_q), and with dout also (dq, dk, dv) by autograd."""
     q, k, v = (torch.from_numpy(x).requires_grad_(dout is not None) for x in (q, k, v))
     group = q.shape[1] // k.shape[1]
     outs, lses = [], []
@@ -285,9 +294,7 @@ def oracle_kv(q, k, v, cu_q, cu_k, scale, causal=True, dout=None):
         ks = k[ka:kb].repeat_interleave(group, dim=1).transpose(0, 1)
         vs = v[ka:kb].repeat_interleave(group, dim=1).transpose(0, 1)
         lq, lk = qb - qa, kb - ka
-        allowed = torch.ones(lq, lk, dtype=torch.bool)
-        if causal:
-            allowed = torch.arange(lk)[None, :] <= torch.arange(lq)[:, None] + (lk - lq)
+        allowed = kv_mask(lq, lk, causal, window)
         outs.append(torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=allowed, scale=scale)
                     .transpose(0, 1))
         scores = ((qs @ ks.transpose(1, 2)) * scale).masked_fill(~allowed, -float("inf"))

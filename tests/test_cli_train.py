@@ -486,7 +486,8 @@ def test_resume_checks_the_saved_run_state(stand_in, trained, tmp_path, capsys, 
 
 
 @pytest.mark.parametrize("family", [{"model_type": "llama"}, {"model_type": "qwen2"},
-                                    {"model_type": "qwen3", "head_dim": 16, "attention_bias": True}])
+                                    {"model_type": "qwen3", "head_dim": 16, "attention_bias": True},
+                                    {"model_type": "mistral", "num_key_value_heads": 1, "sliding_window": 6}])
 def test_hf_directories_train_from_and_generate_with_their_own_tokenizer(tmp_path, capsys, family):
     """An HF model directory (config.json, model.safetensors, tokenizer.json) of each family:
     `train --init` starts from its weights and tokenizer, `generate --checkpoint DIR` samples from it

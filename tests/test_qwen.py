@@ -1,9 +1,12 @@
-"""The Qwen2/2.5 and Qwen3 families (q/k/v biases, per-head q/k RMSNorm, explicit head_dim, tied
-or untied embeddings) against Hugging Face transformers' Qwen2ForCausalLM / Qwen3ForCausalLM
-(fp32, eager attention) built from the same config and weights, on every backend: logits, loss,
+"""The Qwen2/2.5, Qwen3 and Mistral families (q/k/v biases, per-head q/k RMSNorm, explicit
+head_dim, tied or untied embeddings, a sliding window shorter than the sequence) against Hugging
+Face transformers' Qwen2ForCausalLM / Qwen3ForCausalLM / MistralForCausalLM (fp32, eager
+attention) built from the same config and weights, on every backend: logits, loss,
 every gradient, AdamW with clipping, save levels; save_pretrained loaded by transformers and
 dataflow.models.from_pretrained choosing the family by model_type. Tolerances:
 tests/tolerances.py LLAMA_TOLERANCES."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -33,8 +36,28 @@ CONFIGS = {
     "qwen3_bias_tied": dict(model_type="qwen3", vocab_size=71, hidden_size=30, intermediate_size=44,
                             num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=3, head_dim=8,
                             rms_norm_eps=1e-5, attention_bias=True, tie_word_embeddings=True),
+    # Mistral: a sliding window of 5 keys (shorter than every test's sequence), GQA 4/2, head_dim 12
+    # (hidden / heads would be 10), untied
+    "mistral_window": dict(model_type="mistral", vocab_size=83, hidden_size=40, intermediate_size=66,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=12,
+                           rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=5, tie_word_embeddings=False),
+    # Mistral v0.3's kind: sliding_window null (no window), MQA 6/1, tied; linear rope scaling
+    "mistral_no_window": dict(model_type="mistral", vocab_size=61, hidden_size=36, intermediate_size=50,
+                              num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=1, head_dim=8,
+                              rms_norm_eps=1e-5, sliding_window=None, tie_word_embeddings=True,
+                              rope_scaling={"rope_type": "linear", "factor": 2.5}),
+    # yarn rope scaling with its attention factor (mscale on cos and sin: 1.139 at factor 4)
+    "qwen3_yarn": dict(model_type="qwen3", vocab_size=79, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+                       rope_theta=10000.0, max_position_embeddings=64, tie_word_embeddings=False,
+                       rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
+    # Qwen2 with use_sliding_window on every layer (max_window_layers 0): a window of 4
+    "qwen2_window": dict(model_type="qwen2", vocab_size=67, hidden_size=24, intermediate_size=40,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+                         use_sliding_window=True, sliding_window=4, max_window_layers=0,
+                         tie_word_embeddings=False),
 }
-HF_CLASSES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+HF_CLASSES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}
 TOL = LLAMA_TOLERANCES
 
 handle = handle_fixture("handle", streams=2, device_memory="1GiB")
@@ -95,7 +118,19 @@ def test_fp32_logits_loss_grads_match_hf(handle, name):
                                    err_msg=n)
 
 
-@pytest.mark.parametrize("name", ["qwen2_gqa", "qwen3_bias_tied"])
+@pytest.mark.parametrize("name", ["mistral_window", "qwen2_window"])
+def test_the_window_matters(handle, name):
+    """The windowed configs' sequences outrun their windows: transformers without the window
+    gives other logits (by far more than the tolerance) than ours and its own with it."""
+    config, model = random_model(handle, name, seed=3)
+    tokens = tokens_for(config, (2, 13))
+    unwindowed = dataclasses.replace(config, sliding_window=None)
+    with torch.no_grad():
+        full = hf_model(unwindowed, model.state_dict())(torch.from_numpy(tokens)).logits.numpy()
+    assert np.abs(model.forward(tokens) - full).max() > 100 * TOL["fp32"]["logits_atol"]
+
+
+@pytest.mark.parametrize("name", ["qwen2_gqa", "qwen3_bias_tied", "mistral_window"])
 def test_adamw_three_steps_with_clipping_match_torch(handle, name):
     assert_adamw_matches_torch(random_model(handle, name, seed=7)[1], 3)
 
@@ -122,9 +157,10 @@ def test_bf16_matches_hf_fp32_from_rounded_weights(handle, name):
     assert_bf16_close_to_hf_fp32(model, tokens, max(TOL["bf16"]["grad_rel"], 1.5 * fused_worst))
 
 
-@pytest.mark.parametrize("name", ["qwen2_gqa", "qwen3_bias_tied"])
+@pytest.mark.parametrize("name", ["qwen2_gqa", "qwen3_bias_tied", "mistral_window", "qwen2_window"])
 def test_kv_cached_greedy_generation_matches_hf(handle, name):
-    """generate (KV cache: the per-head normed keys and the biased values cached) against
+    """generate (KV cache: the per-head normed keys and the biased values cached; the window
+    applied over the cache: 26 tokens past a window of 5 or 4) against
     transformers' greedy generate on the same fp32 weights, token for token, and against
     generation without the cache."""
     config, model = random_model(handle, name, seed=4, sharp=True)
@@ -152,7 +188,8 @@ def test_save_levels_give_identical_grads(handle, level):
         np.testing.assert_array_equal(g, saved[n], err_msg=n)
 
 
-@pytest.mark.parametrize("name", ["qwen2_gqa", "qwen3_bias_tied"])
+@pytest.mark.parametrize("name", ["qwen2_gqa", "qwen3_bias_tied", "mistral_window", "mistral_no_window",
+                                  "qwen2_window"])
 def test_save_pretrained_loads_in_transformers(tmp_path, name):
     h = df.Handle("host", streams=2, device_memory="256MiB")
     try:
@@ -193,7 +230,13 @@ def test_transformers_directory_loads(tmp_path):
 
 @pytest.mark.parametrize("change, match", [
     ({"model_type": "mixtral"}, r"model_type 'mixtral' is not supported; supported: llama, qwen2, qwen3"),
-    ({"use_sliding_window": True}, r"use_sliding_window"),
+    ({"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1},
+     r"a sliding window on some layers only \(1 of 2: max_window_layers / layer_types\) is not supported"),
+    ({"use_sliding_window": 1}, r"use_sliding_window must be true or false"),
+    ({"model_type": "mistral", "sliding_window": 0}, r"sliding_window must be a positive integer"),
+    ({"model_type": "mistral", "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"]},
+     r"sliding window on some layers only"),
+    ({"model_type": "llama", "layer_types": ["sliding_attention"] * 2}, r"which llama models do not have"),
     ({"mlp_bias": True}, r"mlp_bias"),
 ])
 def test_unsupported_configs_are_named(tmp_path, change, match):
@@ -232,6 +275,11 @@ def ring_and_resident(cfg, seq, rows):
 @pytest.mark.parametrize("change, seq, rows, kv_context", [
     ({}, 16, 4, False),
     ({"vocab_size": 256, "num_hidden_layers": 3}, 512, 2, True),  # the smallest plan splits sequences
+    # Mistral: a window shorter than the chunks (whole sequences), then over a K/V context of
+    # 256-token chunks a window longer than a chunk (reaching into the one before) and shorter
+    ({"model_type": "mistral", "sliding_window": 5}, 16, 4, False),
+    ({"vocab_size": 256, "num_hidden_layers": 3, "model_type": "mistral", "sliding_window": 300}, 512, 2, True),
+    ({"vocab_size": 256, "num_hidden_layers": 3, "model_type": "mistral", "sliding_window": 40}, 512, 2, True),
 ])
 def test_ring_training_equals_all_resident(change, seq, rows, kv_context):
     """Chunks of a step (and, at the long sequence, documents split over a K/V context: the
@@ -253,7 +301,7 @@ def test_ring_training_equals_all_resident(change, seq, rows, kv_context):
     assert h.memory_peak() <= h.memory_capacity()
 
 
-@pytest.mark.parametrize("preset", ["qwen2.5-7b", "qwen3-8b"])
+@pytest.mark.parametrize("preset", ["qwen2.5-7b", "qwen3-8b", "mistral-7b"])
 def test_presets_are_the_published_models(preset):
     """The plan presets hold the published configs: transformers builds the same parameters (on
     the meta device), and the planner places them (24 GiB device, 128 GiB host, 4k sequences)."""
@@ -264,5 +312,6 @@ def test_presets_are_the_published_models(preset):
     assert type(ref).__name__ == HF_CLASSES[config["model_type"]]
     want = {n: tuple(p.shape) for n, p in ref.named_parameters()}
     assert pretrained.parameter_shapes(pretrained.validate_config(config)) == want
+    assert LlamaConfig.from_dict(config).sliding_window == getattr(ref.config, "sliding_window", None)
     plan = df.ring.plan(preset, 4096, "24GiB", "128GiB", tokens_per_step=8 * 4096)
     assert plan.predicted_step_seconds > 0

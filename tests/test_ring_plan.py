@@ -280,3 +280,17 @@ def test_cli_plan_nothing_fits_states_the_minimum(capsys):
     assert cli.main(["plan", "--config", "llama3-8b", "--seq-len", "8192", "--device-memory", "2GiB",
                      "--host-memory", "128GiB"]) == 1  # a runtime answer, not a flag error
     assert "needs" in capsys.readouterr().err
+
+
+def test_sliding_window_cuts_the_predicted_attention():
+    """mistral-7b's 4096-token window at 32k sequences: the model flops count each query's
+    pairs within the window (w(w+1)/2 + (S - w) w per sequence, not S(S+1)/2), and the predicted
+    step is shorter than the same model without the window."""
+    from dataflow import model_specs
+    preset, S = model_specs.PRESETS["mistral-7b"], 32768
+    windowed = ring.plan(preset, S, "80GiB", "256GiB")
+    full = ring.plan({**preset, "sliding_window": None}, S, "80GiB", "256GiB")
+    w, per_pair, layers = 4096, 4 * 32 * 128, 32  # attention flops per pair: 4 * heads * head_dim
+    pairs = w * (w + 1) / 2 + (S - w) * w
+    assert full.model_flops - windowed.model_flops == pytest.approx(3 * layers * per_pair * (S * (S + 1) / 2 - pairs))
+    assert windowed.predicted_step_seconds < full.predicted_step_seconds

@@ -20,7 +20,8 @@ from tolerances import EMBEDDING_BWD_TOLERANCES, ROPE_TOLERANCES
 DTYPES = ("fp32", "fp16", "bf16")
 TOKENS = (1, 7, 33, 129)
 REF = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
-LLAMA3_SCALING = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
+LLAMA3_SCALING = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                      original_max_position_embeddings=8192)
 
 
 h = handle_fixture("h", ("embedding", "embedding_bwd_w", "rope", "rope_bwd"), streams=2)
@@ -173,6 +174,60 @@ def test_rope_inv_freq_matches_hf(head_dim, scaling):
     np.testing.assert_allclose(got, want, rtol=3e-7, atol=0)  # powf vs torch pow: an ulp at most
     if scaling:
         assert not np.allclose(got, df.ops.rope_inv_freq(head_dim, theta))  # the scaling did something
+
+
+# Every rope_type the library computes, with the parameters that change its path (yarn: HF's
+# defaults, given betas, no truncation, an explicit attention_factor, mscale over mscale_all_dim).
+SCALINGS = {
+    "default": {"rope_type": "default"},
+    "linear": {"rope_type": "linear", "factor": 3.5},
+    "llama3": LLAMA3_SCALING,
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048},
+    "yarn_betas_untruncated": {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 4096,
+                               "beta_fast": 24, "beta_slow": 2, "truncate": False},
+    "yarn_attention_factor": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 1024,
+                              "attention_factor": 0.8},
+    "yarn_mscale": {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "mscale": 1.0,
+                    "mscale_all_dim": 0.707},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCALINGS))
+@pytest.mark.parametrize("head_dim", [48, 64, 128])
+def test_rope_parameters_match_transformers_rope_init_functions(name, head_dim):
+    """inv_freq and the attention factor against transformers' own ROPE_INIT_FUNCTIONS (the
+    default's _compute_default_rope_parameters) on a LlamaConfig carrying the scaling."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    scaling, theta = SCALINGS[name], 1000000.0
+    config = transformers.LlamaConfig(hidden_size=head_dim * 4, num_attention_heads=4, head_dim=head_dim,
+                                      max_position_embeddings=32768,
+                                      rope_parameters={**scaling, "rope_theta": theta})
+    kind = scaling["rope_type"]
+    if kind == "default":
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+        want, want_factor = LlamaRotaryEmbedding.compute_default_rope_parameters(config)
+    else:
+        want, want_factor = ROPE_INIT_FUNCTIONS[kind](config, None)
+    got, factor = df.ops.rope_parameters(head_dim, theta, scaling)
+    assert got.dtype == np.float32 and got.shape == (head_dim // 2,)
+    np.testing.assert_allclose(got, want.numpy(), rtol=3e-7, atol=0)  # powf vs torch pow: an ulp at most
+    assert factor == pytest.approx(want_factor, rel=1e-7)
+    if kind != "default":  # the scaling did something
+        assert not np.allclose(got, df.ops.rope_inv_freq(head_dim, theta)) or factor != 1.0
+
+
+def test_rope_dynamic_and_unknown_types_are_refused():
+    with pytest.raises(df.BadArgumentError, match=r"rope scaling 'dynamic' is not supported \(its frequencies change"):
+        df.ops.rope_inv_freq(64, 10000.0, {"rope_type": "dynamic", "factor": 2.0})
+    with pytest.raises(df.BadArgumentError, match=r"'longrope' is not supported; supported: default, linear, llama3"):
+        df.ops.rope_inv_freq(64, 10000.0, {"rope_type": "longrope", "factor": 2.0})
+    with pytest.raises(df.BadArgumentError, match="yarn scaling needs factor > 0"):
+        df.ops.rope_inv_freq(64, 10000.0, {"rope_type": "yarn", "original_max_position_embeddings": 64})
+    with pytest.raises(df.BadArgumentError, match="linear scaling needs factor > 0, got -2"):
+        df.ops.rope_inv_freq(64, 10000.0, {"rope_type": "linear", "factor": -2.0})
+    with pytest.raises(df.BadArgumentError, match="must be numbers"):
+        df.ops.rope_inv_freq(64, 10000.0, {"rope_type": "linear", "factor": "2"})
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

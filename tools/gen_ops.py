@@ -344,12 +344,15 @@ def gen_glsl_params(ops, constants):
            "// same way): DATAFLOW_<OP>_PARAMS(<pointer type per dtype slot>). Tensors are buffer",
            "// references (<dtype>_ref, backends/vulkan/shaders/common.glsl); names GLSL reserves get a",
            "// trailing _. DATAFLOW_<OP>_PARAMS_NARROW has the int64 scalars as int, for the ops whose",
-           "// arguments would not fit a device's push constants otherwise (vulkan_default_ops.c).", ""]
+           "// arguments would not fit a device's push constants otherwise (vulkan_default_ops.c), and no",
+           "// attention window: those kernels read it from the causal word, where the dispatch folds it.", ""]
     out += [f"#define DATAFLOW_{name} {value}" for name, value in constants.items()]
     for op in ops:
         for suffix, scalars in (("", GLSL_SCALARS), ("_NARROW", {**GLSL_SCALARS, "int64": "int"})):
             members = []
             for a in op.args:
+                if suffix and a.name == "window":
+                    continue
                 name = a.name + "_" if a.name in GLSL_RESERVED else a.name
                 kind = (a.type if a.slot else f"{a.type}_ref") if a.tensor else scalars[a.type]
                 members.append(f"{kind} {name};")

@@ -40,6 +40,7 @@ struct Dataflow_Blocked_Model {
 	int num_tensors;
 	Dataflow_Llama_Tensor *tensors;
 	float *inv_freq; /* device [head_dim / 2] */
+	float attn_scale; /* of the attention scores: rope's attention factor^2 / sqrt(head_dim) */
 };
 
 static inline int64_t llama_dtype_size(DataflowDatatype dtype)

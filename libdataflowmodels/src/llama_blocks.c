@@ -50,16 +50,16 @@ static Dataflow_Status check_config(const Dataflow_Llama_Config *c)
 						  "hold (%lld)",
 						  matrices[i].name, (long long)matrices[i].rows, (long long)matrices[i].cols,
 						  (long long)DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS);
-	if (!(c->rms_eps > 0) || !(c->rope_theta > 0) || !(c->rope_factor >= 0) || !isfinite(c->rope_factor))
+	if (!(c->rms_eps > 0))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama config: need rms_eps > 0, got %g",
+					  c->rms_eps);
+	float inv_freq[DATAFLOW_ATTENTION_MAX_HEAD_DIM / 2];
+	if (dataflow_rope_inv_freq(hd, &c->rope, inv_freq, NULL) != DATAFLOW_OK) /* the one check of rope */
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama config: rope: %s", dataflow_last_error());
+	if (c->sliding_window < 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "llama config: need rms_eps > 0, rope_theta > 0, rope_factor >= 0; got %g, %g, %g",
-					  c->rms_eps, c->rope_theta, c->rope_factor);
-	if (c->rope_factor > 0 && !(c->rope_high_freq_factor > c->rope_low_freq_factor &&
-				    c->rope_low_freq_factor > 0 && c->rope_original_max_position > 0))
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "llama config: llama3 rope scaling needs high_freq_factor > low_freq_factor > 0 "
-					  "and original_max_position > 0, got %g, %g, %g",
-					  c->rope_high_freq_factor, c->rope_low_freq_factor, c->rope_original_max_position);
+					  "llama config: sliding_window must be >= 0 (0: none), got %lld",
+					  (long long)c->sliding_window);
 	if (c->dtype != DATAFLOW_FP32 && c->dtype != DATAFLOW_BF16)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama config: dtype must be fp32 or bf16, got %s",
 					  dataflow_datatype_name(c->dtype));
@@ -156,8 +156,10 @@ static Dataflow_Status upload_rope_table(Dataflow_Blocked_Model *m)
 	Dataflow_Handle *h = m->handle;
 	int64_t hd = c->head_dim;
 	float inv_freq[DATAFLOW_ATTENTION_MAX_HEAD_DIM / 2];
-	TRY(dataflow_rope_inv_freq(hd, c->rope_theta, c->rope_factor, c->rope_low_freq_factor,
-				   c->rope_high_freq_factor, c->rope_original_max_position, inv_freq));
+	float attention_factor;
+	TRY(dataflow_rope_inv_freq(hd, &c->rope, inv_freq, &attention_factor));
+	/* HF multiplies cos and sin by the factor (yarn): q . k scales by its square */
+	m->attn_scale = attention_factor * attention_factor / sqrtf((float)hd);
 	TRY(dataflow_alloc_mem(h, (uint64_t)(hd / 2 * 4), (void **)&m->inv_freq));
 	TRY(dataflow_submit_inbound_transfer(h, 0, m->inv_freq, inv_freq, (uint64_t)(hd / 2 * 4)));
 	return dataflow_sync_stream(h, 0); /* inv_freq is a stack buffer */

@@ -3,6 +3,8 @@
  *   xn1 = rms_norm(x) ; q, k, v = xn1 Wq^T [+ bq], xn1 Wk^T [+ bk], xn1 Wv^T [+ bv]
  *   [q, k = rms_norm(q), rms_norm(k) over each head's head_dim values (qk_norm)]
  *   q, k = rope(q), rope(k) ; att = causal varlen GQA attention(q, k, v), scale 1 / sqrt(head_dim)
+ *                                   (times rope's attention factor squared: yarn's mscale on cos, sin)
+ *                                   [over the last sliding_window keys only (Mistral)]
  *   hmid = x + att Wo^T [+ bo] ; xn2 = rms_norm(hmid) ; y = hmid + (silu(xn2 Wg^T) * xn2 Wu^T) Wd^T
  * A bias is a matmul with a column of ones (ones[T, 1] b[1, n], exact), written before the
  * projection, which then accumulates onto it (one rounding, as torch's addmm); its gradient
@@ -77,7 +79,7 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 	Layer L = layer_view(m, mem, a);
 	const Dataflow_Llama_Batch *b = a->batch;
 	const Dataflow_Block_KV *kv = a->kv;
-	float eps = m->config.rms_eps, scale = 1.0f / sqrtf((float)L.hd);
+	float eps = m->config.rms_eps, scale = m->attn_scale;
 	void **act = L.act;
 	/* with a context, the chunk's K and V rows go straight into it at row kv->past */
 	void *k = kv ? llama_at(kv->k, kv->past * L.nkv * L.hd, L.d) : act[ACT_K];
@@ -111,10 +113,10 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 	} else if (kv && (!recompute || a->level < DATAFLOW_SAVE_ATTENTION))
 		TRY(dataflow_submit_attention_kv(L.h, s, L.d, act[ACT_Q], kv->k, kv->v, b->cu_seqlens, kv->cu_k,
 						 act[ACT_ATT], act[ACT_LSE], L.T, kv->past + L.T, 1, L.nq, L.nkv, L.hd,
-						 scale, 1));
+						 scale, 1, m->config.sliding_window));
 	else if (!kv && (!recompute || a->level < DATAFLOW_SAVE_ATTENTION))
 		TRY(dataflow_submit_attention(L.h, s, L.d, act[ACT_Q], k, v, b->cu_seqlens, act[ACT_ATT], act[ACT_LSE],
-					      L.T, b->num_docs, L.nq, L.nkv, L.hd, scale, 1));
+					      L.T, b->num_docs, L.nq, L.nkv, L.hd, scale, 1, m->config.sliding_window));
 	const void *residual = a->x;
 	if (L.w[LLAMA_OB]) { /* hmid = (x + bo) + att Wo^T */
 		TRY(llama_bias_rows(m, s, L.ws[WS_ONES], L.w[LLAMA_OB], a->x, act[ACT_HMID], L.T, L.H));
@@ -154,18 +156,18 @@ static Dataflow_Status attention_grads(const Layer *L, int s, const Dataflow_Blo
 	const Dataflow_Llama_Batch *b = a->batch;
 	const Dataflow_Block_KV *kv = a->kv;
 	void *const *act = L->act, *const *da = L->da;
-	float scale = 1.0f / sqrtf((float)L->hd);
+	float scale = L->m->attn_scale;
 	int64_t ws = dataflow_attention_bwd_workspace_bytes(L->T, L->T, L->nq, L->nkv, L->hd);
 	if (!kv)
 		return dataflow_submit_attention_bwd(L->h, s, L->d, L->ws[WS_DATT], act[ACT_Q], act[ACT_K], act[ACT_V],
 						     act[ACT_ATT], act[ACT_LSE], b->cu_seqlens, da[DA_DQ], da[DA_DK],
 						     da[DA_DV], L->ws[WS_ATTN], ws, L->T, b->num_docs, L->nq, L->nkv,
-						     L->hd, scale, 1);
+						     L->hd, scale, 1, L->m->config.sliding_window);
 	int64_t row = kv->past * L->nkv * L->hd;
 	TRY(dataflow_submit_attention_kv_bwd(L->h, s, L->d, L->ws[WS_DATT], act[ACT_Q], kv->k, kv->v, act[ACT_ATT],
 					     act[ACT_LSE], b->cu_seqlens, kv->cu_k, da[DA_DQ], kv->dk, kv->dv,
 					     L->ws[WS_ATTN], ws, L->T, kv->past + L->T, 1, L->nq, L->nkv, L->hd, scale,
-					     1));
+					     1, L->m->config.sliding_window));
 	TRY(context_rows(L, s, kv->dk + row, da[DA_DK]));
 	return context_rows(L, s, kv->dv + row, da[DA_DV]);
 }

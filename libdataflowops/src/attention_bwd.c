@@ -40,7 +40,8 @@ Dataflow_Status dataflow_submit_attention_bwd(Dataflow_Handle *handle, int strea
 					      const void *out, const void *lse, const void *cu_seqlens, void *dq,
 					      void *dk, void *dv, void *workspace, int64_t workspace_bytes,
 					      int64_t total_tokens, int64_t num_seqs, int64_t num_q_heads,
-					      int64_t num_kv_heads, int64_t head_dim, float scale, int causal)
+					      int64_t num_kv_heads, int64_t head_dim, float scale, int causal,
+					      int64_t window)
 {
 	Dataflow_Attention_Bwd_Delta_Args d;
 	void *d_args[DATAFLOW_MAX_OP_ARGS], *g_args[DATAFLOW_MAX_OP_ARGS];
@@ -52,7 +53,7 @@ Dataflow_Status dataflow_submit_attention_bwd(Dataflow_Handle *handle, int strea
 					 .cu_seqlens = cu_seqlens, .dq = dq, .dk = dk, .dv = dv,
 					 .total_tokens = total_tokens, .num_seqs = num_seqs, .num_q_heads = num_q_heads,
 					 .num_kv_heads = num_kv_heads, .head_dim = head_dim, .scale = scale,
-					 .causal = causal != 0};
+					 .causal = causal != 0, .window = window};
 	dataflow_attention_bwd_arg_pointers(&g, g_args);
 	return ops_submit_composite(handle, stream_id, DATAFLOW_OP_ATTENTION_BWD_DELTA, &dtype, d_args,
 				    DATAFLOW_OP_ATTENTION_BWD, &dtype, g_args);
@@ -64,7 +65,7 @@ Dataflow_Status dataflow_submit_attention_kv_bwd(Dataflow_Handle *handle, int st
 						 const void *cu_seqlens_k, void *dq, float *dk, float *dv, void *workspace,
 						 int64_t workspace_bytes, int64_t total_q, int64_t total_k, int64_t num_seqs,
 						 int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, float scale,
-						 int causal)
+						 int causal, int64_t window)
 {
 	Dataflow_Attention_Bwd_Delta_Args d;
 	void *d_args[DATAFLOW_MAX_OP_ARGS], *g_args[DATAFLOW_MAX_OP_ARGS];
@@ -77,7 +78,7 @@ Dataflow_Status dataflow_submit_attention_kv_bwd(Dataflow_Handle *handle, int st
 					    .dq = dq, .dk = dk, .dv = dv, .total_q = total_q, .total_k = total_k,
 					    .num_seqs = num_seqs, .num_q_heads = num_q_heads,
 					    .num_kv_heads = num_kv_heads, .head_dim = head_dim, .scale = scale,
-					    .causal = causal != 0};
+					    .causal = causal != 0, .window = window};
 	dataflow_attention_kv_bwd_arg_pointers(&g, g_args);
 	return ops_submit_composite(handle, stream_id, DATAFLOW_OP_ATTENTION_BWD_DELTA, &dtype, d_args,
 				    DATAFLOW_OP_ATTENTION_KV_BWD, &dtype, g_args);

@@ -55,6 +55,14 @@ static inline uint64_t ring_clamp_bytes(double b)
 	return b >= 18446744073709551615.0 ? UINT64_MAX : b > 0 ? (uint64_t)b : 0;
 }
 
+/* (query, key) pairs inside the causal window of one sequence of S tokens when a query sees
+ * at most `window` keys (a sliding window; 0: every earlier key). */
+static inline double ring_causal_pairs(double S, int64_t window)
+{
+	double w = (double)window;
+	return window <= 0 || S <= w ? S * (S + 1) / 2 : w * (w + 1) / 2 + (S - w) * w;
+}
+
 /* Fills plan's memory maps for c; returns 1 when it fits both capacities. */
 int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *device_peak,
 		double *host_total);

@@ -24,6 +24,7 @@ Dataflow_Status dataflow_ring_model_from_blocked(const Dataflow_Blocked_Model *m
 		r->matmul_flops_per_token = 0;
 		r->attention_flops_per_pair = 0;
 		r->kv_bytes_per_token = 0;
+		r->attention_window = 0;
 		switch (r->sizes.role) {
 		case DATAFLOW_BLOCK_EMBEDDING: /* a row gather: read the row, write y */
 			r->memory_bytes_per_token = 2 * H * es;
@@ -33,6 +34,7 @@ Dataflow_Status dataflow_ring_model_from_blocked(const Dataflow_Blocked_Model *m
 			r->attention_flops_per_pair = 4 * qd;
 			r->memory_bytes_per_token = 2 * acts + 3 * H * es;
 			r->kv_bytes_per_token = (int64_t)(2 * kvd * es);
+			r->attention_window = c->sliding_window;
 			break;
 		case DATAFLOW_BLOCK_HEAD: /* logits written, read by the loss, rewritten as dlogits */
 			r->matmul_flops_per_token = 2 * (double)c->vocab_size * H;

@@ -325,12 +325,12 @@ static void fill_plan(const Ring_Context *x, const Ring_Candidate *c, Dataflow_R
 	plan->step_seconds = ring_time(x, c, plan, &link_bytes);
 	plan->tokens_per_second = (double)x->req->tokens_per_step / plan->step_seconds;
 	/* MFU: 6 N per token (N: weights met in matmuls, = matmul_flops_per_token / 2) plus 3x the
-	 * causal attention forward, over the step time at the dtype's peak */
+	 * causal attention forward (within a sliding window), over the step time at the dtype's peak */
 	double S = (double)x->req->seq_len, seqs = (double)x->req->tokens_per_step / S, flops = 0;
 	for (int b = 0; b < x->model->num_blocks; b++) {
 		const Dataflow_Ring_Block *blk = &x->model->blocks[b];
 		flops += 3 * blk->matmul_flops_per_token * (double)x->req->tokens_per_step +
-			 3 * blk->attention_flops_per_pair * seqs * S * (S + 1) / 2;
+			 3 * blk->attention_flops_per_pair * seqs * ring_causal_pairs(S, blk->attention_window);
 	}
 	plan->model_flops = flops;
 	plan->peak_flops = x->peak;

@@ -20,7 +20,7 @@ typedef struct {
 static void block_parts(const Dataflow_Ring_Block *b, double tokens, double T, double S, double half,
 			double matmul_rate, double attention_rate, double memory_rate, double parts[3])
 {
-	double pairs = tokens / S * S * (S + 1) / 2;
+	double pairs = tokens / S * ring_causal_pairs(S, b->attention_window);
 	parts[0] = tokens * b->matmul_flops_per_token / (matmul_rate * T / (T + half));
 	parts[1] = pairs * b->attention_flops_per_pair / attention_rate;
 	parts[2] = tokens * b->memory_bytes_per_token / memory_rate;

@@ -15,8 +15,10 @@ _LLAMA3 = {"vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "
 _QWEN = {"rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False}
 # "tiny" (the default of `dataflow train`) and "small" take vocab_size from the tokenizer: tiny is
 # small enough that the default run (a couple of minutes on 2 CPU cores) ends writing recognisable
-# words. The Llama-3 family, Qwen2.5 (Qwen/Qwen2.5-7B) and Qwen3 (Qwen/Qwen3-8B) are Hugging
-# Face's configs (their config.json; rope scaling left out: it changes neither sizes nor flops).
+# words. The Llama-3 family, Qwen2.5 (Qwen/Qwen2.5-7B), Qwen3 (Qwen/Qwen3-8B) and Mistral
+# (mistralai/Mistral-7B-v0.1: the version with a 4096-token sliding window; v0.3 has none, a
+# 32768 vocabulary and rope_theta 1e6) are Hugging Face's configs (their config.json; rope scaling
+# left out: it changes neither sizes nor flops).
 PRESETS = {
     "tiny": {"hidden_size": 192, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 6,
              "num_key_value_heads": 2, "max_position_embeddings": 256},
@@ -36,6 +38,10 @@ PRESETS = {
     "qwen3-8b": {**_QWEN, "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
                  "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
                  "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960},
+    "mistral-7b": {"model_type": "mistral", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+                   "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                   "sliding_window": 4096, "tie_word_embeddings": False},
 }
 WHAT = f"a preset ({', '.join(PRESETS)}), an HF config.json or an HF model directory"
 

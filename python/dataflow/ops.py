@@ -164,17 +164,48 @@ def embedding_bwd_w(h, ids, d_out, d_table=None, vocab=None, stream=0):
     return d_table
 
 
-def rope_inv_freq(head_dim, theta=10000.0, scaling=None):
-    """fp32 numpy [head_dim/2] inverse frequencies for rope: HF's default, or with scaling (a
-    dict like HF's rope_scaling: factor, low_freq_factor, high_freq_factor,
-    original_max_position_embeddings) its Llama-3 scaling."""
+# HF rope_type -> Dataflow_Rope_Type, and the parameters each reads (HF's names)
+ROPE_TYPES = {"default": opslib.DATAFLOW_ROPE_DEFAULT, "linear": opslib.DATAFLOW_ROPE_LINEAR,
+              "llama3": opslib.DATAFLOW_ROPE_LLAMA3, "yarn": opslib.DATAFLOW_ROPE_YARN}
+_ROPE_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings", "beta_fast",
+                "beta_slow", "attention_factor", "mscale", "mscale_all_dim")
+
+
+def rope_scaling(theta=10000.0, scaling=None, out=None):
+    """A Dataflow_Rope_Scaling (cffi; filled into `out` when given) from theta and an HF
+    rope_scaling dict: rope_type (or type) default, linear, llama3 or yarn and the parameters HF
+    names; a parameter left out or null is 0, which C reads as HF's default where HF has one."""
     s = scaling or {}
+    kind = s.get("rope_type", s.get("type", "default"))
+    if not isinstance(kind, str) or kind not in ROPE_TYPES:
+        why = " (its frequencies change with the sequence length)" if kind == "dynamic" else ""
+        raise BadArgumentError(f"rope scaling {kind!r:.40} is not supported{why}; supported: {', '.join(ROPE_TYPES)}")
+    c = ffi.new("Dataflow_Rope_Scaling *") if out is None else out
+    try:
+        c.type, c.theta = ROPE_TYPES[kind], theta
+        for field in _ROPE_FIELDS:
+            setattr(c, field, s.get(field) or 0.0)
+        c.truncate = int(s.get("truncate", True) is not False)
+    except (TypeError, OverflowError) as e:
+        raise BadArgumentError(f"rope scaling: theta and {', '.join(_ROPE_FIELDS)} must be numbers: {e}") from None
+    return c
+
+
+def rope_parameters(head_dim, theta=10000.0, scaling=None):
+    """(inv_freq, attention_factor): fp32 numpy [head_dim/2] inverse frequencies for rope and the
+    factor HF multiplies cos and sin by (yarn's mscale, else 1), as transformers'
+    ROPE_INIT_FUNCTIONS compute them for theta and the rope_scaling dict (rope_scaling())."""
+    c = rope_scaling(theta, scaling)
     out = np.empty(max(int(head_dim) // 2, 1), np.float32)
-    check(opslib.dataflow_rope_inv_freq(head_dim, theta, s.get("factor", 0.0), s.get("low_freq_factor", 0.0),
-                                        s.get("high_freq_factor", 0.0),
-                                        s.get("original_max_position_embeddings", 0.0),
-                                        ffi.cast("float *", ffi.from_buffer(out))))
-    return out
+    factor = ffi.new("float *")
+    check(opslib.dataflow_rope_inv_freq(head_dim, c, ffi.cast("float *", ffi.from_buffer(out)), factor))
+    return out, factor[0]
+
+
+def rope_inv_freq(head_dim, theta=10000.0, scaling=None):
+    """rope_parameters' inv_freq: HF's default frequencies, or with scaling (a dict like HF's
+    rope_scaling) its linear, llama3 or yarn ones."""
+    return rope_parameters(head_dim, theta, scaling)[0]
 
 
 def _rope(h, name, x, positions, inv_freq, out, stream):
@@ -389,10 +420,20 @@ def _check_like(x, what, shape, dtype):
     return x
 
 
-def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, out=None, lse=None, stream=0):
+def _window(window, causal, op):
+    """A checked sliding window (Mistral's: query i sees keys i - window < j <= i; 0 is none)."""
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+        raise BadArgumentError(f"{op}: window must be an int >= 0 (0: no sliding window), got {window!r}")
+    if window and not causal:
+        raise BadArgumentError(f"{op}: window {window} needs causal=True (a sliding window looks back only)")
+    return int(window)
+
+
+def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, window=0, out=None, lse=None, stream=0):
     """Softmax attention over packed variable-length sequences (see ops.h):
     q (tokens, q_heads, head_dim), k/v (tokens, kv_heads, head_dim), cu_seqlens the num_seqs + 1
-    sequence offsets (numpy or device int32). scale defaults to 1/sqrt(head_dim).
+    sequence offsets (numpy or device int32). scale defaults to 1/sqrt(head_dim). window > 0
+    (causal only) is a sliding window: query i sees keys i - window < j <= i.
     Returns (out like q, lse fp32 (q_heads, tokens))."""
     q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
     total, _, hq, hkv, d = _attention_shapes(q, k, v)
@@ -403,11 +444,12 @@ def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, out=None, lse=Non
     _same_handle(h, q, k, v, cu, out, lse)
     OPS["attention"].submit(h, stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens=cu, out=out, lse=lse,
            total_tokens=total, num_seqs=cu.size - 1, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=scale,
-           causal=bool(causal))
+           causal=bool(causal), window=_window(window, causal, "attention"))
     return out, lse
 
 
-def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, out=None, lse=None, stream=0):
+def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, window=0, out=None, lse=None,
+                 stream=0):
     """Forward attention with separate query and key sequences (FlashAttention varlen with
     cu_seqlens_q and cu_seqlens_k, see ops.h): q (total_q, q_heads, head_dim), k/v (total_k,
     kv_heads, head_dim), e.g. new tokens over a KV cache. Causal masking is bottom-right aligned:
@@ -422,11 +464,11 @@ def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True
     _same_handle(h, q, k, v, cu_q, cu_k, out, lse)
     OPS["attention_kv"].submit(h, stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, out=out,
            lse=lse, total_q=total_q, total_k=total_k, num_seqs=cu_q.size - 1, num_q_heads=hq, num_kv_heads=hkv,
-           head_dim=d, scale=scale, causal=bool(causal))
+           head_dim=d, scale=scale, causal=bool(causal), window=_window(window, causal, "attention_kv"))
     return out, lse
 
 
-def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=True, dq=None, dk=None, dv=None,
+def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=True, window=0, dq=None, dk=None, dv=None,
                   workspace=None, stream=0):
     """Gradients of attention() given dout and its (out, lse); deterministic. Returns (dq, dk, dv).
     workspace: a device array of at least dataflow_attention_bwd_workspace_bytes; by default one
@@ -451,11 +493,11 @@ def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=Tru
     check(opslib.dataflow_submit_attention_bwd(h._ptr(), stream, dtypes.enum(q.dtype), dout.cdata, q.cdata, k.cdata,
                                                v.cdata, out.cdata, lse.cdata, cu.cdata, dq.cdata, dk.cdata, dv.cdata,
                                                workspace.cdata, workspace.nbytes, total, cu.size - 1, hq, hkv, d, scale,
-                                               int(bool(causal))))
+                                               int(bool(causal)), _window(window, causal, "attention_bwd")))
     return dq, dk, dv
 
 
-def attention_kv_bwd(h, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, dq=None,
+def attention_kv_bwd(h, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, window=0, dq=None,
                      dk=None, dv=None, workspace=None, stream=0):
     """Gradients of attention_kv() given dout and its (out, lse); deterministic. Returns (dq, dk, dv):
     dq like q; dk, dv fp32 like k, ACCUMULATED: pass the fp32 arrays of an earlier call to add
@@ -486,7 +528,7 @@ def attention_kv_bwd(h, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sca
                                                   dq.cdata, ffi.cast("float *", dk.cdata),
                                                   ffi.cast("float *", dv.cdata), workspace.cdata, workspace.nbytes,
                                                   total_q, total_k, cu_q.size - 1, hq, hkv, d, scale,
-                                                  int(bool(causal))))
+                                                  int(bool(causal)), _window(window, causal, "attention_kv_bwd")))
     return dq, dk, dv
 
 def _rows(x, what):

@@ -1,9 +1,10 @@
 """Hugging Face model directories: config.json + *.safetensors, read into and written from a Llama
-(the dense decoder of the Llama-3, Qwen2/2.5 and Qwen3 families, chosen by config.json's model_type).
+(the dense decoder of the Llama-3, Qwen2/2.5, Qwen3 and Mistral families, chosen by config.json's
+model_type).
 
 from_pretrained(path, handle, dtype) / save_pretrained(model, path) back dataflow.models.from_pretrained,
 Llama.from_pretrained and model.save_pretrained. Directories written here load with transformers'
-AutoModelForCausalLM (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) and back.
+AutoModelForCausalLM (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM) and back.
 """
 import json
 import math
@@ -17,7 +18,8 @@ from . import safetensors_io as st
 from ._ffi import modelslib
 from .errors import BadArgumentError, FileFormatError, OutOfMemoryError
 from .file_checks import member, read_json
-from .models.config import FAMILIES
+from .models.config import FAMILIES, sliding_window
+from .ops import ROPE_TYPES
 
 CONFIG_NAME = "config.json"
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -25,7 +27,7 @@ REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers
 DEFAULTS = {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None, "tie_word_embeddings": False,
             "max_position_embeddings": 2048}
 # Architecture variants the decoder here does not implement: field -> the only accepted value.
-UNSUPPORTED = {"hidden_act": "silu", "mlp_bias": False, "use_sliding_window": False}
+UNSUPPORTED = {"hidden_act": "silu", "mlp_bias": False}
 HF_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # Non-parameter buffers that older checkpoints carry and loading skips.
 BUFFER_SUFFIXES = (".rotary_emb.inv_freq",)
@@ -34,7 +36,6 @@ BUFFER_SUFFIXES = (".rotary_emb.inv_freq",)
 MAX_DIM = 2**31                 # what libdataflowmodels accepts for each size
 MAX_HEAD_DIM = 256              # DATAFLOW_ATTENTION_MAX_HEAD_DIM
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # eps, theta and rope factors are C floats
-ROPE_TYPES = ("default", "llama3")
 
 
 def _positive_int(config, field, where):
@@ -53,23 +54,33 @@ def _positive_number(value, field, where):
 
 
 def _rope_scaling(scaling, where):
-    """None, or a checked llama3 rope_scaling dict (the only scaling the model implements)."""
+    """None, or a checked rope_scaling dict of a type the model implements (linear, llama3, yarn)."""
     if scaling is None:
         return None
     if not isinstance(scaling, dict):
         raise FileFormatError(f"{where}: rope_scaling must be an object or null, got {scaling!r:.60}")
     kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind not in ROPE_TYPES:
-        raise FileFormatError(f"{where}: rope_scaling.rope_type {kind!r:.60} is not supported; expected one of "
+    if not isinstance(kind, str) or kind not in ROPE_TYPES:
+        why = " (dynamic NTK scaling changes the frequencies with the sequence length)" if kind == "dynamic" else ""
+        raise FileFormatError(f"{where}: rope_scaling.rope_type {kind!r:.60} is not supported{why}; expected one of "
                               f"{list(ROPE_TYPES)}")
     if kind == "default":
         return None
     out = dict(scaling)
     out["factor"] = _positive_number(scaling.get("factor"), "rope_scaling.factor", where)
-    low = _positive_number(scaling.get("low_freq_factor", 1.0), "rope_scaling.low_freq_factor", where)
-    high = _positive_number(scaling.get("high_freq_factor", 4.0), "rope_scaling.high_freq_factor", where)
-    if not high > low:
-        raise FileFormatError(f"{where}: rope_scaling: high_freq_factor ({high}) must exceed low_freq_factor ({low})")
+    if kind == "llama3":
+        low = _positive_number(scaling.get("low_freq_factor", 1.0), "rope_scaling.low_freq_factor", where)
+        high = _positive_number(scaling.get("high_freq_factor", 4.0), "rope_scaling.high_freq_factor", where)
+        if not high > low:
+            raise FileFormatError(f"{where}: rope_scaling: high_freq_factor ({high}) must exceed low_freq_factor "
+                                  f"({low})")
+    if kind == "yarn":
+        for field in ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim"):
+            if scaling.get(field) is not None:
+                _positive_number(scaling[field], f"rope_scaling.{field}", where)
+        if not isinstance(scaling.get("truncate", True), bool):
+            raise FileFormatError(f"{where}: rope_scaling.truncate must be true or false, "
+                                  f"got {scaling['truncate']!r:.60}")
     if "original_max_position_embeddings" in scaling:
         _positive_int(scaling, "original_max_position_embeddings", where)
     return out
@@ -99,11 +110,12 @@ def validate_config(config, where=CONFIG_NAME):
     for field, accepted in UNSUPPORTED.items():
         if out.get(field, accepted) != accepted:
             raise FileFormatError(f"{where}: {field}={out[field]!r:.60} is not supported; expected {accepted!r}")
-    if "sliding_attention" in (out.get("layer_types") or ()):
-        raise FileFormatError(f"{where}: layer_types has sliding_attention layers; sliding-window attention is "
-                              f"not supported")
-    if family == "qwen2":
-        out.pop("attention_bias", None)  # Qwen2's q/k/v biases are always there
+    try:
+        sliding_window(out, family)
+    except BadArgumentError as e:
+        raise FileFormatError(f"{where}: {e}") from None
+    if family in ("qwen2", "mistral"):
+        out.pop("attention_bias", None)  # Qwen2's q/k/v biases are always there; Mistral has none
     elif not isinstance(out.get("attention_bias", False), bool):
         raise FileFormatError(f"{where}: attention_bias must be true or false, got {out['attention_bias']!r:.60}")
     heads = out["num_attention_heads"]

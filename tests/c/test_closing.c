@@ -4,6 +4,7 @@
  * reading the freed handle (ASan would report the read). */
 
 #include "c_test.h"
+#include "tiny_llama.h"
 #include "dataflow/models.h"
 #include "dataflow/ops.h"
 
@@ -41,9 +42,7 @@ static void test_a_model_that_outlived_its_handle(void)
 {
 	Dataflow_Handle *h = open_host(2, 64 << 20, "threads=1");
 	CHECK(dataflow_register_default_ops(h));
-	Dataflow_Llama_Config c = {.vocab_size = 37, .hidden_size = 24, .intermediate_size = 40, .num_layers = 2,
-				   .num_heads = 4, .num_kv_heads = 2, .rms_eps = 1e-5f, .rope_theta = 10000.0f,
-				   .dtype = DATAFLOW_FP32};
+	Dataflow_Llama_Config c = tiny_llama_config();
 	Dataflow_Llama *m;
 	CHECK(dataflow_llama_create(h, &c, &m));
 	CHECK(dataflow_handle_destroy(h));

@@ -110,6 +110,9 @@ static void test_choice(void)
 	p.kv = 1; /* attention_kv: native */
 	EXPECT_TRUE(cuda_attention_choose(&p).impl == CUDA_ATTN_MMA);
 	p.kv = 0;
+	p.window = 4096; /* a sliding window: native */
+	EXPECT_TRUE(cuda_attention_choose(&p).impl == CUDA_ATTN_MMA);
+	p.window = 0;
 	p.vec = 0; /* misaligned or head_dim % 8: native, whose loader handles it */
 	c = cuda_attention_choose(&p);
 	EXPECT_TRUE(c.impl == CUDA_ATTN_MMA && c.hd == 128);

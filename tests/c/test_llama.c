@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "c_test.h"
+#include "tiny_llama.h"
 #include "dataflow/models.h"
 #include "dataflow/ops.h"
 
@@ -28,9 +29,7 @@ int main(void)
 	CHECK(dataflow_handle_create("host", &hc, &h));
 	CHECK(dataflow_register_default_ops(h));
 
-	Dataflow_Llama_Config c = {.vocab_size = 37, .hidden_size = 24, .intermediate_size = 40, .num_layers = 2,
-				   .num_heads = 4, .num_kv_heads = 2, .rms_eps = 1e-5f, .rope_theta = 10000.0f,
-				   .dtype = DATAFLOW_FP32};
+	Dataflow_Llama_Config c = tiny_llama_config();
 	Dataflow_Llama *bad;
 	c.num_kv_heads = 3;
 	if (dataflow_llama_create(h, &c, &bad) != DATAFLOW_ERR_INVALID_ARGUMENT || !strstr(dataflow_last_error(), "num_kv_heads")) {

@@ -533,7 +533,7 @@ static int chunked(const Dataflow_Llama_Config *config)
 static int bad_arguments(void)
 {
 	Dataflow_Llama_Config c = {.vocab_size = 19, .hidden_size = 16, .intermediate_size = 24, .num_layers = 1,
-				   .num_heads = 2, .num_kv_heads = 1, .rms_eps = 1e-5f, .rope_theta = 10000.0f,
+				   .num_heads = 2, .num_kv_heads = 1, .rms_eps = 1e-5f, .rope = {.theta = 10000.0f},
 				   .dtype = DATAFLOW_FP32};
 	Dataflow_Blocked_Model *bm;
 	CHECK(dataflow_llama_blocked_model_create(h, &c, &bm));
@@ -576,7 +576,7 @@ int main(void)
 	CHECK(dataflow_register_default_ops(h));
 	Dataflow_Llama_Config untied = {.vocab_size = 41, .hidden_size = 24, .intermediate_size = 40, .num_layers = 3,
 					.num_heads = 4, .num_kv_heads = 2, .head_dim = 8, .rms_eps = 1e-5f,
-					.rope_theta = 10000.0f, .dtype = DATAFLOW_FP32};
+					.rope = {.theta = 10000.0f}, .dtype = DATAFLOW_FP32};
 	Dataflow_Llama_Config tied = untied;
 	tied.tie_embeddings = 1;
 	tied.num_kv_heads = 4;

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "c_test.h"
+#include "tiny_llama.h"
 #include "dataflow/models.h"
 #include "dataflow/ops.h"
 #include "dataflow/sampling.h"
@@ -24,9 +25,7 @@ int main(void)
 	Dataflow_Handle_Config hc = {.num_streams = 1, .device_memory_bytes = 256u << 20};
 	CHECK(dataflow_handle_create("host", &hc, &h));
 	CHECK(dataflow_register_default_ops(h));
-	Dataflow_Llama_Config c = {.vocab_size = 37, .hidden_size = 24, .intermediate_size = 40, .num_layers = 2,
-				   .num_heads = 4, .num_kv_heads = 2, .rms_eps = 1e-5f, .rope_theta = 10000.0f,
-				   .dtype = DATAFLOW_FP32};
+	Dataflow_Llama_Config c = tiny_llama_config();
 	Dataflow_Llama *m;
 	CHECK(dataflow_llama_create(h, &c, &m));
 	Dataflow_Llama_Paged_Cache *pc;

@@ -40,7 +40,7 @@ static void llama_model(Model *m, int64_t vocab, int64_t hidden, int64_t inter, 
 	memset(m, 0, sizeof(*m));
 	m->config = (Dataflow_Llama_Config){.vocab_size = vocab, .hidden_size = hidden, .intermediate_size = inter,
 					   .num_layers = layers, .num_heads = heads, .num_kv_heads = kv_heads,
-					   .rms_eps = 1e-5f, .rope_theta = 500000.0f, .dtype = dtype};
+					   .rms_eps = 1e-5f, .rope = {.theta = 500000.0f}, .dtype = dtype};
 	Dataflow_Blocked_Model *bm;
 	CHECK(dataflow_llama_blocked_model_create(h, &m->config, &bm));
 	CHECK(dataflow_ring_model_from_blocked(bm, m->blocks, DATAFLOW_RING_MAX_LAYERS + 2, &m->model));
@@ -324,7 +324,7 @@ static void test_hostile(void)
 
 	/* the blocked model's view with too small an array */
 	Dataflow_Llama_Config c = {.vocab_size = 100, .hidden_size = 32, .intermediate_size = 64, .num_layers = 2,
-				   .num_heads = 2, .num_kv_heads = 1, .rms_eps = 1e-5f, .rope_theta = 1e4f,
+				   .num_heads = 2, .num_kv_heads = 1, .rms_eps = 1e-5f, .rope = {.theta = 1e4f},
 				   .dtype = DATAFLOW_FP32};
 	Dataflow_Blocked_Model *bm;
 	CHECK(dataflow_llama_blocked_model_create(h, &c, &bm));

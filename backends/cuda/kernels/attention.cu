@@ -1,6 +1,7 @@
 // attention forward (attention and attention_kv; launched by the external op in
 // cuda_attention.c), FlashAttention-2 style: for query i of a sequence and head h (kv head
-// h / (Hq / Hkv)), keys j of the same sequence (causal: j <= i + k_len - q_len),
+// h / (Hq / Hkv)), keys j of the same sequence (causal: j <= i + k_len - q_len; a sliding
+// window w also hides j <= i + k_len - q_len - w, and the key tiles it hides wholly are skipped),
 //   s_ij = scale * q_i . k_j,  out_i = sum_j softmax_j(s_ij) v_j,  lse_i = log sum_j exp(s_ij)
 // with the online softmax in base 2: running max m and sum l per query, O rescaled by
 // 2^(m_old - m_new) when the max grows; a query that sees no key gets out = 0, lse = -inf.
@@ -30,14 +31,15 @@ template <class D, int HD, int BM, int BN, int NW> __device__ void attn_fwd_mma(
 	const long long q0 = sb.lo + sb.block * BM, qend = q0 + BM < sb.hi ? q0 + BM : sb.hi;
 	const long long off = khi - sb.hi; // causal: query i sees keys j <= i + off
 	const long long kend = p.causal && qend + off < khi ? qend + off : khi;
-	const int tiles = kend > klo ? (int)((kend - klo + BN - 1) / BN) : 0;
+	const long long kstart = attn_window_start(klo, q0 + off, p.window, BN);
+	const int tiles = kend > kstart ? (int)((kend - kstart + BN - 1) / BN) : 0;
 	const u16 *Q = (const u16 *)p.q, *K = (const u16 *)p.k, *V = (const u16 *)p.v;
 	const bool vec = p.vec;
 
 	load_tile<HD, BM, NT>(sQ, Q, q0, qend, hq, h, p.head_dim, vec);
 	if (tiles > 0) {
-		load_tile<HD, BN, NT>(sK, K, klo, khi, p.num_kv_heads, hk, p.head_dim, vec);
-		load_tile<HD, BN, NT>(sV, V, klo, khi, p.num_kv_heads, hk, p.head_dim, vec);
+		load_tile<HD, BN, NT>(sK, K, kstart, khi, p.num_kv_heads, hk, p.head_dim, vec);
+		load_tile<HD, BN, NT>(sV, V, kstart, khi, p.num_kv_heads, hk, p.head_dim, vec);
 	}
 	cp_async_commit();
 
@@ -53,7 +55,7 @@ template <class D, int HD, int BM, int BN, int NW> __device__ void attn_fwd_mma(
 	const int row0 = warp * MT * 16; // this warp's first row in the block
 
 	for (int j = 0; j < tiles; j++) {
-		const long long kb = klo + (long long)j * BN;
+		const long long kb = kstart + (long long)j * BN;
 		const u16 *k_s = sK + (j & 1) * BN * HD, *v_s = sV + (j & 1) * BN * HD;
 		if (j + 1 < tiles) { // prefetch the next K, V into the other buffer (free since the last barrier)
 			load_tile<HD, BN, NT>(sK + ((j + 1) & 1) * BN * HD, K, kb + BN, khi, p.num_kv_heads, hk,
@@ -93,11 +95,11 @@ template <class D, int HD, int BM, int BN, int NW> __device__ void attn_fwd_mma(
 		}
 
 		// mask (in block coordinates: key column col is valid below kvalid, and, causal, up to
-		// row + diag), online softmax in base 2
-		const bool edge = kb + BN > khi || (p.causal && kb + BN - 1 > q0 + off);
+		// row + diag; with a window past row + wdiag), online softmax in base 2
+		const bool wcut = p.window > 0 && kb <= q0 + BM - 1 + off - p.window;
+		const bool edge = kb + BN > khi || (p.causal && kb + BN - 1 > q0 + off) || wcut;
 		const int kvalid = khi - kb < BN ? (int)(khi - kb) : BN;
-		const long long dg = q0 + off - kb;
-		const int diag = dg < -(BM + BN) ? -(BM + BN) : dg > BM + BN ? BM + BN : (int)dg;
+		const int diag = clamp_diag(q0 + off - kb, BM + BN), wdiag = clamp_diag(q0 + off - kb - p.window, BM + BN);
 #pragma unroll
 		for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -110,7 +112,8 @@ template <class D, int HD, int BM, int BN, int NW> __device__ void attn_fwd_mma(
 					for (int c = 0; c < 2; c++) {
 						float x = s[mt][n][2 * r + c] * p.scale_log2;
 						const int col = n * 8 + 2 * t + c;
-						if (edge && (col >= kvalid || (p.causal && col > row + diag)))
+						if (edge && (col >= kvalid || (p.causal && col > row + diag) ||
+							     (wcut && col <= row + wdiag)))
 							x = -ATTN_INF;
 						s[mt][n][2 * r + c] = x;
 						mx = fmaxf(mx, x);
@@ -215,7 +218,7 @@ template <class D> __device__ void attn_fwd_simt(const Attn_Params &p)
 		o[e] = 0.0f;
 	}
 	float m = -ATTN_INF, l = 0.0f;
-	for (long long j = klo; j < kend; j++) {
+	for (long long j = attn_window_start(klo, i + off, p.window, 1); j < kend; j++) {
 		const typename D::T *kj = K + (j * p.num_kv_heads + hk) * hd, *vj = V + (j * p.num_kv_heads + hk) * hd;
 		float s = 0.0f;
 #pragma unroll

@@ -87,6 +87,21 @@ __device__ Seq_Block attn_find_block(const int *cu, long long num_seqs, long lon
 	return none;
 }
 
+// A tile's diagonal offset clamped to +-bound (past it every column compares alike).
+__device__ __forceinline__ int clamp_diag(long long d, int bound)
+{
+	return d < -bound ? -bound : d > bound ? bound : (int)d;
+}
+
+// The first key that queries from key position p0 on read under a sliding window w > 0 (they
+// see keys j > position - w): the start of the block of B keys from klo that holds p0 - w + 1.
+// The blocks wholly before it are skipped (the point of a window: less work).
+__device__ __forceinline__ long long attn_window_start(long long klo, long long p0, long long w, int B)
+{
+	const long long first = p0 - w + 1 - klo;
+	return w > 0 && first > 0 ? klo + first / B * B : klo;
+}
+
 // The query block a tensor-core block handles: in reverse for causal attention, whose last
 // query blocks see the most keys, so the longest blocks start first and the short ones fill
 // the tail instead of one long block running alone at the end.

@@ -15,7 +15,8 @@
 // attn_*_simt_<dtype>: one warp per row, for fp32 and GPUs before sm_80.
 // attention_kv_bwd (keys in their own sequences, p.cu_k != p.cu_q) runs the same kernels: a
 // sequence's queries [qlo, qhi) see keys j <= i + off (off = khi - qhi, bottom-right), and with
-// p.accumulate dK, dV are fp32 rows the kernels add into.
+// p.accumulate dK, dV are fp32 rows the kernels add into. A sliding window w also hides keys
+// j <= i + off - w; the tiles it hides wholly are skipped.
 #include "attention.cuh"
 #include "op_params.cuh"
 #include "reduce.cuh"
@@ -100,11 +101,6 @@ __device__ __forceinline__ void mma_bt(float (&acc)[NDC][4], const u32 (&a)[4], 
 	}
 }
 
-__device__ __forceinline__ int clamp_diag(long long d, int bound)
-{
-	return d < -bound ? -bound : d > bound ? bound : (int)d;
-}
-
 // The other side's tokens of sequence s: [lo, hi) of cu when it differs from the side the
 // kernel cut into blocks (whose range is [lo0, hi0)).
 __device__ __forceinline__ void other_range(const int *cu, const int *cu0, long long s, long long total, long long lo0,
@@ -145,7 +141,9 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 	const long long off = khi - hi, first = kb - off - lo;
 	// causal: no query below kb - off sees the block
 	const long long q_first = p.causal && first > 0 ? lo + (first / BM) * BM : lo;
-	const long long qtiles = hi > q_first ? (hi - q_first + BM - 1) / BM : 0, steps = qtiles * G;
+	// window: no query from kb + BN - 1 - off + w on sees the block
+	const long long q_end = p.window > 0 && kb + BN - 1 - off + p.window < hi ? kb + BN - 1 - off + p.window : hi;
+	const long long qtiles = q_end > q_first ? (q_end - q_first + BM - 1) / BM : 0, steps = qtiles * G;
 	const u16 *Q = (const u16 *)p.q, *dO = (const u16 *)p.dout;
 	const bool vec = p.vec;
 
@@ -189,15 +187,17 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 		s_and_dp<D, HD, NQ>(s, dp, sK, sV, krow0, q_s, o_s);
 		// P^T, dS^T; causal: key row kr (kb + kr) is masked for query column qc (q0 + qc) when
 		// kr > qc + diag. Keys past the sequence only reach dK/dV rows that are not stored.
+		// Window: masked when kr <= qc + wdiag.
 		const bool edge = p.causal && kb + BN - 1 > q0 + off;
-		const int diag = clamp_diag(q0 + off - kb, BM + BN);
+		const bool wcut = p.window > 0 && kb <= q0 + BM - 1 + off - p.window;
+		const int diag = clamp_diag(q0 + off - kb, BM + BN), wdiag = clamp_diag(q0 + off - kb - p.window, BM + BN);
 #pragma unroll
 		for (int n = 0; n < NQ; n++) {
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
 				const int qc = n * 8 + 2 * t + (e & 1), kr = krow0 + g + (e >> 1) * 8;
 				float pv = exp2f(s[n][e] * p.scale_log2 - l_s[qc]);
-				if (edge && kr > qc + diag)
+				if ((edge && kr > qc + diag) || (wcut && kr <= qc + wdiag))
 					pv = 0.0f;
 				s[n][e] = pv;
 				dp[n][e] = pv * (dp[n][e] - d_s[qc]);
@@ -257,14 +257,15 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 	other_range(p.cu_k, p.cu_q, sb.s, p.total_k, sb.lo, sb.hi, lo, khi);
 	const long long off = khi - hi;
 	const long long kend = p.causal ? qend + off : khi; // the block's last query sees keys up to itself + off
-	const int tiles = kend > lo ? (int)((kend - lo + BN - 1) / BN) : 0;
+	const long long kstart = attn_window_start(lo, q0 + off, p.window, BN);
+	const int tiles = kend > kstart ? (int)((kend - kstart + BN - 1) / BN) : 0;
 	const u16 *K = (const u16 *)p.k, *V = (const u16 *)p.v;
 	const bool vec = p.vec;
 
 	load_tile<HD, BM, NT>(sQ, (const u16 *)p.q, q0, hi, hq, h, hd, vec);
 	load_tile<HD, BM, NT>(sO, (const u16 *)p.dout, q0, hi, hq, h, hd, vec);
-	load_tile<HD, BN, NT>(sK, K, lo, khi, p.num_kv_heads, hk, hd, vec);
-	load_tile<HD, BN, NT>(sV, V, lo, khi, p.num_kv_heads, hk, hd, vec);
+	load_tile<HD, BN, NT>(sK, K, kstart, khi, p.num_kv_heads, hk, hd, vec);
+	load_tile<HD, BN, NT>(sV, V, kstart, khi, p.num_kv_heads, hk, hd, vec);
 	cp_async_commit();
 
 	float lse2[2], Dr[2];
@@ -280,7 +281,7 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 		dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
 
 	for (int j = 0; j < tiles; j++) {
-		const long long kb = lo + (long long)j * BN;
+		const long long kb = kstart + (long long)j * BN;
 		const u16 *k_s = sK + (j & 1) * BN * HD, *v_s = sV + (j & 1) * BN * HD;
 		if (j + 1 < tiles) {
 			load_tile<HD, BN, NT>(sK + ((j + 1) & 1) * BN * HD, K, kb + BN, khi, p.num_kv_heads, hk, hd, vec);
@@ -295,16 +296,18 @@ template <class D, int HD, int BM, int BN, int NW, int DS> __device__ void attn_
 		float s[NK][4], dp[NK][4];
 		s_and_dp<D, HD, NK>(s, dp, sQ, sO, qrow0, k_s, v_s);
 		// keys past the sequence are masked (their zero rows would add P to dQ), and causal
-		// key column col > row + diag
-		const bool edge = kb + BN > khi || (p.causal && kb + BN - 1 > q0 + off);
+		// key column col > row + diag; with a window, col <= row + wdiag
+		const bool wcut = p.window > 0 && kb <= q0 + BM - 1 + off - p.window;
+		const bool edge = kb + BN > khi || (p.causal && kb + BN - 1 > q0 + off) || wcut;
 		const int kvalid = khi - kb < BN ? (int)(khi - kb) : BN, diag = clamp_diag(q0 + off - kb, BM + BN);
+		const int wdiag = clamp_diag(q0 + off - kb - p.window, BM + BN);
 #pragma unroll
 		for (int n = 0; n < NK; n++) {
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
 				const int col = n * 8 + 2 * t + (e & 1), row = qrow0 + g + (e >> 1) * 8;
 				float pv = exp2f(s[n][e] * p.scale_log2 - lse2[e >> 1]);
-				if (edge && (col >= kvalid || (p.causal && col > row + diag)))
+				if (edge && (col >= kvalid || (p.causal && col > row + diag) || (wcut && col <= row + wdiag)))
 					pv = 0.0f;
 				dp[n][e] = pv * (dp[n][e] - Dr[e >> 1]);
 			}
@@ -398,7 +401,7 @@ template <class D> __device__ void attn_dq_simt(const Attn_Params &p)
 	float q[ATTN_SIMT_MAX_PER_LANE], dO[ATTN_SIMT_MAX_PER_LANE], dq[ATTN_SIMT_MAX_PER_LANE] = {};
 	load_row<D>(q, (const T *)p.q + (i * hq + h) * hd, hd, p.scale_log2);
 	load_row<D>(dO, (const T *)p.dout + (i * hq + h) * hd, hd, 1.0f);
-	for (long long j = klo; j < kend; j++) {
+	for (long long j = attn_window_start(klo, i + khi - sb.hi, p.window, 1); j < kend; j++) {
 		const T *kj = (const T *)p.k + (j * hkv + hk) * hd, *vj = (const T *)p.v + (j * hkv + hk) * hd;
 		const float pj = exp2f(dot_row<D>(q, kj, hd) - l2);
 		axpy_row<D>(dq, pj * (dot_row<D>(dO, vj, hd) - Di), kj, hd);
@@ -419,12 +422,14 @@ template <class D> __device__ void attn_dkdv_simt(const Attn_Params &p)
 	long long qlo, qhi;
 	other_range(p.cu_q, p.cu_k, sb.s, p.total_q, sb.lo, sb.hi, qlo, qhi);
 	const long long j = sb.lo + sb.block, first = j - (sb.hi - qhi); // causal: the first query that sees key j
+	// window: the queries from first + w on do not see it
+	const long long iend = p.window > 0 && first + p.window < qhi ? first + p.window : qhi;
 	float k[ATTN_SIMT_MAX_PER_LANE], v[ATTN_SIMT_MAX_PER_LANE];
 	float dk[ATTN_SIMT_MAX_PER_LANE] = {}, dv[ATTN_SIMT_MAX_PER_LANE] = {};
 	load_row<D>(k, (const T *)p.k + (j * hkv + hk) * hd, hd, p.scale_log2);
 	load_row<D>(v, (const T *)p.v + (j * hkv + hk) * hd, hd, 1.0f);
 	for (long long h = hk * G; h < (hk + 1) * G; h++) {
-		for (long long i = p.causal && first > qlo ? first : qlo; i < qhi; i++) {
+		for (long long i = p.causal && first > qlo ? first : qlo; i < iend; i++) {
 			const T *qi = (const T *)p.q + (i * hq + h) * hd, *oi = (const T *)p.dout + (i * hq + h) * hd;
 			const float pj = exp2f(dot_row<D>(k, qi, hd) - lse2_of(p, h, i, qhi));
 			const float ds = pj * (dot_row<D>(v, oi, hd) - p.D[h * p.total_q + i]);

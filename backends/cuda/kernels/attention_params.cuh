@@ -21,6 +21,7 @@ typedef struct {
 	float scale;      /* softmax scale */
 	float scale_log2; /* scale * log2(e): scores are exponentiated in base 2 */
 	int causal;
+	long long window; /* sliding window (causal only): query position i sees keys j > i - window; 0: none */
 	int accumulate; /* attention_kv_bwd: dK, dV are fp32 and added into */
 	int vec; /* head_dim % 8 == 0 and every tensor 16-byte aligned: tiles move by cp.async */
 	const int *skip; /* device flag, may be NULL: when it is 1 the kernel does nothing (cuDNN's

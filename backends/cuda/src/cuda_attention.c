@@ -356,6 +356,7 @@ static Dataflow_Status run(Attn_State *s, int stream_id, Attn_Params *p)
 				  .head_dim = p->head_dim,
 				  .num_seqs = p->num_seqs,
 				  .causal = p->causal,
+				  .window = p->window,
 				  .kv = s->op == OP_ATTENTION_KV || s->op == OP_ATTENTION_KV_BWD,
 				  .backward = bwd,
 				  .vec = p->vec,
@@ -397,7 +398,7 @@ static Dataflow_Status forward(void *op_state, int stream_id, Dataflow_Attention
 	Attn_Params p = {.q = a.q, .k = a.k, .v = a.v, .cu_q = a.cu_seqlens_q, .cu_k = a.cu_seqlens_k, .out = a.out,
 			 .lse = a.lse, .total_q = a.total_q, .total_k = a.total_k, .num_seqs = a.num_seqs,
 			 .num_q_heads = a.num_q_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
-			 .scale = a.scale, .causal = a.causal != 0};
+			 .scale = a.scale, .causal = a.causal != 0, .window = a.window};
 	return run(op_state, stream_id, &p);
 }
 
@@ -421,7 +422,7 @@ Dataflow_Status dataflow_cuda_attention_bwd(Dataflow_Handle *handle, int stream_
 			 .dout = a.dout, .lse_in = a.lse, .D = a.D, .dq = a.dq, .dk = a.dk, .dv = a.dv,
 			 .total_q = a.total_tokens, .total_k = a.total_tokens, .num_seqs = a.num_seqs,
 			 .num_q_heads = a.num_q_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
-			 .scale = a.scale, .causal = a.causal != 0};
+			 .scale = a.scale, .causal = a.causal != 0, .window = a.window};
 	return run(op_state, stream_id, &p);
 }
 
@@ -433,6 +434,6 @@ Dataflow_Status dataflow_cuda_attention_kv_bwd(Dataflow_Handle *handle, int stre
 			 .out = (void *)a.out, .dout = a.dout, .lse_in = a.lse, .D = a.D, .dq = a.dq, .dk = a.dk,
 			 .dv = a.dv, .total_q = a.total_q, .total_k = a.total_k, .num_seqs = a.num_seqs,
 			 .num_q_heads = a.num_q_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
-			 .scale = a.scale, .causal = a.causal != 0, .accumulate = 1};
+			 .scale = a.scale, .causal = a.causal != 0, .window = a.window, .accumulate = 1};
 	return run(op_state, stream_id, &p);
 }

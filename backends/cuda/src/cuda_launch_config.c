@@ -117,6 +117,8 @@ static const char *cudnn_unfit(const Cuda_Attn_Problem *p)
 		return "cuDNN not loaded";
 	if (p->kv)
 		return "attention_kv runs natively (cuDNN's causal diagonal is top-left)";
+	if (p->window)
+		return "a sliding window runs natively (the path builds a causal band only)";
 	if (p->elem_bytes != 2 || p->cc < 80)
 		return "cuDNN SDPA needs fp16/bf16 on sm_80+";
 	if (p->num_seqs != 1)

@@ -46,6 +46,7 @@ typedef struct {
 	int64_t head_dim;
 	int64_t num_seqs;
 	int causal;
+	int64_t window;     /* sliding window; 0: none */
 	int kv;             /* attention_kv: keys in their own sequences */
 	int backward;
 	int vec;            /* head_dim % 8 == 0 and every tensor 16-byte aligned */

@@ -2,7 +2,8 @@
  * attention_kv, the same with separate query and key sequences (a KV cache). For each
  * sequence, query head h (kv head h / (Hq / Hkv)) and query i:
  *   s_ij = scale * q_i . k_j          (causal: only keys j <= i + k_len - q_len of the same
- *                                      sequence; k_len = q_len for attention)
+ *                                      sequence; k_len = q_len for attention; a sliding window
+ *                                      w also hides j <= i + k_len - q_len - w)
  *   o_i = sum_j softmax_j(s_ij) v_j,  lse_i = log sum_j exp(s_ij)
  * One work item is (sequence, query head, block of 64 queries). Keys are visited in blocks
  * of 64 with the online softmax: running max m and sum l per query, in base 2 (scale * log2 e
@@ -35,13 +36,15 @@ static void fwd_item(const Fwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t
 		l[i] = 0.0f;
 	}
 	int64_t kend = x->causal && q0 + nq + off < khi ? q0 + nq + off : khi;
-	for (int64_t kb = klo; kb < kend; kb += ATTN_BLOCK) {
+	for (int64_t kb = attn_window_key_start(klo, q0 + off, x->window); kb < kend; kb += ATTN_BLOCK) {
 		int nk = (int)(kend - kb < ATTN_BLOCK ? kend - kb : ATTN_BLOCK);
 		const char *kv_row0 = (const char *)x->k + (size_t)((kb * hkv + hk) * d) * es;
 		attn_load_rows(kv, dp, kv_row0, hkv * d, dt, nk, nk, d);
 		t->qk(kv, nk, dp, qt, d, s);
 		if (x->causal && kb + nk - 1 > q0 + off)
 			attn_mask_causal(s, nk, kb, q0 + off);
+		if (attn_window_cuts(x->window, kb, q0 + off))
+			attn_mask_window(s, nk, kb, q0 + off, x->window);
 
 		attn_softmax_tile(t, s, nk, m, l, o, nq, dp);
 

@@ -152,6 +152,31 @@ static inline void attn_mask_causal(float *s, int nk, int64_t kb, int64_t q0)
 				s[j * ATTN_BLOCK + i] = -INFINITY;
 }
 
+/* Sliding window w > 0 (Mistral's): key kb + j is hidden from query position p0 + i when
+ * kb + j <= p0 + i - w. Needed only for tiles with kb <= p0 + ATTN_BLOCK - 1 - w. */
+static inline int attn_window_cuts(int64_t w, int64_t kb, int64_t p0)
+{
+	return w > 0 && kb <= p0 + ATTN_BLOCK - 1 - w;
+}
+
+static inline void attn_mask_window(float *s, int nk, int64_t kb, int64_t p0, int64_t w)
+{
+	for (int j = 0; j < nk; j++)
+		for (int i = 0; i < ATTN_BLOCK; i++)
+			if (kb + j <= p0 + i - w)
+				s[j * ATTN_BLOCK + i] = -INFINITY;
+}
+
+/* The first key block (blocks of ATTN_BLOCK from klo) that a query block starting at key
+ * position p0 sees: with a window the blocks wholly before p0 - w + 1 are skipped (the point
+ * of a window: less work). Key blocks stay aligned to klo, so every kind of work item cuts
+ * the keys the same way. */
+static inline int64_t attn_window_key_start(int64_t klo, int64_t p0, int64_t w)
+{
+	int64_t first = p0 - w + 1 - klo;
+	return w > 0 && first > 0 ? klo + first / ATTN_BLOCK * ATTN_BLOCK : klo;
+}
+
 /* ---- the three vector primitives, one function per SIMD path ----
  *
  * qk:   out[j][i] = sum_k x[j * xs + k] * yt[k][i]       j < nx, i < ATTN_BLOCK, k < d

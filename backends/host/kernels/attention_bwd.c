@@ -1,6 +1,7 @@
 /* attention backward, FlashAttention-2 style, deterministic; also attention_kv_bwd, the same
  * with separate query and key sequences (bottom-right causal: query i of a sequence sees key
- * j when j <= i + off, off = k_len - q_len; 0 for attention).
+ * j when j <= i + off, off = k_len - q_len; 0 for attention; a sliding window w also hides
+ * j <= i + off - w, and the tiles it hides wholly are skipped).
  * With p_ij = exp(s_ij - lse_i) recomputed per tile from the saved logsumexp and
  *   D_i = do_i . o_i                               (attention_bwd_delta, run first)
  *   dp_ij = do_i . v_j,  ds_ij = p_ij (dp_ij - D_i)
@@ -27,6 +28,7 @@ typedef struct {
 	int64_t total_q, total_k, num_seqs, hq, hkv, d;
 	float scale;
 	int causal;
+	int64_t window; /* sliding window; 0: none */
 	int accumulate; /* attention_kv_bwd: dk, dv are fp32 and added into */
 } Bwd_Args;
 
@@ -37,7 +39,7 @@ static Bwd_Args bwd_args(void *const *args)
 			  .cu_q = a.cu_seqlens, .cu_k = a.cu_seqlens, .dq = a.dq, .dk = a.dk, .dv = a.dv,
 			  .total_q = a.total_tokens, .total_k = a.total_tokens, .num_seqs = a.num_seqs,
 			  .hq = a.num_q_heads, .hkv = a.num_kv_heads, .d = a.head_dim, .scale = a.scale,
-			  .causal = a.causal};
+			  .causal = a.causal, .window = a.window};
 }
 
 static Bwd_Args kv_bwd_args(void *const *args)
@@ -47,7 +49,7 @@ static Bwd_Args kv_bwd_args(void *const *args)
 			  .cu_q = a.cu_seqlens_q, .cu_k = a.cu_seqlens_k, .dq = a.dq, .dk = a.dk, .dv = a.dv,
 			  .total_q = a.total_q, .total_k = a.total_k, .num_seqs = a.num_seqs, .hq = a.num_q_heads,
 			  .hkv = a.num_kv_heads, .d = a.head_dim, .scale = a.scale, .causal = a.causal,
-			  .accumulate = 1};
+			  .window = a.window, .accumulate = 1};
 }
 
 /* A sequence's queries [qlo, qhi) and keys [klo, khi); off = khi - qhi. */
@@ -110,6 +112,8 @@ static void tile_p_ds(const Attn_Tiles *t, const Bwd_Args *x, const Query_Tile *
 	t->qk(k, nk, dp, qt->qt, d, p);
 	if (x->causal && kb + nk - 1 > q0 + off)
 		attn_mask_causal(p, nk, kb, q0 + off);
+	if (attn_window_cuts(x->window, kb, q0 + off))
+		attn_mask_window(p, nk, kb, q0 + off, x->window);
 	t->exp2(p, nk, qt->lse2);
 	t->qk(v, nk, dp, qt->doutt, d, ds);
 	for (int j = 0; j < nk; j++)
@@ -122,6 +126,14 @@ static int64_t first_query_block(const Bwd_Args *x, const Seq_Ranges *r, int64_t
 {
 	int64_t first = k0 - r->off - r->qlo;
 	return x->causal && first > 0 ? r->qlo + first / ATTN_BLOCK * ATTN_BLOCK : r->qlo;
+}
+
+/* The end of the queries that see some key below k_end (sliding window): query q sees key
+ * j only when j > q + off - w. */
+static int64_t window_query_end(const Bwd_Args *x, const Seq_Ranges *r, int64_t k_end)
+{
+	int64_t end = k_end - 1 - r->off + x->window;
+	return x->window > 0 && end < r->qhi ? end : r->qhi;
 }
 
 /* dk, dv of keys [k0, k0 + nk) of kv head hk. */
@@ -142,7 +154,8 @@ static void dkdv_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *
 	memset(dk, 0, sizeof(float) * nk * dp);
 	memset(dv, 0, sizeof(float) * nk * dp);
 	for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
-		for (int64_t q0 = first_query_block(x, r, k0); q0 < r->qhi; q0 += ATTN_BLOCK) {
+		int64_t qend = window_query_end(x, r, k0 + nk);
+		for (int64_t q0 = first_query_block(x, r, k0); q0 < qend; q0 += ATTN_BLOCK) {
 			int nq = (int)(r->qhi - q0 < ATTN_BLOCK ? r->qhi - q0 : ATTN_BLOCK);
 			load_query_tile(&qt, x, dt, q0, nq, h);
 			tile_p_ds(t, x, &qt, k, v, k0, nk, q0, r->off, p, ds);
@@ -168,7 +181,7 @@ static void dq_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles *t,
 	load_query_tile(&qt, x, dt, q0, nq, h);
 	memset(dq, 0, sizeof(float) * nq * dp);
 	int64_t kend = x->causal ? q0 + nq + r->off : r->khi;
-	for (int64_t kb = r->klo; kb < kend; kb += ATTN_BLOCK) {
+	for (int64_t kb = attn_window_key_start(r->klo, q0 + r->off, x->window); kb < kend; kb += ATTN_BLOCK) {
 		int nk = (int)(kend - kb < ATTN_BLOCK ? kend - kb : ATTN_BLOCK);
 		size_t row0 = (size_t)((kb * x->hkv + hk) * d) * es;
 		attn_load_rows(k, dp, (const char *)x->k + row0, x->hkv * d, dt, nk, nk, d);
@@ -221,7 +234,8 @@ static void fused_item(const Bwd_Args *x, DataflowDatatype dt, const Attn_Tiles 
 			int nq = (int)(r->qhi - q0 < ATTN_BLOCK ? r->qhi - q0 : ATTN_BLOCK);
 			load_query_tile(&qt, x, dt, q0, nq, h);
 			int64_t kend = x->causal ? q0 + nq + r->off : r->khi;
-			for (int64_t k0 = r->klo; k0 < kend; k0 += ATTN_BLOCK) {
+			for (int64_t k0 = attn_window_key_start(r->klo, q0 + r->off, x->window); k0 < kend;
+			     k0 += ATTN_BLOCK) {
 				int nk = (int)(kend - k0 < ATTN_BLOCK ? kend - k0 : ATTN_BLOCK);
 				size_t kr = (size_t)((k0 - r->klo) * dp);
 				tile_p_ds(t, x, &qt, ks + kr, vs + kr, k0, nk, q0, r->off, p, ds);

@@ -5,7 +5,8 @@
 // query (forward, dq) or one key (dk, dv) of one head and is the only writer of its rows, so
 // no atomics: lane j computes the score of the block's key (query) j, then each lane
 // accumulates the output dimensions k = lane mod ATTN_BLOCK over the block in order. It skips
-// the keys (queries) that causality masks, which add exactly 0 on the host. Lavapipe ends
+// the keys (queries) that causality masks, which add exactly 0 on the host, and the blocks
+// of keys wholly before a sliding window (attn_window_begin). Lavapipe ends
 // every loop of a shader invocation after 65535 passes in all (LP_MAX_TGSI_LOOP_ITERATIONS),
 // so the launches refuse more keys than fit there (vulkan_default_ops.c counts the passes);
 // the forward's inner loops take ATTN_UNROLL iterations a pass (ATTN_FOR_EACH).
@@ -41,6 +42,15 @@ float attn_exp2(float x)
 	q = fma(q, f, 1.0);
 	precise float r = q * uintBitsToFloat(uint(int(n) + 127) << 23);
 	return r;
+}
+
+// The first key a query at key position `last` reads under a sliding window w > 0 (it sees
+// keys last - w < j <= last): the start of the block of ATTN_BLOCK keys from klo that holds
+// last - w + 1, as the host skips key tiles (the blocks wholly before it add exactly 0).
+uint attn_window_begin(uint klo, int64_t last, int64_t w)
+{
+	int64_t first = last - w + 1 - int64_t(klo);
+	return w > 0 && first > 0 ? klo + uint(first / ATTN_BLOCK) * ATTN_BLOCK : klo;
 }
 
 // The sequence holding token t of `total`, from untrusted offsets cu[0..num_seqs]: offsets are

@@ -5,7 +5,9 @@
 //   dp_ij = do_i . v_j,  ds_ij = p_ij (dp_ij - D_i)
 //   dv_j = sum_i p_ij do_i,  dk_j = scale sum_i ds_ij q_i,  dq_i = scale sum_j ds_ij k_j
 // Causal masking is bottom-right: query i of a sequence with queries [qlo, qhi) and keys
-// [klo, khi) sees key j when j <= i + khi - qhi (for attention the offset is 0).
+// [klo, khi) sees key j when j <= i + khi - qhi (for attention the offset is 0), and with a
+// sliding window w only when also j > i + khi - qhi - w. The causal word carries w
+// (vulkan_default_ops.c: 0 full attention, else causal with a window of that many keys).
 // One dispatch, two kinds of workgroup item (attention.glsl), each the only writer of its
 // rows: the first K_TOTAL * num_kv_heads own a key of a kv head (dk, dv: over the group's
 // query heads in order, then the queries that see it in order, a block of ATTN_BLOCK queries
@@ -34,6 +36,7 @@ void main()
 	uint d = uint(p.head_dim), tq = uint(Q_TOTAL), tk = uint(K_TOTAL), num_seqs = uint(p.num_seqs);
 	uint group = hq / hkv;
 	precise float sl = p.scale * float(ATTN_LOG2E);
+	int64_t w = int64_t(p.causal); // INT32_MAX: no window (no sequence reaches that far)
 	for (uint item = gl_WorkGroupID.x; item < tk * hkv + tq * hq; item += gl_NumWorkGroups.x) {
 		bool key = item < tk * hkv; // uniform in the workgroup, as everything below but lane
 		uint it = key ? item : item - tk * hkv, total = key ? tk : tq;
@@ -48,17 +51,18 @@ void main()
 		float a[ATTN_DIMS], b[ATTN_DIMS]; // dk and dv, or dq and unused
 		for (int c = 0; c < ATTN_DIMS; c++)
 			a[c] = b[c] = 0.0;
-		if (key) { // key t of kv head h: seen by queries i >= t - off
+		if (key) { // key t of kv head h: seen by queries t - off <= i < t - off + w
 			uint row = (t * hkv + h) * d;
 			uint ibegin = p.causal != 0 ? uint(clamp(int64_t(t) - off, int64_t(qlo), int64_t(qhi))) : qlo;
+			uint iend = p.causal != 0 ? uint(clamp(int64_t(t) - off + w, int64_t(qlo), int64_t(qhi))) : qhi;
 			for (uint k = lane; k < d; k += ATTN_BLOCK) {
 				row_a[k] = LOAD(DT_dtype, p.k.v[row + k]);
 				row_b[k] = LOAD(DT_dtype, p.v.v[row + k]);
 			}
 			barrier();
 			for (uint qh = h * group; qh < (h + 1) * group; qh++)
-				for (uint i0 = ibegin; i0 < qhi; i0 += ATTN_BLOCK) {
-					uint nq = min(qhi - i0, uint(ATTN_BLOCK));
+				for (uint i0 = ibegin; i0 < iend; i0 += ATTN_BLOCK) {
+					uint nq = min(iend - i0, uint(ATTN_BLOCK));
 					if (lane < nq) {
 						uint qrow = ((i0 + lane) * hq + qh) * d;
 						precise float s = 0.0, dp = 0.0;
@@ -84,16 +88,17 @@ void main()
 				STORE_KV_GRAD(p.dk, row + k, x);
 				STORE_KV_GRAD(p.dv, row + k, b[c]);
 			}
-		} else { // query t of head h: sees keys j < t + off + 1
+		} else { // query t of head h: sees keys t + off - w < j < t + off + 1
 			uint hk = h / group, qrow = (t * hq + h) * d;
-			uint kend = p.causal != 0 ? uint(clamp(int64_t(t) + off + 1, int64_t(klo), int64_t(khi))) : khi;
+			int64_t last = int64_t(t) + off;
+			uint kend = p.causal != 0 ? uint(clamp(last + 1, int64_t(klo), int64_t(khi))) : khi;
 			for (uint k = lane; k < d; k += ATTN_BLOCK) {
 				precise float qk = sl * LOAD(DT_dtype, p.q.v[qrow + k]);
 				row_a[k] = qk;
 				row_b[k] = LOAD(DT_dtype, p.dout.v[qrow + k]);
 			}
 			barrier();
-			for (uint kb = klo; kb < kend; kb += ATTN_BLOCK) {
+			for (uint kb = p.causal != 0 ? attn_window_begin(klo, last, w) : klo; kb < kend; kb += ATTN_BLOCK) {
 				uint nk = min(kend - kb, uint(ATTN_BLOCK));
 				if (lane < nk) {
 					uint krow = ((kb + lane) * hkv + hk) * d;
@@ -102,7 +107,7 @@ void main()
 						s = fma(LOAD(DT_dtype, p.k.v[krow + k]), row_a[k], s);
 					for (uint k = 0; k < d; k++)
 						dp = fma(LOAD(DT_dtype, p.v.v[krow + k]), row_b[k], dp);
-					p_ds(t, h, s, dp);
+					p_ds(t, h, p.causal != 0 && int64_t(kb + lane) <= last - w ? NEG_INF : s, dp);
 				}
 				barrier();
 				for (uint c = 0, k = lane; k < d; c++, k += ATTN_BLOCK)

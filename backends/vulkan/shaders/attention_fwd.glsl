@@ -16,8 +16,9 @@ void main()
 		ATTN_SEQ_OF(t, CU_Q, tq, CU_K, tk, num_seqs, seq, qlo, qhi, klo, khi)
 		if (seq >= num_seqs)
 			continue; // uniform in the workgroup; rows outside every sequence are not written
-		// causal, bottom-right aligned: query t sees keys j <= t + khi - qhi
-		int64_t last = int64_t(t) + int64_t(khi) - int64_t(qhi);
+		// causal, bottom-right aligned: query t sees keys j <= t + khi - qhi = last; with a
+		// sliding window w also only j > last - w
+		int64_t last = int64_t(t) + int64_t(khi) - int64_t(qhi), w = p.window;
 		uint kend = p.causal != 0 ? uint(clamp(last + 1, int64_t(klo), int64_t(khi))) : khi;
 		uint qrow = (t * hq + h) * d;
 		precise float sl = p.scale * float(ATTN_LOG2E);
@@ -30,14 +31,14 @@ void main()
 			o[c] = 0.0;
 		precise float m = NEG_INF, l = 0.0; // lane 0's
 		barrier();
-		for (uint kb = klo; kb < kend; kb += ATTN_BLOCK) {
+		for (uint kb = attn_window_begin(klo, last, w); kb < kend; kb += ATTN_BLOCK) {
 			uint nk = min(kend - kb, uint(ATTN_BLOCK));
 			if (lane < nk) {
 				uint krow = ((kb + lane) * hkv + hk) * d;
 				precise float acc = 0.0;
 				ATTN_FOR_EACH(k, d)
 					acc = fma(LOAD(DT_dtype, p.k.v[krow + k]), qs[k], acc);
-				ps[lane] = acc;
+				ps[lane] = w > 0 && int64_t(kb + lane) <= last - w ? NEG_INF : acc;
 			}
 			barrier();
 			if (lane == 0) {

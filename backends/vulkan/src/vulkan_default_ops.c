@@ -335,28 +335,63 @@ static double attention_bwd_loops(int64_t q_tokens, int64_t k_tokens, int64_t gr
 	return LOOP(grid_passes(items, 1), ATTN_ITEM_LOOPS(num_seqs, head_dim) + LARGER(key, query));
 }
 
-/* Dispatches items workgroups of op with its int64 scalars as 32-bit words (their kernels'
- * DATAFLOW_<OP>_PARAMS_NARROW): each is below 2^32, as the callers' checks make sure. */
-static Dataflow_Status narrow_dispatch(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state,
-					      int64_t items)
+/* op's int64 scalars as 32-bit words (their kernels' DATAFLOW_<OP>_PARAMS_NARROW) in k, backed
+ * by narrow: each is below 2^32, as the callers' checks make sure. */
+static void narrow_args(const Op *op, Op *k, int32_t *narrow)
 {
-	Op k = *op;
-	int32_t narrow[DATAFLOW_MAX_OP_ARGS];
+	*k = *op;
 	for (int i = 0; i < op->skeleton.num_args; i++)
 		if (op->skeleton.arg_dtypes[i] == DATAFLOW_INT64_SCALAR) {
-			narrow[i] = (int32_t)(uint32_t)*(const int64_t *)op->op_args[i]; /* < 2^32, as above */
-			k.skeleton.arg_dtypes[i] = DATAFLOW_INT32_SCALAR;
-			k.op_args[i] = &narrow[i];
+			narrow[i] = (int32_t)(uint32_t)*(const int64_t *)op->op_args[i];
+			k->skeleton.arg_dtypes[i] = DATAFLOW_INT32_SCALAR;
+			k->op_args[i] = &narrow[i];
 		}
+}
+
+static Dataflow_Status dispatch_items(Dataflow_Handle *handle, int stream_id, void *op_state, const Op *k,
+				      int64_t items)
+{
 	Dataflow_Launch_Config config;
 	groups_for(items, 1, &config);
-	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, &k, config.grid);
+	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, k, config.grid);
+}
+
+/* Dispatches items workgroups of op with its int64 scalars as 32-bit words. */
+static Dataflow_Status narrow_dispatch(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state,
+				       int64_t items)
+{
+	Op k;
+	int32_t narrow[DATAFLOW_MAX_OP_ARGS];
+	narrow_args(op, &k, narrow);
+	return dispatch_items(handle, stream_id, op_state, &k, items);
+}
+
+/* The causal word the kernels read, with the window (the last argument, dropped) folded in:
+ * 0 full attention, else causal with keys back to that many (INT32_MAX: no window, as no
+ * sequence reaches that far). */
+static int32_t causal_word(int causal, int64_t window)
+{
+	return !causal ? 0 : window > 0 && window < INT32_MAX ? (int32_t)window : INT32_MAX;
+}
+
+/* narrow_dispatch with the window folded into the causal word (the arguments then fit 128 bytes) */
+static Dataflow_Status attention_bwd_dispatch(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state,
+					      int64_t items, int causal_arg, int window_arg)
+{
+	Op k;
+	int32_t narrow[DATAFLOW_MAX_OP_ARGS];
+	narrow_args(op, &k, narrow);
+	int32_t band = causal_word(*(const int *)op->op_args[causal_arg] != 0, *(const int64_t *)op->op_args[window_arg]);
+	k.skeleton.arg_dtypes[causal_arg] = DATAFLOW_INT32_SCALAR;
+	k.op_args[causal_arg] = &band;
+	k.skeleton.num_args = window_arg; /* the last argument */
+	return dispatch_items(handle, stream_id, op_state, &k, items);
 }
 
 /* The external op OP (its arguments as `a`, of type Args): its init picks the variant's kernel
  * by q's dtype; q_tokens and k_tokens are its query and key token counts; SHAPE and what
  * follows describe the shape in the error of a loop bound it passes. */
-#define VULKAN_ATTENTION_BWD(OP, Args, ARG_Q, q_tokens, k_tokens, ...)                                        \
+#define VULKAN_ATTENTION_BWD(OP, Args, ARG_Q, ARG_CAUSAL, ARG_WINDOW, q_tokens, k_tokens, ...)                  \
 	Dataflow_Status dataflow_vulkan_##OP##_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,     \
 						    Dataflow_Op_State *state)                                 \
 	{                                                                                                    \
@@ -374,14 +409,17 @@ static Dataflow_Status narrow_dispatch(Dataflow_Handle *handle, int stream_id, c
 						   a.num_seqs, a.head_dim, q_rows + k_rows);                  \
 		if (loops_fit(handle, op, loops, __VA_ARGS__) != DATAFLOW_OK)                                \
 			return dataflow_last_status();                                                       \
-		return narrow_dispatch(handle, stream_id, op, op_state, q_rows + k_rows);             \
+		return attention_bwd_dispatch(handle, stream_id, op, op_state, q_rows + k_rows, ARG_CAUSAL,  \
+					      ARG_WINDOW);                                                   \
 	}
 
-VULKAN_ATTENTION_BWD(attention_bwd, Dataflow_Attention_Bwd_Args, DATAFLOW_ATTENTION_BWD_ARG_Q, a.total_tokens,
+VULKAN_ATTENTION_BWD(attention_bwd, Dataflow_Attention_Bwd_Args, DATAFLOW_ATTENTION_BWD_ARG_Q,
+		     DATAFLOW_ATTENTION_BWD_ARG_CAUSAL, DATAFLOW_ATTENTION_BWD_ARG_WINDOW, a.total_tokens,
 		     a.total_tokens, "total_tokens = %lld, head_dim = %lld, num_q_heads / num_kv_heads = %lld, num_seqs = %lld",
 		     (long long)a.total_tokens, (long long)a.head_dim, (long long)(a.num_q_heads / a.num_kv_heads),
 		     (long long)a.num_seqs)
-VULKAN_ATTENTION_BWD(attention_kv_bwd, Dataflow_Attention_Kv_Bwd_Args, DATAFLOW_ATTENTION_KV_BWD_ARG_Q, a.total_q,
+VULKAN_ATTENTION_BWD(attention_kv_bwd, Dataflow_Attention_Kv_Bwd_Args, DATAFLOW_ATTENTION_KV_BWD_ARG_Q,
+		     DATAFLOW_ATTENTION_KV_BWD_ARG_CAUSAL, DATAFLOW_ATTENTION_KV_BWD_ARG_WINDOW, a.total_q,
 		     a.total_k,
 		     "total_q = %lld, total_k = %lld, head_dim = %lld, num_q_heads / num_kv_heads = %lld, num_seqs = %lld",
 		     (long long)a.total_q, (long long)a.total_k, (long long)a.head_dim,

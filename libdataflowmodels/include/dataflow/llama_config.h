@@ -4,10 +4,12 @@
 #include <stdint.h>
 
 #include "dataflow/datatype.h"
+#include "dataflow/ops.h"
 
-/* The architecture of a dense decoder of the Llama-3 / Qwen2 / Qwen3 families (GQA, RoPE with
- * optional Llama-3 scaling, RMSNorm, SwiGLU, tied or untied embeddings, optional attention
- * biases and per-head q/k RMSNorm), in Hugging Face config.json terms. */
+/* The architecture of a dense decoder of the Llama-3 / Qwen2 / Qwen3 / Mistral families (GQA,
+ * RoPE with HF's default, linear, llama3 or yarn frequencies, RMSNorm, SwiGLU, tied or untied embeddings, optional
+ * attention biases and per-head q/k RMSNorm, an optional sliding window), in Hugging Face
+ * config.json terms. */
 
 #define DATAFLOW_LLAMA_ALIGN 32 /* tensors start at multiples of this many elements in a block */
 #define DATAFLOW_LLAMA_IGNORE_INDEX (-100)
@@ -28,16 +30,12 @@ typedef struct {
 	int64_t num_kv_heads;    /* divides num_heads */
 	int64_t head_dim;        /* 0: hidden_size / num_heads */
 	float rms_eps;
-	float rope_theta;
-	/* Llama-3 rope scaling (HF rope_scaling rope_type "llama3"); factor 0: none. */
-	float rope_factor;
-	float rope_low_freq_factor;
-	float rope_high_freq_factor;
-	float rope_original_max_position;
+	Dataflow_Rope_Scaling rope; /* theta and HF's rope_type (default, linear, llama3, yarn) */
 	int tie_embeddings;      /* lm_head shares embed_tokens.weight */
 	int qkv_bias;            /* q_proj, k_proj, v_proj have biases (Qwen2; attention_bias) */
 	int o_bias;              /* o_proj has a bias (Llama / Qwen3 attention_bias) */
 	int qk_norm;             /* RMSNorm over each head's q and k before RoPE (Qwen3 q_norm, k_norm) */
+	int64_t sliding_window;  /* Mistral's: query i sees keys i - w < j <= i; 0: none */
 	DataflowDatatype dtype;  /* weights and activations: DATAFLOW_FP32 or DATAFLOW_BF16 */
 } Dataflow_Llama_Config;
 

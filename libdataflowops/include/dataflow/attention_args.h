@@ -14,7 +14,7 @@ static inline Dataflow_Attention_Kv_Args dataflow_attention_as_kv_args(void *con
 					    .total_q = a.total_tokens, .total_k = a.total_tokens,
 					    .num_seqs = a.num_seqs, .num_q_heads = a.num_q_heads,
 					    .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim, .scale = a.scale,
-					    .causal = a.causal};
+					    .causal = a.causal, .window = a.window};
 }
 
 #endif

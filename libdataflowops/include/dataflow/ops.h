@@ -21,14 +21,38 @@
  * op must provide every variant. */
 Dataflow_Status dataflow_register_default_ops(Dataflow_Handle *handle);
 
-/* Host helper for rope: inv_freq[i] = 1 / theta^(2i / head_dim) for i < head_dim/2, then, when
- * factor != 0, Llama-3 scaling exactly as Hugging Face's _compute_llama3_parameters (fp32):
- * wavelengths above original_max_position_embeddings / low_freq_factor are divided by factor,
+/* RoPE frequency schemes: Hugging Face's rope_type values this library computes. */
+typedef enum {
+	DATAFLOW_ROPE_DEFAULT = 0,
+	DATAFLOW_ROPE_LINEAR = 1, /* inv_freq / factor */
+	DATAFLOW_ROPE_LLAMA3 = 2, /* _compute_llama3_parameters */
+	DATAFLOW_ROPE_YARN = 3,   /* _compute_yarn_parameters */
+} Dataflow_Rope_Type;
+
+/* A rope_type with its parameters (HF rope_scaling / rope_parameters names). */
+typedef struct {
+	int type; /* Dataflow_Rope_Type */
+	float theta;
+	float factor;                              /* linear, llama3, yarn: > 0 */
+	float low_freq_factor, high_freq_factor;   /* llama3 */
+	float original_max_position_embeddings;    /* llama3, yarn */
+	float beta_fast, beta_slow;                /* yarn; 0: HF's 32 and 1 */
+	float attention_factor;                    /* yarn; 0: from factor, mscale, mscale_all_dim as HF */
+	float mscale, mscale_all_dim;              /* yarn; 0: not given */
+	int truncate;                              /* yarn: floor/ceil the correction range (HF's default) */
+} Dataflow_Rope_Scaling;
+
+/* Host helper for rope: inv_freq[i] = 1 / theta^(2i / head_dim) for i < head_dim/2, then the
+ * scheme's scaling exactly as Hugging Face's ROPE_INIT_FUNCTIONS compute it in fp32 (llama3:
+ * wavelengths above original_max_position_embeddings / low_freq_factor divided by factor,
  * those below original_max_position_embeddings / high_freq_factor kept, those between
- * interpolated smoothly. factor == 0 gives the default (unscaled) frequencies. inv_freq is host
- * memory of head_dim/2 floats; upload it for the op. */
-Dataflow_Status dataflow_rope_inv_freq(int64_t head_dim, float theta, float factor, float low_freq_factor,
-				       float high_freq_factor, float original_max_position_embeddings, float *inv_freq);
+ * interpolated; linear: all divided by factor; yarn: interpolated and extrapolated frequencies
+ * blended over the correction range of beta_fast..beta_slow rotations). inv_freq is host memory
+ * of head_dim/2 floats; upload it for the op. *attention_factor (may be NULL) gets the factor HF
+ * multiplies cos and sin by (yarn's mscale; 1 otherwise): scale the attention scores by its
+ * square. */
+Dataflow_Status dataflow_rope_inv_freq(int64_t head_dim, const Dataflow_Rope_Scaling *scaling, float *inv_freq,
+				       float *attention_factor);
 
 /* grad_norm_sq: out[0] = (accumulate ? out[0] : 0) + sum_i x[i]^2 over n elements of x (fp32,
  * bf16), accumulated in fp64; out is fp32 or fp64 [1]. Deterministic for any thread count:
@@ -49,7 +73,8 @@ int64_t dataflow_grad_norm_sq_workspace_bytes(int64_t n);
  *   p_ij = exp(s_ij - lse_i),  D_i = dout_i . out_i,  ds_ij = p_ij (dout_i . v_j - D_i)
  *   dq_i = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i,  dv_j = sum_i p_ij dout_i
  * with the sums over i of dk, dv running over all query heads sharing the kv head. Results
- * are deterministic: the same bits for any thread count. dq, dk, dv are overwritten.
+ * are deterministic: the same bits for any thread count. dq, dk, dv are overwritten. window:
+ * attention's sliding window (0: none; > 0 needs causal).
  * workspace: at least dataflow_attention_bwd_workspace_bytes(...) bytes of device memory
  * (holds D). Submits attention_bwd_delta, then the attention_bwd op, in stream order (both or
  * neither). */
@@ -58,7 +83,8 @@ Dataflow_Status dataflow_submit_attention_bwd(Dataflow_Handle *handle, int strea
 					      const void *out, const void *lse, const void *cu_seqlens, void *dq,
 					      void *dk, void *dv, void *workspace, int64_t workspace_bytes,
 					      int64_t total_tokens, int64_t num_seqs, int64_t num_q_heads,
-					      int64_t num_kv_heads, int64_t head_dim, float scale, int causal);
+					      int64_t num_kv_heads, int64_t head_dim, float scale, int causal,
+					      int64_t window);
 /* attention_kv_bwd: gradients of attention_kv (same shapes, bottom-right causal masking and
  * offset rules) given dout and the forward's out and lse, with attention_bwd's formulas. dq
  * (dtype) is overwritten; dk and dv are fp32 and ACCUMULATED: dk += this call's dK, so the keys
@@ -72,7 +98,7 @@ Dataflow_Status dataflow_submit_attention_kv_bwd(Dataflow_Handle *handle, int st
 						 const void *cu_seqlens_k, void *dq, float *dk, float *dv, void *workspace,
 						 int64_t workspace_bytes, int64_t total_q, int64_t total_k, int64_t num_seqs,
 						 int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, float scale,
-						 int causal);
+						 int causal, int64_t window);
 /* Bytes of workspace attention_bwd needs (fp32 [num_q_heads][total_tokens]); -1 when a size
  * is not positive or the bytes overflow int64. */
 int64_t dataflow_attention_bwd_workspace_bytes(int64_t total_tokens, int64_t num_seqs, int64_t num_q_heads,

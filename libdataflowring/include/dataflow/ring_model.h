@@ -22,7 +22,10 @@ typedef struct {
 	double memory_bytes_per_token;
 	/* keys + values one token leaves as context for later chunks of its sequence */
 	int64_t kv_bytes_per_token;
+	/* the most keys a query attends to (a sliding window); 0: every earlier key */
+	int64_t attention_window;
 } Dataflow_Ring_Block;
+
 
 typedef struct {
 	int num_blocks;                   /* >= 3: embedding, at least one layer, head */

@@ -1,20 +1,75 @@
-"""LlamaConfig: a dense decoder of the Llama-3, Qwen2/2.5 or Qwen3 family in Hugging Face's
-config.json terms, and its C form (Dataflow_Llama_Config)."""
+"""LlamaConfig: a dense decoder of the Llama-3, Qwen2/2.5, Qwen3 or Mistral family in Hugging
+Face's config.json terms, and its C form (Dataflow_Llama_Config)."""
 import dataclasses
 
 from .. import dtypes
 from .._ffi import ffi
+from ..ops import ROPE_TYPES, rope_scaling as c_rope_scaling
 from ..errors import BadArgumentError, FileFormatError
 
 # model_type -> (the transformers class that loads it, defaults its config class has that
 # LlamaConfig's do not). What tells the families apart in the decoder: Qwen2 always has q/k/v
 # biases; Qwen3 normalizes each head's q and k (q_norm, k_norm); attention_bias (Llama, Qwen3)
-# puts biases on q, k, v and o.
+# puts biases on q, k, v and o; Mistral attends over a sliding window (sliding_window below).
 FAMILIES = {
     "llama": ("LlamaForCausalLM", {}),
     "qwen2": ("Qwen2ForCausalLM", {"max_position_embeddings": 32768}),
     "qwen3": ("Qwen3ForCausalLM", {"max_position_embeddings": 32768, "head_dim": 128}),
+    "mistral": ("MistralForCausalLM", {"max_position_embeddings": 131072, "intermediate_size": 14336,
+                                       "num_key_value_heads": 8}),
 }
+# MistralConfig's sliding_window when config.json has none (an explicit null is no window).
+MISTRAL_DEFAULT_WINDOW = 4096
+# Qwen2Config's and Qwen3Config's max_window_layers default.
+QWEN_MAX_WINDOW_LAYERS = 28
+_WINDOW_KEYS = ("sliding_window", "use_sliding_window", "max_window_layers", "layer_types")
+
+
+def sliding_window(d, family):
+    """The sliding window (None: none) every layer of an HF config dict uses, by transformers'
+    rules: Mistral's sliding_window (4096 when absent, null for none) on every layer; Qwen2 and
+    Qwen3 slide only with use_sliding_window, on the layers from max_window_layers on (or those
+    layer_types names); Llama never. The decoder has one window for all layers: a config that
+    slides on some layers only is refused. Raises BadArgumentError naming the field."""
+    window = d.get("sliding_window", MISTRAL_DEFAULT_WINDOW) if family == "mistral" else d.get("sliding_window")
+    types = d.get("layer_types")
+    if family in ("qwen2", "qwen3"):
+        use = d.get("use_sliding_window", False)
+        if not isinstance(use, bool):
+            raise BadArgumentError(f"use_sliding_window must be true or false, got {use!r:.60}")
+        if not use:
+            return None
+        first = d.get("max_window_layers", QWEN_MAX_WINDOW_LAYERS)
+        if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+            raise BadArgumentError(f"max_window_layers must be an integer >= 0, got {first!r:.60}")
+    layers = d.get("num_hidden_layers")
+    if types is not None and (not isinstance(types, list) or len(types) != layers or
+                              not all(t in ("sliding_attention", "full_attention") for t in types)):
+        raise BadArgumentError(f"layer_types must list 'sliding_attention' or 'full_attention' for each of the "
+                               f"{layers} layers, got {types!r:.80}")
+    if family in ("qwen2", "qwen3"):
+        if types is None:
+            if not isinstance(layers, int):
+                raise BadArgumentError(f"use_sliding_window needs num_hidden_layers, got {layers!r:.60}")
+            types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+    elif family == "llama" or window is None:
+        window = None
+        if types is not None and "sliding_attention" in types:
+            raise BadArgumentError(f"layer_types has sliding_attention layers, which {family} models do not have")
+    if window is None:
+        return None
+    if not isinstance(window, int) or isinstance(window, bool) or not 0 < window < 2**31:
+        raise BadArgumentError(f"sliding_window must be a positive integer (below 2^31) or null, got {window!r:.60}")
+    if types is not None:
+        if len(set(types)) > 1:
+            raise BadArgumentError(f"a sliding window on some layers only ({types.count('sliding_attention')} of "
+                                   f"{len(types)}: max_window_layers / layer_types) is not supported; every layer "
+                                   f"must slide or none")
+        if types[0] == "full_attention":
+            return None
+    return window
+
+
 _CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
                 "max_position_embeddings", "tie_word_embeddings", "attention_bias")
@@ -23,7 +78,8 @@ _CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_la
 @dataclasses.dataclass
 class LlamaConfig:
     """The architecture, in Hugging Face LlamaConfig's field names and defaults; model_type
-    "qwen2" or "qwen3" for those families (from_dict fills in their config classes' defaults)."""
+    "qwen2", "qwen3" or "mistral" for those families (from_dict fills in their config classes'
+    defaults and resolves their sliding-window fields into sliding_window)."""
     vocab_size: int = 32000
     hidden_size: int = 4096
     intermediate_size: int = 11008
@@ -33,10 +89,11 @@ class LlamaConfig:
     head_dim: int = None                 # None: hidden_size // num_attention_heads
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
-    rope_scaling: dict = None            # {"rope_type": "llama3", "factor", "low_freq_factor", ...} or None
+    rope_scaling: dict = None            # {"rope_type": "llama3" | "linear" | "yarn", "factor", ...} or None
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     attention_bias: bool = False         # biases on q, k, v, o (Llama, Qwen3; Qwen2 has q, k, v biases always)
+    sliding_window: int = None           # every layer's (Mistral: query i sees keys i - w < j <= i); None: none
     model_type: str = "llama"
     extra: dict = dataclasses.field(default_factory=dict)  # other config.json keys, kept for to_dict
 
@@ -61,10 +118,14 @@ class LlamaConfig:
         for k, v in FAMILIES[family][1].items():
             if d.get(k) is None:
                 d[k] = v
-        if family == "qwen2":
-            d.pop("attention_bias", None)  # Qwen2's q/k/v biases are not a config choice
-        if d.get("use_sliding_window") or "sliding_attention" in (d.get("layer_types") or ()):
-            raise BadArgumentError(f"LlamaConfig: sliding-window attention ({family}) is not supported")
+        if family in ("qwen2", "mistral"):
+            d.pop("attention_bias", None)  # Qwen2's q/k/v biases are not a config choice; Mistral has none
+        try:
+            window = sliding_window(d, family)
+        except BadArgumentError as e:
+            raise BadArgumentError(f"LlamaConfig: {e}") from None
+        for k in _WINDOW_KEYS:
+            d.pop(k, None)
         rope = d.pop("rope_parameters", None) or {}
         scaling = d.get("rope_scaling") or None
         if rope:
@@ -75,15 +136,15 @@ class LlamaConfig:
             kind = scaling.get("rope_type", scaling.get("type"))
             if kind == "default":
                 scaling = None
-            elif kind != "llama3":
-                raise BadArgumentError(f"LlamaConfig: rope scaling {kind!r} is not supported (only 'llama3')")
+            elif kind not in ROPE_TYPES:
+                c_rope_scaling(scaling=scaling)  # names what is not supported
         d["rope_scaling"] = scaling
         if d.get("mlp_bias"):
             raise BadArgumentError("LlamaConfig: mlp_bias = true is not supported")
         if d.get("hidden_act", "silu") != "silu":
             raise BadArgumentError(f"LlamaConfig: hidden_act must be 'silu', got {d['hidden_act']!r}")
         known = {k: d.pop(k) for k in _CONFIG_KEYS if k in d}
-        return cls(**known, model_type=family, extra=d)
+        return cls(**known, sliding_window=window, model_type=family, extra=d)
 
     def to_dict(self):
         """A config.json dict that transformers' AutoModelForCausalLM loads as this family."""
@@ -91,12 +152,15 @@ class LlamaConfig:
         out.update({"architectures": [FAMILIES[self.model_type][0]], "model_type": self.model_type,
                     "hidden_act": "silu"})
         out.update({k: getattr(self, k) for k in _CONFIG_KEYS})
-        if self.model_type == "qwen2":
+        if self.model_type in ("qwen2", "mistral"):
             del out["attention_bias"]
-        else:
+        if self.model_type not in ("qwen2", "mistral"):
             out["mlp_bias"] = False
-        if self.model_type != "llama":
-            out["use_sliding_window"] = False
+        if self.model_type == "mistral":
+            out["sliding_window"] = self.sliding_window
+        elif self.model_type != "llama":  # every layer slides, or none
+            out.update(use_sliding_window=bool(self.sliding_window), sliding_window=self.sliding_window,
+                       max_window_layers=0)
         out["rope_scaling"] = dict(self.rope_scaling) if self.rope_scaling else None
         return out
 
@@ -105,17 +169,17 @@ class LlamaConfig:
         c.vocab_size, c.hidden_size = self.vocab_size, self.hidden_size
         c.intermediate_size, c.num_layers = self.intermediate_size, self.num_hidden_layers
         c.num_heads, c.num_kv_heads, c.head_dim = self.num_attention_heads, self.num_key_value_heads, self.head_dim
-        c.rms_eps, c.rope_theta = self.rms_norm_eps, self.rope_theta
-        if self.rope_scaling:
-            s = self.rope_scaling
-            c.rope_factor = s["factor"]
-            c.rope_low_freq_factor = s.get("low_freq_factor", 1.0)
-            c.rope_high_freq_factor = s.get("high_freq_factor", 4.0)
-            c.rope_original_max_position = s.get("original_max_position_embeddings", 8192)
+        c.rms_eps = self.rms_norm_eps
+        # HF (transformers 5's standardize_rope_params) takes a missing original_max_position_embeddings
+        # from max_position_embeddings; llama3's frequency factors default as Meta's
+        scaling = {"original_max_position_embeddings": self.max_position_embeddings, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, **(self.rope_scaling or {})}
+        c_rope_scaling(self.rope_theta, scaling, out=c.rope)
         c.tie_embeddings = int(bool(self.tie_word_embeddings))
         c.qkv_bias = int(self.model_type == "qwen2" or bool(self.attention_bias))
         c.o_bias = int(self.model_type != "qwen2" and bool(self.attention_bias))
         c.qk_norm = int(self.model_type == "qwen3")
+        c.sliding_window = self.sliding_window or 0
         if not isinstance(dtype, str) or dtype not in ("fp32", "bf16"):
             raise BadArgumentError(f"Llama: dtype must be 'fp32' or 'bf16', got {dtype!r}")
         c.dtype = dtypes.enum(dtype)
