@@ -52,6 +52,24 @@ static inline void *llama_at(const void *base, int64_t elements, DataflowDatatyp
 	return (char *)base + elements * llama_dtype_size(dtype);
 }
 
+/* A quantized linear weight's parts, in bytes from the start of its region in the layer block
+ * (each at a multiple of 64 bytes): the codes, the fp32 scales and (with zero points) the uint8
+ * zeros; groups per row and the region's total bytes. */
+typedef struct {
+	int64_t scales, zeros, groups, bytes;
+} Llama_Quant_Parts;
+
+/* whether layer tensor i is a linear weight the config quantizes */
+static inline int llama_is_quantized(const Dataflow_Llama_Config *c, int i)
+{
+	return c->quant_bits && (i == LLAMA_Q || i == LLAMA_K || i == LLAMA_V || i == LLAMA_O || i == LLAMA_GATE ||
+				 i == LLAMA_UP || i == LLAMA_DOWN);
+}
+Llama_Quant_Parts llama_quant_parts(const Dataflow_Llama_Config *c, int64_t rows, int64_t cols);
+/* OK, or (a quantized config: its codes have no gradient) the error that `what` (a training
+ * call) is refused */
+Dataflow_Status llama_refuse_quantized(const Dataflow_Llama_Config *c, const char *what);
+
 /* Checks the config and fills in the definition: defaults, block layouts (no allocation, no
  * handle needed: enough for sizing). */
 Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Config *config);
