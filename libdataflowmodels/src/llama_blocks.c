@@ -184,7 +184,7 @@ Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Con
 		/* a quantized weight's region: its parts' bytes in whole elements of the model dtype */
 		m->layer_size[i] = llama_is_quantized(c, i) ? (llama_quant_parts(c, shape[0], shape[1]).bytes + es - 1) / es
 							    : sizes[i];
-		m->layer_numel += align_up(sizes[i]);
+		m->layer_numel += align_up(m->layer_size[i]);
 	}
 	m->embed_numel = align_up(V * H);
 	m->norm_offset = 0;

@@ -128,7 +128,9 @@ Dataflow_Status dataflow_llama_tensor(const Dataflow_Llama *model, int index, Da
 					  (int)kind);
 	if (kind != DATAFLOW_BLOCK_PARAM) /* a weight keeps the table's dtype (quantized codes, scales) */
 		tensor->dtype = DATAFLOW_FP32;
-	tensor->ptr = base ? llama_at(base, tensor->offset, tensor->dtype) : NULL;
+	/* offsets count elements of the kind's dtype: the model's for the weights, fp32 for the rest */
+	DataflowDatatype unit = kind == DATAFLOW_BLOCK_PARAM ? model->config->dtype : DATAFLOW_FP32;
+	tensor->ptr = base ? llama_at(base, tensor->offset, unit) : NULL;
 	return DATAFLOW_OK;
 }
 

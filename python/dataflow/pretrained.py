@@ -18,6 +18,7 @@ from ._ffi import modelslib
 from .errors import BadArgumentError, FileFormatError, OutOfMemoryError
 from .file_checks import member, read_json
 from .models.config import FAMILIES
+from .quantize import is_quantized_linear, validate_quantization_config
 
 CONFIG_NAME = "config.json"
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -144,6 +145,8 @@ def validate_config(config, where=CONFIG_NAME):
     if not isinstance(out["tie_word_embeddings"], bool):
         raise FileFormatError(f"{where}: tie_word_embeddings must be true or false, "
                               f"got {out['tie_word_embeddings']!r:.60}")
+    if out.get("quantization_config") is not None:
+        out["quantization_config"] = validate_quantization_config(out["quantization_config"], where, FileFormatError)
     return out
 
 

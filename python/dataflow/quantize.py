@@ -113,3 +113,68 @@ def dequantize_int4(packed, scales, k, group_size, zeros=None):
     g = np.arange(k) // group_size
     z = np.float32(8) if zeros is None else zeros[:, g].astype(np.float32)
     return (codes - z) * np.asarray(scales, np.float32)[:, g]
+
+
+# ---- a model's quantized weights (config.json's quantization_config, the tensors' names) ----
+
+QUANT_METHOD = "dataflow"
+# the Linear weights a model's layers quantize (embedding, norms, biases and lm_head stay)
+LINEAR_WEIGHTS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                  "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+
+
+def quantization_config(bits, group_size=None, zero_point=False):
+    """config.json's quantization_config for weights quantized here (validated)."""
+    qc = {"quant_method": QUANT_METHOD, "bits": bits}
+    if bits == 4:
+        qc.update(group_size=group_size, zero_point=bool(zero_point))
+    return validate_quantization_config(qc, "quantization_config", BadArgumentError)
+
+
+def validate_quantization_config(qc, where, error):
+    """The checked quantization_config (bits 8, or bits 4 with group_size and zero_point);
+    `error` (a DataflowError class) names `where` and the field."""
+    if not isinstance(qc, dict):
+        raise error(f"{where}: quantization_config must be an object, got {qc!r:.60}")
+    if qc.get("quant_method") != QUANT_METHOD:
+        raise error(f"{where}: quantization_config.quant_method {qc.get('quant_method')!r:.60} is not supported; "
+                    f"expected {QUANT_METHOD!r} (written by `dataflow quantize`)")
+    bits = qc.get("bits")
+    if isinstance(bits, bool) or bits not in (8, 4):
+        raise error(f"{where}: quantization_config.bits must be 8 or 4, got {bits!r:.60}")
+    out = {"quant_method": QUANT_METHOD, "bits": bits}
+    if bits == 4:
+        group = qc.get("group_size")
+        if isinstance(group, bool) or group not in INT4_GROUP_SIZES:
+            raise error(f"{where}: quantization_config.group_size must be one of "
+                        f"{', '.join(map(str, INT4_GROUP_SIZES))} with bits 4, got {group!r:.60}")
+        zero = qc.get("zero_point", False)
+        if not isinstance(zero, bool):
+            raise error(f"{where}: quantization_config.zero_point must be true or false, got {zero!r:.60}")
+        out.update(group_size=group, zero_point=zero)
+    elif qc.get("group_size") is not None or qc.get("zero_point"):
+        raise error(f"{where}: quantization_config.group_size and zero_point are for bits 4, got bits 8")
+    return out
+
+
+def is_quantized_linear(name):
+    return name.startswith("model.layers.") and name.endswith(LINEAR_WEIGHTS)
+
+
+def quantize_state(state, qc):
+    """A float state dict -> the quantized model's: each layer Linear weight W becomes
+    <prefix>.weight (int8, or packed int4 codes as uint8), <prefix>.scales (fp32) and, with zero
+    points, <prefix>.zeros (uint8); the other tensors are kept as they are."""
+    out = {}
+    for name, value in state.items():
+        if not is_quantized_linear(name):
+            out[name] = value
+            continue
+        prefix = name[:-len(".weight")]
+        if qc["bits"] == 8:
+            out[name], out[prefix + ".scales"] = quantize_int8(value)
+            continue
+        out[name], out[prefix + ".scales"], zeros = quantize_int4(value, qc["group_size"], qc["zero_point"])
+        if zeros is not None:
+            out[prefix + ".zeros"] = zeros
+    return out
