@@ -161,6 +161,16 @@ def is_quantized_linear(name):
     return name.startswith("model.layers.") and name.endswith(LINEAR_WEIGHTS)
 
 
+def table_dtype(name, qc):
+    """The datatype a quantized model (quantization_config qc, or None) stores tensor `name` in:
+    "int8" / "uint8" for its codes and zero points, None for a floating tensor (scales included)."""
+    if not qc:
+        return None
+    if is_quantized_linear(name):
+        return "int8" if qc["bits"] == 8 else "uint8"
+    return "uint8" if name.startswith("model.layers.") and name.endswith(".zeros") else None
+
+
 def quantize_state(state, qc):
     """A float state dict -> the quantized model's: each layer Linear weight W becomes
     <prefix>.weight (int8, or packed int4 codes as uint8), <prefix>.scales (fp32) and, with zero
