@@ -31,9 +31,17 @@ def dequantized(state, qstate, qc):
     return out
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-@pytest.mark.parametrize("qc", QCONFIGS, ids=lambda q: f"int{q['bits']}-g{q.get('group_size')}-z{q.get('zero_point')}")
-@pytest.mark.parametrize("cfg", [LLAMA, QWEN2], ids=["llama", "qwen2"])
+def _cases():
+    """every (family, quantization, dtype); the Llama fp32 ones run in the fast subset (~1 s each)"""
+    for family, cfg in (("llama", LLAMA), ("qwen2", QWEN2)):
+        for qc in QCONFIGS:
+            for dtype in ("fp32", "bf16"):
+                marks = () if (family, dtype) == ("llama", "fp32") else (pytest.mark.slow,)
+                name = f"{family}-int{qc['bits']}-g{qc.get('group_size')}-z{qc.get('zero_point')}-{dtype}"
+                yield pytest.param(cfg, qc, dtype, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("cfg,qc,dtype", _cases())
 def test_quantized_model_equals_the_dequantized_one(h, cfg, qc, dtype):
     state = Llama(h, cfg, seed=3).state_dict()
     qstate = qz.quantize_state(state, qc)
