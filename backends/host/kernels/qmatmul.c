@@ -116,22 +116,59 @@ SIMD_INLINE float weight1(const Q_Args *a, int64_t n, int64_t k, int bits)
 	return (vcode_scalar(a->W + n * a->row_bytes, k, bits) - zero_of(a, n, g, bits)) * scale_of(a, n, g);
 }
 
-/* The fixed pairwise sum of the 16 lanes, after the tail k in [k16, K) went to lane k % 16
- * (w: the tail's weights, from the row or a dequantized buffer), then + C, rounded to out. */
-SIMD_INLINE void finish(const Q_Args *a, float lanes[LANES], const void *x, int64_t m, int64_t n, int64_t k16,
-			DataflowDatatype xdt, const float *wrow, int bits)
+/* + C in fp32, rounded once to out */
+SIMD_INLINE void store_out(const Q_Args *a, int64_t m, int64_t n, float r)
 {
-	for (int64_t k = k16; k < a->K; k++) {
-		float w = wrow ? wrow[k] : weight1(a, n, k, bits);
-		lanes[k % LANES] = fmaf(simd_load1(x, m * a->K + k, xdt), w, lanes[k % LANES]);
-	}
-	for (int width = LANES / 2; width >= 1; width /= 2)
-		for (int i = 0; i < width; i++)
-			lanes[i] += lanes[i + width];
-	float r = lanes[0];
 	if (a->C)
 		r += simd_load1(a->C, m * a->N + n, a->odt);
 	simd_store1(a->out, m * a->N + n, r, a->odt);
+}
+
+/* The fixed pairwise sum of the 16 lanes: lanes[i] += lanes[i + w] for w = 8, 4, 2, 1 */
+SIMD_INLINE float tree16(float lanes[LANES])
+{
+	for (int width = LANES / 2; width >= 1; width /= 2)
+		for (int i = 0; i < width; i++)
+			lanes[i] += lanes[i + width];
+	return lanes[0];
+}
+
+/* tree16 after the tail k in [k16, K) went to lane k % 16 (w: the tail's weights, from the row
+ * or a dequantized buffer) */
+SIMD_INLINE float tail_and_sum(const Q_Args *a, float lanes[LANES], int64_t m, int64_t n, int64_t k16,
+			       DataflowDatatype xdt, const float *wrow, int bits)
+{
+	for (int64_t k = k16; k < a->K; k++) {
+		float w = wrow ? wrow[k] : weight1(a, n, k, bits);
+		lanes[k % LANES] = fmaf(simd_load1(a->x, m * a->K + k, xdt), w, lanes[k % LANES]);
+	}
+	return tree16(lanes);
+}
+
+/* tree16 of the 16 lanes in registers, the same additions in the same order (used when K has no
+ * tail): the upper 8 onto the lower 8, then 4, 2, 1 */
+SIMD_TARGET_AVX512 SIMD_INLINE float hsum16_avx512(const __m512 *acc)
+{
+	__m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc[0]),
+				  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[0]), 1)));
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE float hsum16_avx2(const __m256 *acc)
+{
+	__m256 s8 = _mm256_add_ps(acc[0], acc[1]);
+	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+SIMD_INLINE float hsum16_scalar(const float *acc)
+{
+	float lanes[LANES];
+	memcpy(lanes, acc, sizeof(lanes));
+	return tree16(lanes);
 }
 
 /* ---- one body per path ----
@@ -164,10 +201,14 @@ enum { MB_avx512 = 4, MB_avx2 = 1, MB_scalar = 1 };
 				}                                                                          \
 		}                                                                                          \
 		for (int r = 0; r < mb; r++) {                                                             \
+			if (k16 == a->K) {                                                                 \
+				store_out(a, m0 + r, n, hsum16_##isa(acc[r]));                             \
+				continue;                                                                  \
+			}                                                                                  \
 			float lanes[LANES];                                                                \
 			for (int j = 0; j < NV(isa); j++)                                                  \
 				vstoref_##isa(lanes + j * VL_##isa, acc[r][j]);                            \
-			finish(a, lanes, a->x, m0 + r, n, k16, xdt, NULL, bits);                           \
+			store_out(a, m0 + r, n, tail_and_sum(a, lanes, m0 + r, n, k16, xdt, NULL, bits));  \
 		}                                                                                          \
 	}                                                                                                  \
 	/* prefill: rows [m0, m0 + mb) of x against the dequantized tile w[TILE_N][K] (rows n0..) */     \
@@ -194,10 +235,15 @@ enum { MB_avx512 = 4, MB_avx2 = 1, MB_scalar = 1 };
 			}                                                                                  \
 		for (int r = 0; r < mb; r++)                                                               \
 			for (int c = 0; c < nt; c++) {                                                     \
+				if (k16 == K) {                                                            \
+					store_out(a, m0 + r, n0 + c, hsum16_##isa(acc[r][c]));             \
+					continue;                                                          \
+				}                                                                          \
 				float lanes[LANES];                                                        \
 				for (int j = 0; j < NV(isa); j++)                                          \
 					vstoref_##isa(lanes + j * VL_##isa, acc[r][c][j]);                 \
-				finish(a, lanes, a->x, m0 + r, n0 + c, k16, xdt, w + c * K, 8);            \
+				float sum = tail_and_sum(a, lanes, m0 + r, n0 + c, k16, xdt, w + c * K, 8); \
+				store_out(a, m0 + r, n0 + c, sum);                                         \
 			}                                                                                  \
 	}                                                                                                  \
 	/* output channels [n0, n1) of every row: decode, or prefill through wbuf (TILE_N * K fp32) */  \
