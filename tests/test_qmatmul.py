@@ -11,8 +11,12 @@ import pytest
 
 import dataflow as df
 from dataflow import ops, quantize
+from conftest import handle_fixture
 from dataflow.errors import BadArgumentError
 from tolerances import matmul_tolerance
+
+QOPS = ["qmatmul_int8", "qmatmul_int4"]
+qh = handle_fixture("qh", ops=QOPS, streams=2, device_memory="256MiB")  # host, then vulkan and cuda where usable
 
 # (M, N, K): M = 1, 3 (decode), 64 (prefill); N odd; K not a multiple of 16 or of the group, and odd
 SHAPES = [(1, 37, 100), (3, 37, 100), (64, 37, 100), (1, 33, 201), (3, 65, 257), (64, 33, 201), (5, 16, 32)]
@@ -67,24 +71,24 @@ def run(h, bits, m, n, k, x_dtype, scale_dtype, out_dtype, group_size=32, zero_p
 
 @pytest.mark.parametrize("m,n,k", SHAPES, ids=str)
 @pytest.mark.parametrize("x_dtype,scale_dtype,out_dtype", DTYPES, ids="-".join)
-def test_int8_matches_numpy(h, m, n, k, x_dtype, scale_dtype, out_dtype):
-    out, want = run(h, 8, m, n, k, x_dtype, scale_dtype, out_dtype)
+def test_int8_matches_numpy(qh, m, n, k, x_dtype, scale_dtype, out_dtype):
+    out, want = run(qh, 8, m, n, k, x_dtype, scale_dtype, out_dtype)
     np.testing.assert_allclose(out.numpy().astype(np.float64), want, **matmul_tolerance(out_dtype, k))
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES, ids=str)
 @pytest.mark.parametrize("group_size,zero_point", [(32, False), (64, True), (128, False), (96, True)])
 @pytest.mark.parametrize("x_dtype,scale_dtype,out_dtype", DTYPES[:2], ids="-".join)
-def test_int4_matches_numpy(h, m, n, k, group_size, zero_point, x_dtype, scale_dtype, out_dtype):
-    out, want = run(h, 4, m, n, k, x_dtype, scale_dtype, out_dtype, group_size, zero_point)
+def test_int4_matches_numpy(qh, m, n, k, group_size, zero_point, x_dtype, scale_dtype, out_dtype):
+    out, want = run(qh, 4, m, n, k, x_dtype, scale_dtype, out_dtype, group_size, zero_point)
     np.testing.assert_allclose(out.numpy().astype(np.float64), want, **matmul_tolerance(out_dtype, k))
 
 
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("c_mode", ["separate", "inplace"])
 @pytest.mark.parametrize("m", [1, 64])
-def test_residual_c_is_added_and_may_be_out(h, bits, c_mode, m):
-    out, want = run(h, bits, m, 37, 100, "fp32", "fp32", "fp32", c_mode=c_mode)
+def test_residual_c_is_added_and_may_be_out(qh, bits, c_mode, m):
+    out, want = run(qh, bits, m, 37, 100, "fp32", "fp32", "fp32", c_mode=c_mode)
     np.testing.assert_allclose(out.numpy().astype(np.float64), want, **matmul_tolerance("fp32", 100))
 
 
@@ -109,6 +113,24 @@ def test_a_row_does_not_depend_on_the_batch(h, bits, x_dtype):
     for rows in ([5], [0, 1, 2], [10, 11, 12, 13, 14, 15, 16]):
         part = run_op(h.from_numpy(xv[rows], dtype=x_dtype)).numpy()
         assert part.tobytes() == full[rows].tobytes(), rows
+
+
+@pytest.mark.parametrize("bits,group_size,zero_point", [(8, 32, False), (4, 64, True), (4, 32, False)])
+@pytest.mark.parametrize("x_dtype,scale_dtype,out_dtype", DTYPES, ids="-".join)
+def test_other_backends_follow_the_host(qh, h, bits, group_size, zero_point, x_dtype, scale_dtype, out_dtype):
+    """Every backend does the host's operations in the host's order (the dequantized weight, an fma
+    per lane, the pairwise sum): cuda's fmaf gives the host's bits; lavapipe's GLSL fma is a product
+    and a sum (llvmpipe does not fuse it), so vulkan is within a few fp32 ulps of them."""
+    if qh.backend == "host":
+        pytest.skip("the host is the reference")
+    for m, n, k in ((1, 37, 201), (5, 33, 64), (64, 16, 100)):
+        got = run(qh, bits, m, n, k, x_dtype, scale_dtype, out_dtype, group_size, zero_point, c_mode="separate")[0]
+        want = run(h, bits, m, n, k, x_dtype, scale_dtype, out_dtype, group_size, zero_point, c_mode="separate")[0]
+        if qh.backend.startswith("cuda"):
+            assert got.numpy().tobytes() == want.numpy().tobytes(), (m, n, k)
+        else:
+            ulps = 16 * np.finfo(np.float32).eps * np.sqrt(k) if out_dtype == "fp32" else 2.0 ** -7
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=ulps, atol=ulps, err_msg=str((m, n, k)))
 
 
 def _run_all(h, m=67, n=37, k=201):
