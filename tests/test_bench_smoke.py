@@ -91,3 +91,14 @@ def test_machine_info_without_torch():
     code = BLOCK_PEERS.split("sys.argv =")[0] + "import harness; info = harness.machine_info(); assert 'torch' not in info"
     out = subprocess.run([sys.executable, "-c", code, BENCH], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_quantized_decode_quick():
+    result, summary = run_bench("quantized_decode.py", "--quick", "--rounds", "1", "--prompt", "8", "--new", "4",
+                                "--vocab", "512")
+    assert [r["variant"] for r in result["rows"]] == ["fp32", "bf16", "int8", "int8-bf16", "int4", "int4-bf16"]
+    for r in result["rows"]:
+        assert r["decode_tok_s"] > 0 and r["prompt_tok_s"] > 0 and r["weights_mib"] > 0, r
+    fp32, int8, int4 = (next(r for r in result["rows"] if r["variant"] == v) for v in ("fp32", "int8", "int4"))
+    assert int4["weights_mib"] < int8["weights_mib"] < fp32["weights_mib"]
+    assert summary.startswith("quantized decode host (")
