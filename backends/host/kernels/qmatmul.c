@@ -94,6 +94,51 @@ SIMD_TARGET_AVX512 SIMD_INLINE __m512 vcode_avx512(const uint8_t *row, int64_t k
 	return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(nibbles_of(_mm_loadl_epi64((const __m128i *)(row + k / 2)))));
 }
 
+/* ---- weights [k, k + VL) of a row in group (s, z): (code - z) * s ----
+ * AVX-512 int4 looks them up: a group's 16 possible weights, computed by the same operations
+ * (so the same bits), then one permute per 16 codes instead of a convert, a subtract and a
+ * multiply. The other paths compute them; their `table` is unused. */
+
+SIMD_TARGET_AVX512 SIMD_INLINE __m512 vtable_avx512(__m512 s, __m512 z)
+{
+	__m512i codes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+	return (_mm512_cvtepi32_ps(codes) - z) * s;
+}
+
+SIMD_TARGET_AVX512 SIMD_INLINE __m512 vweight_avx512(const uint8_t *row, int64_t k, int bits, __m512 s, __m512 z,
+						     __m512 table)
+{
+	if (bits == 8)
+		return (vcode_avx512(row, k, bits) - z) * s;
+	__m512i codes = _mm512_cvtepu8_epi32(nibbles_of(_mm_loadl_epi64((const __m128i *)(row + k / 2))));
+	return _mm512_permutexvar_ps(codes, table);
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE __m256 vtable_avx2(__m256 s, __m256 z)
+{
+	(void)z;
+	return s;
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE __m256 vweight_avx2(const uint8_t *row, int64_t k, int bits, __m256 s, __m256 z,
+						 __m256 table)
+{
+	(void)table;
+	return (vcode_avx2(row, k, bits) - z) * s;
+}
+
+SIMD_INLINE float vtable_scalar(float s, float z)
+{
+	(void)z;
+	return s;
+}
+
+SIMD_INLINE float vweight_scalar(const uint8_t *row, int64_t k, int bits, float s, float z, float table)
+{
+	(void)table;
+	return (vcode_scalar(row, k, bits) - z) * s;
+}
+
 /* ---- the parts shared by every path ---- */
 
 SIMD_INLINE float scale_of(const Q_Args *a, int64_t n, int64_t g)
@@ -191,10 +236,11 @@ enum { MB_avx512 = 4, MB_avx2 = 1, MB_scalar = 1 };
 		for (int64_t k0 = 0; k0 < k16; k0 += a->group) {                                           \
 			int64_t g = k0 / a->group, gend = k0 + a->group < k16 ? k0 + a->group : k16;       \
 			Vf_##isa s = vset1_##isa(scale_of(a, n, g)), z = vset1_##isa(zero_of(a, n, g, bits)); \
+			Vf_##isa table = vtable_##isa(s, z);                                               \
 			for (int64_t k = k0; k < gend; k += LANES)                                         \
 				for (int j = 0; j < NV(isa); j++) {                                        \
 					int64_t kj = k + j * VL_##isa;                                     \
-					Vf_##isa w = (vcode_##isa(row, kj, bits) - z) * s;                 \
+					Vf_##isa w = vweight_##isa(row, kj, bits, s, z, table);            \
 					for (int r = 0; r < mb; r++)                                       \
 						acc[r][j] = vfma_##isa(vload_##isa(a->x, (m0 + r) * a->K + kj, xdt), \
 								       w, acc[r][j]);                      \
@@ -276,8 +322,9 @@ enum { MB_avx512 = 4, MB_avx2 = 1, MB_scalar = 1 };
 					int64_t gend = k0 + a->group < k16 ? k0 + a->group : k16;          \
 					Vf_##isa s = vset1_##isa(scale_of(a, t + c, g));                   \
 					Vf_##isa z = vset1_##isa(zero_of(a, t + c, g, bits));              \
+					Vf_##isa table = vtable_##isa(s, z);                               \
 					for (int64_t k = k0; k < gend; k += VL_##isa)                      \
-						vstoref_##isa(w + k, (vcode_##isa(row, k, bits) - z) * s); \
+						vstoref_##isa(w + k, vweight_##isa(row, k, bits, s, z, table)); \
 				}                                                                          \
 				for (int64_t k = k16; k < K; k++)                                          \
 					w[k] = weight1(a, t + c, k, bits);                                 \
