@@ -4,7 +4,7 @@ linear weights (dataflow quantize's layouts; fp32 or bf16 activations), measured
     python bench/quantized_decode.py [--threads N] [--rounds 3] [--prompt 64] [--new 128] [--quick]
 
 The model is the issue's: 8 layers, hidden 512 (intermediate 1408, 8 heads), vocab --vocab;
-embedding, norms and lm_head stay in the model dtype. Per variant and round: t1 = generate(prompt,
+embedding and norms stay in the model dtype, and lm_head too except in the "+head" variants. Per variant and round: t1 = generate(prompt,
 1 token) (the prefill), tN = generate(prompt, N tokens); decode tok/s = (N - 1) / (tN - t1),
 prompt tok/s = prompt / t1. Variants take turns within each round (these machines are shared and
 noisy); medians over rounds. ratio = decode tok/s / fp32's. Prints JSON (rows, machine), then
@@ -25,8 +25,10 @@ CONFIG = dict(model_type="llama", hidden_size=512, intermediate_size=1408, num_h
 QUICK = dict(CONFIG, hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=4)
 # name -> (model dtype, quantization_config arguments or None)
+# (quantization_config's bits, group_size, zero_point, lm_head); "+head": lm_head quantized too
 VARIANTS = {"fp32": ("fp32", None), "bf16": ("bf16", None), "int8": ("fp32", (8,)), "int8-bf16": ("bf16", (8,)),
-            "int4": ("fp32", (4, 128)), "int4-bf16": ("bf16", (4, 128))}
+            "int8+head": ("fp32", (8, None, False, True)), "int4": ("fp32", (4, 128)),
+            "int4-bf16": ("bf16", (4, 128)), "int4+head": ("fp32", (4, 128, False, True))}
 
 
 def parse_args():

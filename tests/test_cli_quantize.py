@@ -94,6 +94,7 @@ def test_overwrite_replaces_and_nothing_is_replaced_without_it(source, tmp_path,
     (["--bits", "8", "--group-size", "64"], "--group-size, --zero-point: int8"),
     (["--bits", "8", "--zero-point"], "--group-size, --zero-point: int8"),
     (["--bits", "5"], "argument --bits: invalid choice"),
+    (["--bits", "8", "--lm-head"], "--lm-head: the model ties lm_head to the embedding"),
     ([], "the following arguments are required: --bits"),
 ])
 def test_bad_flags_name_the_flag_and_write_nothing(source, tmp_path, capsys, args, message):

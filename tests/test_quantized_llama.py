@@ -13,14 +13,15 @@ from dataflow.models import Llama
 LLAMA = dict(model_type="llama", vocab_size=97, hidden_size=64, intermediate_size=150, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2)
 QWEN2 = dict(LLAMA, model_type="qwen2", hidden_size=96, num_attention_heads=3, num_key_value_heads=1)
-QCONFIGS = [qz.quantization_config(8), qz.quantization_config(4, 32, True), qz.quantization_config(4, 64, False)]
+QCONFIGS = [qz.quantization_config(8), qz.quantization_config(4, 32, True), qz.quantization_config(4, 64, False),
+            qz.quantization_config(8, lm_head=True), qz.quantization_config(4, 32, lm_head=True)]
 
 
 def dequantized(state, qstate, qc):
     """the full-precision state dict with each quantized weight replaced by its dequantization"""
     out = dict(state)
     for name, w in state.items():
-        if not qz.is_quantized_linear(name):
+        if not qz.is_quantized_linear(name, qc):
             continue
         prefix = name[:-len(".weight")]
         if qc["bits"] == 8:
@@ -37,7 +38,8 @@ def _cases():
         for qc in QCONFIGS:
             for dtype in ("fp32", "bf16"):
                 marks = () if (family, dtype) == ("llama", "fp32") else (pytest.mark.slow,)
-                name = f"{family}-int{qc['bits']}-g{qc.get('group_size')}-z{qc.get('zero_point')}-{dtype}"
+                name = (f"{family}-int{qc['bits']}-g{qc.get('group_size')}-z{qc.get('zero_point')}"
+                        f"{'-lm_head' if qc['lm_head'] else ''}-{dtype}")
                 yield pytest.param(cfg, qc, dtype, marks=marks, id=name)
 
 
@@ -58,7 +60,7 @@ def test_quantized_model_equals_the_dequantized_one(h, cfg, qc, dtype):
         np.testing.assert_array_equal(qm.generate(tokens[:5], 8, temperature=0),
                                       ref.generate(tokens[:5], 8, temperature=0))
     back = qm.state_dict()  # the quantized tables exactly (codes, zeros as stored; fp32 scales)
-    tables = [n for n in qstate if n.endswith((".scales", ".zeros")) or qz.is_quantized_linear(n)]
+    tables = [n for n in qstate if n.endswith((".scales", ".zeros")) or qz.is_quantized_linear(n, qc)]
     assert len(tables) >= 14 * cfg["num_hidden_layers"]
     for name in tables:
         assert back[name].dtype == np.asarray(qstate[name]).dtype, name
@@ -88,11 +90,17 @@ def test_training_a_quantized_model_is_refused(h):
     ({"quant_method": "dataflow", "bits": 4, "group_size": 16}, "group_size must be one of"),
     ({"quant_method": "dataflow", "bits": 4, "group_size": 32, "zero_point": "yes"}, "zero_point must be"),
     ({"quant_method": "dataflow", "bits": 8, "group_size": 32}, "for bits 4"),
+    ({"quant_method": "dataflow", "bits": 8, "lm_head": 1}, "lm_head must be true or false"),
     ("int8", "must be an object"),
 ])
 def test_bad_quantization_config_names_the_field(h, qc, message):
     with pytest.raises(BadArgumentError, match=message):
         Llama(h, {**LLAMA, "quantization_config": qc})
+
+
+def test_a_tied_lm_head_is_not_quantized(h):
+    with pytest.raises(BadArgumentError, match="quant_lm_head needs quant_bits and an untied lm_head"):
+        Llama(h, {**LLAMA, "tie_word_embeddings": True, "quantization_config": QCONFIGS[3]})
 
 
 def test_load_state_dict_wants_integer_codes(h):

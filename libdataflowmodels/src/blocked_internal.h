@@ -106,6 +106,10 @@ Dataflow_Status llama_head_backward_x(const Dataflow_Blocked_Model *m, int s, co
 Dataflow_Status llama_head_backward_w(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
 				      const Dataflow_Block_Args *a);
 
+/* llama_linear for a quantized weight: `region` holds its codes, scales and zeros
+ * (llama_quant_parts); the dequantize-matmul of config.quant_bits */
+Dataflow_Status llama_quantized_linear(const Dataflow_Blocked_Model *m, int s, const void *x, const void *region,
+				       const void *residual, void *out, int64_t T, int64_t n_out, int64_t n_in);
 /* out[T, n_out] = x[T, n_in] W[n_out, n_in]^T (+ residual[T, n_out] when given) */
 Dataflow_Status llama_linear(const Dataflow_Blocked_Model *m, int s, const void *x, const void *W,
 			     const void *residual, void *out, int64_t T, int64_t n_out, int64_t n_in);

@@ -71,6 +71,11 @@ static Dataflow_Status check_config(const Dataflow_Llama_Config *c)
 					  "llama config: quant_group_size must be 32..128 and a multiple of 32 with "
 					  "quant_bits 4, got %d",
 					  c->quant_group_size);
+	if (c->quant_lm_head && (!c->quant_bits || c->tie_embeddings))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: quant_lm_head needs quant_bits and an untied lm_head, got quant_bits "
+					  "%d, tie_embeddings %d",
+					  c->quant_bits, c->tie_embeddings);
 	if (c->quant_bits != 4 && (c->quant_group_size || c->quant_zero_point))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama config: quant_group_size and quant_zero_point are for quant_bits 4, got "
@@ -189,7 +194,10 @@ Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Con
 	m->embed_numel = align_up(V * H);
 	m->norm_offset = 0;
 	m->lm_head_offset = c->tie_embeddings ? -1 : align_up(H);
-	m->head_numel = align_up(H) + (c->tie_embeddings ? 0 : align_up(V * H));
+	int64_t lm_numel = c->quant_lm_head ? (llama_quant_parts(c, V, H).bytes + llama_dtype_size(c->dtype) - 1) /
+						       llama_dtype_size(c->dtype)
+					     : V * H;
+	m->head_numel = align_up(H) + (c->tie_embeddings ? 0 : align_up(lm_numel));
 	m->num_blocks = (int)c->num_layers + 2;
 	return DATAFLOW_OK;
 }
@@ -200,7 +208,7 @@ static Dataflow_Status name_tensors(Dataflow_Blocked_Model *m)
 	const Dataflow_Llama_Config *c = &m->config;
 	int64_t H = c->hidden_size, V = c->vocab_size, L = c->num_layers;
 	/* up to three tables per quantized weight */
-	m->tensors = calloc((size_t)((LLAMA_PER_LAYER + 14) * L + 3), sizeof(Dataflow_Llama_Tensor));
+	m->tensors = calloc((size_t)((LLAMA_PER_LAYER + 14) * L + 5), sizeof(Dataflow_Llama_Tensor));
 	if (!m->tensors)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "llama blocked model: host allocation failed");
 	add_tensor(m, "model.embed_tokens.weight", 2, V, H, 0, 0);
@@ -230,7 +238,9 @@ static Dataflow_Status name_tensors(Dataflow_Blocked_Model *m)
 				add_tensor(m, name, 1, m->layer_size[i], 1, (int)(1 + l), m->layer_offset[i]);
 		}
 	add_tensor(m, "model.norm.weight", 1, H, 1, (int)L + 1, m->norm_offset);
-	if (!c->tie_embeddings)
+	if (c->quant_lm_head)
+		add_quantized(m, "lm_head", (const int64_t[2]){V, H}, (int)L + 1, m->lm_head_offset);
+	else if (!c->tie_embeddings)
 		add_tensor(m, "lm_head.weight", 2, V, H, (int)L + 1, m->lm_head_offset);
 	return DATAFLOW_OK;
 }

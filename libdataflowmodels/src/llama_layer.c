@@ -67,17 +67,9 @@ static Dataflow_Status fill_ones(const Layer *L, int s)
 static Dataflow_Status layer_linear(const Layer *L, int s, const void *x, int w, const void *residual, void *out,
 				    int64_t n_out, int64_t n_in)
 {
-	const Dataflow_Llama_Config *c = &L->m->config;
-	if (!llama_is_quantized(c, w))
-		return llama_linear(L->m, s, x, L->w[w], residual, out, L->T, n_out, n_in);
-	Llama_Quant_Parts p = llama_quant_parts(c, n_out, n_in);
-	const char *region = L->w[w];
-	if (c->quant_bits == 8)
-		return dataflow_submit_qmatmul_int8(L->h, s, L->d, DATAFLOW_FP32, L->d, L->T, n_out, n_in, x,
-						    region, region + p.scales, residual, out);
-	return dataflow_submit_qmatmul_int4(L->h, s, L->d, DATAFLOW_FP32, L->d, L->T, n_out, n_in, c->quant_group_size,
-					    x, region, region + p.scales, c->quant_zero_point ? region + p.zeros : NULL,
-					    residual, out);
+	if (llama_is_quantized(&L->m->config, w))
+		return llama_quantized_linear(L->m, s, x, L->w[w], residual, out, L->T, n_out, n_in);
+	return llama_linear(L->m, s, x, L->w[w], residual, out, L->T, n_out, n_in);
 }
 
 /* out[T, n] = xn1 W^T (+ b when the layer has that bias) */

@@ -382,6 +382,8 @@ def _add_quantize(sub):
                    help=f"--bits 4: inputs per scale, one of {', '.join(map(str, INT4_GROUP_SIZES))} (default 128)")
     p.add_argument("--zero-point", dest="zero_point", action="store_true",
                    help="--bits 4: a zero point per group (asymmetric codes) instead of the symmetric zero 8")
+    p.add_argument("--lm-head", dest="lm_head", action="store_true",
+                   help="quantize lm_head too (an untied one; default: kept in full precision)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     p.set_defaults(run=quantize_command)
 

@@ -123,17 +123,18 @@ LINEAR_WEIGHTS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_at
                   "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 
 
-def quantization_config(bits, group_size=None, zero_point=False):
-    """config.json's quantization_config for weights quantized here (validated)."""
-    qc = {"quant_method": QUANT_METHOD, "bits": bits}
+def quantization_config(bits, group_size=None, zero_point=False, lm_head=False):
+    """config.json's quantization_config for weights quantized here (validated); lm_head: quantize
+    lm_head too (an untied one)."""
+    qc = {"quant_method": QUANT_METHOD, "bits": bits, "lm_head": bool(lm_head)}
     if bits == 4:
         qc.update(group_size=group_size, zero_point=bool(zero_point))
     return validate_quantization_config(qc, "quantization_config", BadArgumentError)
 
 
 def validate_quantization_config(qc, where, error):
-    """The checked quantization_config (bits 8, or bits 4 with group_size and zero_point);
-    `error` (a DataflowError class) names `where` and the field."""
+    """The checked quantization_config (bits 8, or bits 4 with group_size and zero_point; lm_head:
+    whether lm_head is quantized too); `error` (a DataflowError class) names `where` and the field."""
     if not isinstance(qc, dict):
         raise error(f"{where}: quantization_config must be an object, got {qc!r:.60}")
     if qc.get("quant_method") != QUANT_METHOD:
@@ -142,7 +143,10 @@ def validate_quantization_config(qc, where, error):
     bits = qc.get("bits")
     if isinstance(bits, bool) or bits not in (8, 4):
         raise error(f"{where}: quantization_config.bits must be 8 or 4, got {bits!r:.60}")
-    out = {"quant_method": QUANT_METHOD, "bits": bits}
+    lm_head = qc.get("lm_head", False)
+    if not isinstance(lm_head, bool):
+        raise error(f"{where}: quantization_config.lm_head must be true or false, got {lm_head!r:.60}")
+    out = {"quant_method": QUANT_METHOD, "bits": bits, "lm_head": lm_head}
     if bits == 4:
         group = qc.get("group_size")
         if isinstance(group, bool) or group not in INT4_GROUP_SIZES:
@@ -157,7 +161,10 @@ def validate_quantization_config(qc, where, error):
     return out
 
 
-def is_quantized_linear(name):
+def is_quantized_linear(name, qc):
+    """whether quantization_config qc quantizes weight `name`"""
+    if name == "lm_head.weight":
+        return bool(qc.get("lm_head"))
     return name.startswith("model.layers.") and name.endswith(LINEAR_WEIGHTS)
 
 
@@ -166,18 +173,19 @@ def table_dtype(name, qc):
     "int8" / "uint8" for its codes and zero points, None for a floating tensor (scales included)."""
     if not qc:
         return None
-    if is_quantized_linear(name):
+    if is_quantized_linear(name, qc):
         return "int8" if qc["bits"] == 8 else "uint8"
-    return "uint8" if name.startswith("model.layers.") and name.endswith(".zeros") else None
+    return "uint8" if name.endswith(".zeros") else None
 
 
 def quantize_state(state, qc):
-    """A float state dict -> the quantized model's: each layer Linear weight W becomes
+    """A float state dict -> the quantized model's: each layer Linear weight W (and lm_head's with
+    qc["lm_head"]) becomes
     <prefix>.weight (int8, or packed int4 codes as uint8), <prefix>.scales (fp32) and, with zero
     points, <prefix>.zeros (uint8); the other tensors are kept as they are."""
     out = {}
     for name, value in state.items():
-        if not is_quantized_linear(name):
+        if not is_quantized_linear(name, qc):
             out[name] = value
             continue
         prefix = name[:-len(".weight")]

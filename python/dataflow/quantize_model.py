@@ -78,13 +78,16 @@ def quantize_command(args):
         raise BadArgumentError("--group-size, --zero-point: int8 has one scale per output channel; they are for "
                                "--bits 4")
     try:
-        qc = quantization_config(args.bits, args.group_size or 128, args.zero_point)
+        qc = quantization_config(args.bits, args.group_size or 128, args.zero_point, args.lm_head)
     except BadArgumentError as e:
         raise BadArgumentError(f"--group-size: {str(e).split(': ', 1)[1]}") from None
     if not os.path.exists(args.model_dir):
         raise BadArgumentError(f"MODEL_DIR: {args.model_dir} does not exist")
     out = _out_dir(args.out_dir, args.model_dir, args.overwrite)
     config, state, write_tokenizer = _source(args.model_dir)
+    if args.lm_head and config["tie_word_embeddings"]:
+        raise BadArgumentError("--lm-head: the model ties lm_head to the embedding (tie_word_embeddings), which "
+                               "stays in full precision")
     try:
         tensors = quantize_state(state, qc)
     except BadArgumentError as e:

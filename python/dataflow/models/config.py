@@ -129,6 +129,7 @@ class LlamaConfig:
             c.quant_bits = q["bits"]
             c.quant_group_size = q.get("group_size") or 0
             c.quant_zero_point = int(bool(q.get("zero_point")))
+            c.quant_lm_head = int(bool(q.get("lm_head")))
         return c
 
 
