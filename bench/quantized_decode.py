@@ -4,8 +4,9 @@ linear weights (dataflow quantize's layouts; fp32 or bf16 activations), measured
     python bench/quantized_decode.py [--threads N] [--rounds 3] [--prompt 64] [--new 128] [--quick]
 
 The model is the issue's: 8 layers, hidden 512 (intermediate 1408, 8 heads), vocab --vocab;
-embedding and norms stay in the model dtype, and lm_head too except in the "+head" variants. Per variant and round: t1 = generate(prompt,
-1 token) (the prefill), tN = generate(prompt, N tokens); decode tok/s = (N - 1) / (tN - t1),
+embedding and norms stay in the model dtype, lm_head too except in the "+head" variants. Per
+variant and round: t1 = generate(prompt, 1 token) (the prefill), tN = generate(prompt, N tokens);
+decode tok/s = (N - 1) / (tN - t1),
 prompt tok/s = prompt / t1. Variants take turns within each round (these machines are shared and
 noisy); medians over rounds. ratio = decode tok/s / fp32's. Prints JSON (rows, machine), then
 a summary line. The peer here is the fp32 model; llama.cpp's q8_0 / q4_0 are bench/generate.py's.
