@@ -99,3 +99,15 @@ def test_batched_decode_quick():
     for r in result["rows"]:
         assert r["decode_tok_s"] > 0 and r["peak_bytes_per_seq"] > 0, r
     assert summary.startswith("batched_decode: fp32 x1:")
+
+
+def test_quantized_decode_quick():
+    result, summary = run_bench("quantized_decode.py", "--quick", "--rounds", "1", "--prompt", "8", "--new", "4",
+                                "--vocab", "512")
+    assert [r["variant"] for r in result["rows"]] == ["fp32", "bf16", "int8", "int8-bf16", "int8+head", "int4",
+                                                      "int4-bf16", "int4+head"]
+    for r in result["rows"]:
+        assert r["decode_tok_s"] > 0 and r["prompt_tok_s"] > 0 and r["weights_mib"] > 0, r
+    fp32, int8, int4 = (next(r for r in result["rows"] if r["variant"] == v) for v in ("fp32", "int8", "int4"))
+    assert int4["weights_mib"] < int8["weights_mib"] < fp32["weights_mib"]
+    assert summary.startswith("quantized decode host (")

@@ -81,7 +81,7 @@ class StandIn:
     """Just the parts of a Llama that load_weights touches."""
 
     def __init__(self, shapes, tied=False):
-        self.config = types.SimpleNamespace(tie_word_embeddings=tied)
+        self.config = types.SimpleNamespace(tie_word_embeddings=tied, quantization=None)
         self._shapes = shapes
         self.loaded = None
 
@@ -153,7 +153,8 @@ def test_transformers_loads_what_save_pretrained_writes(tmp_path):
     torch.manual_seed(0)
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY)).eval()
     weights = {name: t.detach().numpy().copy() for name, t in hf.state_dict().items()}
-    stand_in = types.SimpleNamespace(config=types.SimpleNamespace(tie_word_embeddings=False, to_dict=lambda: TINY),
+    stand_in = types.SimpleNamespace(config=types.SimpleNamespace(tie_word_embeddings=False, quantization=None,
+                                                                  to_dict=lambda: TINY),
                                      state_dict=lambda: weights)
     pretrained.save_pretrained(stand_in, tmp_path, dtype="bf16")
     tokens = np.random.default_rng(0).integers(0, TINY["vocab_size"], (2, 7))

@@ -29,7 +29,8 @@ import tomllib
 DTYPES = {"fp32": ("float", "float"), "fp64": ("double", "double"), "int32": ("int32_t", "int"),
           "int64": ("int64_t", "long long"), "uint64": ("uint64_t", "unsigned long long"), "bool": ("int32_t", "int"),
           "fp16": ("uint16_t", "fp16_t"), "bf16": ("uint16_t", "bf16_t"), "fp8e4m3": ("uint8_t", "fp8e4m3_t"),
-          "fp8e5m2": ("uint8_t", "fp8e5m2_t"), "uint8": ("uint8_t", "unsigned char")}
+          "fp8e5m2": ("uint8_t", "fp8e5m2_t"), "uint8": ("uint8_t", "unsigned char"),
+          "int8": ("int8_t", "signed char")}
 SCALARS = {name: (f"DATAFLOW_{name.upper()}_SCALAR", *DTYPES[name])
            for name in ("int64", "int32", "uint64", "fp32", "fp64", "bool")}
 TENSORS = {name: (f"DATAFLOW_{name.upper()}", *types) for name, types in DTYPES.items() if name != "bool"}

@@ -190,6 +190,20 @@ Dataflow_Status llama_linear(const Dataflow_Blocked_Model *m, int s, const void 
 				      residual ? 1.0f : 0.0f);
 }
 
+Dataflow_Status llama_quantized_linear(const Dataflow_Blocked_Model *m, int s, const void *x, const void *region,
+				       const void *residual, void *out, int64_t T, int64_t n_out, int64_t n_in)
+{
+	const Dataflow_Llama_Config *c = &m->config;
+	Llama_Quant_Parts p = llama_quant_parts(c, n_out, n_in);
+	const char *r = region;
+	if (c->quant_bits == 8)
+		return dataflow_submit_qmatmul_int8(m->handle, s, c->dtype, DATAFLOW_FP32, c->dtype, T, n_out, n_in, x, r,
+						    r + p.scales, residual, out);
+	return dataflow_submit_qmatmul_int4(m->handle, s, c->dtype, DATAFLOW_FP32, c->dtype, T, n_out, n_in,
+					    c->quant_group_size, x, r, r + p.scales,
+					    c->quant_zero_point ? r + p.zeros : NULL, residual, out);
+}
+
 Dataflow_Status llama_weight_grad(const Dataflow_Blocked_Model *m, int s, const void *dy, const void *x, float *g,
 				  int64_t T, int64_t n_out, int64_t n_in)
 {

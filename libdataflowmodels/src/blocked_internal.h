@@ -53,6 +53,24 @@ static inline void *llama_at(const void *base, int64_t elements, DataflowDatatyp
 	return (char *)base + elements * llama_dtype_size(dtype);
 }
 
+/* A quantized linear weight's parts, in bytes from the start of its region in the layer block
+ * (each at a multiple of 64 bytes): the codes, the fp32 scales and (with zero points) the uint8
+ * zeros; groups per row and the region's total bytes. */
+typedef struct {
+	int64_t scales, zeros, groups, bytes;
+} Llama_Quant_Parts;
+
+/* whether layer tensor i is a linear weight the config quantizes */
+static inline int llama_is_quantized(const Dataflow_Llama_Config *c, int i)
+{
+	return c->quant_bits && (i == LLAMA_Q || i == LLAMA_K || i == LLAMA_V || i == LLAMA_O || i == LLAMA_GATE ||
+				 i == LLAMA_UP || i == LLAMA_DOWN);
+}
+Llama_Quant_Parts llama_quant_parts(const Dataflow_Llama_Config *c, int64_t rows, int64_t cols);
+/* OK, or (a quantized config: its codes have no gradient) the error that `what` (a training
+ * call) is refused */
+Dataflow_Status llama_refuse_quantized(const Dataflow_Llama_Config *c, const char *what);
+
 /* Checks the config and fills in the definition: defaults, block layouts (no allocation, no
  * handle needed: enough for sizing). */
 Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Config *config);
@@ -89,6 +107,10 @@ Dataflow_Status llama_head_backward_x(const Dataflow_Blocked_Model *m, int s, co
 Dataflow_Status llama_head_backward_w(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
 				      const Dataflow_Block_Args *a);
 
+/* llama_linear for a quantized weight: `region` holds its codes, scales and zeros
+ * (llama_quant_parts); the dequantize-matmul of config.quant_bits */
+Dataflow_Status llama_quantized_linear(const Dataflow_Blocked_Model *m, int s, const void *x, const void *region,
+				       const void *residual, void *out, int64_t T, int64_t n_out, int64_t n_in);
 /* out[T, n_out] = x[T, n_in] W[n_out, n_in]^T (+ residual[T, n_out] when given) */
 Dataflow_Status llama_linear(const Dataflow_Blocked_Model *m, int s, const void *x, const void *W,
 			     const void *residual, void *out, int64_t T, int64_t n_out, int64_t n_in);

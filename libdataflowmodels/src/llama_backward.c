@@ -34,6 +34,7 @@ Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *m, int s, const Dat
 {
 	if (!m)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama loss_backward: model is required");
+	TRY(llama_refuse_quantized(m->config, "loss_backward"));
 	if (!(loss_scale > 0) || !isfinite(loss_scale))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama loss_backward: loss_scale must be finite and > 0 (1 / labelled tokens for a "
@@ -80,6 +81,7 @@ Dataflow_Status dataflow_llama_set_grad_comm(Dataflow_Llama *m, Dataflow_Comm *c
 {
 	if (!m)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama set_grad_comm: model is required");
+	TRY(llama_refuse_quantized(m->config, "set_grad_comm"));
 	if (m->shard_optimizer)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama set_grad_comm: the optimizer state is sharded over the current communicator's "

@@ -63,11 +63,67 @@ static Dataflow_Status check_config(const Dataflow_Llama_Config *c)
 	if (c->dtype != DATAFLOW_FP32 && c->dtype != DATAFLOW_BF16)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama config: dtype must be fp32 or bf16, got %s",
 					  dataflow_datatype_name(c->dtype));
+	if (c->quant_bits != 0 && c->quant_bits != 8 && c->quant_bits != 4)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama config: quant_bits must be 0, 8 or 4, got %d",
+					  c->quant_bits);
+	if (c->quant_bits == 4 && (c->quant_group_size < 32 || c->quant_group_size > 128 || c->quant_group_size % 32))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: quant_group_size must be 32..128 and a multiple of 32 with "
+					  "quant_bits 4, got %d",
+					  c->quant_group_size);
+	if (c->quant_lm_head && (!c->quant_bits || c->tie_embeddings))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: quant_lm_head needs quant_bits and an untied lm_head, got quant_bits "
+					  "%d, tie_embeddings %d",
+					  c->quant_bits, c->tie_embeddings);
+	if (c->quant_bits != 4 && (c->quant_group_size || c->quant_zero_point))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: quant_group_size and quant_zero_point are for quant_bits 4, got "
+					  "quant_bits %d with group size %d, zero point %d",
+					  c->quant_bits, c->quant_group_size, c->quant_zero_point);
 	return DATAFLOW_OK;
 }
 
-static void add_tensor(Dataflow_Blocked_Model *m, const char *name, int ndim, int64_t d0, int64_t d1, int block,
-		       int64_t offset)
+static int64_t align64(int64_t bytes)
+{
+	return (bytes + 63) / 64 * 64;
+}
+
+Llama_Quant_Parts llama_quant_parts(const Dataflow_Llama_Config *c, int64_t rows, int64_t cols)
+{
+	Llama_Quant_Parts p = {0};
+	int int4 = c->quant_bits == 4;
+	p.groups = int4 ? (cols + c->quant_group_size - 1) / c->quant_group_size : 1;
+	p.scales = align64(rows * (int4 ? (cols + 1) / 2 : cols));
+	p.zeros = align64(p.scales + rows * p.groups * 4);
+	p.bytes = p.zeros + (int4 && c->quant_zero_point ? rows * p.groups : 0);
+	return p;
+}
+
+Dataflow_Status llama_refuse_quantized(const Dataflow_Llama_Config *c, const char *what)
+{
+	if (!c->quant_bits)
+		return DATAFLOW_OK;
+	return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+				  "llama %s: the model's linear weights are quantized (int%d), for inference only; "
+				  "train the full-precision model and quantize it afterwards",
+				  what, c->quant_bits);
+}
+
+/* rows and columns of layer tensor i's matrix ({0, 0}: a vector) */
+static void layer_matrix(const Dataflow_Llama_Config *c, int i, int64_t shape[2])
+{
+	int64_t H = c->hidden_size, F = c->intermediate_size, qd = c->num_heads * c->head_dim;
+	int64_t kvd = c->num_kv_heads * c->head_dim;
+	const int64_t shapes[LLAMA_PER_LAYER][2] = {[LLAMA_Q] = {qd, H},    [LLAMA_K] = {kvd, H}, [LLAMA_V] = {kvd, H},
+						    [LLAMA_O] = {H, qd},    [LLAMA_GATE] = {F, H},
+						    [LLAMA_UP] = {F, H},    [LLAMA_DOWN] = {H, F}};
+	shape[0] = shapes[i][0];
+	shape[1] = shapes[i][1];
+}
+
+static void add_typed_tensor(Dataflow_Blocked_Model *m, const char *name, DataflowDatatype dtype, int ndim, int64_t d0,
+			     int64_t d1, int block, int64_t offset)
 {
 	Dataflow_Llama_Tensor *t = &m->tensors[m->num_tensors++];
 	snprintf(t->name, sizeof(t->name), "%s", name);
@@ -75,10 +131,39 @@ static void add_tensor(Dataflow_Blocked_Model *m, const char *name, int ndim, in
 	t->shape[0] = d0;
 	t->shape[1] = ndim == 2 ? d1 : 1;
 	t->numel = d0 * t->shape[1];
-	t->dtype = m->config.dtype;
+	t->dtype = dtype;
 	t->block = block;
 	t->offset = offset;
 	t->ptr = NULL;
+}
+
+static void add_tensor(Dataflow_Blocked_Model *m, const char *name, int ndim, int64_t d0, int64_t d1, int block,
+		       int64_t offset)
+{
+	add_typed_tensor(m, name, m->config.dtype, ndim, d0, d1, block, offset);
+}
+
+/* A quantized linear weight's tables, at element `offset` (the model dtype's) of its block:
+ * <name>.weight (int8 [rows, cols], or int4 codes as uint8 [rows, cdiv(cols, 2)]), <name>.scales
+ * (fp32 [rows] or [rows, groups]) and, with zero points, <name>.zeros (uint8 [rows, groups]). */
+static void add_quantized(Dataflow_Blocked_Model *m, const char *name, const int64_t shape[2], int block,
+			  int64_t offset)
+{
+	const Dataflow_Llama_Config *c = &m->config;
+	Llama_Quant_Parts p = llama_quant_parts(c, shape[0], shape[1]);
+	int64_t es = llama_dtype_size(c->dtype), rows = shape[0];
+	int int4 = c->quant_bits == 4;
+	char full[DATAFLOW_LLAMA_NAME_MAX];
+	const int base = DATAFLOW_LLAMA_NAME_MAX - 8; /* room for the longest suffix */
+	snprintf(full, sizeof(full), "%.*s.weight", base, name);
+	add_typed_tensor(m, full, int4 ? DATAFLOW_UINT8 : DATAFLOW_INT8, 2, rows, int4 ? (shape[1] + 1) / 2 : shape[1],
+			 block, offset);
+	snprintf(full, sizeof(full), "%.*s.scales", base, name);
+	add_typed_tensor(m, full, DATAFLOW_FP32, int4 ? 2 : 1, rows, p.groups, block, offset + p.scales / es);
+	if (int4 && c->quant_zero_point) {
+		snprintf(full, sizeof(full), "%.*s.zeros", base, name);
+		add_typed_tensor(m, full, DATAFLOW_UINT8, 2, rows, p.groups, block, offset + p.zeros / es);
+	}
 }
 
 Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Config *config)
@@ -98,14 +183,21 @@ Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Con
 		[LLAMA_DOWN] = H * F,      [LLAMA_LN1] = H,             [LLAMA_LN2] = H};
 	m->layer_numel = 0;
 	for (int i = 0; i < LLAMA_PER_LAYER; i++) {
+		int64_t shape[2], es = llama_dtype_size(c->dtype);
+		layer_matrix(c, i, shape);
 		m->layer_offset[i] = m->layer_numel;
-		m->layer_size[i] = sizes[i];
-		m->layer_numel += align_up(sizes[i]);
+		/* a quantized weight's region: its parts' bytes in whole elements of the model dtype */
+		m->layer_size[i] = llama_is_quantized(c, i) ? (llama_quant_parts(c, shape[0], shape[1]).bytes + es - 1) / es
+							    : sizes[i];
+		m->layer_numel += align_up(m->layer_size[i]);
 	}
 	m->embed_numel = align_up(V * H);
 	m->norm_offset = 0;
 	m->lm_head_offset = c->tie_embeddings ? -1 : align_up(H);
-	m->head_numel = align_up(H) + (c->tie_embeddings ? 0 : align_up(V * H));
+	int64_t lm_numel = c->quant_lm_head ? (llama_quant_parts(c, V, H).bytes + llama_dtype_size(c->dtype) - 1) /
+						       llama_dtype_size(c->dtype)
+					     : V * H;
+	m->head_numel = align_up(H) + (c->tie_embeddings ? 0 : align_up(lm_numel));
 	m->num_blocks = (int)c->num_layers + 2;
 	return DATAFLOW_OK;
 }
@@ -114,9 +206,9 @@ Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Con
 static Dataflow_Status name_tensors(Dataflow_Blocked_Model *m)
 {
 	const Dataflow_Llama_Config *c = &m->config;
-	int64_t H = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
-	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd, L = c->num_layers;
-	m->tensors = calloc((size_t)(LLAMA_PER_LAYER * L + 3), sizeof(Dataflow_Llama_Tensor));
+	int64_t H = c->hidden_size, V = c->vocab_size, L = c->num_layers;
+	/* up to three tables per quantized weight */
+	m->tensors = calloc((size_t)((LLAMA_PER_LAYER + 14) * L + 5), sizeof(Dataflow_Llama_Tensor));
 	if (!m->tensors)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "llama blocked model: host allocation failed");
 	add_tensor(m, "model.embed_tokens.weight", 2, V, H, 0, 0);
@@ -129,23 +221,26 @@ static Dataflow_Status name_tensors(Dataflow_Blocked_Model *m)
 		[LLAMA_GATE] = "mlp.gate_proj.weight",    [LLAMA_UP] = "mlp.up_proj.weight",
 		[LLAMA_DOWN] = "mlp.down_proj.weight",    [LLAMA_LN1] = "input_layernorm.weight",
 		[LLAMA_LN2] = "post_attention_layernorm.weight"};
-	/* rows, columns (0: a vector of m->layer_size elements) */
-	const int64_t shapes[LLAMA_PER_LAYER][2] = {[LLAMA_Q] = {qd, H},    [LLAMA_K] = {kvd, H}, [LLAMA_V] = {kvd, H},
-						    [LLAMA_O] = {H, qd},    [LLAMA_GATE] = {F, H},
-						    [LLAMA_UP] = {F, H},    [LLAMA_DOWN] = {H, F}};
 	for (int64_t l = 0; l < L; l++)
 		for (int i = 0; i < LLAMA_PER_LAYER; i++) {
 			if (!m->layer_size[i])
 				continue;
 			char name[DATAFLOW_LLAMA_NAME_MAX];
+			int64_t shape[2];
+			layer_matrix(c, i, shape);
 			snprintf(name, sizeof(name), "model.layers.%lld.%s", (long long)l, names[i]);
-			if (shapes[i][1])
-				add_tensor(m, name, 2, shapes[i][0], shapes[i][1], (int)(1 + l), m->layer_offset[i]);
+			if (llama_is_quantized(c, i)) {
+				name[strlen(name) - strlen(".weight")] = 0;
+				add_quantized(m, name, shape, (int)(1 + l), m->layer_offset[i]);
+			} else if (shape[1])
+				add_tensor(m, name, 2, shape[0], shape[1], (int)(1 + l), m->layer_offset[i]);
 			else
 				add_tensor(m, name, 1, m->layer_size[i], 1, (int)(1 + l), m->layer_offset[i]);
 		}
 	add_tensor(m, "model.norm.weight", 1, H, 1, (int)L + 1, m->norm_offset);
-	if (!c->tie_embeddings)
+	if (c->quant_lm_head)
+		add_quantized(m, "lm_head", (const int64_t[2]){V, H}, (int)L + 1, m->lm_head_offset);
+	else if (!c->tie_embeddings)
 		add_tensor(m, "lm_head.weight", 2, V, H, (int)L + 1, m->lm_head_offset);
 	return DATAFLOW_OK;
 }
@@ -262,6 +357,8 @@ Dataflow_Status dataflow_blocked_model_block_sizes(const Dataflow_Blocked_Model 
 	sizes->numel = llama_block_numel(m, block);
 	for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
 		sizes->bytes[k] = sizes->numel * (k == DATAFLOW_BLOCK_PARAM ? llama_dtype_size(m->config.dtype) : 4);
+	if (m->config.quant_bits) /* inference only: no gradients, optimizer state or master weights */
+		memset(sizes->bytes + 1, 0, sizeof(sizes->bytes[0]) * (DATAFLOW_BLOCK_NUM_KINDS - 1));
 	if (m->config.dtype == DATAFLOW_FP32)
 		sizes->bytes[DATAFLOW_BLOCK_MASTER] = 0;
 	llama_acts_per_token(m, sizes->role, sizes);

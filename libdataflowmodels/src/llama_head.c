@@ -46,7 +46,11 @@ Dataflow_Status llama_head_forward(const Dataflow_Blocked_Model *m, int s, const
 	void *logits = a->y ? a->y : hd.act[HEAD_LOGITS];
 	TRY(dataflow_submit_rms_norm(m->handle, s, c->dtype, T, c->hidden_size, c->rms_eps, a->x, hd.norm,
 				     hd.act[HEAD_XNF], hd.act[HEAD_RSTD]));
-	TRY(llama_linear(m, s, hd.act[HEAD_XNF], hd.lm_head, NULL, logits, T, c->vocab_size, c->hidden_size));
+	if (c->quant_lm_head)
+		TRY(llama_quantized_linear(m, s, hd.act[HEAD_XNF], hd.lm_head, NULL, logits, T, c->vocab_size,
+					   c->hidden_size));
+	else
+		TRY(llama_linear(m, s, hd.act[HEAD_XNF], hd.lm_head, NULL, logits, T, c->vocab_size, c->hidden_size));
 	if (!a->token_losses)
 		return DATAFLOW_OK;
 	return dataflow_submit_cross_entropy(m->handle, s, c->dtype, T, c->vocab_size, DATAFLOW_LLAMA_IGNORE_INDEX,
@@ -57,6 +61,7 @@ Dataflow_Status llama_head_backward_x(const Dataflow_Blocked_Model *m, int s, co
 				      const Dataflow_Block_Args *a)
 {
 	const Dataflow_Llama_Config *c = &m->config;
+	TRY(llama_refuse_quantized(c, "head backward_x"));
 	Head hd = head_view(m, mem, a);
 	int64_t T = a->batch->num_tokens;
 	TRY(llama_input_grad(m, s, hd.act[HEAD_LOGITS], hd.lm_head, hd.dxn, T, c->vocab_size, c->hidden_size, 0));
@@ -68,6 +73,7 @@ Dataflow_Status llama_head_backward_w(const Dataflow_Blocked_Model *m, int s, co
 				      const Dataflow_Block_Args *a)
 {
 	const Dataflow_Llama_Config *c = &m->config;
+	TRY(llama_refuse_quantized(c, "head backward_w"));
 	Head hd = head_view(m, mem, a);
 	int64_t T = a->batch->num_tokens;
 	TRY(llama_weight_grad(m, s, hd.act[HEAD_LOGITS], hd.act[HEAD_XNF], hd.glm_head, T, c->vocab_size,

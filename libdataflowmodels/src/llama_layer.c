@@ -64,13 +64,23 @@ static Dataflow_Status fill_ones(const Layer *L, int s)
 	return dataflow_submit_set_mem(L->h, s, L->d, L->T, 1.0f, L->ws[WS_ONES]);
 }
 
+/* out[T, n_out] = x W^T (+ residual) for layer weight w: the plain matmul, or for a quantized
+ * weight (config.quant_bits) the dequantize-matmul over its codes, scales and zeros */
+static Dataflow_Status layer_linear(const Layer *L, int s, const void *x, int w, const void *residual, void *out,
+				    int64_t n_out, int64_t n_in)
+{
+	if (llama_is_quantized(&L->m->config, w))
+		return llama_quantized_linear(L->m, s, x, L->w[w], residual, out, L->T, n_out, n_in);
+	return llama_linear(L->m, s, x, L->w[w], residual, out, L->T, n_out, n_in);
+}
+
 /* out[T, n] = xn1 W^T (+ b when the layer has that bias) */
 static Dataflow_Status projection(const Layer *L, int s, const void *xn1, int w, int b, void *out, int64_t n)
 {
 	if (!L->w[b])
-		return llama_linear(L->m, s, xn1, L->w[w], NULL, out, L->T, n, L->H);
+		return layer_linear(L, s, xn1, w, NULL, out, n, L->H);
 	TRY(llama_bias_rows(L->m, s, L->ws[WS_ONES], L->w[b], NULL, out, L->T, n));
-	return llama_linear(L->m, s, xn1, L->w[w], out, out, L->T, n, L->H);
+	return layer_linear(L, s, xn1, w, out, out, n, L->H);
 }
 
 Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
@@ -122,15 +132,15 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 		TRY(llama_bias_rows(m, s, L.ws[WS_ONES], L.w[LLAMA_OB], a->x, act[ACT_HMID], L.T, L.H));
 		residual = act[ACT_HMID];
 	}
-	TRY(llama_linear(m, s, act[ACT_ATT], L.w[LLAMA_O], residual, act[ACT_HMID], L.T, L.H, L.nq * L.hd));
+	TRY(layer_linear(&L, s, act[ACT_ATT], LLAMA_O, residual, act[ACT_HMID], L.H, L.nq * L.hd));
 	TRY(dataflow_submit_rms_norm(L.h, s, L.d, L.T, L.H, eps, act[ACT_HMID], L.w[LLAMA_LN2], act[ACT_XN2],
 				     act[ACT_RSTD2]));
-	TRY(llama_linear(m, s, act[ACT_XN2], L.w[LLAMA_GATE], NULL, act[ACT_GATE], L.T, L.F, L.H));
-	TRY(llama_linear(m, s, act[ACT_XN2], L.w[LLAMA_UP], NULL, act[ACT_UP], L.T, L.F, L.H));
+	TRY(layer_linear(&L, s, act[ACT_XN2], LLAMA_GATE, NULL, act[ACT_GATE], L.F, L.H));
+	TRY(layer_linear(&L, s, act[ACT_XN2], LLAMA_UP, NULL, act[ACT_UP], L.F, L.H));
 	if (recompute) /* the backward needs neither swiglu's output (rebuilt by backward_w) nor y */
 		return DATAFLOW_OK;
 	TRY(dataflow_submit_swiglu(L.h, s, L.d, L.T, L.F, act[ACT_GATE], act[ACT_UP], L.ws[WS_ACT]));
-	return llama_linear(m, s, L.ws[WS_ACT], L.w[LLAMA_DOWN], act[ACT_HMID], a->y, L.T, L.H, L.F);
+	return layer_linear(&L, s, L.ws[WS_ACT], LLAMA_DOWN, act[ACT_HMID], a->y, L.H, L.F);
 }
 
 /* out = add + rms_norm_bwd_x(dxn, x) */
@@ -175,6 +185,7 @@ static Dataflow_Status attention_grads(const Layer *L, int s, const Dataflow_Blo
 Dataflow_Status llama_layer_backward_x(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
 				       const Dataflow_Block_Args *a)
 {
+	TRY(llama_refuse_quantized(&m->config, "layer backward_x"));
 	Layer L = layer_view(m, mem, a);
 	const Dataflow_Llama_Batch *b = a->batch;
 	void **act = L.act, **da = L.da;
@@ -210,6 +221,7 @@ Dataflow_Status llama_layer_backward_x(const Dataflow_Blocked_Model *m, int s, c
 Dataflow_Status llama_layer_backward_w(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
 				       const Dataflow_Block_Args *a)
 {
+	TRY(llama_refuse_quantized(&m->config, "layer backward_w"));
 	Layer L = layer_view(m, mem, a);
 	void **act = L.act, **da = L.da;
 	int64_t qd = L.nq * L.hd, kvd = L.nkv * L.hd;

@@ -25,7 +25,8 @@ static Dataflow_Status build(Dataflow_Llama *m)
 	for (int b = 0; b < m->num_blocks; b++) {
 		int64_t n = llama_block_numel(m->bm, b);
 		TRY(alloc_zeroed(h, 0, n * llama_dtype_size(m->config->dtype), &m->blocks[b].param));
-		TRY(alloc_zeroed(h, 0, n * 4, (void **)&m->blocks[b].grad));
+		if (!m->config->quant_bits) /* a quantized model is for inference: no gradients */
+			TRY(alloc_zeroed(h, 0, n * 4, (void **)&m->blocks[b].grad));
 	}
 	TRY(dataflow_alloc_mem(h, (uint64_t)dataflow_blocked_model_workspace_bytes(m->bm, 0), &m->opt_ws));
 	return alloc_zeroed(h, 0, 64, &m->scalars);
@@ -125,8 +126,11 @@ Dataflow_Status dataflow_llama_tensor(const Dataflow_Llama *model, int index, Da
 					  "llama tensor: the optimizer state (kind %d) is sharded over the ranks; "
 					  "dataflow_llama_shard_optimizer(model, stream, 0) gathers it",
 					  (int)kind);
-	tensor->dtype = kind == DATAFLOW_BLOCK_PARAM ? model->config->dtype : DATAFLOW_FP32;
-	tensor->ptr = base ? llama_at(base, tensor->offset, tensor->dtype) : NULL;
+	if (kind != DATAFLOW_BLOCK_PARAM) /* a weight keeps the table's dtype (quantized codes, scales) */
+		tensor->dtype = DATAFLOW_FP32;
+	/* offsets count elements of the kind's dtype: the model's for the weights, fp32 for the rest */
+	DataflowDatatype unit = kind == DATAFLOW_BLOCK_PARAM ? model->config->dtype : DATAFLOW_FP32;
+	tensor->ptr = base ? llama_at(base, tensor->offset, unit) : NULL;
 	return DATAFLOW_OK;
 }
 
@@ -157,6 +161,7 @@ Dataflow_Status dataflow_llama_enable_master_weights(Dataflow_Llama *m, int stre
 {
 	if (!m)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama enable_master_weights: model is required");
+	TRY(llama_refuse_quantized(m->config, "enable_master_weights"));
 	if (m->config->dtype != DATAFLOW_BF16)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama enable_master_weights: master weights are for bf16 models; this one is %s",

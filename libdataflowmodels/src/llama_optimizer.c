@@ -8,6 +8,7 @@ Dataflow_Status dataflow_llama_zero_grads(Dataflow_Llama *m, int s)
 {
 	if (!m)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama zero_grads: model is required");
+	TRY(llama_refuse_quantized(m->config, "zero_grads"));
 	for (int b = 0; b < m->num_blocks; b++)
 		TRY(dataflow_set_mem(m->handle, s, m->blocks[b].grad, 0, (uint64_t)llama_block_numel(m->bm, b) * 4));
 	return DATAFLOW_OK;
@@ -17,6 +18,7 @@ Dataflow_Status dataflow_llama_scale_grads(Dataflow_Llama *m, int s, float facto
 {
 	if (!m)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama scale_grads: model is required");
+	TRY(llama_refuse_quantized(m->config, "scale_grads"));
 	for (int b = 0; b < m->num_blocks; b++) {
 		float *g = m->blocks[b].grad;
 		TRY(dataflow_submit_add(m->handle, s, DATAFLOW_FP32, llama_block_numel(m->bm, b), factor, g, 0.0f, g, g));
@@ -28,6 +30,7 @@ Dataflow_Status dataflow_llama_alloc_optimizer_state(Dataflow_Llama *m, int s)
 {
 	if (!m)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama alloc_optimizer_state: model is required");
+	TRY(llama_refuse_quantized(m->config, "alloc_optimizer_state"));
 	Dataflow_Handle *h = m->handle;
 	for (int b = 0; b < m->num_blocks; b++) {
 		Dataflow_Block_Memory *blk = &m->blocks[b];
@@ -64,6 +67,7 @@ Dataflow_Status dataflow_llama_adamw_step(Dataflow_Llama *m, int s, const Datafl
 {
 	if (!m || !params)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama adamw_step: model and params are required");
+	TRY(llama_refuse_quantized(m->config, "adamw_step"));
 	if (!(max_grad_norm >= 0))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama adamw_step: max_grad_norm must be >= 0 (0: no clipping), got %g", max_grad_norm);

@@ -63,6 +63,7 @@ Dataflow_Status dataflow_llama_shard_optimizer(Dataflow_Llama *m, int s, int sha
 {
 	if (!m)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama shard_optimizer: model is required");
+	TRY(llama_refuse_quantized(m->config, "shard_optimizer"));
 	if (shard && !m->grad_comm)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama shard_optimizer: the state is sharded over the ranks of the gradient "

@@ -2,6 +2,7 @@
 
 dataflow train      train a small Llama (default: on the embedded corpus); checkpoint + loss plot
 dataflow generate   stream text sampled from a checkpoint or a Hugging Face model directory
+dataflow quantize   a model's linear weights to int8 / int4, into a directory that generate and from_pretrained load
 dataflow plan       how training a model would be placed under device/host capacities, and its predicted speed
 dataflow demo       a matmul and a custom native op on the host backend, timed next to numpy
 
@@ -367,6 +368,29 @@ def _add_train(sub):
     p.set_defaults(run=train)
 
 
+def _add_quantize(sub):
+    from .quantize import INT4_GROUP_SIZES
+    from .quantize_model import quantize_command
+    p = sub.add_parser("quantize", help="weight-only int8/int4 quantization of a model, for inference",
+                       description="Quantize the layers' linear weights (q, k, v, o, gate, up, down; the embedding, "
+                                   "norms and lm_head stay fp32) of a `dataflow train` checkpoint or a Hugging Face "
+                                   "model directory, round-to-nearest, into OUT_DIR (config.json with a "
+                                   "quantization_config, model.safetensors, the tokenizer).")
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="a checkpoint (e.g. dataflow-train/checkpoint) or an HF "
+                                                          "model directory")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="the directory to write (replaced only with --overwrite)")
+    p.add_argument("--bits", type=int, choices=(8, 4), required=True,
+                   help="8: int8, one scale per output channel; 4: int4 codes in groups along the input")
+    p.add_argument("--group-size", dest="group_size", type=_integer(1), metavar="N",
+                   help=f"--bits 4: inputs per scale, one of {', '.join(map(str, INT4_GROUP_SIZES))} (default 128)")
+    p.add_argument("--zero-point", dest="zero_point", action="store_true",
+                   help="--bits 4: a zero point per group (asymmetric codes) instead of the symmetric zero 8")
+    p.add_argument("--lm-head", dest="lm_head", action="store_true",
+                   help="quantize lm_head too (an untied one; default: kept in full precision)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    p.set_defaults(run=quantize_command)
+
+
 def _add_generate(sub):
     p = sub.add_parser("generate", help="stream text sampled from a checkpoint or an HF model directory",
                        description="Sample a continuation of --prompt, printing tokens as they come.")
@@ -433,6 +457,7 @@ def build_parser():
     parser.commands = sub.choices
     _add_train(sub)
     _add_generate(sub)
+    _add_quantize(sub)
     _add_plan(sub)
     p = sub.add_parser("demo", help="a matmul and a custom native op on the host backend, timed",
                        description="Times a square matmul (fp32, bf16) next to numpy and runs a custom C op.")

@@ -761,3 +761,69 @@ def paged_attention(h, q, k_pages, v_pages, page_table, seq_lens, cu_seqlens_q, 
         cu.cdata, out.cdata, ffi.cast("float *", lse.cdata), workspace.cdata, workspace.nbytes, total_q, batch,
         num_pages, page_size, max_pages, hq, hkv, d, int(split_size), scale))
     return out, lse
+
+
+def _qmatmul_io(h, op, x, n, out, c, out_dtype):
+    """x [M, K] (fp32, bf16) and the out, c of a qmatmul: [M, n] of out_dtype (fp32, bf16;
+    default: out's dtype, else x's)"""
+    x = _array(x, f"{op} x")
+    if len(x.shape) != 2 or x.dtype not in ("fp32", "bf16"):
+        raise BadArgumentError(f"{op}: x must be a 2-D fp32 or bf16 array, got {x.dtype}{x.shape}")
+    out_dtype = out_dtype or (out.dtype if out is not None else x.dtype)
+    if out_dtype not in ("fp32", "bf16"):
+        raise BadArgumentError(f"{op}: out_dtype must be fp32 or bf16, got {out_dtype}")
+    shape = (x.shape[0], n)
+    out = out if out is not None else h.empty(shape, out_dtype)
+    for name, a in (("out", out), ("c", c)):
+        if a is not None and (_array(a, f"{op} {name}").shape != shape or a.dtype != out_dtype):
+            raise BadArgumentError(f"{op}: {name} must be {out_dtype}{shape}, got {a.dtype}{a.shape}")
+    return x, out
+
+
+def _check_scales(op, scales, shape):
+    if _array(scales, f"{op} scales").shape != shape or scales.dtype not in ("fp32", "bf16"):
+        raise BadArgumentError(f"{op}: scales must be fp32 or bf16 of shape {shape}, got {scales.dtype}{scales.shape}")
+
+
+def qmatmul_int8(h, x, w, scales, out=None, c=None, out_dtype=None, stream=0):
+    """out = x @ (w * scales[:, None])^T (+ c): x [M, K] fp32/bf16, w int8 [N, K] (a Linear's
+    layout), scales [N] fp32/bf16, out and c [M, N]; fp32 accumulation (the catalogue's
+    qmatmul_int8). c may be out. Returns out."""
+    w = _array(w, "qmatmul_int8 w")
+    if len(w.shape) != 2 or w.dtype != "int8":
+        raise BadArgumentError(f"qmatmul_int8: w must be a 2-D int8 array, got {w.dtype}{w.shape}")
+    n, k = w.shape
+    x, out = _qmatmul_io(h, "qmatmul_int8", x, n, out, c, out_dtype)
+    if x.shape[1] != k:
+        raise BadArgumentError(f"qmatmul_int8: x has {x.shape[1]} columns, w has {k}")
+    _check_scales("qmatmul_int8", scales, (n,))
+    _same_handle(h, x, w, scales, out, c)
+    OPS["qmatmul_int8"].submit(h, stream, x_dtype=x.dtype, scale_dtype=scales.dtype, out_dtype=out.dtype, M=x.shape[0],
+                               N=n, K=k, x=x, W=w, scales=scales, C=c, out=out)
+    return out
+
+
+def qmatmul_int4(h, x, w, scales, group_size, zeros=None, out=None, c=None, out_dtype=None, stream=0):
+    """out = x @ dequant(w)^T (+ c) with int4 codes packed two per byte along k: x [M, K]
+    fp32/bf16, w uint8 [N, cdiv(K, 2)], scales [N, cdiv(K, group_size)] fp32/bf16, zeros
+    uint8 of the scales' shape or None (symmetric, zero 8); group_size 32..128, a multiple of
+    32 (the catalogue's qmatmul_int4). c may be out. Returns out."""
+    from .quantize import check_group_size
+    group_size = check_group_size(group_size, "qmatmul_int4: group_size")
+    w = _array(w, "qmatmul_int4 w")
+    if len(w.shape) != 2 or w.dtype != "uint8":
+        raise BadArgumentError(f"qmatmul_int4: w must be a 2-D uint8 array of packed codes, got {w.dtype}{w.shape}")
+    n = w.shape[0]
+    x, out = _qmatmul_io(h, "qmatmul_int4", x, n, out, c, out_dtype)
+    k = x.shape[1]
+    if w.shape[1] != -(-k // 2):
+        raise BadArgumentError(f"qmatmul_int4: w must hold cdiv(K, 2) = {-(-k // 2)} bytes per row for x's K = {k}, "
+                               f"got {w.shape[1]}")
+    groups = (n, -(-k // group_size))
+    _check_scales("qmatmul_int4", scales, groups)
+    if zeros is not None and (_array(zeros, "qmatmul_int4 zeros").shape != groups or zeros.dtype != "uint8"):
+        raise BadArgumentError(f"qmatmul_int4: zeros must be uint8{groups}, got {zeros.dtype}{zeros.shape}")
+    _same_handle(h, x, w, scales, zeros, out, c)
+    OPS["qmatmul_int4"].submit(h, stream, x_dtype=x.dtype, scale_dtype=scales.dtype, out_dtype=out.dtype, M=x.shape[0],
+                               N=n, K=k, group_size=group_size, x=x, W=w, scales=scales, zeros=zeros, C=c, out=out)
+    return out

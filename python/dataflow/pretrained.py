@@ -20,6 +20,7 @@ from .errors import BadArgumentError, FileFormatError, OutOfMemoryError
 from .file_checks import member, read_json
 from .models.config import FAMILIES, sliding_window
 from .ops import ROPE_TYPES
+from .quantize import table_dtype, validate_quantization_config
 
 CONFIG_NAME = "config.json"
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -156,6 +157,8 @@ def validate_config(config, where=CONFIG_NAME):
     if not isinstance(out["tie_word_embeddings"], bool):
         raise FileFormatError(f"{where}: tie_word_embeddings must be true or false, "
                               f"got {out['tie_word_embeddings']!r:.60}")
+    if out.get("quantization_config") is not None:
+        out["quantization_config"] = validate_quantization_config(out["quantization_config"], where, FileFormatError)
     return out
 
 
@@ -181,6 +184,10 @@ def model_memory(config, dtype, training=False, master_weights=False):
     Activations and the logits come on top, sized by the batch."""
     params = sum(math.prod(shape) for shape in parameter_shapes(config).values())
     parts = {"weights": params * dtypes.itemsize(dtype), "gradients": params * 4}
+    if config.get("quantization_config"):  # codes and scales in the block layout; inference only, no gradients
+        from .models.config import LlamaConfig
+        from .models.host_blocks import PARAM, Layout
+        return params, {"weights": Layout(LlamaConfig.from_dict(config), dtype).total((PARAM,))}
     if training:
         parts["optimizer"] = params * 8
         if master_weights:
@@ -210,10 +217,11 @@ def _is_buffer(name):
     return name.endswith(BUFFER_SUFFIXES)
 
 
-def check_weights(found, expected, tied, directory):
+def check_weights(found, expected, tied, directory, quantization=None):
     """{name: (Tensor, path)} holding exactly the `expected` {name: shape} tensors, from read_directory's
-    `found`; strict: missing, unexpected, wrong-shape and non-floating tensors are all reported, each
-    with its file. A tied model takes lm_head.weight from the embedding or drops a stored copy."""
+    `found`; strict: missing, unexpected, wrong-shape and non-floating tensors (a quantized model's codes
+    and zero points: not of their integer datatype) are all reported, each with its file. A tied model
+    takes lm_head.weight from the embedding or drops a stored copy."""
     found = {name: v for name, v in found.items() if not _is_buffer(name)}
     if tied and "lm_head.weight" in found and "lm_head.weight" not in expected:
         del found["lm_head.weight"]  # a copy of embed_tokens; transformers writes it for some tied models
@@ -232,7 +240,11 @@ def check_weights(found, expected, tied, directory):
                               + "\n  ".join(problems))
     for name in expected:
         tensor, path = found[name]
-        if tensor.dtype not in dtypes.CONVERTIBLE + ("fp64",):
+        want = table_dtype(name, quantization)
+        if want and tensor.dtype != want:
+            raise FileFormatError(f"{path}: tensor {name!r} has datatype {tensor.dtype}; the quantized model "
+                                  f"({quantization['bits']}-bit codes) stores it as {want}")
+        if not want and tensor.dtype not in dtypes.CONVERTIBLE + ("fp64",):
             raise FileFormatError(f"{path}: tensor {name!r} has datatype {tensor.dtype}; weights must be floating")
     return {name: found[name] for name in expected}
 
@@ -247,7 +259,8 @@ def copy_weights(model, weights):
 def load_weights(model, directory):
     """Loads every parameter of `model` from the directory's safetensors, converting dtypes (check_weights)."""
     expected = model.shapes()
-    weights = check_weights(st.read_directory(directory), expected, model.config.tie_word_embeddings, directory)
+    weights = check_weights(st.read_directory(directory), expected, model.config.tie_word_embeddings, directory,
+                            model.config.quantization)
     return copy_weights(model, weights)
 
 
@@ -266,7 +279,8 @@ def from_pretrained(path, handle, dtype="fp32", placement="auto"):
     checked before anything is allocated."""
     path = os.fspath(path)
     config = read_config(path)
-    weights = check_weights(st.read_directory(path), parameter_shapes(config), config["tie_word_embeddings"], path)
+    weights = check_weights(st.read_directory(path), parameter_shapes(config), config["tie_word_embeddings"], path,
+                            config.get("quantization_config"))
     where = os.path.join(path, CONFIG_NAME)
     if placement == "device":
         check_memory(handle, config, dtype, where)
@@ -283,6 +297,8 @@ def save_pretrained(model, path, dtype=None):
     weights; None keeps the dtypes model.state_dict() returns."""
     if dtype is not None and dtype not in HF_DTYPE:
         raise BadArgumentError(f"save_pretrained: dtype must be one of {sorted(HF_DTYPE)} or None, got {dtype!r}")
+    if dtype is not None and model.config.quantization:
+        raise BadArgumentError(f"save_pretrained: dtype {dtype!r} would convert a quantized model's codes; pass None")
     os.makedirs(path, exist_ok=True)
     state = model.state_dict()
     if model.config.tie_word_embeddings:

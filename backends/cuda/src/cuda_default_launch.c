@@ -94,3 +94,12 @@ LAUNCH(clip_by_global_norm)
 	*c = (Dataflow_Launch_Config){{1, 1, 1}, {1, 1, 1}, 0, 1};
 	return DATAFLOW_OK;
 }
+
+/* qmatmul_int8 / qmatmul_int4: 16 threads per output channel and block of 4 rows of x, rounded
+ * up to whole warps (qmatmul.cu) */
+static void qmatmul_config(int64_t M, int64_t N, Dataflow_Launch_Config *c)
+{
+	cuda_elementwise_config((N * ((M + 3) / 4) * 16 + 31) / 32 * 32, c);
+}
+LAUNCH_WITH(qmatmul_int8, Dataflow_Qmatmul_Int8_Args, qmatmul_config(a.M, a.N, c))
+LAUNCH_WITH(qmatmul_int4, Dataflow_Qmatmul_Int4_Args, qmatmul_config(a.M, a.N, c))

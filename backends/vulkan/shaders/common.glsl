@@ -18,6 +18,9 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer int32_ref { 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer int64_ref { int64_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer fp64_ref { uint64_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 1) buffer uint8_ref { uint8_t v[]; };
+// int8 as raw bytes (no int8 arithmetic extension needed): the kernel sign-extends (INT8_OF)
+layout(buffer_reference, std430, buffer_reference_align = 1) buffer int8_ref { uint8_t v[]; };
+#define INT8_OF(b) (int(uint(b)) - (int(uint(b)) & 0x80) * 2)
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer uint64_ref { uint64_t v[]; };
 
 // REF(DT_x): the pointer type of a slot's dtype; LOAD/STORE convert an element to and from fp32.

@@ -136,6 +136,14 @@ VULKAN_LAUNCH(embedding, Dataflow_Embedding_Args, LARGER(a.vocab, a.num_tokens) 
 VULKAN_LAUNCH(embedding_bwd_w, Dataflow_Embedding_Bwd_W_Args, LARGER(a.vocab, a.num_tokens) * a.hidden, a.hidden,
 	      GROUP, LOOP(G, LOOP(a.num_tokens, 0)), "num_tokens = %lld", (long long)a.num_tokens)
 
+/* qmatmul_int8 / _int4: one invocation per output (m, n), each a pass over K in 16-wide steps
+ * (the inner 16 unrolled) and the K % 16 tail (shaders/qmatmul.glsl) */
+#define QMATMUL_LOOPS(a) LOOP(G, LOOP((a).K / 16, 0) + LOOP((a).K % 16, 0))
+VULKAN_LAUNCH(qmatmul_int8, Dataflow_Qmatmul_Int8_Args, LARGER(a.M, a.N) * a.K + a.M * a.N, a.M * a.N, GROUP,
+	      QMATMUL_LOOPS(a), "K = %lld, M * N = %lld", (long long)a.K, (long long)(a.M * a.N))
+VULKAN_LAUNCH(qmatmul_int4, Dataflow_Qmatmul_Int4_Args, LARGER(a.M, a.N) * a.K + a.M * a.N, a.M * a.N, GROUP,
+	      QMATMUL_LOOPS(a), "K = %lld, M * N = %lld", (long long)a.K, (long long)(a.M * a.N))
+
 /* cross_entropy: one workgroup per row: two passes over the row's vocab / 32 elements per lane,
  * and lane 0's two over the 32 lanes */
 VULKAN_LAUNCH(cross_entropy, Dataflow_Cross_Entropy_Args, a.tokens * a.vocab, a.tokens, 1,

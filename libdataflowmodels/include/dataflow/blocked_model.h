@@ -165,7 +165,7 @@ typedef struct {
 	DataflowDatatype dtype;
 	void *ptr;                          /* device pointer when given by a model that owns memory, else NULL */
 	int block;                          /* which block holds it */
-	int64_t offset;                     /* element offset inside the block */
+	int64_t offset;                     /* offset inside the block, in elements of the kind's dtype (weights: the model dtype, even for a quantized weight's int8 codes and fp32 scales) */
 } Dataflow_Llama_Tensor;
 
 /* Checks the config and uploads the RoPE table (synchronizes stream 0 of the handle once). */

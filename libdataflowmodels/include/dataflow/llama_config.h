@@ -37,6 +37,16 @@ typedef struct {
 	int qk_norm;             /* RMSNorm over each head's q and k before RoPE (Qwen3 q_norm, k_norm) */
 	int64_t sliding_window;  /* Mistral's: query i sees keys i - w < j <= i; 0: none */
 	DataflowDatatype dtype;  /* weights and activations: DATAFLOW_FP32 or DATAFLOW_BF16 */
+	/* Weight-only quantization of the layers' linear weights (q, k, v, o, gate, up, down; the
+	 * embedding, norms, biases and, unless quant_lm_head, lm_head stay in dtype), for inference
+	 * only: 0 none, 8 (int8 per output channel, fp32 scales) or 4 (int4 codes in groups of
+	 * quant_group_size along the input, 32..128 and a multiple of 32, fp32 scales, uint8 zero
+	 * points when quant_zero_point, else the symmetric zero 8). The layouts are qmatmul_int8's
+	 * and qmatmul_int4's (libdataflowops/catalogue.toml). */
+	int quant_bits;
+	int quant_group_size;
+	int quant_zero_point;
+	int quant_lm_head; /* lm_head quantized too (untied models with quant_bits only) */
 } Dataflow_Llama_Config;
 
 #endif

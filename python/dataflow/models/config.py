@@ -164,6 +164,11 @@ class LlamaConfig:
         out["rope_scaling"] = dict(self.rope_scaling) if self.rope_scaling else None
         return out
 
+    @property
+    def quantization(self):
+        """The checked quantization_config (dataflow.quantize) of a quantized model, else None."""
+        return self.extra.get("quantization_config")
+
     def _c_config(self, dtype):
         c = ffi.new("Dataflow_Llama_Config *")
         c.vocab_size, c.hidden_size = self.vocab_size, self.hidden_size
@@ -183,6 +188,12 @@ class LlamaConfig:
         if not isinstance(dtype, str) or dtype not in ("fp32", "bf16"):
             raise BadArgumentError(f"Llama: dtype must be 'fp32' or 'bf16', got {dtype!r}")
         c.dtype = dtypes.enum(dtype)
+        q = self.quantization
+        if q:
+            c.quant_bits = q["bits"]
+            c.quant_group_size = q.get("group_size") or 0
+            c.quant_zero_point = int(bool(q.get("zero_point")))
+            c.quant_lm_head = int(bool(q.get("lm_head")))
         return c
 
 

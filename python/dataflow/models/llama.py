@@ -8,6 +8,7 @@ from .. import dtypes
 from .._ffi import ffi, modelslib
 from ..array import Array
 from ..errors import BadArgumentError, OutOfMemoryError, UnsupportedError, check, require_open
+from ..quantize import quantize_state
 from .batch import BatchBuffer, PackedBatch, check_tokens
 from .config import checked_config
 from .device_io import fetch
@@ -25,11 +26,16 @@ SAVE_LEVELS = {"input": modelslib.DATAFLOW_SAVE_INPUT, "attention": modelslib.DA
 PLACEMENTS = ("auto", "device", "host")
 
 
-def _as_numpy(value, name):
+def _as_numpy(value, name, integer=False):
+    """values of a floating tensor (integer: a quantized model's codes or zero points, which
+    must be integers)"""
     if hasattr(value, "detach"):  # a torch tensor
-        value = value.detach().float().cpu().numpy()
+        value = value.detach().cpu()
+        value = (value if integer else value.float()).numpy()
     value = np.asarray(value)
-    if value.dtype.kind != "f" and value.dtype.name != "bfloat16":
+    if integer and value.dtype.kind not in "iu":
+        raise BadArgumentError(f"load_state_dict: {name}: expected integer codes, got dtype {value.dtype}")
+    if not integer and value.dtype.kind != "f" and value.dtype.name != "bfloat16":
         raise BadArgumentError(f"load_state_dict: {name}: expected floating-point values, got dtype {value.dtype}")
     return value
 
@@ -66,6 +72,11 @@ class Llama:
         self._c_model = self._store = self._mirror = self._layout = self._grad_comm = None
         self._closed = self._optimizer_sharded = False
         self._master = False  # host-held models: whether MASTER is kept
+        if config.quantization and placement != "device":
+            if placement == "host":
+                raise BadArgumentError("Llama: a quantized model (config quantization_config) runs all-resident: "
+                                       "placement must be 'device' or 'auto', got 'host'")
+            placement = "device"
         if placement == "auto":
             free = handle.memory_capacity() - handle.memory_in_use()
             placement = "device" if self.layout.total((PARAM, GRAD)) <= free else "host"
@@ -73,8 +84,9 @@ class Llama:
             out = ffi.new("Dataflow_Llama **")
             check(modelslib.dataflow_llama_create(handle._ptr(), config._c_config(dtype), out))
             self._c_model = out[0]
-            self._shapes = {self._info(i, PARAM)[0]: self._info(i, PARAM)[1]
-                            for i in range(modelslib.dataflow_llama_num_tensors(self._m))}
+            infos = [self._info(i, PARAM) for i in range(modelslib.dataflow_llama_num_tensors(self._m))]
+            self._shapes = {name: shape for name, shape, _, _ in infos}
+            self._integer = {name for name, _, _, dtype in infos if dtype in ("int8", "uint8")}
         else:
             need, have = self.layout.total((PARAM, MASTER) if master_weights else (PARAM,)), host_memory_available()
             if need > have:
@@ -85,6 +97,7 @@ class Llama:
                     f"{have:,} bytes")
             self._store = HostBlocks(self.layout)
             self._shapes = {name: shape for name, shape, _, _ in self.layout.tensors}
+            self._integer = set()
         self.names = list(self._shapes)
         self._batches = BatchBuffer(handle)
         self._logits = None
@@ -97,12 +110,19 @@ class Llama:
             self.enable_master_weights()
         rng = np.random.default_rng(seed)
         init = {}
-        for name, shape in self.shapes().items():
+        for name, shape in self._float_shapes().items():
             if len(shape) == 2:
                 init[name] = rng.normal(0.0, 0.02, size=shape).astype(np.float32)
             else:  # norms start at one, biases at zero
                 init[name] = np.full(shape, 0.0 if name.endswith(".bias") else 1.0, np.float32)
-        self.load_state_dict(init)
+        self.load_state_dict(quantize_state(init, config.quantization) if config.quantization else init)
+
+    def _float_shapes(self):
+        """name -> shape of the full-precision model's tensors (a quantized model's before quantization)"""
+        if not self.config.quantization:
+            return self.shapes()
+        from ..pretrained import parameter_shapes
+        return parameter_shapes({k: v for k, v in self.config.to_dict().items() if k != "quantization_config"})
 
     @classmethod
     def from_pretrained(cls, path, handle=None, dtype="fp32", placement="auto"):
@@ -424,7 +444,7 @@ class Llama:
                                    f"{' ...' if len(missing) > 5 else ''}, unexpected tensors {unexpected[:5]}")
         values = {}
         for name, shape in params.items():
-            v = _as_numpy(state[name], name)
+            v = _as_numpy(state[name], name, integer=name in self._integer)
             if v.shape != shape:
                 raise BadArgumentError(f"load_state_dict: {name}: expected shape {shape}, got {v.shape}")
             values[name] = v

@@ -68,6 +68,10 @@ class Trainer:
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
                  seq_len=None, batch_size=1, profile=None, plan=None, trace=False):
+        if model.config.quantization:
+            raise BadArgumentError(f"Trainer: the model's linear weights are quantized "
+                                   f"(int{model.config.quantization['bits']}), for inference only; train the "
+                                   f"full-precision model and quantize it afterwards (dataflow quantize)")
         if model._in_ring():
             raise BadArgumentError("Trainer: another Trainer trains this model in its ring executor, which holds "
                                    "its weights and optimizer state; keep training with that Trainer, or save a "
