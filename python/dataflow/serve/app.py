@@ -46,7 +46,10 @@ class Server:
             if self.chat_template is None:
                 raise RequestError(f"the model {self.name} has no chat template (tokenizer_config.json's "
                                    "chat_template); use /v1/completions", "messages")
-            return self.tokenizer.encode_chat(self.chat_template.render(request.prompt))
+            try:
+                return self.tokenizer.encode_chat(self.chat_template.render(request.prompt))
+            except BadArgumentError as e:  # the template's raise_exception, text that is not UTF-8
+                raise RequestError(str(e), "messages") from None
         if isinstance(request.prompt, str):
             try:
                 return self.tokenizer.encode(request.prompt, bos=self.bos and self.tokenizer.bos_id is not None)
