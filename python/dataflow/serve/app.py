@@ -5,6 +5,7 @@ cancelled, or a write fails) cancels its sequence, so its pages go back to the p
 import asyncio
 import json
 import time
+import types
 import uuid
 
 from aiohttp import web
@@ -110,7 +111,7 @@ class _Answer:
 
     def __init__(self, server, stop):
         self.server, self.stop, self.eos = server, stop, server.tokenizer.eos_id
-        self.decoder = StreamDecoder(_Tokens(server))
+        self.decoder = StreamDecoder(types.SimpleNamespace(decode=server.decode))
         self.hold = max(map(len, stop), default=1) - 1
         self.sent = 0
         self.tokens, self.logprobs = [], []
@@ -132,13 +133,6 @@ class _Answer:
         text = self.text(final)
         new, self.sent = text[self.sent:], max(len(text), self.sent)
         return new
-
-
-class _Tokens:
-    """The server's decode as a tokenizer for StreamDecoder."""
-
-    def __init__(self, server):
-        self.decode = server.decode
 
 
 def _usage(prompt_tokens, completion_tokens):
@@ -189,13 +183,20 @@ async def _generate(request, chat):
         ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         answer = _Answer(server, gen.stop)
         respond = _stream if gen.stream else _whole
-        response = await respond(request, server, chat, gen, queue, answer, ident, len(prompt))
+        try:
+            response = await respond(request, server, chat, gen, queue, answer, ident, len(prompt))
+        except EngineFailed as e:  # the engine dropped every request
+            response = _error(503, str(e))
         finished = True
         return response
     finally:
         server.active -= 1
         if not finished:  # the client left (cancelled handler, failed write): free its sequence
             server.loop.cancel(sink)
+
+
+class EngineFailed(Exception):
+    """The engine thread failed while the request ran."""
 
 
 async def _next_tokens(queue, answer):
@@ -206,7 +207,7 @@ async def _next_tokens(queue, answer):
         if event[0] == "done":
             return event[1]
         if event[0] == "error":
-            raise web.HTTPServiceUnavailable(text=f"the engine failed: {event[1]}")
+            raise EngineFailed(f"the engine failed: {event[1]}")
         answer.push(event[1], event[2])
         if queue.empty():
             return None
@@ -247,7 +248,13 @@ async def _stream(request, server, chat, gen, queue, answer, ident, prompt_token
     done = None
     while done is None:
         seen, offset = len(answer.tokens), answer.sent
-        done = await _next_tokens(queue, answer)
+        try:
+            done = await _next_tokens(queue, answer)
+        except EngineFailed as e:  # the status is sent already: the stream ends with an error event
+            error = {"message": str(e), "type": "server_error", "param": None, "code": None}
+            await response.write(f"data: {json.dumps({'error': error})}\n\n".encode())
+            await response.write_eof()
+            return response
         text = answer.delta(final=done is not None)
         if text or done is not None or (gen.logprobs and len(answer.tokens) > seen):
             await send([choice(text, seen, offset, None if done is None else done.finish_reason)])

@@ -15,7 +15,7 @@ class EngineLoop:
         self._inbox = collections.deque()
         self._wake = threading.Condition()
         self._sinks = {}
-        self._stopping = False
+        self._stopping = self._closed = False
         self.failure = None  # the exception that ended the thread, if one did
         self.stats = self._stats()
         self._thread = threading.Thread(target=self._run, name="dataflow-serve-engine", daemon=True)
@@ -31,11 +31,14 @@ class EngineLoop:
     def submit(self, sink, **add):
         """Queues a request (add: BatchEngine.add's arguments); its events go to sink."""
         with self._wake:
-            if not self._thread.is_alive() or self._stopping:
-                sink(("error", RuntimeError(f"the engine is not running ({self.failure or 'stopped'})")))
+            if self._closed or self._stopping:
+                self._refuse(sink)
                 return
             self._inbox.append(("add", sink, add))
             self._wake.notify()
+
+    def _refuse(self, sink):
+        sink(("error", RuntimeError(f"the engine is not running ({self.failure or 'stopped'})")))
 
     def cancel(self, sink):
         """Drops the request of that sink (submitted before): its sequence and pages go back to the
@@ -92,8 +95,14 @@ class EngineLoop:
             self.failure = e
             for sink in self._sinks.values():
                 sink(("error", e))
-            self._sinks.clear()
         finally:
-            for rid in list(self._sinks):
+            for rid in self._sinks:
                 self.engine.cancel(rid)
+            self._sinks.clear()
+            with self._wake:  # what came in meanwhile is refused, and so is all that comes later
+                self._closed = True
+                late, self._inbox = self._inbox, collections.deque()
+            for item in late:
+                if item[0] == "add":
+                    self._refuse(item[1])
             self.stats = self._stats()

@@ -7,7 +7,6 @@ import dataclasses
 import math
 import numbers
 
-from ..errors import BadArgumentError
 from ..sampling import SamplingParams
 
 MAX_STOP_STRINGS = 4  # as the OpenAI API
@@ -33,13 +32,14 @@ class GenerationRequest:
     logprobs: bool
 
 
-def _number(body, name, default, low, high):
+def _number(body, name, default, low, high, low_open=False):
     value = body.get(name, default)
     if value is None:
         value = default
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-            or not low <= value <= high:
-        raise RequestError(f"{name} must be a number in [{low:g}, {high:g}], got {value!r:.40}", name)
+            or not (low < value if low_open else low <= value) or not value <= high:
+        raise RequestError(f"{name} must be a number in {'(' if low_open else '['}{low:g}, {high:g}], got "
+                           f"{value!r:.40}", name)
     return float(value)
 
 
@@ -86,17 +86,13 @@ def _common(body, prompt, max_tokens_names, default_max_tokens):
     for name in max_tokens_names:
         if body.get(name) is not None:
             max_tokens = _integer(body, name, None, 1)
-    try:
-        sampling = SamplingParams(
-            temperature=_number(body, "temperature", 1.0, 0, 2), top_p=_number(body, "top_p", 1.0, 0, 1),
-            presence_penalty=_number(body, "presence_penalty", 0.0, -2, 2),
-            frequency_penalty=_number(body, "frequency_penalty", 0.0, -2, 2),
-            # beyond OpenAI's fields, as vLLM's server takes them
-            top_k=_integer(body, "top_k", 0, 0), min_p=_number(body, "min_p", 0.0, 0, 1),
-            repetition_penalty=_number(body, "repetition_penalty", 1.0, 0, math.inf))
-    except BadArgumentError as e:  # top_p = 0, repetition_penalty = 0: the message names the field
-        field = next(n for n in ("top_p", "repetition_penalty", "temperature", "min_p") if n in str(e))
-        raise RequestError(str(e).replace("SamplingParams: ", ""), field) from None
+    sampling = SamplingParams(
+        temperature=_number(body, "temperature", 1.0, 0, 2), top_p=_number(body, "top_p", 1.0, 0, 1, low_open=True),
+        presence_penalty=_number(body, "presence_penalty", 0.0, -2, 2),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2, 2),
+        # beyond OpenAI's fields, as vLLM's server takes them
+        top_k=_integer(body, "top_k", 0, 0), min_p=_number(body, "min_p", 0.0, 0, 1),
+        repetition_penalty=_number(body, "repetition_penalty", 1.0, 0, math.inf, low_open=True))
     seed = _integer(body, "seed", None, 0, 2 ** 64 - 1)
     return GenerationRequest(prompt, max_tokens, sampling, seed, _stop(body), stream, include_usage, False)
 
