@@ -105,7 +105,7 @@ def test_an_engine_failure_reaches_every_request(model):
     assert "device lost" in str(loop.failure)
     late = Sink()
     loop.submit(late, prompt_ids=prompt_for(model, 3), max_new_tokens=2)
-    assert "not running" in str(late.events[0][1])
+    assert "not running" in str(late.wait_for({"error"})[0][1])
     until(lambda: loop.stats["free_pages"] == loop.stats["num_pages"])
     loop.stop()
     engine.close()
