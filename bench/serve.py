@@ -4,7 +4,8 @@ bench/train.py's REFERENCE model (8 layers, hidden 512) with random weights in f
 a temporary HF directory. The peer, in the same run: the same BatchEngine in this process with
 the same requests all queued at once (no HTTP, no tokenizer), so ratio = server tok/s / engine
 tok/s is what the HTTP layer and the engine thread cost. Every request: a prompt of --prompt
-random token ids, --new-tokens greedy tokens (logprobs on, so each token is its own event).
+random token ids, --new-tokens greedy tokens (ignore_eos: all of them; logprobs on, so each token
+is its own event).
 
     python bench/serve.py [--clients 16] [--requests 3] [--prompt 32] [--new-tokens 64] [--quick]
 Prints one JSON object and a summary line. --quick: a 2-layer model, 4 clients, 8 new tokens."""
@@ -53,7 +54,7 @@ def one_request(client, prompt, new_tokens):
     t0 = time.perf_counter()
     first, tokens = None, 0
     for chunk in client.completions.create(model="bench", prompt=prompt, max_tokens=new_tokens, temperature=0,
-                                           logprobs=0, stream=True):
+                                           logprobs=0, stream=True, extra_body={"ignore_eos": True}):
         n = len(chunk.choices[0].logprobs.tokens) if chunk.choices and chunk.choices[0].logprobs else 0
         if n and first is None:
             first = time.perf_counter() - t0

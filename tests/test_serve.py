@@ -26,7 +26,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("aiohttp")
 pytestmark = pytest.mark.slow  # a server process per module (seconds); tests/test_serve_requests.py is the fast part
 
-CONTEXT = 96
+CONTEXT = 256
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|bos|>assistant\n{% endif %}")
 SERVER_FLAGS = ["--max-batch", "8", "--queue", "4", "--threads", "2", "--max-batch-tokens", "128"]
@@ -250,7 +250,8 @@ def test_bad_bodies_and_chat_fields(client, server):
 def test_full_queue_is_429_and_dropped_streams_free_their_pages(client, server):
     before = idle(server)
     streams = [client.completions.create(model="tiny", prompt="The", max_tokens=CONTEXT - 2, temperature=1.0,
-                                         seed=i, stream=True) for i in range(12)]  # 8 running + 4 queued
+                                         seed=i, stream=True, extra_body={"ignore_eos": True})
+               for i in range(12)]  # 8 running + 4 queued, each far from its end
     for s in streams[:8]:
         next(iter(s))  # the running ones have produced a token
     with pytest.raises(openai.RateLimitError) as e:
@@ -263,6 +264,7 @@ def test_full_queue_is_429_and_dropped_streams_free_their_pages(client, server):
     after = idle(server)
     assert (after["free_pages"], after["running"], after["waiting"], after["active"], after["memory_in_use"]) == \
         (before["free_pages"], 0, 0, 0, before["memory_in_use"])
+    assert after["cancelled"] == before["cancelled"] + 12  # none ran to its end
     assert client.completions.create(model="tiny", prompt="The", max_tokens=3).usage.completion_tokens >= 1
 
 

@@ -77,6 +77,7 @@ def test_cancel_frees_the_pages_and_ends_the_events(model):
     sink.wait_for({"token"})
     loop.cancel(sink)
     until(lambda: loop.stats["free_pages"] == loop.stats["num_pages"] and loop.stats["running"] == 0)
+    assert loop.stats["cancelled"] == 1
     seen = len(sink.events)
     time.sleep(0.1)
     assert len(sink.events) == seen and sink.events[-1][0] == "token"

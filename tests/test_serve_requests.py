@@ -18,13 +18,14 @@ def test_a_completion_body_maps_onto_sampling_params():
     r = completion_request({"model": "m", "prompt": ["The"], "max_tokens": 7, "temperature": 0.5, "top_p": 0.8,
                             "presence_penalty": 1.5, "frequency_penalty": -0.5, "seed": 3, "stop": "\n",
                             "stream": True, "stream_options": {"include_usage": True}, "logprobs": 0,
-                            "top_k": 5, "user": "ignored"})
-    assert (r.prompt, r.max_tokens, r.seed, r.stop, r.stream, r.include_usage, r.logprobs) == \
-        ("The", 7, 3, ("\n",), True, True, True)
+                            "top_k": 5, "ignore_eos": True, "user": "ignored"})
+    assert (r.prompt, r.max_tokens, r.seed, r.stop, r.stream, r.include_usage, r.logprobs, r.ignore_eos) == \
+        ("The", 7, 3, ("\n",), True, True, True, True)
     assert r.sampling == SamplingParams(temperature=0.5, top_p=0.8, presence_penalty=1.5, frequency_penalty=-0.5,
                                         top_k=5)
     defaults = completion_request({"prompt": [1, 2, 3]})
-    assert (defaults.prompt, defaults.max_tokens, defaults.seed, defaults.logprobs) == ([1, 2, 3], 16, None, False)
+    assert (defaults.prompt, defaults.max_tokens, defaults.seed, defaults.logprobs, defaults.ignore_eos) == \
+        ([1, 2, 3], 16, None, False, False)
     chat = chat_request({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                    {"type": "text", "text": "b"}]}],
                          "max_completion_tokens": 4, "logprobs": True})

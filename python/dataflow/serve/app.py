@@ -172,7 +172,8 @@ async def _generate(request, chat):
     finished = False
     try:
         server.loop.submit(sink, prompt_ids=prompt, max_new_tokens=max_tokens, sampling=gen.sampling, seed=seed,
-                           stop_ids=() if server.tokenizer.eos_id is None else (server.tokenizer.eos_id,),
+                           stop_ids=() if server.tokenizer.eos_id is None or gen.ignore_eos else
+                           (server.tokenizer.eos_id,),
                            stop_strings=gen.stop)
         event = await queue.get()
         if event[0] == "error":

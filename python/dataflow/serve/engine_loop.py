@@ -17,6 +17,7 @@ class EngineLoop:
         self._sinks = {}
         self._stopping = self._closed = False
         self.failure = None  # the exception that ended the thread, if one did
+        self.cancelled = 0  # requests dropped by cancel() before they finished
         self.stats = self._stats()
         self._thread = threading.Thread(target=self._run, name="dataflow-serve-engine", daemon=True)
 
@@ -55,7 +56,7 @@ class EngineLoop:
     def _stats(self):
         cache = self.engine.cache
         return {"free_pages": cache.free_pages, "num_pages": cache.num_pages, "running": self.engine.running,
-                "waiting": self.engine.waiting, "memory_in_use": self.engine.model.handle.memory_in_use()}
+                "waiting": self.engine.waiting, "cancelled": self.cancelled, "memory_in_use": self.engine.model.handle.memory_in_use()}
 
     def _take_inbox(self):
         with self._wake:
@@ -69,7 +70,7 @@ class EngineLoop:
             rid = next((rid for rid, sink in self._sinks.items() if sink is item[1]), None)
             if rid is not None:
                 del self._sinks[rid]
-                self.engine.cancel(rid)
+                self.cancelled += self.engine.cancel(rid)
             return
         _, sink, add = item
         try:

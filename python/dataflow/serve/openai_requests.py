@@ -30,6 +30,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     logprobs: bool
+    ignore_eos: bool
 
 
 def _number(body, name, default, low, high, low_open=False):
@@ -90,11 +91,12 @@ def _common(body, prompt, max_tokens_names, default_max_tokens):
         temperature=_number(body, "temperature", 1.0, 0, 2), top_p=_number(body, "top_p", 1.0, 0, 1, low_open=True),
         presence_penalty=_number(body, "presence_penalty", 0.0, -2, 2),
         frequency_penalty=_number(body, "frequency_penalty", 0.0, -2, 2),
-        # beyond OpenAI's fields, as vLLM's server takes them
+        # beyond OpenAI's fields, as vLLM's server takes them (and ignore_eos below)
         top_k=_integer(body, "top_k", 0, 0), min_p=_number(body, "min_p", 0.0, 0, 1),
         repetition_penalty=_number(body, "repetition_penalty", 1.0, 0, math.inf, low_open=True))
     seed = _integer(body, "seed", None, 0, 2 ** 64 - 1)
-    return GenerationRequest(prompt, max_tokens, sampling, seed, _stop(body), stream, include_usage, False)
+    return GenerationRequest(prompt, max_tokens, sampling, seed, _stop(body), stream, include_usage, False,
+                             _flag(body, "ignore_eos"))
 
 
 def completion_request(body):
