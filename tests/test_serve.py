@@ -1,6 +1,6 @@
 """`dataflow serve` through the `openai` client, against a server in a subprocess on a small
 model saved as an HF directory (sharp random weights: clear argmaxes): completions equal the
-BatchEngine's greedy tokens; 8 concurrent requests equal 8 single ones; chat streams the
+BatchEngine's greedy tokens and `dataflow generate`'s text; 8 concurrent requests equal 8 single ones; chat streams the
 template transformers renders; bad requests are 4xx naming the field with the server alive
 after them; a full queue is 429; dropped streams give their pages back; SIGTERM finishes the
 request in flight and exits 0."""
@@ -50,11 +50,14 @@ def save_model(directory, chat_template=TEMPLATE):
     return directory
 
 
-def start_server(directory, *flags):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(df.__path__[0]),
+def server_env():
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(df.__path__[0]),
                                                          os.environ.get("PYTHONPATH", "")])}
+
+
+def start_server(directory, *flags):
     child = subprocess.Popen([sys.executable, "-m", "dataflow.cli", "serve", "--model", str(directory), "--port", "0",
-                              *flags], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              *flags], env=server_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = child.stdout.readline()
     if " on http://" not in line:
         child.kill()
@@ -145,6 +148,15 @@ def test_completion_equals_engine_greedy_tokens(client, oracle):
     assert by_text.choices[0].logprobs.tokens == [tok.decode([t]) for t in want]
     lp = by_text.choices[0].logprobs.token_logprobs
     assert len(lp) == len(want) and all(v <= 0 for v in lp)
+
+
+def test_completion_equals_dataflow_generate(client, model_dir):
+    out = subprocess.run([sys.executable, "-m", "dataflow.cli", "generate", "--checkpoint", str(model_dir), "--prompt",
+                          "Return the", "--temperature", "0", "--max-new-tokens", "24", "--threads", "2"],
+                         env=server_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = client.completions.create(model="tiny", prompt="Return the", max_tokens=24, temperature=0)
+    assert out.stdout == "Return the" + got.choices[0].text + "\n"
 
 
 def test_logprobs_are_the_engine_logprobs(client, model_dir, oracle):
