@@ -84,8 +84,8 @@ def test_template_renders_with_special_tokens_and_tojson(tmp_path):
 
 def test_template_refusals_and_missing_templates(tmp_path):
     refusing = "{% if messages[0].role != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok"
-    template = chat_template.load(write_config(tmp_path, {"chat_template": [{"name": "tool_use", "template": "x"},
-                                                                            {"name": "default", "template": refusing}]}))
+    named = [{"name": "tool_use", "template": "x"}, {"name": "default", "template": refusing}]
+    template = chat_template.load(write_config(tmp_path, {"chat_template": named}))
     assert template.render([{"role": "user", "content": ""}]) == "ok"
     with pytest.raises(chat_template.ChatTemplateError, match="first must be user"):
         template.render([{"role": "system", "content": ""}])

@@ -56,7 +56,8 @@ class EngineLoop:
     def _stats(self):
         cache = self.engine.cache
         return {"free_pages": cache.free_pages, "num_pages": cache.num_pages, "running": self.engine.running,
-                "waiting": self.engine.waiting, "cancelled": self.cancelled, "memory_in_use": self.engine.model.handle.memory_in_use()}
+                "waiting": self.engine.waiting, "cancelled": self.cancelled,
+                "memory_in_use": self.engine.model.handle.memory_in_use()}
 
     def _take_inbox(self):
         with self._wake:
