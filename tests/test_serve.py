@@ -251,7 +251,8 @@ def test_bad_bodies_and_chat_fields(client, server):
     status, body = post_raw(server + "/v1/chat/completions", b'["not", "an", "object"]')
     assert status == 400 and "JSON object" in body["error"]["message"]
     for ask, param in ((dict(messages=[]), "messages"), (dict(messages=[{"content": "hi"}]), "messages[0]"),
-                       (dict(top_logprobs=2, logprobs=True), "top_logprobs"), (dict(temperature="hot"), "temperature")):
+                       (dict(top_logprobs=2, logprobs=True), "top_logprobs"), (dict(temperature="hot"), "temperature"),
+                       (dict(messages=[{"role": "user", "content": "the " * CONTEXT}]), "messages")):
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(**{"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
                                               **ask})

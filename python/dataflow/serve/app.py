@@ -61,11 +61,11 @@ class Server:
             raise RequestError(f"prompt: token id {bad} is outside the vocabulary [0, {self.vocab_size})", "prompt")
         return request.prompt
 
-    def fit_context(self, request, prompt):
+    def fit_context(self, request, prompt, chat):
         """max_tokens within the context (None: all of it that is left)."""
-        n = len(prompt)
+        n, field = len(prompt), "messages" if chat else "prompt"
         if n >= self.context:
-            raise RequestError(f"prompt: {n} tokens, but the model's context is {self.context} tokens", "prompt",
+            raise RequestError(f"{field}: {n} tokens, but the model's context is {self.context} tokens", field,
                                code="context_length_exceeded")
         if request.max_tokens is None:
             return self.context - n
@@ -159,7 +159,7 @@ async def _generate(request, chat):
         _check_model(server, body)
         gen = chat_request(body) if chat else completion_request(body)
         prompt = server.prompt_ids(gen, chat)
-        max_tokens = server.fit_context(gen, prompt)
+        max_tokens = server.fit_context(gen, prompt, chat)
     except RequestError as e:
         return _error(e.status, str(e), e.param, e.code)
     if server.active >= server.max_requests:
