@@ -110,7 +110,7 @@ class _Answer:
     first stop string is the answer), and a stream holds back a tail that could begin one."""
 
     def __init__(self, server, stop):
-        self.server, self.stop, self.eos = server, stop, server.tokenizer.eos_id
+        self.stop, self.eos = stop, server.tokenizer.eos_id
         self.decoder = StreamDecoder(types.SimpleNamespace(decode=server.decode))
         self.hold = max(map(len, stop), default=1) - 1
         self.sent = 0
