@@ -93,6 +93,16 @@ def test_machine_info_without_torch():
     assert out.returncode == 0, out.stderr
 
 
+def test_serve_quick():
+    pytest.importorskip("openai")
+    result, summary = run_bench("serve.py", "--quick")
+    assert [r["clients"] for r in result["rows"]] == [1, 4]
+    for r in result["rows"]:
+        assert r["tok_s"] > 0 and r["peer_tok_s"] > 0, r
+        assert 0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"] <= r["ttft_max_ms"], r
+    assert summary.startswith("serve: 4 clients")
+
+
 def test_batched_decode_quick():
     result, summary = run_bench("batched_decode.py", "--quick", "--dtypes", "fp32", "--streams", "1", "2")
     assert [(r["dtype"], r["streams"]) for r in result["rows"]] == [("fp32", 1), ("fp32", 2)]

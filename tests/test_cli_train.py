@@ -228,7 +228,7 @@ def test_generate_names_what_the_checkpoint_is_not(tmp_path, capsys, make, messa
 
 
 def test_help_keeps_flag_names_whole(capsys):
-    for command in ("train", "generate", "plan", "demo"):
+    for command in ("train", "generate", "plan", "serve", "demo"):
         assert run_cli(command, "--help") == 0
         lines = capsys.readouterr().out.splitlines()
         assert not [line for line in lines if re.search(r"--[a-z]+(-[a-z]+)*-$", line.rstrip())], command

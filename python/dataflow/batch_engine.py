@@ -50,6 +50,11 @@ class _Request:
         return np.asarray(self.tokens[-1:], np.int32)
 
 
+def _completion(r):
+    return Completion(np.asarray(r.tokens, np.int64), np.asarray(r.logprobs, np.float32), r.finish_reason,
+                      r.stop_string)
+
+
 class BatchEngine:
     """Generation of many requests at once over one PagedKVCache of `model` (its arguments:
     num_pages defaults to room for max_seqs sequences of max_seq_tokens)."""
@@ -109,6 +114,20 @@ class BatchEngine:
         """Requests not finished yet."""
         return len(self._waiting) + len(self._running)
 
+    @property
+    def running(self):
+        """Requests holding a sequence in the cache."""
+        return len(self._running)
+
+    @property
+    def waiting(self):
+        """Requests queued for a sequence."""
+        return len(self._waiting)
+
+    def finished(self, rid):
+        """Whether the request has finished (and take() has not yet collected it)."""
+        return rid in self._done
+
     def _admit(self):
         while self._waiting and len(self._running) < self.cache.max_seqs and \
                 self._reserved_pages + self._pages(self._waiting[0].length) <= self.cache.num_pages:
@@ -124,7 +143,7 @@ class BatchEngine:
         self._done[r.rid] = r
 
     def step(self):
-        """One batched forward; returns [(request id, new token), ...] of this step."""
+        """One batched forward; returns [(request id, new token, its logprob), ...] of this step."""
         self._admit()
         if not self._running:
             return []
@@ -156,11 +175,25 @@ class BatchEngine:
             r.state = state
             r.tokens.append(token)
             r.logprobs.append(logprob)
-            emitted.append((r.rid, token))
+            emitted.append((r.rid, token, logprob))
             self._check_stop(r, token)
             if r.finish_reason:
                 self._finish(r)
         return emitted
+
+    def cancel(self, rid):
+        """Drops an unfinished request (its pages go back to the pool); True if it was unfinished.
+        A cancelled request leaves no result."""
+        waiting = next((r for r in self._waiting if r.rid == rid), None)
+        if waiting is not None:
+            self._waiting.remove(waiting)
+            return True
+        running = next((r for r in self._running if r.rid == rid), None)
+        if running is None:
+            return False
+        self._finish(running)
+        del self._done[rid]
+        return True
 
     def _check_stop(self, r, token):
         if token in r.stop_ids:
@@ -180,8 +213,12 @@ class BatchEngine:
 
     def results(self):
         """{request id: Completion} of the finished requests."""
-        return {rid: Completion(np.asarray(r.tokens, np.int64), np.asarray(r.logprobs, np.float32), r.finish_reason,
-                                r.stop_string) for rid, r in self._done.items()}
+        return {rid: _completion(r) for rid, r in self._done.items()}
+
+    def take(self, rid):
+        """The finished request's Completion, forgotten by the engine (a server's engine runs for
+        good: results() would keep every request it ever served)."""
+        return _completion(self._done.pop(rid))
 
     def close(self):
         self.cache.close()

@@ -3,6 +3,7 @@
 dataflow train      train a small Llama (default: on the embedded corpus); checkpoint + loss plot
 dataflow generate   stream text sampled from a checkpoint or a Hugging Face model directory
 dataflow quantize   a model's linear weights to int8 / int4, into a directory that generate and from_pretrained load
+dataflow serve      an OpenAI-compatible HTTP server (completions, chat, streaming) over a model
 dataflow plan       how training a model would be placed under device/host capacities, and its predicted speed
 dataflow demo       a matmul and a custom native op on the host backend, timed next to numpy
 
@@ -11,6 +12,7 @@ failures such as a full disk in one line too (exit 1); Ctrl-C exits 130.
 """
 import argparse
 import difflib
+import functools
 import json
 import math
 import os
@@ -100,7 +102,7 @@ def demo(args):
     return 0 if ok else 1
 
 
-def _load_for_generation(args, handle):
+def _load_for_generation(args, handle, flag="--checkpoint"):
     """(model, tokenizer, bos): from a dataflow checkpoint (trained without bos: prompts get none) or a
     Hugging Face model directory (prompts start with bos, as such models were trained); config, files
     and memory are checked before the model is allocated."""
@@ -108,15 +110,15 @@ def _load_for_generation(args, handle):
     found = atomic.readable_directory(os.path.abspath(path))  # or what a save killed mid-swap left
     expected = "a checkpoint (e.g. dataflow-train/checkpoint) or a Hugging Face model directory"
     if not os.path.exists(found):
-        raise BadArgumentError(f"--checkpoint: {path} does not exist; expected {expected}")
+        raise BadArgumentError(f"{flag}: {path} does not exist; expected {expected}")
     if not os.path.isdir(found):
-        raise BadArgumentError(f"--checkpoint: {path} is not a directory; expected {expected}")
+        raise BadArgumentError(f"{flag}: {path} is not a directory; expected {expected}")
     if not any(os.path.exists(os.path.join(found, name)) for name in
                (checkpoint.STATE_NAME, CONFIG_NAME, os.path.join("checkpoint", checkpoint.STATE_NAME))):
-        raise BadArgumentError(f"--checkpoint: {path} holds neither {checkpoint.STATE_NAME} (a checkpoint) nor "
+        raise BadArgumentError(f"{flag}: {path} holds neither {checkpoint.STATE_NAME} (a checkpoint) nor "
                                f"{CONFIG_NAME} (a Hugging Face model directory)")
     if os.path.exists(os.path.join(path, "checkpoint", checkpoint.STATE_NAME)):
-        raise BadArgumentError(f"--checkpoint: {path} is the output directory of a run; its checkpoint is "
+        raise BadArgumentError(f"{flag}: {path} is the output directory of a run; its checkpoint is "
                                f"{os.path.join(path, 'checkpoint')}")
     if os.path.exists(os.path.join(path, checkpoint.STATE_NAME)) or not os.path.exists(os.path.join(path, CONFIG_NAME)):
         ck = checkpoint.load(path)
@@ -413,6 +415,45 @@ def _add_generate(sub):
     p.set_defaults(run=generate_text)
 
 
+def serve(args):
+    from .serve.command import serve as run_server
+    return run_server(args, functools.partial(_load_for_generation, flag="--model"))
+
+
+def _add_serve(sub):
+    p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over a checkpoint or an HF model directory",
+                       description="Serve /v1/models, /v1/completions and /v1/chat/completions (streaming with "
+                                   "stream: true) and /health; concurrent requests share decode steps "
+                                   "(continuous batching over a paged KV cache). SIGTERM finishes the requests in "
+                                   "flight and exits 0.")
+    p.add_argument("--model", dest="checkpoint", required=True, metavar="DIR",
+                   help="a checkpoint of `dataflow train` or an HF model directory (config.json, *.safetensors, "
+                        "tokenizer.json; tokenizer_config.json's chat_template serves chat)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=_integer(0), default=8000, help="port to listen on (default 8000; 0: any free one)")
+    p.add_argument("--served-model-name", dest="served_model_name", metavar="NAME",
+                   help="the model's name in the API (default: the directory's name)")
+    p.add_argument("--max-batch", dest="max_batch", type=_integer(1), default=16, metavar="N",
+                   help="sequences decoded together at most (default 16)")
+    p.add_argument("--queue", type=_integer(0), default=64, metavar="N",
+                   help="requests waiting for a place in the batch at most; past it the answer is 429 (default 64)")
+    p.add_argument("--max-batch-tokens", dest="max_batch_tokens", type=_integer(1), default=256, metavar="N",
+                   help="tokens one step runs at most, prompt chunks and decoding together (default 256)")
+    p.add_argument("--max-seq-tokens", dest="max_seq_tokens", type=_integer(2), metavar="N",
+                   help="context per request, prompt + answer (default and most: the model's)")
+    p.add_argument("--page-size", dest="page_size", type=_integer(1), default=16, metavar="N",
+                   help="tokens per KV cache page (default 16)")
+    p.add_argument("--shutdown-timeout", dest="shutdown_timeout", type=_number(0), default=30.0, metavar="SECONDS",
+                   help="on SIGTERM, how long requests in flight may take to finish before they are cancelled "
+                        "(default 30)")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), help="default: the dtype it was trained in (fp32 for HF)")
+    p.add_argument("--tokenizer", help="a tokenizer.json (or a directory holding one) instead of the model's")
+    p.add_argument("--no-bos", dest="bos", action="store_false",
+                   help="an HF model directory's text prompts start with its bos token unless this is given")
+    _add_device(p)
+    p.set_defaults(run=serve)
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Wraps help at spaces only: argparse's default also breaks at hyphens, splitting flag names
     (--trace-/steps) over two lines."""
@@ -459,6 +500,7 @@ def build_parser():
     _add_generate(sub)
     _add_quantize(sub)
     _add_plan(sub)
+    _add_serve(sub)
     p = sub.add_parser("demo", help="a matmul and a custom native op on the host backend, timed",
                        description="Times a square matmul (fp32, bf16) next to numpy and runs a custom C op.")
     p.add_argument("--size", type=_integer(1), default=1024, help="matrix size (default 1024)")

@@ -8,6 +8,7 @@ Both kinds share encode/decode/vocab_size/bos_id/eos_id and to_dict()/from_dict(
 checkpoint stores its tokenizer, so generation decodes with exactly the tokenizer training used).
 """
 import os
+import re
 
 import numpy as np
 
@@ -56,6 +57,12 @@ class ByteTokenizer:
     def encode(self, text, bos=False, eos=False):
         ids = np.frombuffer(_utf8(text), dtype=np.uint8).astype(np.int32)
         return np.concatenate([[self.bos_id] * bos, ids, [self.eos_id] * eos]).astype(np.int32)
+
+    def encode_chat(self, text):
+        """Ids of a rendered chat template: its special token names ("<|eos|>") are those tokens."""
+        parts = re.split("(" + "|".join(map(re.escape, self.SPECIALS)) + ")", text)
+        return np.concatenate([[256 + self.SPECIALS.index(p)] if p in self.SPECIALS else self.encode(p)
+                               for p in parts]).astype(np.int32)
 
     def decode(self, ids):
         """Text of the ids; specials by name; a sequence cut inside a character decodes with U+FFFD."""
@@ -127,6 +134,16 @@ class HFTokenizer:
             if flag and special is None:
                 raise BadArgumentError(f"{self.source}: the tokenizer has no {what} token")
         return np.asarray([self.bos_id] * bos + ids + [self.eos_id] * eos, dtype=np.int32)
+
+    def encode_chat(self, text):
+        """Ids of a rendered chat template: the special tokens it writes out ("<|im_start|>") are
+        those tokens here, as in transformers' apply_chat_template; no bos/eos is added."""
+        _utf8(text)
+        self._tok.encode_special_tokens = False
+        try:
+            return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+        finally:
+            self._tok.encode_special_tokens = True
 
     def decode(self, ids):
         return self._tok.decode(_check_ids(ids, self.vocab_size).tolist(), skip_special_tokens=False)
