@@ -102,3 +102,10 @@ def bh(backend):
     handle = df.Handle(backend, streams=4, device_memory="256MiB")
     yield handle
     handle.close()
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """The CLI trains a numpy bigram with plain SGD instead of the Llama (tests/cli_helpers.py)."""
+    from cli_helpers import install_stand_in
+    install_stand_in(monkeypatch)

@@ -3,26 +3,19 @@ a Hugging Face directory or a `dataflow train` checkpoint to a directory that fr
 `dataflow generate` load, holding exactly dataflow.quantize's tensors; bad arguments name the flag
 and write nothing."""
 import json
-import os
 
 import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import checkpoint, cli, quantize as qz
+from dataflow import checkpoint, quantize as qz
 from dataflow import safetensors_io as st
 from dataflow import tokenizer as tokenizers
 from dataflow.models import Llama, from_pretrained
+from cli_helpers import run_cli
 
 CONFIG = dict(model_type="llama", vocab_size=2048, hidden_size=64, intermediate_size=150, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-
-
-def run_cli(*argv):
-    try:
-        return cli.main([str(a) for a in argv])
-    except SystemExit as e:
-        return e.code
 
 
 @pytest.fixture(scope="module")

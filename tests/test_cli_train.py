@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 
 import numpy as np
 import pytest
@@ -23,87 +22,9 @@ from dataflow import checkpoint, cli
 from dataflow import safetensors_io as st
 from dataflow import tokenizer as tokenizers
 from dataflow import train as train_module
+from cli_helpers import MICRO, SMALL, PlainSGD, dataflow_subprocess, install_stand_in, run_cli, subprocess_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
-
-class Bigram:
-    """logits[b, t] = table[tokens[b, t]]: enough of a model for the command to train and sample."""
-    placement = "device"
-
-    def __init__(self, config, seed):
-        self.config = types.SimpleNamespace(max_position_embeddings=config["max_position_embeddings"],
-                                            vocab_size=config["vocab_size"], tie_word_embeddings=False,
-                                            to_dict=lambda: config)
-        v = config["vocab_size"]
-        self.table = np.random.default_rng(seed).standard_normal((v, v)) * 0.01
-
-    def state_dict(self):
-        return {"table": self.table.copy()}
-
-    def load_state_dict(self, state):
-        self.table = state["table"].astype(np.float64)
-
-    def forward(self, tokens):
-        return self.table[np.asarray(tokens)]
-
-    def _loss_and_grad(self, tokens):
-        """Mean next-token loss within each row (HF labels: the model shifts), and its gradient."""
-        x, y = tokens[:, :-1], tokens[:, 1:]
-        logits = self.forward(x)
-        p = np.exp(logits - logits.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        loss = -np.log(np.take_along_axis(p, y[..., None], -1)).mean()
-        p[np.arange(y.shape[0])[:, None], np.arange(y.shape[1]), y] -= 1
-        grad = np.zeros_like(self.table)
-        np.add.at(grad, x, p / y.size)
-        return loss, grad
-
-    def loss(self, tokens):
-        return self._loss_and_grad(np.asarray(tokens))[0]
-
-    def close(self):
-        pass
-
-
-class PlainSGD:
-    calls = []  # (lr) of every step, to check what a resumed run trains with
-
-    plan = None  # always all-resident
-
-    def __init__(self, model, lr, host_memory=None, seq_len=None, batch_size=None):
-        self.model, self.lr, self.step_count = model, lr, 0
-
-    def step(self, tokens):
-        loss, grad = self.model._loss_and_grad(np.asarray(tokens))
-        self.model.table -= self.lr * 100 * grad
-        self.step_count += 1
-        PlainSGD.calls.append(self.lr)
-        return loss
-
-    def state_dict(self):
-        return {"step": np.int64(self.step_count), "hyperparameters": {"lr": self.lr}}
-
-    def load_state_dict(self, state):
-        self.step_count = int(state["step"])
-        self.lr = state["hyperparameters"]["lr"]  # as the real Trainer: restores the saved lr
-
-
-def _stand_in(monkeypatch):
-    def build(config, handle, dtype, seed=None, where=""):
-        return Bigram(config, seed or 0)
-    monkeypatch.setattr(train_module, "model_from_config", build)
-    monkeypatch.setattr(cli, "model_from_config", build)
-    monkeypatch.setattr(dataflow, "Trainer", PlainSGD, raising=False)
-    PlainSGD.calls = []
-
-
-@pytest.fixture
-def stand_in(monkeypatch):
-    _stand_in(monkeypatch)
-
-
-SMALL = ["--batch", "2", "--seq-len", "16", "--tokenizer", "bytes"]  # a new run; bytes keep the bigram table small
 
 
 def files_of(directory):
@@ -114,14 +35,6 @@ def files_of(directory):
             path = os.path.join(root, name)
             out[os.path.relpath(path, directory)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
     return out
-
-
-def run_cli(*argv):
-    """cli.main's exit code, argparse's included."""
-    try:
-        return cli.main(list(argv))
-    except SystemExit as e:
-        return e.code
 
 
 @pytest.mark.slow
@@ -189,7 +102,7 @@ def test_resumed_runs_keep_their_validation_interval_and_plot_title(stand_in, tm
 
 
 def test_plot_keeps_its_title_and_marks_resumes(monkeypatch, tmp_path):
-    _stand_in(monkeypatch)
+    install_stand_in(monkeypatch)
     drawn = []
     monkeypatch.setattr(train_module.loss_plot, "save", lambda path, losses, val, title, marks, lrs: drawn.append(
         (title, marks)))
@@ -271,7 +184,7 @@ def trained(tmp_path_factory):
     """A finished stand-in run, made once; tests copy it."""
     out = tmp_path_factory.mktemp("trained") / "run"
     with pytest.MonkeyPatch.context() as mp:
-        _stand_in(mp)
+        install_stand_in(mp)
         assert run_cli("train", "--steps", "2", *SMALL, "--out", str(out)) == 0
     return out
 
@@ -369,20 +282,6 @@ def test_help_version_and_every_flag_documented(capsys):
 
 # ---- the real model, through `python -m dataflow.cli` ----
 
-def _env():
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(dataflow.__path__[0]),
-                                                         os.environ.get("PYTHONPATH", "")])}
-
-
-def _dataflow(*args, cwd, timeout=600):
-    return subprocess.run([sys.executable, "-m", "dataflow.cli", *args], cwd=cwd, env=_env(), capture_output=True,
-                          text=True, timeout=timeout)
-
-
-MICRO = '{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, ' \
-        '"num_key_value_heads": 1, "max_position_embeddings": 64}'
-
-
 @pytest.mark.slow
 def test_bf16_master_weights_resume_like_an_uninterrupted_run(tmp_path):
     """The real model: fp32 master weights are checkpointed and restored, so 3 + 2 steps equal 5."""
@@ -390,10 +289,10 @@ def test_bf16_master_weights_resume_like_an_uninterrupted_run(tmp_path):
     (tmp_path / "micro.json").write_text(MICRO)
     common = ("--config", "micro.json", "--batch", "2", "--seq-len", "16", "--dtype", "bf16", "--master-weights",
               "--schedule-steps", "5")
-    assert _dataflow("train", "--steps", "3", *common, "--out", "a", cwd=tmp_path).returncode == 0
-    resumed = _dataflow("train", "--steps", "2", "--resume", "--out", "a", cwd=tmp_path)
+    assert dataflow_subprocess("train", "--steps", "3", *common, "--out", "a", cwd=tmp_path).returncode == 0
+    resumed = dataflow_subprocess("train", "--steps", "2", "--resume", "--out", "a", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert _dataflow("train", "--steps", "5", *common, "--out", "b", cwd=tmp_path).returncode == 0
+    assert dataflow_subprocess("train", "--steps", "5", *common, "--out", "b", cwd=tmp_path).returncode == 0
     a, b = checkpoint.load(tmp_path / "a" / "checkpoint"), checkpoint.load(tmp_path / "b" / "checkpoint")
     assert a.state["losses"] == b.state["losses"] and len(a.state["losses"]) == 5
     assert "master" in a.optimizer_state and a.state["run"]["master_weights"] is True
@@ -433,7 +332,7 @@ def test_sigint_saves_a_resumable_checkpoint_and_prints_the_resume_command(tmp_p
     pytest.importorskip("dataflow.models")
     (tmp_path / "micro.json").write_text(MICRO)
     child = subprocess.Popen([sys.executable, "-m", "dataflow.cli", "train", "--config", "micro.json", "--steps",
-                              "100000", "--batch", "2", "--seq-len", "32", "--out", "run"], cwd=tmp_path, env=_env(),
+                              "100000", "--batch", "2", "--seq-len", "32", "--out", "run"], cwd=tmp_path, env=subprocess_env(),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in child.stdout:  # the banner ends with the output line, then training starts
         if line.startswith("  output:"):
@@ -450,7 +349,7 @@ def test_sigint_saves_a_resumable_checkpoint_and_prints_the_resume_command(tmp_p
 
     argv = command.split()[1:]
     argv[argv.index("--steps") + 1] = "2"
-    resumed = _dataflow(*argv, cwd=tmp_path)
+    resumed = dataflow_subprocess(*argv, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert checkpoint.load(tmp_path / "run" / "checkpoint").state["step"] == step + 2
 
@@ -459,13 +358,13 @@ def test_sigint_saves_a_resumable_checkpoint_and_prints_the_resume_command(tmp_p
 def test_generate_streams_and_keeps_to_the_context(tmp_path):
     pytest.importorskip("dataflow.models")
     (tmp_path / "micro.json").write_text(MICRO)
-    assert _dataflow("train", "--config", "micro.json", "--steps", "2", "--batch", "2", "--seq-len", "32",
+    assert dataflow_subprocess("train", "--config", "micro.json", "--steps", "2", "--batch", "2", "--seq-len", "32",
                      "--out", "run", cwd=tmp_path).returncode == 0
-    gen = _dataflow("generate", "--checkpoint", "run/checkpoint", "--prompt", "Return", "--max-new-tokens", "500",
+    gen = dataflow_subprocess("generate", "--checkpoint", "run/checkpoint", "--prompt", "Return", "--max-new-tokens", "500",
                     "--seed", "0", cwd=tmp_path)
     assert gen.returncode == 0, gen.stderr
     assert "stopping at the model's context of 64 tokens" in gen.stderr and gen.stdout.startswith("Return")
-    long_prompt = _dataflow("generate", "--checkpoint", "run/checkpoint", "--prompt", "Return the value " * 40,
+    long_prompt = dataflow_subprocess("generate", "--checkpoint", "run/checkpoint", "--prompt", "Return the value " * 40,
                             cwd=tmp_path)
     assert long_prompt.returncode == 2
     assert re.search(r"--prompt: 1\d\d tokens, but the model's context is 64 tokens", long_prompt.stderr)

@@ -15,7 +15,7 @@ import pytest
 
 from dataflow import checkpoint
 from tolerances import TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
-from test_cli_train import MICRO, SMALL, _dataflow, _env, run_cli, stand_in  # noqa: F401 (a fixture)
+from cli_helpers import MICRO, SMALL, dataflow_subprocess, run_cli, subprocess_env
 
 pytestmark = pytest.mark.slow  # multi-process CLI training runs
 
@@ -29,7 +29,7 @@ GUARD_SECONDS = 60  # a job still running after this has hung: the test fails
 
 def _mpirun(ranks, *args, cwd):
     """`mpirun -n ranks dataflow ARGS` as a user types it."""
-    env = {**_env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    env = {**subprocess_env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     return subprocess.run([MPIRUN, "--oversubscribe", "-n", str(ranks), sys.executable, "-m", "dataflow.cli", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
@@ -49,20 +49,20 @@ def _assert_continues(run, reference):
 @needs_mpirun
 def test_checkpoints_resume_with_any_number_of_processes(tmp_path):
     (tmp_path / "micro.json").write_text(MICRO)
-    assert _dataflow("train", "--steps", "4", *COMMON, "--out", "ref", cwd=tmp_path).returncode == 0
+    assert dataflow_subprocess("train", "--steps", "4", *COMMON, "--out", "ref", cwd=tmp_path).returncode == 0
     reference = checkpoint.load(tmp_path / "ref" / "checkpoint")
 
     # 2 ranks (the launcher; the optimizer state sharded) -> 1 process
-    two = _dataflow("train", "--steps", "2", *COMMON, "--out", "a", "--nproc", "2", "--shard-optimizer", cwd=tmp_path)
+    two = dataflow_subprocess("train", "--steps", "2", *COMMON, "--out", "a", "--nproc", "2", "--shard-optimizer", cwd=tmp_path)
     assert two.returncode == 0, two.stderr
     assert two.stdout.count("dataflow train: Llama") == 1 and two.stdout.count("train: 2 steps") == 1, two.stdout
     assert "data-parallel: 2 ranks (mpirun), 2 sequences each per step, optimizer state sharded" in two.stdout
     assert two.stderr.count("step 2/2") == 1, two.stderr  # rank 1 prints no progress
-    assert _dataflow("train", "--steps", "2", "--resume", "--out", "a", cwd=tmp_path).returncode == 0
+    assert dataflow_subprocess("train", "--steps", "2", "--resume", "--out", "a", cwd=tmp_path).returncode == 0
     _assert_continues(checkpoint.load(tmp_path / "a" / "checkpoint"), reference)
 
     # 1 process -> 2 ranks (mpirun as a user runs it; sharded: each rank loads its part)
-    assert _dataflow("train", "--steps", "2", *COMMON, "--out", "b", cwd=tmp_path).returncode == 0
+    assert dataflow_subprocess("train", "--steps", "2", *COMMON, "--out", "b", cwd=tmp_path).returncode == 0
     resumed = _mpirun(2, "train", "--steps", "2", "--resume", "--out", "b", "--shard-optimizer", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert resumed.stdout.count("resuming b/checkpoint at step 2") == 1, resumed.stdout
@@ -76,8 +76,8 @@ def test_nproc_trains_in_the_ring_under_a_device_cap(tmp_path):
     (the executor sums every block's gradient over the ranks as it goes home) and the run continues
     as one uninterrupted all-resident process would."""
     (tmp_path / "micro.json").write_text(MICRO)
-    assert _dataflow("train", "--steps", "2", *COMMON, "--out", "ref", cwd=tmp_path).returncode == 0
-    ring = _dataflow("train", "--steps", "2", *COMMON, "--out", "ring", "--nproc", "2", "--device-memory", "800KiB",
+    assert dataflow_subprocess("train", "--steps", "2", *COMMON, "--out", "ref", cwd=tmp_path).returncode == 0
+    ring = dataflow_subprocess("train", "--steps", "2", *COMMON, "--out", "ring", "--nproc", "2", "--device-memory", "800KiB",
                      "--host-memory", "1GiB", cwd=tmp_path)
     assert ring.returncode == 0, ring.stdout + ring.stderr
     assert "ring: training does not fit the device" in ring.stdout, ring.stdout
@@ -122,7 +122,7 @@ def _start(tmp_path):
     """A long --nproc 2 run; returns the launcher once rank 0 has printed its banner."""
     (tmp_path / "micro.json").write_text(MICRO)
     job = subprocess.Popen([sys.executable, "-m", "dataflow.cli", "train", *COMMON, "--steps", "100000", "--out",
-                            "run", "--nproc", "2", "--save-every", "2"], cwd=tmp_path, env=_env(),
+                            "run", "--nproc", "2", "--save-every", "2"], cwd=tmp_path, env=subprocess_env(),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in job.stdout:
         if line.startswith("  output:"):
@@ -176,7 +176,7 @@ def test_ctrl_c_saves_every_rank_at_the_same_step_and_prints_the_resume_command(
                                     "--nproc 2"
     argv = command.split()[1:]
     argv[argv.index("--steps") + 1] = "2"
-    resumed = _dataflow(*argv, cwd=tmp_path)
+    resumed = dataflow_subprocess(*argv, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     ck = checkpoint.load(tmp_path / "run" / "checkpoint")
     assert ck.state["step"] == step + 2 and len(ck.state["losses"]) == step + 2
