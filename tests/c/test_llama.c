@@ -24,9 +24,7 @@ static void *upload(Dataflow_Handle *h, const int32_t *values, int n)
 
 int main(void)
 {
-	Dataflow_Handle *h;
-	Dataflow_Handle_Config hc = {.num_streams = 1, .device_memory_bytes = 256u << 20};
-	CHECK(dataflow_handle_create("host", &hc, &h));
+	Dataflow_Handle *h = open_host(1, 256u << 20, NULL);
 	CHECK(dataflow_register_default_ops(h));
 
 	Dataflow_Llama_Config c = tiny_llama_config();
