@@ -101,12 +101,23 @@ def demo(args):
 
 
 def _load_for_generation(args, handle):
-    """(model, tokenizer, bos): from a dataflow checkpoint (trained without bos: prompts get none) or a
-    Hugging Face model directory (prompts start with bos, as such models were trained); config, files
+    """(model, tokenizer, bos): from a dataflow checkpoint (trained without bos: prompts get none), a
+    Hugging Face model directory or a llama.cpp .gguf file (prompts start with bos, as such models
+    were trained); config, files
     and memory are checked before the model is allocated."""
     path = args.checkpoint
+    if os.path.isfile(path):  # a llama.cpp .gguf: its tokenizer.json lies beside it (or --tokenizer)
+        from . import gguf_import
+        config = gguf_import.hf_config(gguf_import.read(path), path)
+        beside = os.path.join(os.path.dirname(os.path.abspath(path)), tokenizers.TOKENIZER_NAME)
+        if not args.tokenizer and not os.path.isfile(beside):
+            raise BadArgumentError(f"--tokenizer: {path}'s embedded tokenizer is not converted; put a "
+                                   f"{tokenizers.TOKENIZER_NAME} beside it ({beside}) or pass --tokenizer")
+        tokenizer = tokenizers.load(args.tokenizer or beside,
+                                    bos_id=config.get("bos_token_id"), eos_id=config.get("eos_token_id"))
+        return from_pretrained(path, handle, args.dtype or "fp32"), tokenizer, args.bos
     found = atomic.readable_directory(os.path.abspath(path))  # or what a save killed mid-swap left
-    expected = "a checkpoint (e.g. dataflow-train/checkpoint) or a Hugging Face model directory"
+    expected = "a checkpoint (e.g. dataflow-train/checkpoint), a Hugging Face model directory or a .gguf file"
     if not os.path.exists(found):
         raise BadArgumentError(f"--checkpoint: {path} does not exist; expected {expected}")
     if not os.path.isdir(found):
@@ -395,8 +406,9 @@ def _add_generate(sub):
     p = sub.add_parser("generate", help="stream text sampled from a checkpoint or an HF model directory",
                        description="Sample a continuation of --prompt, printing tokens as they come.")
     p.add_argument("--checkpoint", required=True, metavar="DIR",
-                   help="a checkpoint of `dataflow train` (e.g. dataflow-train/checkpoint) or an HF model directory "
-                        "(config.json, *.safetensors, tokenizer.json)")
+                   help="a checkpoint of `dataflow train` (e.g. dataflow-train/checkpoint), an HF model directory "
+                        "(config.json, *.safetensors, tokenizer.json) or a llama.cpp .gguf file (Q4_0, Q8_0, F16, "
+                        "F32; with a tokenizer.json beside it or --tokenizer)")
     p.add_argument("--prompt", default="The", help="text to continue (default 'The'; end it without a space: "
                                                    "BPE tokens carry their leading space)")
     p.add_argument("--max-new-tokens", dest="max_new_tokens", type=_integer(1), default=200, metavar="N",

@@ -1,0 +1,219 @@
+"""Importing llama.cpp GGUF files (dataflow.gguf_import): files written here as llama.cpp's
+converter writes them (gguf.GGUFWriter, q/k rows permuted by LlamaModel.permute, blocks from
+gguf.quants.quantize) from a random Hugging Face Llama. Q4_0 loads as int4 with the very weights
+ggml dequantizes to; every import matches transformers in fp32 within its quantization's error;
+malformed files, other architectures and unsupported types are errors naming the file/tensor."""
+import os
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import dataflow as df  # noqa: E402
+from dataflow import cli, quantize as qz  # noqa: E402
+from dataflow import tokenizer as tokenizers  # noqa: E402
+from dataflow.errors import FileFormatError  # noqa: E402
+from dataflow.models import from_pretrained  # noqa: E402
+
+Q = gguf.GGMLQuantizationType
+CONFIG = dict(vocab_size=2048, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
+              tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+         "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+         "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+
+
+def permute(w, heads):
+    """llama.cpp's convert_hf_to_gguf.py LlamaModel.permute, as the converter applies it to q / k"""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval()
+    with torch.no_grad():  # norms away from one, so a swapped norm would show
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+    return model
+
+
+def hf_state(model):
+    return {k: v.float().numpy() for k, v in model.state_dict().items()}
+
+
+def write_gguf(path, state, linear_type, arch="llama", other_type=Q.F32, tied=False, truncate=0):
+    """A GGUF of an HF Llama state as convert_hf_to_gguf.py writes it; linear_type for the layers'
+    Linear weights, other_type for the embedding and output."""
+    c = CONFIG
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(c["hidden_size"])
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_rope_freq_base(c["rope_theta"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    w.add_bos_token_id(c["bos_token_id"])
+    w.add_eos_token_id(c["eos_token_id"])
+
+    def add(name, value, qtype):
+        if qtype == Q.F32:
+            w.add_tensor(name, value.astype(np.float32))
+        elif qtype == Q.F16:
+            w.add_tensor(name, value.astype(np.float16))
+        else:
+            w.add_tensor(name, gguf.quants.quantize(value, qtype), raw_dtype=qtype)
+    add("token_embd.weight", state["model.embed_tokens.weight"], other_type)
+    add("output_norm.weight", state["model.norm.weight"], Q.F32)
+    if not tied:
+        add("output.weight", state["lm_head.weight"], other_type)
+    for i in range(c["num_hidden_layers"]):
+        for hf, ours in LAYER.items():
+            v = state[f"model.layers.{i}.{hf}.weight"]
+            if ours == "attn_q":
+                v = permute(v, c["num_attention_heads"])
+            elif ours == "attn_k":
+                v = permute(v, c["num_key_value_heads"])
+            add(f"blk.{i}.{ours}.weight", v, Q.F32 if v.ndim == 1 else linear_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    if truncate:
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) - truncate)
+    return path
+
+
+def ggml_roundtrip(v, qtype):
+    """what ggml computes with: the weight quantized to qtype and dequantized (row-local, so the
+    converter's row permutation commutes with it)"""
+    return gguf.quants.dequantize(gguf.quants.quantize(v, qtype), qtype).astype(np.float32)
+
+
+def hf_logits(model, state, tokens):
+    model = type(model)(model.config).eval()
+    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()})
+    with torch.no_grad():
+        return model(torch.tensor(tokens)[None]).logits[0].numpy()
+
+
+def relative_error(got, want):
+    err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    print(f"logits relative error {err:.2e}")
+    return err
+
+
+TOKENS = np.random.default_rng(1).integers(0, CONFIG["vocab_size"], 11)
+
+
+def test_q4_0_loads_as_int4_with_ggml_weights(h, hf_model, tmp_path):
+    state = hf_state(hf_model)
+    path = write_gguf(tmp_path / "m-q4_0.gguf", state, Q.Q4_0)
+    model = from_pretrained(path, handle=h)
+    assert model.config.quantization == qz.quantization_config(4, 32, False)
+    ours = model.state_dict()
+    ggml = dict(state)
+    for name, v in state.items():
+        if qz.is_quantized_linear(name, model.config.quantization):
+            ggml[name] = ggml_roundtrip(v, Q.Q4_0)
+            prefix = name[:-len(".weight")]
+            np.testing.assert_array_equal(  # bit-exact: the same weights ggml multiplies with
+                qz.dequantize_int4(ours[name], ours[prefix + ".scales"], v.shape[1], 32), ggml[name], err_msg=name)
+    # the model equals transformers holding ggml's weights (only summation order differs) ...
+    np.testing.assert_allclose(model.forward(TOKENS)[0], hf_logits(hf_model, ggml, TOKENS), rtol=1e-4, atol=1e-4)
+    # ... and the fp32 original within int4's error (weights off by ~8% of their spread)
+    assert relative_error(model.forward(TOKENS)[0], hf_logits(hf_model, state, TOKENS)) < 0.15
+    ref = df.models.Llama(h, CONFIG | {"model_type": "llama"})
+    ref.load_state_dict(ggml)
+    np.testing.assert_array_equal(model.generate(TOKENS[:4], 8, temperature=0), ref.generate(TOKENS[:4], 8,
+                                                                                              temperature=0))
+
+
+@pytest.mark.parametrize("qtype,bits", [(Q.Q8_0, 8), (Q.F16, None), (Q.F32, None)], ids=["q8_0", "f16", "f32"])
+def test_q8_0_and_float_files_match_transformers(h, hf_model, tmp_path, qtype, bits):
+    state = hf_state(hf_model)
+    path = write_gguf(tmp_path / "m.gguf", state, qtype, other_type=Q.Q8_0 if bits else qtype)
+    model = from_pretrained(path, handle=h)
+    assert (model.config.quantization or {}).get("bits") == bits
+    ours = model.state_dict()
+    for name, v in state.items():
+        if name.endswith("proj.weight"):
+            w = ours[name] if bits is None else qz.dequantize_int8(ours[name], ours[name[:-7] + ".scales"])
+            if qtype == Q.Q8_0:
+                # int8 per channel requantizes Q8_0's per-32 blocks: at most half a channel step more
+                step = np.abs(v).max(axis=1, keepdims=True) / 127
+                assert (np.abs(w - ggml_roundtrip(v, Q.Q8_0)) <= 0.5 * step + 1e-6).all(), name
+            else:
+                np.testing.assert_array_equal(w, v.astype(np.float16).astype(np.float32) if qtype == Q.F16 else v)
+    tol = {Q.Q8_0: 0.02, Q.F16: 1e-3, Q.F32: 1e-5}[qtype]
+    assert relative_error(model.forward(TOKENS)[0], hf_logits(hf_model, state, TOKENS)) < tol
+
+
+def test_a_file_without_output_ties_the_embedding(h, hf_model, tmp_path):
+    state = hf_state(hf_model)
+    state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    model = from_pretrained(write_gguf(tmp_path / "tied.gguf", state, Q.F32, tied=True), handle=h)
+    assert model.config.tie_word_embeddings
+    np.testing.assert_allclose(model.forward(TOKENS)[0], hf_logits(hf_model, state, TOKENS), rtol=1e-4, atol=1e-4)
+
+
+def test_generate_cli_takes_a_gguf_with_its_tokenizer_beside_it(h, hf_model, tmp_path, capsys):
+    path = write_gguf(tmp_path / "m.gguf", hf_state(hf_model), Q.Q4_0)
+    argv = ["generate", "--checkpoint", str(path), "--prompt", "The", "--max-new-tokens", "6", "--temperature", "0"]
+    assert cli.main(argv) != 0  # no tokenizer: the error says where one goes
+    err = capsys.readouterr().err
+    assert "--tokenizer: " in err and str(tmp_path / "tokenizer.json") in err
+    tokenizers.default().save(str(tmp_path))
+    assert cli.main(argv) == 0
+    tok = tokenizers.load(str(tmp_path), bos_id=CONFIG["bos_token_id"], eos_id=CONFIG["eos_token_id"])
+    new = list(from_pretrained(path, handle=h).generate(tok.encode("The", bos=True), 6, temperature=0))
+    new = new[:new.index(tok.eos_id)] if tok.eos_id in new else new  # generate stops at eos
+    assert capsys.readouterr().out == "The" + tok.decode(new) + "\n"
+
+
+@pytest.mark.parametrize("case,message", [
+    ("truncated", r"m\.gguf: not a readable GGUF file"),
+    ("not gguf", r"m\.gguf: not a readable GGUF file .*magic"),
+    ("arch", "general.architecture 'gpt2' is not supported"),
+    ("q4_1", "tensor model.layers.0.self_attn.q_proj.weight has type Q4_1, which is not supported"),
+    ("mixed", "mix types Q4_0, Q8_0"),
+])
+def test_bad_files_are_named_errors(h, hf_model, tmp_path, case, message):
+    state = hf_state(hf_model)
+    path = tmp_path / "m.gguf"
+    if case == "not gguf":
+        path.write_bytes(b"PK\x03\x04" + bytes(100))
+    elif case == "mixed":
+        write_gguf(path, state, Q.Q4_0)
+        mixed = tmp_path / "mixed.gguf"  # one layer's down_proj Q8_0
+        r = gguf.GGUFReader(str(path))
+        w = gguf.GGUFWriter(str(mixed), "llama")
+        for f in r.fields.values():
+            if not f.name.startswith("GGUF.") and f.name != "general.architecture":
+                w.add_key_value(f.name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+        for t in r.tensors:
+            if t.name == "blk.1.ffn_down.weight":
+                w.add_tensor(t.name, gguf.quants.quantize(state["model.layers.1.mlp.down_proj.weight"], Q.Q8_0),
+                             raw_dtype=Q.Q8_0)
+            else:
+                w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        path = mixed
+    else:
+        write_gguf(path, state, Q.Q4_1 if case == "q4_1" else Q.F32, arch="gpt2" if case == "arch" else "llama",
+                   truncate=1000 if case == "truncated" else 0)
+    before = h.memory_in_use()
+    with pytest.raises(FileFormatError, match=message):
+        from_pretrained(path, handle=h)
+    assert h.memory_in_use() == before
