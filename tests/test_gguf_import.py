@@ -137,7 +137,8 @@ def test_q4_0_loads_as_int4_with_ggml_weights(h, hf_model, tmp_path):
                                                                                               temperature=0))
 
 
-@pytest.mark.parametrize("qtype,bits", [(Q.Q8_0, 8), (Q.F16, None), (Q.F32, None)], ids=["q8_0", "f16", "f32"])
+@pytest.mark.parametrize("qtype,bits", [(Q.Q8_0, 8), (Q.F16, None), (Q.BF16, None), (Q.F32, None)],
+                         ids=["q8_0", "f16", "bf16", "f32"])
 def test_q8_0_and_float_files_match_transformers(h, hf_model, tmp_path, qtype, bits):
     state = hf_state(hf_model)
     path = write_gguf(tmp_path / "m.gguf", state, qtype, other_type=Q.Q8_0 if bits else qtype)
@@ -152,8 +153,8 @@ def test_q8_0_and_float_files_match_transformers(h, hf_model, tmp_path, qtype, b
                 step = np.abs(v).max(axis=1, keepdims=True) / 127
                 assert (np.abs(w - ggml_roundtrip(v, Q.Q8_0)) <= 0.5 * step + 1e-6).all(), name
             else:
-                np.testing.assert_array_equal(w, v.astype(np.float16).astype(np.float32) if qtype == Q.F16 else v)
-    tol = {Q.Q8_0: 0.02, Q.F16: 1e-3, Q.F32: 1e-5}[qtype]
+                np.testing.assert_array_equal(w, v if qtype == Q.F32 else ggml_roundtrip(v, qtype))
+    tol = {Q.Q8_0: 0.02, Q.F16: 1e-3, Q.BF16: 1e-2, Q.F32: 1e-5}[qtype]
     assert relative_error(model.forward(TOKENS)[0], hf_logits(hf_model, state, TOKENS)) < tol
 
 
@@ -217,3 +218,36 @@ def test_bad_files_are_named_errors(h, hf_model, tmp_path, case, message):
     with pytest.raises(FileFormatError, match=message):
         from_pretrained(path, handle=h)
     assert h.memory_in_use() == before
+
+
+def test_mutated_files_load_or_raise_named_errors(h, hf_model, tmp_path):
+    """bytes of the header, metadata and tensor table changed at random: a model or a DataflowError
+    naming the file, never another exception, and nothing left allocated"""
+    path = write_gguf(tmp_path / "m.gguf", hf_state(hf_model), Q.Q4_0)
+    good = path.read_bytes()
+    header = good.index(b"blk.1.ffn_norm.weight") + 40  # through the tensor table
+    rng = np.random.default_rng(0)
+    bad = tmp_path / "bad.gguf"
+    before = h.memory_in_use()
+    outcomes = set()
+    for _ in range(60):
+        data = bytearray(good)
+        for at in rng.integers(0, header, rng.integers(1, 4)):
+            data[at] = rng.integers(0, 256)
+        bad.write_bytes(bytes(data))
+        try:
+            from_pretrained(bad, handle=h).close()
+            outcomes.add("loaded")
+        except df.DataflowError as e:
+            assert str(bad) in str(e), e
+            outcomes.add(type(e).__name__)
+        assert h.memory_in_use() == before
+    assert "FileFormatError" in outcomes
+
+
+def test_a_q4_0_file_runs_as_a_bf16_model(h, hf_model, tmp_path):
+    state = hf_state(hf_model)
+    path = write_gguf(tmp_path / "m.gguf", state, Q.Q4_0)
+    fp32, bf16 = from_pretrained(path, handle=h), from_pretrained(path, handle=h, dtype="bf16")
+    assert bf16.dtype == "bf16" and bf16.config.quantization["bits"] == 4
+    assert relative_error(bf16.forward(TOKENS)[0], fp32.forward(TOKENS)[0]) < 0.02

@@ -175,6 +175,8 @@ def _tensor_values(gguf, tensor, path):
     except NotImplementedError:
         raise FileFormatError(f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}, which the gguf "
                               f"package cannot dequantize") from None
+    except ValueError as e:  # data that does not fit its type's blocks
+        raise FileFormatError(f"{path}: tensor {tensor.name} ({tensor.tensor_type.name}) is malformed: {e}") from None
 
 
 def load(path, handle, dtype="fp32", placement="auto"):
@@ -216,7 +218,10 @@ def load(path, handle, dtype="fp32", placement="auto"):
         if suffix in heads:
             values = _unpermute(values, heads[suffix])
         if qc and is_quantized_linear(name, qc):
-            state[name], state[name[:-len(".weight")] + ".scales"] = quantize_int8(values)
+            try:
+                state[name], state[name[:-len(".weight")] + ".scales"] = quantize_int8(values)
+            except BadArgumentError as e:  # NaN or Inf in the blocks
+                raise FileFormatError(f"{path}: tensor {t.name}: {e}") from None
         else:
             state[name] = values
     model.load_state_dict(state)
