@@ -47,10 +47,29 @@ def hf_state(model):
     return {k: v.float().numpy() for k, v in model.state_dict().items()}
 
 
-def write_gguf(path, state, linear_type, arch="llama", other_type=Q.F32, tied=False, truncate=0):
+def llama3_rope_freqs(c):
+    """convert_hf_to_gguf.py's rope_freqs for a llama3 rope_scaling: each frequency's divisor"""
+    rs, dim = c["rope_scaling"], c["hidden_size"] // c["num_attention_heads"]
+    freqs = c["rope_theta"] ** (-np.arange(0, dim, 2) / dim)
+    old, low, high = rs["original_max_position_embeddings"], rs["low_freq_factor"], rs["high_freq_factor"]
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * np.pi / freq
+        if wavelen < old / high:
+            factors.append(1.0)
+        elif wavelen > old / low:
+            factors.append(rs["factor"])
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / rs["factor"] + smooth))
+    return np.asarray(factors, np.float32)
+
+
+def write_gguf(path, state, linear_type, arch="llama", other_type=Q.F32, tied=False, truncate=0, config=CONFIG,
+               rope_freqs=None):
     """A GGUF of an HF Llama state as convert_hf_to_gguf.py writes it; linear_type for the layers'
     Linear weights, other_type for the embedding and output."""
-    c = CONFIG
+    c = config
     w = gguf.GGUFWriter(str(path), arch)
     w.add_context_length(c["max_position_embeddings"])
     w.add_embedding_length(c["hidden_size"])
@@ -70,6 +89,8 @@ def write_gguf(path, state, linear_type, arch="llama", other_type=Q.F32, tied=Fa
             w.add_tensor(name, value.astype(np.float16))
         else:
             w.add_tensor(name, gguf.quants.quantize(value, qtype), raw_dtype=qtype)
+    if c.get("rope_scaling"):
+        w.add_tensor("rope_freqs.weight", llama3_rope_freqs(c) if rope_freqs is None else rope_freqs)
     add("token_embd.weight", state["model.embed_tokens.weight"], other_type)
     add("output_norm.weight", state["model.norm.weight"], Q.F32)
     if not tied:
@@ -251,3 +272,25 @@ def test_a_q4_0_file_runs_as_a_bf16_model(h, hf_model, tmp_path):
     fp32, bf16 = from_pretrained(path, handle=h), from_pretrained(path, handle=h, dtype="bf16")
     assert bf16.dtype == "bf16" and bf16.config.quantization["bits"] == 4
     assert relative_error(bf16.forward(TOKENS)[0], fp32.forward(TOKENS)[0]) < 0.02
+
+
+def test_llama3_rope_scaling_comes_back_from_rope_freqs(h, tmp_path):
+    """Llama 3.1 files carry their rope scaling as llama.cpp's rope_freqs divisors"""
+    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 8.0,
+            "original_max_position_embeddings": 2048}  # two of the 8 frequencies in between
+    config = CONFIG | {"rope_scaling": rope}
+    torch.manual_seed(1)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
+    state = hf_state(model)
+    ours = from_pretrained(write_gguf(tmp_path / "m.gguf", state, Q.F32, config=config), handle=h)
+    got = ours.config.rope_scaling
+    assert got["factor"] == 8.0 and got["original_max_position_embeddings"] == 2048
+    np.testing.assert_allclose([got["low_freq_factor"], got["high_freq_factor"]], [1.0, 8.0], rtol=1e-5)
+    tokens = np.random.default_rng(2).integers(0, CONFIG["vocab_size"], 120)  # long enough for the scaling
+    logits = ours.forward(tokens)[0]
+    matched = relative_error(logits, hf_logits(model, state, tokens))
+    unscaled = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval()
+    assert matched < 1e-5 and relative_error(logits, hf_logits(unscaled, state, tokens)) > 20 * matched
+    scrambled = llama3_rope_freqs(config)[::-1].copy()
+    with pytest.raises(FileFormatError, match="rope_freqs.weight does not follow Llama 3's rope scaling"):
+        from_pretrained(write_gguf(tmp_path / "bad.gguf", state, Q.F32, config=config, rope_freqs=scrambled), handle=h)

@@ -3,7 +3,8 @@ package (llama.cpp's own reader; `pip install dataflow[gguf]`).
 
 What maps where:
   metadata  llama.* keys -> the Hugging Face config (context length, sizes, head counts, rope
-            freq base and linear scaling, rms eps); the vocabulary from token_embd's rows.
+            freq base and linear scaling, rms eps); the vocabulary from token_embd's rows;
+            Llama 3.1's rope scaling from the rope_freqs tensor (llama3_rope_scaling).
   tensors   token_embd / output_norm / output / blk.N.{attn_q,attn_k,attn_v,attn_output,ffn_gate,
             ffn_up,ffn_down,attn_norm,ffn_norm} -> HF names. llama.cpp's converter permutes the rows
             of attn_q / attn_k (LlamaModel.permute: each head's rotary halves interleaved, for its
@@ -28,6 +29,7 @@ from .errors import BadArgumentError, FileFormatError
 from .quantize import is_quantized_linear, pack_int4, quantization_config, quantize_int8
 
 ARCHITECTURE = "llama"
+ROPE_FREQS = "rope_freqs.weight"  # Llama 3.1's rope scaling as llama.cpp stores it (llama3_rope_scaling)
 Q4_0_BLOCK = 32  # elements per ggml Q4_0 / Q8_0 block
 
 # GGUF tensor name (after "blk.N.") -> HF name (after "model.layers.N.")
@@ -107,7 +109,10 @@ def hf_config(reader, path):
         "tie_word_embeddings": "output.weight" not in {t.name for t in reader.tensors},
     }
     scaling = _field(reader, "llama.rope.scaling.type", path, str, False)
-    if scaling not in (None, "none"):
+    freqs = {t.name: t for t in reader.tensors}.get(ROPE_FREQS)
+    if freqs is not None:
+        config["rope_scaling"] = llama3_rope_scaling(freqs, config, path)
+    elif scaling not in (None, "none"):
         if scaling != "linear":
             raise FileFormatError(f"{path}: llama.rope.scaling.type {scaling!r:.40} is not supported; supported: "
                                   f"none, linear")
@@ -120,6 +125,42 @@ def hf_config(reader, path):
     return config
 
 
+def llama3_rope_scaling(tensor, config, path):
+    """Llama 3.1's rope_scaling back from the rope_freqs tensor llama.cpp's converter writes in its
+    place: the divisor r of each frequency (1 for short wavelengths, `factor` for long ones, between
+    them 1 / ((1 - s) / factor + s) with s linear in 1 / wavelength). factor is the largest r; a
+    line through the in-between s gives the two wavelength bounds, which fix the low/high freq
+    factors up to the original context length's scale (taken as the low bound, as Meta's values
+    are). The result is checked by computing the frequencies the model will use."""
+    from .ops import rope_inv_freq
+    heads = config["num_attention_heads"]
+    head_dim = config["head_dim"] or (config["hidden_size"] // heads if heads > 0 else 0)
+    theta = config["rope_theta"]
+    if tuple(reversed(tensor.shape.tolist())) != (head_dim // 2,) or head_dim <= 0 or theta <= 0:
+        raise FileFormatError(f"{path}: tensor {ROPE_FREQS} has shape {tuple(reversed(tensor.shape.tolist()))}; "
+                              f"head_dim {head_dim} needs ({head_dim // 2},)")
+    r = _tensor_values(_gguf(), tensor, path).astype(np.float64)
+    if not np.isfinite(r).all() or (r < 1).any():
+        raise FileFormatError(f"{path}: tensor {ROPE_FREQS} must hold finite frequency divisors >= 1")
+    factor = float(r.max())
+    medium = (r > 1 + 1e-5) & (r < factor * (1 - 1e-5))
+    if medium.sum() < 2:
+        raise FileFormatError(f"{path}: tensor {ROPE_FREQS} has {medium.sum()} frequencies between the scaled and "
+                              f"unscaled ones; at least 2 are needed to recover Llama 3's rope scaling")
+    inv_wavelen = theta ** (-np.arange(0, head_dim, 2) / head_dim) / (2 * np.pi)
+    s = (1 / r[medium] - 1 / factor) / (1 - 1 / factor)
+    slope, intercept = np.polyfit(inv_wavelen[medium], s, 1)  # s = (1/wl - 1/low) / (1/high - 1/low)
+    low = -slope / intercept if intercept < 0 and slope > 0 else 0.0
+    high = 1 / (1 / low + 1 / slope) if low > 0 else 0.0
+    old = int(round(low))
+    scaling = {"rope_type": "llama3", "factor": factor, "original_max_position_embeddings": old,
+               "low_freq_factor": old / low if low else 0.0, "high_freq_factor": old / high if high else 0.0}
+    if old < 1 or not np.allclose(rope_inv_freq(head_dim, theta) / rope_inv_freq(head_dim, theta, scaling), r,
+                                  rtol=1e-4):
+        raise FileFormatError(f"{path}: tensor {ROPE_FREQS} does not follow Llama 3's rope scaling")
+    return scaling
+
+
 def _hf_name(name, layers, path):
     if name in GLOBAL_TENSORS:
         return GLOBAL_TENSORS[name]
@@ -127,9 +168,6 @@ def _hf_name(name, layers, path):
     if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) < layers \
             and parts[2] in LAYER_TENSORS:
         return f"model.layers.{int(parts[1])}.{LAYER_TENSORS[parts[2]]}"
-    if name == "rope_freqs.weight":
-        raise FileFormatError(f"{path}: tensor rope_freqs.weight (Llama 3.1's rope frequency factors) is not "
-                              f"supported")
     raise FileFormatError(f"{path}: tensor {name!r:.80} is not a llama tensor this importer knows")
 
 
@@ -190,6 +228,8 @@ def load(path, handle, dtype="fp32", placement="auto"):
     layers = config["num_hidden_layers"]
     tensors, types = {}, {}
     for t in reader.tensors:
+        if t.name == ROPE_FREQS:  # in config's rope_scaling (hf_config)
+            continue
         name = _hf_name(t.name, layers, path)
         tensors[name], types[name] = t, t.tensor_type
     expected = parameter_shapes(config)
