@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from . import __version__, atomic, checkpoint, distributed, dtypes, model_specs, ops, ring, ring_timeline
+from . import __version__, atomic, checkpoint, distributed, dtypes, gguf_import, model_specs, ops, ring, ring_timeline
 from . import tokenizer as tokenizers
 from . import build_info
 from .errors import BadArgumentError, DataflowError, FileFormatError
@@ -103,11 +103,9 @@ def demo(args):
 def _load_for_generation(args, handle):
     """(model, tokenizer, bos): from a dataflow checkpoint (trained without bos: prompts get none), a
     Hugging Face model directory or a llama.cpp .gguf file (prompts start with bos, as such models
-    were trained); config, files
-    and memory are checked before the model is allocated."""
+    were trained); config, files and memory are checked before the model is allocated."""
     path = args.checkpoint
-    if os.path.isfile(path):  # a llama.cpp .gguf: its tokenizer.json lies beside it (or --tokenizer)
-        from . import gguf_import
+    if gguf_import.is_gguf(path):  # a llama.cpp .gguf: its tokenizer.json lies beside it (or --tokenizer)
         config = gguf_import.hf_config(gguf_import.read(path), path)
         beside = os.path.join(os.path.dirname(os.path.abspath(path)), tokenizers.TOKENIZER_NAME)
         if not args.tokenizer and not os.path.isfile(beside):
