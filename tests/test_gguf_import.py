@@ -294,3 +294,19 @@ def test_llama3_rope_scaling_comes_back_from_rope_freqs(h, tmp_path):
     scrambled = llama3_rope_freqs(config)[::-1].copy()
     with pytest.raises(FileFormatError, match="rope_freqs.weight does not follow Llama 3's rope scaling"):
         from_pretrained(write_gguf(tmp_path / "bad.gguf", state, Q.F32, config=config, rope_freqs=scrambled), handle=h)
+
+
+def test_import_gguf_writes_a_directory_that_loads_as_the_file(h, hf_model, tmp_path, capsys):
+    path = write_gguf(tmp_path / "m.gguf", hf_state(hf_model), Q.Q4_0)
+    tokenizers.default().save(str(tmp_path))
+    out = tmp_path / "imported"
+    assert cli.main(["import-gguf", str(path), str(out)]) == 0
+    assert "int4" in capsys.readouterr().out and (out / "tokenizer.json").exists()
+    direct, imported = from_pretrained(path, handle=h), from_pretrained(out, handle=h)
+    assert imported.config.quantization == qz.quantization_config(4, 32, False)
+    np.testing.assert_array_equal(imported.forward(TOKENS), direct.forward(TOKENS))
+    assert cli.main(["import-gguf", str(path), str(out)]) == 2  # exists: --overwrite replaces it
+    assert "OUT_DIR: " in capsys.readouterr().err
+    assert cli.main(["import-gguf", str(tmp_path / "tokenizer.json"), str(tmp_path / "x")]) == 2
+    assert "FILE: " in capsys.readouterr().err and not (tmp_path / "x").exists()
+    assert cli.main(["import-gguf", str(path), str(out), "--overwrite"]) == 0

@@ -3,6 +3,7 @@
 dataflow train      train a small Llama (default: on the embedded corpus); checkpoint + loss plot
 dataflow generate   stream text sampled from a checkpoint or a Hugging Face model directory
 dataflow quantize   a model's linear weights to int8 / int4, into a directory that generate and from_pretrained load
+dataflow import-gguf  a llama.cpp .gguf file as such a directory (generate and from_pretrained also read it as is)
 dataflow plan       how training a model would be placed under device/host capacities, and its predicted speed
 dataflow demo       a matmul and a custom native op on the host backend, timed next to numpy
 
@@ -400,6 +401,18 @@ def _add_quantize(sub):
     p.set_defaults(run=quantize_command)
 
 
+def _add_import_gguf(sub):
+    from .import_gguf import import_gguf_command
+    p = sub.add_parser("import-gguf", help="a llama.cpp .gguf file as a model directory",
+                       description="Write a llama.cpp GGUF file (Q4_0, Q8_0, F16, BF16, F32 layers) as the directory "
+                                   "`dataflow quantize` writes: Q4_0 as int4 in groups of 32 (the same weights), "
+                                   "Q8_0 as int8 per channel; the tokenizer.json beside FILE is copied.")
+    p.add_argument("file", metavar="FILE", help="a llama-architecture .gguf file")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="the directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    p.set_defaults(run=import_gguf_command)
+
+
 def _add_generate(sub):
     p = sub.add_parser("generate", help="stream text sampled from a checkpoint or an HF model directory",
                        description="Sample a continuation of --prompt, printing tokens as they come.")
@@ -468,6 +481,7 @@ def build_parser():
     _add_train(sub)
     _add_generate(sub)
     _add_quantize(sub)
+    _add_import_gguf(sub)
     _add_plan(sub)
     p = sub.add_parser("demo", help="a matmul and a custom native op on the host backend, timed",
                        description="Times a square matmul (fp32, bf16) next to numpy and runs a custom C op.")

@@ -217,12 +217,10 @@ def _tensor_values(gguf, tensor, path):
         raise FileFormatError(f"{path}: tensor {tensor.name} ({tensor.tensor_type.name}) is malformed: {e}") from None
 
 
-def load(path, handle, dtype="fp32", placement="auto"):
-    """A Llama on `handle` from a llama-architecture GGUF file (see the module docstring). The
-    metadata and every tensor's name, shape and type are checked against the config before
-    the model is allocated."""
-    from .pretrained import check_memory, model_from_config, parameter_shapes, validate_config
-    gguf = _gguf()
+def checked_model(path):
+    """(validated HF config with its quantization_config, {HF name: ReaderTensor}) of a GGUF file:
+    the metadata and every tensor's name, shape and type checked; no tensor data read yet."""
+    from .pretrained import parameter_shapes, validate_config
     reader = read(path)
     config = validate_config(hf_config(reader, path), path)
     layers = config["num_hidden_layers"]
@@ -239,12 +237,17 @@ def load(path, handle, dtype="fp32", placement="auto"):
     if problems:
         raise FileFormatError(f"{path}: the tensors do not match the metadata ({len(problems)} problems):\n  "
                               + "\n  ".join(problems))
-    qc = _quantization(tensors, {n: types[n] for n in tensors}, path)
+    qc = _quantization(tensors, types, path)
     if qc:
         config["quantization_config"] = qc
-    if placement == "device" or qc:
-        check_memory(handle, config, dtype, path)
-    model = model_from_config(config, handle, dtype, where=path, placement=placement)
+    return config, tensors
+
+
+def state_dict(config, tensors, path):
+    """The model's {HF name: numpy} (a quantized model's codes and scales as dataflow.quantize
+    lays them out) from checked_model's tensors."""
+    gguf = _gguf()
+    qc = config.get("quantization_config")
     heads = {"self_attn.q_proj.weight": config["num_attention_heads"],
              "self_attn.k_proj.weight": config["num_key_value_heads"]}
     state = {}
@@ -264,7 +267,18 @@ def load(path, handle, dtype="fp32", placement="auto"):
                 raise FileFormatError(f"{path}: tensor {t.name}: {e}") from None
         else:
             state[name] = values
-    model.load_state_dict(state)
+    return state
+
+
+def load(path, handle, dtype="fp32", placement="auto"):
+    """A Llama on `handle` from a llama-architecture GGUF file (see the module docstring), checked
+    (checked_model) before the model is allocated."""
+    from .pretrained import check_memory, model_from_config
+    config, tensors = checked_model(path)
+    if placement == "device" or config.get("quantization_config"):
+        check_memory(handle, config, dtype, path)
+    model = model_from_config(config, handle, dtype, where=path, placement=placement)
+    model.load_state_dict(state_dict(config, tensors, path))
     return model
 
 
