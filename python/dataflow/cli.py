@@ -4,6 +4,7 @@ dataflow train      train a small Llama (default: on the embedded corpus); check
 dataflow generate   stream text sampled from a checkpoint or a Hugging Face model directory
 dataflow quantize   a model's linear weights to int8 / int4, into a directory that generate and from_pretrained load
 dataflow serve      an OpenAI-compatible HTTP server (completions, chat, streaming) over a model
+dataflow import-gguf  a llama.cpp .gguf file as such a directory (generate and from_pretrained also read it as is)
 dataflow plan       how training a model would be placed under device/host capacities, and its predicted speed
 dataflow demo       a matmul and a custom native op on the host backend, timed next to numpy
 
@@ -23,7 +24,7 @@ import time
 
 import numpy as np
 
-from . import __version__, atomic, checkpoint, distributed, dtypes, model_specs, ops, ring, ring_timeline
+from . import __version__, atomic, checkpoint, distributed, dtypes, gguf_import, model_specs, ops, ring, ring_timeline
 from . import tokenizer as tokenizers
 from . import build_info
 from .errors import BadArgumentError, DataflowError, FileFormatError
@@ -103,12 +104,21 @@ def demo(args):
 
 
 def _load_for_generation(args, handle, flag="--checkpoint"):
-    """(model, tokenizer, bos): from a dataflow checkpoint (trained without bos: prompts get none) or a
-    Hugging Face model directory (prompts start with bos, as such models were trained); config, files
-    and memory are checked before the model is allocated."""
+    """(model, tokenizer, bos): from a dataflow checkpoint (trained without bos: prompts get none), a
+    Hugging Face model directory or a llama.cpp .gguf file (prompts start with bos, as such models
+    were trained); config, files and memory are checked before the model is allocated."""
     path = args.checkpoint
+    if gguf_import.is_gguf(path):  # a llama.cpp .gguf: its tokenizer.json lies beside it (or --tokenizer)
+        config = gguf_import.hf_config(gguf_import.read(path), path)
+        beside = os.path.join(os.path.dirname(os.path.abspath(path)), tokenizers.TOKENIZER_NAME)
+        if not args.tokenizer and not os.path.isfile(beside):
+            raise BadArgumentError(f"--tokenizer: {path}'s embedded tokenizer is not converted; put a "
+                                   f"{tokenizers.TOKENIZER_NAME} beside it ({beside}) or pass --tokenizer")
+        tokenizer = tokenizers.load(args.tokenizer or beside,
+                                    bos_id=config.get("bos_token_id"), eos_id=config.get("eos_token_id"))
+        return from_pretrained(path, handle, args.dtype or "fp32"), tokenizer, args.bos
     found = atomic.readable_directory(os.path.abspath(path))  # or what a save killed mid-swap left
-    expected = "a checkpoint (e.g. dataflow-train/checkpoint) or a Hugging Face model directory"
+    expected = "a checkpoint (e.g. dataflow-train/checkpoint), a Hugging Face model directory or a .gguf file"
     if not os.path.exists(found):
         raise BadArgumentError(f"{flag}: {path} does not exist; expected {expected}")
     if not os.path.isdir(found):
@@ -393,12 +403,25 @@ def _add_quantize(sub):
     p.set_defaults(run=quantize_command)
 
 
+def _add_import_gguf(sub):
+    from .import_gguf import import_gguf_command
+    p = sub.add_parser("import-gguf", help="a llama.cpp .gguf file as a model directory",
+                       description="Write a llama.cpp GGUF file (Q4_0, Q8_0, F16, BF16, F32 layers) as the directory "
+                                   "`dataflow quantize` writes: Q4_0 as int4 in groups of 32 (the same weights), "
+                                   "Q8_0 as int8 per channel; the tokenizer.json beside FILE is copied.")
+    p.add_argument("file", metavar="FILE", help="a llama-architecture .gguf file")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="the directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    p.set_defaults(run=import_gguf_command)
+
+
 def _add_generate(sub):
     p = sub.add_parser("generate", help="stream text sampled from a checkpoint or an HF model directory",
                        description="Sample a continuation of --prompt, printing tokens as they come.")
     p.add_argument("--checkpoint", required=True, metavar="DIR",
-                   help="a checkpoint of `dataflow train` (e.g. dataflow-train/checkpoint) or an HF model directory "
-                        "(config.json, *.safetensors, tokenizer.json)")
+                   help="a checkpoint of `dataflow train` (e.g. dataflow-train/checkpoint), an HF model directory "
+                        "(config.json, *.safetensors, tokenizer.json) or a llama.cpp .gguf file (Q4_0, Q8_0, F16, "
+                        "F32; with a tokenizer.json beside it or --tokenizer)")
     p.add_argument("--prompt", default="The", help="text to continue (default 'The'; end it without a space: "
                                                    "BPE tokens carry their leading space)")
     p.add_argument("--max-new-tokens", dest="max_new_tokens", type=_integer(1), default=200, metavar="N",
@@ -499,6 +522,7 @@ def build_parser():
     _add_train(sub)
     _add_generate(sub)
     _add_quantize(sub)
+    _add_import_gguf(sub)
     _add_plan(sub)
     _add_serve(sub)
     p = sub.add_parser("demo", help="a matmul and a custom native op on the host backend, timed",

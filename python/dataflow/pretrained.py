@@ -272,12 +272,16 @@ def model_from_config(config, handle, dtype="fp32", seed=None, where=CONFIG_NAME
 
 
 def from_pretrained(path, handle, dtype="fp32", placement="auto"):
-    """A Llama on `handle` from an HF model directory (config.json + single or sharded safetensors),
+    """A Llama on `handle` from an HF model directory (config.json + single or sharded safetensors)
+    or a llama.cpp .gguf file (dataflow.gguf_import),
     the family by config.json's model_type (FAMILIES; any other is an error naming it).
     The config, the files' headers against it, and the model's memory against the handle (placement
     "device") or the host (a model that does not fit the device: see Llama's placement) are all
     checked before anything is allocated."""
     path = os.fspath(path)
+    if os.path.isfile(path):  # a llama.cpp GGUF file (anything else: a FileFormatError naming it)
+        from . import gguf_import
+        return gguf_import.load(path, handle, dtype, placement)
     config = read_config(path)
     weights = check_weights(st.read_directory(path), parameter_shapes(config), config["tie_word_embeddings"], path,
                             config.get("quantization_config"))

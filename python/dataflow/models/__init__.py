@@ -31,7 +31,8 @@ from .trainer import Trainer
 
 
 def from_pretrained(path, handle=None, dtype="fp32", placement="auto"):
-    """The model of a Hugging Face directory (config.json + safetensors), its family chosen by
+    """The model of a Hugging Face directory (config.json + safetensors) or a llama.cpp .gguf
+    file (dataflow.gguf_import), its family chosen by
     config.json's model_type (llama, qwen2, qwen3; any other is a FileFormatError naming it and
     the supported ones); handle None: a new host handle. See dataflow.pretrained."""
     return Llama.from_pretrained(path, handle, dtype, placement)
