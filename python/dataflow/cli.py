@@ -4,7 +4,7 @@ dataflow train      train a small Llama (default: on the embedded corpus); check
 dataflow generate   stream text sampled from a checkpoint or a Hugging Face model directory
 dataflow quantize   a model's linear weights to int8 / int4, into a directory that generate and from_pretrained load
 dataflow serve      an OpenAI-compatible HTTP server (completions, chat, streaming) over a model
-dataflow import-gguf  a llama.cpp .gguf file as such a directory (generate and from_pretrained also read it as is)
+dataflow import-gguf  a llama.cpp .gguf file as a model directory (generate, serve, from_pretrained also read the file)
 dataflow plan       how training a model would be placed under device/host capacities, and its predicted speed
 dataflow demo       a matmul and a custom native op on the host backend, timed next to numpy
 
