@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import dataflow as df
-from dataflow.batch_engine import BatchEngine
+from dataflow.models.batch_engine import BatchEngine
 from train import QUICK, REFERENCE
 
 

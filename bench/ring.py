@@ -150,7 +150,7 @@ def main():
     df = import_dataflow()
     from dataflow._ffi import ffi
     from dataflow.models.batch import PackedBatch
-    from dataflow.ring_executor import RingExecutor
+    from dataflow.training.executor import RingExecutor
 
     cfg, (rows, seq) = MODEL, QUICK_BATCH if args.quick else BATCH
     tokens_per_step = rows * seq

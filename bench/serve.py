@@ -22,8 +22,8 @@ import time
 import numpy as np
 
 import dataflow as df
-from dataflow import tokenizer as tokenizers
-from dataflow.batch_engine import BatchEngine
+from dataflow.io import tokenizer as tokenizers
+from dataflow.models.batch_engine import BatchEngine
 from train import QUICK, REFERENCE
 
 

@@ -16,7 +16,7 @@ import tempfile
 import numpy as np
 
 import dataflow as df
-from dataflow import tokenizer as tokenizers
+from dataflow.io import tokenizer as tokenizers
 
 
 def load_and_predict(directory, h):

@@ -11,8 +11,8 @@ import argparse
 import numpy as np
 
 import dataflow as df
-from dataflow import tokenizer as tokenizers
-from dataflow.corpus import Batches, read_text, split
+from dataflow.io import tokenizer as tokenizers
+from dataflow.cli.corpus import Batches, read_text, split
 
 
 def main():

@@ -9,8 +9,8 @@ import types
 import numpy as np
 
 import dataflow
-from dataflow import cli
-from dataflow import train as train_module
+from dataflow.cli import main as cli
+from dataflow.cli import train as train_module
 
 SMALL = ["--batch", "2", "--seq-len", "16", "--tokenizer", "bytes"]  # a new run; bytes keep the bigram table small
 MICRO = '{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, ' \

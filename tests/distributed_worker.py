@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 import dataflow as df
-from dataflow import checkpoint
+from dataflow.io import checkpoint
 from dataflow.models import Llama, LlamaConfig
 
 CONFIG = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,

@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from dataflow import atomic, checkpoint
+from dataflow.io import atomic, checkpoint
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o077])

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow.batch_engine import BatchEngine, generate_batch
-from dataflow.sampling import SamplingParams
+from dataflow.models.batch_engine import BatchEngine, generate_batch
+from dataflow.models.sampling import SamplingParams
 from test_llama import CONFIGS, hf_model
 from test_llama_generate import prompt_for, sharp_model
 from conftest import handle_fixture

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dataflow import build_info, cli
+from dataflow import build_info
+from dataflow.cli import main as cli
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from dataflow import FileFormatError, checkpoint
+from dataflow import FileFormatError
+from dataflow.io import checkpoint
 
 RNG = np.random.default_rng(0)
 MODEL = {"model.embed_tokens.weight": RNG.standard_normal((11, 4)).astype(np.float32),

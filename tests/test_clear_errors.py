@@ -46,7 +46,7 @@ def test_nul_in_other_names_handed_to_c(call, message):
 
 def test_a_batch_past_the_c_size_range_is_an_error_not_a_fit():
     model = df.models.Llama(df.Handle("host", device_memory="16MiB"), CFG)
-    from dataflow import ring_training
+    from dataflow.training import ring_training
     with pytest.raises(df.BadArgumentError, match="beyond what the C library sizes"):
         ring_training.resident_training_bytes(model, 2**31 + 1)
 
@@ -76,7 +76,7 @@ def test_a_collective_root_c_cannot_hold_is_a_bad_argument():
 
 @pytest.mark.parametrize("kind", ["byte", "hf"])
 def test_text_that_is_not_valid_utf8_is_a_bad_argument(kind):
-    from dataflow import tokenizer
+    from dataflow.io import tokenizer
     tok = tokenizer.ByteTokenizer() if kind == "byte" else tokenizer.default()
     with pytest.raises(df.BadArgumentError, match="not valid UTF-8 at character 2"):
         tok.encode("ab\udcffc")  # what a command line's undecodable bytes become
@@ -84,7 +84,7 @@ def test_text_that_is_not_valid_utf8_is_a_bad_argument(kind):
 
 def test_a_tokenizer_whose_unk_token_is_missing_names_the_file():
     tokenizers = pytest.importorskip("tokenizers")
-    from dataflow import tokenizer
+    from dataflow.io import tokenizer
     raw = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "b": 1}, unk_token="<unk>")).to_str()
     tok = tokenizer.HFTokenizer.from_str(raw, "tok.json")
     with pytest.raises(df.FileFormatError, match="tok.json: the tokenizer cannot encode this text: .*UNK"):
@@ -153,7 +153,7 @@ def test_a_second_trainer_on_a_model_the_ring_trains():
 ])
 def test_calibrate_arguments(h, kwargs, message):
     with pytest.raises(df.BadArgumentError, match=f"calibrate: {message}"):
-        df.ring.calibrate(h, **kwargs)
+        df.training.calibrate(h, **kwargs)
 
 
 @pytest.mark.parametrize("call", ["matmul", "record", "sync", "set_mem", "from_numpy"])

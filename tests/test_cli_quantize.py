@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import checkpoint, quantize as qz
-from dataflow import safetensors_io as st
-from dataflow import tokenizer as tokenizers
+from dataflow.io import checkpoint
+from dataflow import quantize as qz
+from dataflow.io import safetensors as st
+from dataflow.io import tokenizer as tokenizers
 from dataflow.models import Llama, from_pretrained
 from cli_helpers import run_cli
 

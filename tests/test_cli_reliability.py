@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import checkpoint, cli
+from dataflow.io import checkpoint
+from dataflow.cli import main as cli
 from dataflow import trace as traces
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -99,7 +100,7 @@ def test_overwrite_never_replaces_a_fifo(tmp_path, capsys):
 
 
 def test_the_atomic_writer_replaces_regular_files_only(tmp_path):
-    from dataflow import atomic
+    from dataflow.io import atomic
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="not a regular file"):

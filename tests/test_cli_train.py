@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 import dataflow
-from dataflow import checkpoint, cli
-from dataflow import safetensors_io as st
-from dataflow import tokenizer as tokenizers
-from dataflow import train as train_module
+from dataflow.io import checkpoint
+from dataflow.cli import main as cli
+from dataflow.io import safetensors as st
+from dataflow.io import tokenizer as tokenizers
+from dataflow.cli import train as train_module
 from cli_helpers import MICRO, SMALL, PlainSGD, dataflow_subprocess, install_stand_in, run_cli, subprocess_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -392,7 +393,7 @@ def test_hf_directories_train_from_and_generate_with_their_own_tokenizer(tmp_pat
     `train --init` starts from its weights and tokenizer, `generate --checkpoint DIR` samples from it
     with its tokenizer.json."""
     models = pytest.importorskip("dataflow.models")
-    from dataflow import tokenizer as tokenizers
+    from dataflow.io import tokenizer as tokenizers
     text = tmp_path / "text.txt"
     text.write_text("Return the value of the function. " * 200)
     hf = tmp_path / "hf"

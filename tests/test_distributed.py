@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import checkpoint
+from dataflow.io import checkpoint
 from dataflow.models import Llama, LlamaConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))

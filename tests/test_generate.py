@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dataflow import BadArgumentError
-from dataflow.generate import generate, sample_next
+from dataflow.models.generate import generate, sample_next
 
 LOGITS = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
 
@@ -59,7 +59,7 @@ def test_generate_is_seeded_windowed_and_stops():
 
 def test_stream_over_the_kv_cache_matches_llama_generate(h):
     models = pytest.importorskip("dataflow.models")
-    from dataflow.generate import stream
+    from dataflow.models.generate import stream
     config = models.LlamaConfig.from_dict({"model_type": "llama", "vocab_size": 53, "hidden_size": 32,
                                            "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
                                            "num_key_value_heads": 2, "max_position_embeddings": 64})
@@ -78,6 +78,6 @@ def test_stream_over_the_kv_cache_matches_llama_generate(h):
 
 
 def test_stream_samples_only_below_vocab_size():
-    from dataflow.generate import stream
+    from dataflow.models.generate import stream
     got = list(stream(FixedLogits(), [0], max_new_tokens=300, temperature=1.0, seed=0, vocab_size=2))
     assert set(got) == {0, 1}  # token 2 and 3 (25% of the mass) never appear

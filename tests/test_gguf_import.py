@@ -1,4 +1,4 @@
-"""Importing llama.cpp GGUF files (dataflow.gguf_import): files written here as llama.cpp's
+"""Importing llama.cpp GGUF files (dataflow.io.gguf): files written here as llama.cpp's
 converter writes them (gguf.GGUFWriter, q/k rows permuted by LlamaModel.permute, blocks from
 gguf.quants.quantize) from a random Hugging Face Llama. Q4_0 loads as int4 with the very weights
 ggml dequantizes to; every import matches transformers in fp32 within its quantization's error;
@@ -13,8 +13,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import dataflow as df  # noqa: E402
-from dataflow import cli, quantize as qz  # noqa: E402
-from dataflow import tokenizer as tokenizers  # noqa: E402
+from dataflow.cli import main as cli  # noqa: E402
+from dataflow import quantize as qz  # noqa: E402
+from dataflow.io import tokenizer as tokenizers  # noqa: E402
 from dataflow.errors import FileFormatError  # noqa: E402
 from dataflow.models import from_pretrained  # noqa: E402
 

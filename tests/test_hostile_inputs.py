@@ -1,6 +1,6 @@
 """Hostile inputs end in an error naming what to fix, never a hang, a runaway allocation or a
 stray Python exception: files named on the command line go through the one safe reader
-(dataflow.file_checks: regular files only, size- and nesting-capped JSON), every model config
+(dataflow.io.file_checks: regular files only, size- and nesting-capped JSON), every model config
 (config.json, Llama(h, dict), ring.plan(dict), a LlamaConfig) through the one validator with the
 layer bound checked before anything is sized from it, sizes through the one exact parser. The
 hang and allocation cases run in a subprocess under a timeout and a memory limit
@@ -11,7 +11,7 @@ import os
 import pytest
 
 import dataflow as df
-from dataflow import cli
+from dataflow.cli import main as cli
 from dataflow.handle import parse_bytes
 from isolated import assert_clean_error, run_isolated
 

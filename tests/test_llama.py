@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow.models import Llama, LlamaConfig, Trainer
+from dataflow.models import Llama, LlamaConfig
+from dataflow.training import Trainer
 from tolerances import LLAMA_TOLERANCES, TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 from conftest import handle_fixture
 

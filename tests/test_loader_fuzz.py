@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import FileFormatError, checkpoint, pretrained
-from dataflow import safetensors_io as st
+from dataflow import FileFormatError
+from dataflow.io import checkpoint, pretrained
+from dataflow.io import safetensors as st
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 torch = pytest.importorskip("torch")
@@ -302,7 +303,7 @@ def test_training_checkpoint_mutations(tmp_path):
     structurally and byte by byte, and the data files (their hashes). Every mutation loads and
     restores cleanly or raises FileFormatError naming the file."""
     pytest.importorskip("dataflow.models")
-    from dataflow import train as train_module
+    from dataflow.cli import train as train_module
     cfg = {"vocab_size": 16, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
            "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 8}
     path = tmp_path / "ckpt"

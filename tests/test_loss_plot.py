@@ -3,7 +3,7 @@ training curves and the validation points, saved as a PNG (read back with Pillow
 import numpy as np
 import pytest
 
-from dataflow import loss_plot
+from dataflow.cli import loss_plot
 
 Image = pytest.importorskip("PIL.Image")
 

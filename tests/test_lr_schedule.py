@@ -1,8 +1,8 @@
-"""dataflow.lr_schedule against PyTorch's schedulers (the oracle): LinearLR for the warmup, then
+"""dataflow.training.lr_schedule against PyTorch's schedulers (the oracle): LinearLR for the warmup, then
 CosineAnnealingLR down to the floor, as torch.optim.lr_scheduler.SequentialLR chains them."""
 import pytest
 
-from dataflow.lr_schedule import FLOOR, lr_at, warmup_steps
+from dataflow.training.lr_schedule import FLOOR, lr_at, warmup_steps
 
 
 @pytest.mark.parametrize("horizon", [2, 5, 20, 40, 800])

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import checkpoint, dtypes
-from dataflow.models import Llama, LlamaConfig, Trainer
+from dataflow.io import checkpoint
+from dataflow import dtypes
+from dataflow.models import Llama, LlamaConfig
+from dataflow.training import Trainer
 from conftest import handle_fixture
 from test_llama import CONFIGS, hf_model, tokens_for
 from tolerances import ADAMW_TOLERANCES, LLAMA_TOLERANCES

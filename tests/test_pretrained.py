@@ -6,8 +6,9 @@ import types
 import numpy as np
 import pytest
 
-from dataflow import FileFormatError, pretrained
-from dataflow import safetensors_io as st
+from dataflow import FileFormatError
+from dataflow.io import pretrained
+from dataflow.io import safetensors as st
 
 TINY = {"model_type": "llama", "vocab_size": 67, "hidden_size": 48, "intermediate_size": 72,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,

@@ -1,7 +1,7 @@
 """The progress line: labelled figures, and a validation loss from an earlier step said to be one."""
 import io
 
-from dataflow.progress import Progress
+from dataflow.cli.progress import Progress
 
 
 def test_progress_line_labels_memory_and_dates_an_old_validation():

@@ -7,8 +7,9 @@ import math
 import pytest
 
 import dataflow as df
-from dataflow import corpus, quantize as qz
-from dataflow import tokenizer as tokenizers
+from dataflow.cli import corpus
+from dataflow import quantize as qz
+from dataflow.io import tokenizer as tokenizers
 from dataflow.models import Llama
 
 pytestmark = pytest.mark.slow  # trains a model for ~20 s

@@ -305,8 +305,8 @@ def test_ring_training_equals_all_resident(change, seq, rows, kv_context):
 def test_presets_are_the_published_models(preset):
     """The plan presets hold the published configs: transformers builds the same parameters (on
     the meta device), and the planner places them (24 GiB device, 128 GiB host, 4k sequences)."""
-    from dataflow import pretrained
-    config = df.model_specs.PRESETS[preset]
+    from dataflow.io import pretrained
+    config = df.models.presets.PRESETS[preset]
     with torch.device("meta"):
         ref = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
     assert type(ref).__name__ == HF_CLASSES[config["model_type"]]

@@ -24,8 +24,9 @@ import sys
 import pytest
 
 import dataflow
-from dataflow import build_info, checkpoint
-from dataflow.corpus import EMBEDDED
+from dataflow import build_info
+from dataflow.io import checkpoint
+from dataflow.cli.corpus import EMBEDDED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")

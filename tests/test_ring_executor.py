@@ -15,7 +15,7 @@ from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
 from dataflow.models.host_blocks import Layout
-from dataflow.ring_executor import RingExecutor
+from dataflow.training.executor import RingExecutor
 from tolerances import TOLERANCES
 
 CFG = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,

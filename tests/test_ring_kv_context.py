@@ -17,7 +17,7 @@ from dataflow._ffi import ffi, modelslib
 from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
-from dataflow.ring_executor import RingExecutor
+from dataflow.training.executor import RingExecutor
 from dataflow.models.host_blocks import Layout
 from test_ring_executor import as_float, block_bytes
 from tolerances import TOLERANCES, TRAINED_WEIGHTS_RTOL, assert_trained_weights_close

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import cli, ring, ring_timeline
+from dataflow.cli import main as cli, plan_timeline as ring_timeline
+from dataflow import ring
+from dataflow.training.calibrate import calibrate
 
 GIB = 1 << 30
 TINY = {"vocab_size": 500, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 3,
@@ -79,7 +81,7 @@ def test_master_weights_need_bf16():
 def test_calibrate_measures_the_handle():
     h = df.Handle("host", streams=2, threads=1, transfer_bandwidth="100MB")
     try:
-        prof = ring.calibrate(h, size=256, tokens=256, transfer_bytes=8 << 20, repeats=2)
+        prof = calibrate(h, size=256, tokens=256, transfer_bytes=8 << 20, repeats=2)
     finally:
         h.close()
     assert prof.name == "host" and "measured" in prof.source
@@ -96,9 +98,10 @@ def test_calibrate_measures_the_handle():
 def test_fit_rates_recovers_the_scale_and_falloff(true_s, true_half):
     # layer times made by the planner's own formula from a known scale and falloff, at a
     # short-sequence chunk and a many-sequence one: the fit must give them back
-    from dataflow.ring import _fit_rates, _ring_model
+    from dataflow.training.calibrate import _fit_rates
+    from dataflow.ring import blocked_ring_model
     base = ring.Profile.named("a100-sxm")
-    _, blocks = _ring_model(ring._llama_config(TINY), "bf16")
+    _, blocks = blocked_ring_model(ring.model_config(TINY), "bf16")
     layer, S = blocks[1], 64
     R = base.peak_flops_bf16 * base.matmul_fraction
 
@@ -119,8 +122,9 @@ def test_fit_rates_recovers_the_scale_and_falloff(true_s, true_half):
 
 def test_fit_rates_without_a_visible_fixed_cost_uses_the_large_chunk():
     # measured times growing faster than the model (noise): no negative falloff, the 4 x chunk's rate
-    from dataflow.ring import _fit_rates, _ring_model
-    _, blocks = _ring_model(ring._llama_config(TINY), "bf16")
+    from dataflow.training.calibrate import _fit_rates
+    from dataflow.ring import blocked_ring_model
+    _, blocks = blocked_ring_model(ring.model_config(TINY), "bf16")
     fitted = ring.Profile.named("a100-sxm")
     s, half = _fit_rates(fitted._c, blocks[1], "bf16", [(64, 64, 1e-6), (256, 64, 1e-3)])
     assert half == 0 and 0 < s < 1
@@ -128,7 +132,7 @@ def test_fit_rates_without_a_visible_fixed_cost_uses_the_large_chunk():
 
 def test_layer_seconds_rejects_bad_arguments():
     from dataflow._ffi import ffi, ringlib
-    _, blocks = ring._ring_model(ring._llama_config(TINY), "bf16")
+    _, blocks = ring.blocked_ring_model(ring.model_config(TINY), "bf16")
     prof, out = ring.Profile.named("a100-sxm"), ffi.new("double *")
     layer = ffi.addressof(blocks, 1)
     bf16 = df.dtypes.enum("bf16")
@@ -142,19 +146,19 @@ def test_layer_seconds_rejects_bad_arguments():
 def test_calibrate_fits_to_a_model():
     h = df.Handle("host", streams=2, threads=1)
     try:
-        prof = ring.calibrate(h, size=128, tokens=128, transfer_bytes=1 << 20, repeats=1, config=TINY, seq_len=32,
+        prof = calibrate(h, size=128, tokens=128, transfer_bytes=1 << 20, repeats=1, config=TINY, seq_len=32,
                               dtype="fp32")
-        big = ring.calibrate(h, size=128, tokens=128, transfer_bytes=1 << 20, repeats=1, config="llama3-8b",
+        big = calibrate(h, size=128, tokens=128, transfer_bytes=1 << 20, repeats=1, config="llama3-8b",
                              seq_len=8192)  # minutes of CPU: refused, said so
         assert "not fitted to the model: measuring its layers would take" in big.source
         assert big.matmul_fraction == 1
         with pytest.raises(df.BadArgumentError, match="seq_len must be a positive integer, got 0"):
-            ring.calibrate(h, config=TINY, seq_len=0)
+            calibrate(h, config=TINY, seq_len=0)
         with pytest.raises(df.BadArgumentError, match="tokens_per_step must be a multiple of seq_len .32., at "
                                                       "least two sequences, got 48"):
-            ring.calibrate(h, config=TINY, seq_len=32, tokens_per_step=48)
+            calibrate(h, config=TINY, seq_len=32, tokens_per_step=48)
         with pytest.raises(df.BadArgumentError, match="dtype must be 'bf16' or 'fp32', got 'fp8'"):
-            ring.calibrate(h, config=TINY, seq_len=32, dtype="fp8")
+            calibrate(h, config=TINY, seq_len=32, dtype="fp8")
     finally:
         h.close()
     assert "fitted to a fp32 layer of this model" in prof.source, prof.source
@@ -224,7 +228,7 @@ def test_small_plans_print_in_units_that_suit_them(capsys):
 
 def test_plan_and_train_take_the_same_model_specs(tmp_path, capsys):
     """Every preset of `dataflow train` plans, and a model directory plans as train would build it."""
-    from dataflow import model_specs
+    from dataflow.models import presets as model_specs
     base = ["--seq-len", "64", "--device-memory", "64GiB", "--host-memory", "2TiB"]
     for name in model_specs.PRESETS:
         assert cli.main(["plan", "--config", name] + base) == 0, capsys.readouterr().err
@@ -286,7 +290,7 @@ def test_sliding_window_cuts_the_predicted_attention():
     """mistral-7b's 4096-token window at 32k sequences: the model flops count each query's
     pairs within the window (w(w+1)/2 + (S - w) w per sequence, not S(S+1)/2), and the predicted
     step is shorter than the same model without the window."""
-    from dataflow import model_specs
+    from dataflow.models import presets as model_specs
     preset, S = model_specs.PRESETS["mistral-7b"], 32768
     windowed = ring.plan(preset, S, "80GiB", "256GiB")
     full = ring.plan({**preset, "sliding_window": None}, S, "80GiB", "256GiB")

@@ -11,7 +11,7 @@ import dataflow as df
 from dataflow._ffi import ffi, lib, ringlib
 from dataflow.errors import BadArgumentError, DataflowError, check
 from dataflow.models.config import LlamaConfig
-from dataflow.ring_executor import RingExecutor
+from dataflow.training.executor import RingExecutor
 from test_ring_executor import CFG, ROWS, SEQ, plan_for, smallest_cap, train_both
 
 STEPS = 3

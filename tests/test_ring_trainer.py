@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import checkpoint, cli, ring_training
+from dataflow.io import checkpoint
+from dataflow.cli import main as cli
+from dataflow.training import ring_training
 from dataflow._ffi import modelslib
 from dataflow.errors import BadArgumentError, OutOfMemoryError, check
-from dataflow.models.adamw_hyperparameters import adamw_hyperparameters
+from dataflow.training.adamw_hyperparameters import adamw_hyperparameters
 from tolerances import TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 
 CFG = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dataflow import FileFormatError, dtypes
-from dataflow import safetensors_io as st
+from dataflow.io import safetensors as st
 
 safetensors = pytest.importorskip("safetensors")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import dataflow as df
-from dataflow.sampling import SamplingParams, sample_batch
+from dataflow.models.sampling import SamplingParams, sample_batch
 
 MASK = (1 << 64) - 1
 

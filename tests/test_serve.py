@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import tokenizer as tokenizers
-from dataflow.batch_engine import generate_batch
+from dataflow.io import tokenizer as tokenizers
+from dataflow.models.batch_engine import generate_batch
 from dataflow.models import Llama, LlamaConfig
 
 openai = pytest.importorskip("openai")

@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from dataflow import cli
+from dataflow.cli import main as cli
 
 pytest.importorskip("aiohttp")
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow.batch_engine import BatchEngine, generate_batch
+from dataflow.models.batch_engine import BatchEngine, generate_batch
 from dataflow.serve.engine_loop import EngineLoop
 from test_llama_generate import prompt_for, sharp_model
 

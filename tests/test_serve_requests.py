@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dataflow import FileFormatError
-from dataflow.sampling import SamplingParams
+from dataflow.models.sampling import SamplingParams
 
 pytest.importorskip("jinja2")
 from dataflow.serve import chat_template  # noqa: E402

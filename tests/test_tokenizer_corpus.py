@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from dataflow import BadArgumentError, FileFormatError
-from dataflow import tokenizer as tokenizers
-from dataflow.corpus import EMBEDDED, Batches, load_tokens, read_text, split
-from dataflow.tokenizer import ByteTokenizer, StreamDecoder
+from dataflow.io import tokenizer as tokenizers
+from dataflow.cli.corpus import EMBEDDED, Batches, load_tokens, read_text, split
+from dataflow.io.tokenizer import ByteTokenizer, StreamDecoder
 
 TOK = ByteTokenizer()
 BPE = tokenizers.default()

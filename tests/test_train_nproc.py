@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from dataflow import checkpoint
+from dataflow.io import checkpoint
 from tolerances import TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 from cli_helpers import MICRO, SMALL, dataflow_subprocess, run_cli, subprocess_env
 

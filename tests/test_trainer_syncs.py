@@ -6,7 +6,8 @@ fresh computation of the same quantities."""
 import numpy as np
 import pytest
 
-from dataflow.models import Llama, LlamaConfig, Trainer
+from dataflow.models import Llama, LlamaConfig
+from dataflow.training import Trainer
 from conftest import handle_fixture
 
 CONFIG = dict(vocab_size=67, hidden_size=32, intermediate_size=56, num_hidden_layers=2, num_attention_heads=4,

@@ -22,7 +22,7 @@ def test_list_devices_has_properties():
 
 def test_train_banner_names_the_device():
     import dataflow.vulkan
-    from dataflow.train import _device
+    from dataflow.cli.train import _device
     name = dataflow.vulkan.list_devices()[0]["name"]
     assert _device("vulkan") == f"vulkan: {name}" and _device("vulkan:0") == f"vulkan:0: {name}"
     assert _device("host") == "host"

@@ -6,8 +6,8 @@
     c = df.ops.matmul(h, a, a, transpose_b=True)
     c.numpy()
 
-Every module of the package is an attribute too, imported on first use (df.checkpoint,
-df.pretrained, df.vulkan, ...), as after `import dataflow.checkpoint`.
+Every module of the package is an attribute too, imported on first use (df.io.checkpoint,
+df.io.pretrained, df.vulkan, ...), as after `import dataflow.io.checkpoint`.
 """
 import importlib as _importlib
 import os as _os
@@ -18,7 +18,7 @@ from .custom_ops import CompileError, CustomOp
 from .errors import (AlreadyRegisteredError, BadArgumentError, CallbackError, ClosedError, DataflowError,
                      FileFormatError, LoadError, OutOfMemoryError, UnknownOpError, UnsupportedError)
 from .handle import Event, Handle
-from .models import Trainer
+from .training import Trainer
 from . import ring
 
 __version__ = "0.1.0"
@@ -32,7 +32,9 @@ __all__ = ["Array", "AlreadyRegisteredError", "BadArgumentError", "CallbackError
            "CustomOp", "DataflowError", "Event", "FileFormatError", "Handle", "LoadError", "OutOfMemoryError", "Trainer",
            "UnknownOpError", "UnsupportedError", "distributed", "dtypes", "models", "ops", "ring"]
 
-_MODULES = sorted(f[:-3] for f in _os.listdir(_os.path.dirname(__file__)) if f.endswith(".py") and not f.startswith("_"))
+_HERE = _os.path.dirname(__file__)
+_MODULES = sorted(f[:-3] if f.endswith(".py") else f for f in _os.listdir(_HERE) if not f.startswith("_") and (
+    f.endswith(".py") or _os.path.isfile(_os.path.join(_HERE, f, "__init__.py"))))
 
 
 def __getattr__(name):

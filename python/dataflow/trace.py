@@ -7,7 +7,7 @@ been waited for (once per step in training). Recorded by the all-resident model
 import json
 import os
 
-from . import atomic
+from .io import atomic
 from ._ffi import ffi, lib
 from .errors import check
 

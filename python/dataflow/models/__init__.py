@@ -1,5 +1,6 @@
 """Models over libdataflowmodels: the dense decoders of the Llama-3, Qwen2/2.5 and Qwen3 families
-(LlamaConfig, Llama, KVCache) and their Trainer.
+(LlamaConfig, Llama, KVCache), generation (generate, batch_engine, sampling) and the --config
+presets (presets); training them is dataflow.training's.
 
     import dataflow as df
     h = df.Handle("host")
@@ -19,24 +20,23 @@ packed into one chunk with variable-length causal attention and positions restar
 
 Modules, one concept each (imports go down this list only): config (LlamaConfig), batch
 (packing a batch into one buffer), device_io (reading results back), kv_cache (KVCache),
-paged_kv_cache (PagedKVCache), llama (Llama), trainer (Trainer).
+paged_kv_cache (PagedKVCache), llama (Llama); beside them generate (one sequence's sampling),
+sampling (a batch's, in C), batch_engine (continuous batching) and presets (the named models).
 """
 from .batch import IGNORE_INDEX
 from .config import LlamaConfig
 from .kv_cache import KVCache
 from .paged_kv_cache import PagedKVCache
 from .llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, Llama
-from .trainer import Trainer
-
 
 
 def from_pretrained(path, handle=None, dtype="fp32", placement="auto"):
     """The model of a Hugging Face directory (config.json + safetensors) or a llama.cpp .gguf
-    file (dataflow.gguf_import), its family chosen by
+    file (dataflow.io.gguf), its family chosen by
     config.json's model_type (llama, qwen2, qwen3; any other is a FileFormatError naming it and
-    the supported ones); handle None: a new host handle. See dataflow.pretrained."""
+    the supported ones); handle None: a new host handle. See dataflow.io.pretrained."""
     return Llama.from_pretrained(path, handle, dtype, placement)
 
 
 __all__ = ["ADAM_M", "ADAM_V", "GRAD", "IGNORE_INDEX", "KVCache", "Llama", "LlamaConfig", "MASTER", "PARAM",
-           "Trainer", "from_pretrained"]
+           "from_pretrained"]

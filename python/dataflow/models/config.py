@@ -199,10 +199,10 @@ class LlamaConfig:
 
 def checked_config(config, where):
     """A LlamaConfig from a LlamaConfig or an HF config dict, through the one validator a
-    config.json gets (dataflow.pretrained.validate_config: types, ranges, the layer bound) before
+    config.json gets (dataflow.io.pretrained.validate_config: types, ranges, the layer bound) before
     anything is sized from it; a dict may leave out model_type and the sizes (LlamaConfig's
     defaults). BadArgumentError naming `where` and the field."""
-    from ..pretrained import REQUIRED, validate_config
+    from ..io.pretrained import REQUIRED, validate_config
     if isinstance(config, LlamaConfig):
         config = config.to_dict()
     elif not isinstance(config, dict):

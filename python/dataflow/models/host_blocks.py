@@ -69,7 +69,7 @@ class Layout:
 
 class HostBlocks:
     """PARAM (and MASTER once added) of every block as host numpy buffers, zeroed. The same
-    read/write(block, kind) as dataflow.ring_executor.RingExecutor, which takes them over."""
+    read/write(block, kind) as dataflow.training.executor.RingExecutor, which takes them over."""
 
     def __init__(self, layout):
         self.layout = layout

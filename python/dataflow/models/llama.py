@@ -121,22 +121,22 @@ class Llama:
         """name -> shape of the full-precision model's tensors (a quantized model's before quantization)"""
         if not self.config.quantization:
             return self.shapes()
-        from ..pretrained import parameter_shapes
+        from ..io.pretrained import parameter_shapes
         return parameter_shapes({k: v for k, v in self.config.to_dict().items() if k != "quantization_config"})
 
     @classmethod
     def from_pretrained(cls, path, handle=None, dtype="fp32", placement="auto"):
         """A Llama from a Hugging Face model directory (config.json + safetensors), see
-        dataflow.pretrained; handle None: a new host handle."""
-        from .. import pretrained
+        dataflow.io.pretrained; handle None: a new host handle."""
+        from ..io import pretrained
         if handle is None:
             from ..handle import Handle
             handle = Handle("host")
         return pretrained.from_pretrained(path, handle, dtype, placement)
 
     def save_pretrained(self, path, dtype=None):
-        """Writes config.json + model.safetensors that transformers loads (dataflow.pretrained)."""
-        from .. import pretrained
+        """Writes config.json + model.safetensors that transformers loads (dataflow.io.pretrained)."""
+        from ..io import pretrained
         pretrained.save_pretrained(self, path, dtype)
 
     @property
@@ -237,7 +237,7 @@ class Llama:
 
     def _hand_to(self, make_executor):
         """Moves the weights (and master weights, AdamW moments where present) into the ring
-        executor make_executor() returns (dataflow.ring_executor.RingExecutor), which holds them
+        executor make_executor() returns (dataflow.training.executor.RingExecutor), which holds them
         from then on; an all-resident model frees its device memory first, so that the executor
         can allocate there. If make_executor fails, the model keeps its weights (and master
         weights) in host memory. Returns the executor."""
@@ -550,14 +550,14 @@ class Llama:
                  eos_token_id=None, stream=0):
         """New token ids (int64 numpy, stopping after eos_token_id when given) continuing the
         1-D prompt_tokens: greedy when temperature == 0, else temperature + top-p sampling
-        (dataflow.generate.sample_next) from numpy's default_rng(seed). use_cache: prefill the
+        (dataflow.models.generate.sample_next) from numpy's default_rng(seed). use_cache: prefill the
         prompt in one cached forward, then one token per step over the KV cache; False:
         recompute the whole context with forward() at every step (same tokens). A host-held
         model generates on its CPU copy (see _cpu_copy)."""
         if self._m is None:
             return self._cpu_copy().generate(prompt_tokens, max_new_tokens, temperature, top_p, seed, use_cache,
                                              eos_token_id, stream)
-        from ..generate import check_sampling, sample_next
+        from .generate import check_sampling, sample_next
         max_new_tokens, rng = check_sampling(temperature, top_p, max_new_tokens, seed)
         prompt = check_tokens(prompt_tokens, self.config.vocab_size, "generate: prompt_tokens")
         new = []

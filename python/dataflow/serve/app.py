@@ -12,7 +12,7 @@ from aiohttp import web
 
 from .openai_requests import RequestError, chat_request, completion_request
 from ..errors import BadArgumentError
-from ..tokenizer import StreamDecoder
+from ..io.tokenizer import StreamDecoder
 
 SERVER = web.AppKey("server", object)
 

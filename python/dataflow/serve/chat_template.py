@@ -7,7 +7,7 @@ import json
 import os
 
 from ..errors import BadArgumentError, FileFormatError
-from ..file_checks import open_regular
+from ..io.file_checks import open_regular
 
 CONFIG_NAME = "tokenizer_config.json"
 MAX_CONFIG_BYTES = 1 << 24

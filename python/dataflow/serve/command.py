@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from ..batch_engine import BatchEngine
+from ..models.batch_engine import BatchEngine
 from ..errors import BadArgumentError
 from . import chat_template
 
@@ -40,7 +40,7 @@ def serve(args, load):
         from .app import Server, make_app, visible_text
     except ImportError as e:
         raise BadArgumentError(f"dataflow serve needs aiohttp: pip install 'dataflow[serve]' ({e})") from None
-    from ..train import open_handle
+    from ..cli.train import open_handle
     args.served_model_name = args.served_model_name or os.path.basename(os.path.normpath(args.checkpoint))
     handle = open_handle(args)
     try:

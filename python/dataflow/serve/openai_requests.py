@@ -7,7 +7,7 @@ import dataclasses
 import math
 import numbers
 
-from ..sampling import SamplingParams
+from ..models.sampling import SamplingParams
 
 MAX_STOP_STRINGS = 4  # as the OpenAI API
 

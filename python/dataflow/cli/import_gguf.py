@@ -1,4 +1,4 @@
-"""`dataflow import-gguf FILE OUT_DIR`: a llama.cpp .gguf file (dataflow.gguf_import) written as the
+"""`dataflow import-gguf FILE OUT_DIR`: a llama.cpp .gguf file (dataflow.io.gguf) written as the
 Hugging Face-style directory `dataflow quantize` writes (config.json with its quantization_config,
 model.safetensors, and the tokenizer.json lying beside FILE), which from_pretrained, generate and
 quantize's other users load without the `gguf` package. OUT_DIR is written whole and swapped in
@@ -8,10 +8,10 @@ import shutil
 
 import numpy as np
 
-from . import atomic, gguf_import
-from . import tokenizer as tokenizers
-from .errors import BadArgumentError
-from .pretrained import write_model_files
+from ..io import atomic, gguf as gguf_import
+from ..io import tokenizer as tokenizers
+from ..errors import BadArgumentError
+from ..io.pretrained import write_model_files
 
 
 def import_gguf_command(args):

@@ -3,7 +3,7 @@ training loss faintly, its moving average on top, held-out validation points, th
 on its own axis, labelled axes."""
 import numpy as np
 
-from . import atomic
+from ..io import atomic
 
 
 def smooth(values, window):

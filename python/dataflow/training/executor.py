@@ -2,9 +2,9 @@
 blocks trained from a plan, its state wherever the plan puts it (device or host memory)."""
 import numpy as np
 
-from . import trace as traces
-from ._ffi import ffi, modelslib, ringlib
-from .errors import BadArgumentError, DataflowError, check, open_pointer
+from .. import trace as traces
+from .._ffi import ffi, modelslib, ringlib
+from ..errors import BadArgumentError, DataflowError, check, open_pointer
 
 STREAMS = ("compute", "inbound", "outbound", "optimizer", "comm")  # roles: Dataflow_Ring_Streams order, then comm
 

@@ -5,10 +5,10 @@ import os
 
 import numpy as np
 
-from .errors import BadArgumentError, FileFormatError
-from .file_checks import open_regular
+from ..errors import BadArgumentError, FileFormatError
+from ..io.file_checks import open_regular
 
-EMBEDDED = os.path.join(os.path.dirname(__file__), "data", "corpus.txt")
+EMBEDDED = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "corpus.txt")
 VALIDATION_FRACTION = 0.05   # at most this share of the token stream is held out, never trained on
 VALIDATION_ROWS = 32         # sequences scored for each validation loss
 

@@ -1,7 +1,7 @@
 """A plan's predicted timeline drawn with matplotlib: one row per stream (inbound, compute,
 outbound, top to bottom), one colour per phase, each bar as long as the stream is busy in that
 phase, on a labelled time axis with a legend of the phases."""
-from . import atomic
+from ..io import atomic
 
 STREAMS = ("inbound", "compute", "outbound")
 

@@ -14,8 +14,8 @@ import numbers
 
 import numpy as np
 
-from .errors import BadArgumentError
-from .models.batch import check_tokens
+from ..errors import BadArgumentError
+from .batch import check_tokens
 from .sampling import SamplingParams, sample_batch
 
 GREEDY = SamplingParams(temperature=0)
@@ -78,7 +78,7 @@ class BatchEngine:
 
     def add(self, prompt_ids, max_new_tokens, sampling=GREEDY, seed=0, stop_ids=(), stop_strings=()):
         """Queues a request; returns its id. sampling: a SamplingParams (default greedy), drawn in
-        C from the request's own seed (dataflow.sampling). Generation stops after a token of
+        C from the request's own seed (dataflow.models.sampling). Generation stops after a token of
         stop_ids, once the text (the engine's decode of the new tokens) holds one of
         stop_strings, or after max_new_tokens tokens."""
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:

@@ -9,7 +9,7 @@ import json
 import os
 import stat
 
-from .errors import FileFormatError
+from ..errors import FileFormatError
 
 # config.json, index and manifest files are kilobytes; these bounds only stop pathological inputs.
 MAX_JSON_BYTES = 64 * 2**20

@@ -12,10 +12,10 @@ import re
 
 import numpy as np
 
-from .errors import BadArgumentError, FileFormatError
+from ..errors import BadArgumentError, FileFormatError
 from .file_checks import open_regular
 
-DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "data", "tokenizer.json")
+DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "tokenizer.json")
 TOKENIZER_NAME = "tokenizer.json"
 MAX_TOKENIZER_BYTES = 256 * 2**20
 # Special tokens' names across common tokenizers, in order of preference.

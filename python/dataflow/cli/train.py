@@ -29,17 +29,21 @@ import sys
 import tempfile
 import time
 
-from . import atomic, checkpoint, distributed, launch, loss_plot, lr_schedule, model_specs
-from . import tokenizer as tokenizers
+from ..io import atomic, checkpoint
+from .. import distributed
+from . import launch, loss_plot
+from ..training import lr_schedule
+from ..models import presets as model_specs
+from ..io import tokenizer as tokenizers
 from .corpus import Batches, read_text, split
-from .errors import BadArgumentError, DataflowError, FileFormatError, OutOfMemoryError, UnsupportedError
-from .handle import Handle
-from .models.host_blocks import host_memory_available
-from .pretrained import (CONFIG_NAME, check_memory, check_weights, copy_weights, model_from_config, model_memory,
-                         parameter_shapes, validate_config)
+from ..errors import BadArgumentError, DataflowError, FileFormatError, OutOfMemoryError, UnsupportedError
+from ..handle import Handle
+from ..models.host_blocks import host_memory_available
+from ..io.pretrained import (CONFIG_NAME, check_memory, check_weights, copy_weights, model_from_config, model_memory,
+                             parameter_shapes, validate_config)
 from .progress import Progress, duration, mib
-from .ring_training import ring_plan
-from .safetensors_io import read_directory
+from ..training.ring_training import ring_plan
+from ..io.safetensors import read_directory
 
 DEFAULT_STEPS = 800
 # Run settings: the command line wins, then a resumed checkpoint's, then these.
@@ -301,7 +305,7 @@ class Interrupts:
 def _device(backend):
     """The backend and, on vulkan, which device it is (a GPU, or lavapipe on the CPU)."""
     if backend.startswith("vulkan"):
-        from . import vulkan
+        from .. import vulkan
         index = int(backend.partition(":")[2] or 0)
         return next((f"{backend}: {d['name']}" for d in vulkan.list_devices() if d["index"] == index), backend)
     return backend
@@ -349,11 +353,11 @@ def _schedule(run):
 
 def train(args):
     try:
-        from . import Trainer
+        from .. import Trainer
     except ImportError:
         raise UnsupportedError("train needs dataflow.Trainer and dataflow.models (the Llama model), which this "
                                "build lacks") from None
-    from .build_info import matmul_engine
+    from ..build_info import matmul_engine
     ranks = distributed.launcher_size()
     if ranks is None and args.nproc and args.nproc > 1:
         spec = prepare(args, args.nproc)  # every flag checked once, here, before any rank starts

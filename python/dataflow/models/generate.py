@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from .errors import BadArgumentError
+from ..errors import BadArgumentError
 
 
 def sample_next(logits, temperature, top_p, rng):

@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import dtypes
-from .errors import FileFormatError
+from .. import dtypes
+from ..errors import FileFormatError
 from .file_checks import member, open_regular, parse_json, read_json
 
 # safetensors dtype code <-> dataflow datatype name (numpy storage from dtypes.STORAGE, little-endian).

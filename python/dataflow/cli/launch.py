@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-from .errors import BadArgumentError
+from ..errors import BadArgumentError
 
 STOP_FILE_ENV = "DATAFLOW_STOP_FILE"
 

@@ -25,8 +25,8 @@ import os
 
 import numpy as np
 
-from .errors import BadArgumentError, FileFormatError
-from .quantize import is_quantized_linear, pack_int4, quantization_config, quantize_int8
+from ..errors import BadArgumentError, FileFormatError
+from ..quantize import is_quantized_linear, pack_int4, quantization_config, quantize_int8
 
 ARCHITECTURE = "llama"
 ROPE_FREQS = "rope_freqs.weight"  # Llama 3.1's rope scaling as llama.cpp stores it (llama3_rope_scaling)
@@ -132,7 +132,7 @@ def llama3_rope_scaling(tensor, config, path):
     line through the in-between s gives the two wavelength bounds, which fix the low/high freq
     factors up to the original context length's scale (taken as the low bound, as Meta's values
     are). The result is checked by computing the frequencies the model will use."""
-    from .ops import rope_inv_freq
+    from ..ops import rope_inv_freq
     heads = config["num_attention_heads"]
     head_dim = config["head_dim"] or (config["hidden_size"] // heads if heads > 0 else 0)
     theta = config["rope_theta"]

@@ -1,7 +1,7 @@
 """Trainer: AdamW training of a Llama with at most one host sync per step, driven by the one
 training engine, the ring executor (libdataflowring): all-resident training is the executor of
 the all-resident plan over the model's own device blocks; larger than the device, a ring plan
-(dataflow.ring_training); data-parallel (and ZeRO-1) inside the executor either way."""
+(dataflow.training.ring_training); data-parallel (and ZeRO-1) inside the executor either way."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,7 +10,7 @@ from .. import trace as traces
 from .._ffi import modelslib
 from ..errors import BadArgumentError, DataflowError, check
 from .adamw_hyperparameters import adamw_hyperparameters, betas_pair
-from .llama import ADAM_M, ADAM_V, MASTER
+from ..models.llama import ADAM_M, ADAM_V, MASTER
 
 
 class Trainer:
@@ -19,7 +19,7 @@ class Trainer:
     for a schedule). grad_clip 0 or None: no clipping. master_weights=True turns on the
     model's fp32 master weights (bf16 models; see Llama), None keeps the model's setting.
 
-    One engine: every step runs in a ring executor (dataflow.ring_executor). All-resident (the
+    One engine: every step runs in a ring executor (dataflow.training.executor). All-resident (the
     model on the device and its training fits): the executor of the all-resident plan
     (dataflow.ring.resident_plan) trains the model's own device blocks in place, every role on
     the step's `stream`; it is made at the first step for that batch's shape and again when a
@@ -48,12 +48,12 @@ class Trainer:
     defaults to what the host has available), the Trainer plans (dataflow.ring.plan) for batches
     of batch_size sequences of seq_len tokens (default: max_position_embeddings) under the
     handle's free device memory and host_memory, with profile's speeds (default: this machine's,
-    measured once, dataflow.ring.calibrate). When all-resident training fits, it trains
+    measured once, dataflow.training.calibrate). When all-resident training fits, it trains
     all-resident as above and .plan is None; else .plan is the plan and the model's weights move
     into the executor, which streams them through device slots (the model is host-held from
     then on: state_dict, save_pretrained and checkpoints read the executor; generate runs on a
     CPU copy, see Llama). plan: a dataflow.ring.plan to use as given. A batch is split into
-    chunks of whole sequences (dataflow.ring_training), a step syncs once per chunks_per_round x
+    chunks of whole sequences (dataflow.training.ring_training), a step syncs once per chunks_per_round x
     rounds_per_step chunks; the executor runs on streams 0..3 of the handle. OutOfMemoryError
     (the planner's, naming the least device and host memory) when no plan fits.
 
@@ -96,7 +96,7 @@ class Trainer:
             if self.shard_optimizer:
                 raise BadArgumentError("Trainer: shard_optimizer (ZeRO-1) trains all-resident models only; drop "
                                        "host_memory and plan, and place the model on the device")
-            from ..ring_training import RingTraining, choose_plan
+            from .ring_training import RingTraining, choose_plan
             self.plan = plan if plan is not None else choose_plan(model, host_memory, seq_len, batch_size, profile)
             if self.plan is not None:
                 self._ring, self._resident = RingTraining(model, self.plan), False
@@ -209,7 +209,7 @@ class Trainer:
     def _for_batch(self, tokens, labels, documents, stream):
         """All-resident: the executor of the all-resident plan that takes this batch on `stream`
         (the one before when it does; a new one keeps recording the trace)."""
-        from ..ring_training import resident_training
+        from .ring_training import resident_training
         self.model._m  # ClosedError for a closed model, before its memory is adopted
         ring = resident_training(self.model, (tokens, labels, documents), stream, self._ring)
         if ring is not self._ring:

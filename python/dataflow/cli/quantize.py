@@ -4,19 +4,20 @@ dataflow.models.from_pretrained and `dataflow generate --checkpoint` load: confi
 quantization_config, model.safetensors with the int8 / packed int4 codes, fp32 scales (and
 zero points), the other tensors in fp32, and the tokenizer files. MODEL_DIR is a `dataflow
 train` checkpoint or a Hugging Face model directory. OUT_DIR is written whole and swapped in
-atomically (dataflow.atomic); an existing one only with --overwrite."""
+atomically (dataflow.io.atomic); an existing one only with --overwrite."""
 import os
 import shutil
 import sys
 
 import numpy as np
 
-from . import atomic, checkpoint
-from . import safetensors_io as st
-from . import tokenizer as tokenizers
-from .errors import BadArgumentError, FileFormatError
-from .pretrained import CONFIG_NAME, check_weights, parameter_shapes, read_config, validate_config, write_model_files
-from .quantize import quantization_config, quantize_state
+from ..io import atomic, checkpoint
+from ..io import safetensors as st
+from ..io import tokenizer as tokenizers
+from ..errors import BadArgumentError, FileFormatError
+from ..io.pretrained import (CONFIG_NAME, check_weights, parameter_shapes, read_config, validate_config,
+                             write_model_files)
+from ..quantize import quantization_config, quantize_state
 
 # files of a Hugging Face model directory that travel with its weights
 TOKENIZER_FILES = (tokenizers.TOKENIZER_NAME, "tokenizer_config.json", "special_tokens_map.json",

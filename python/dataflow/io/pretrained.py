@@ -13,14 +13,15 @@ import os
 
 import numpy as np
 
-from . import atomic, dtypes
-from . import safetensors_io as st
-from ._ffi import modelslib
-from .errors import BadArgumentError, FileFormatError, OutOfMemoryError
+from . import atomic
+from .. import dtypes
+from . import safetensors as st
+from .._ffi import modelslib
+from ..errors import BadArgumentError, FileFormatError, OutOfMemoryError
 from .file_checks import member, read_json
-from .models.config import FAMILIES, sliding_window
-from .ops import ROPE_TYPES
-from .quantize import table_dtype, validate_quantization_config
+from ..models.config import FAMILIES, sliding_window
+from ..ops import ROPE_TYPES
+from ..quantize import table_dtype, validate_quantization_config
 
 CONFIG_NAME = "config.json"
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -172,8 +173,8 @@ def parameter_shapes(config):
     """{Hugging Face name: shape} of a validated config's parameters, as Llama.shapes() will have
     them (from libdataflowmodels' block layout); known before any allocation, so files and memory
     are checked first."""
-    from .models.config import LlamaConfig
-    from .models.host_blocks import Layout
+    from ..models.config import LlamaConfig
+    from ..models.host_blocks import Layout
     return {name: shape for name, shape, _, _ in Layout(LlamaConfig.from_dict(config), "fp32").tensors}
 
 
@@ -185,8 +186,8 @@ def model_memory(config, dtype, training=False, master_weights=False):
     params = sum(math.prod(shape) for shape in parameter_shapes(config).values())
     parts = {"weights": params * dtypes.itemsize(dtype), "gradients": params * 4}
     if config.get("quantization_config"):  # codes and scales in the block layout; inference only, no gradients
-        from .models.config import LlamaConfig
-        from .models.host_blocks import PARAM, Layout
+        from ..models.config import LlamaConfig
+        from ..models.host_blocks import PARAM, Layout
         return params, {"weights": Layout(LlamaConfig.from_dict(config), dtype).total((PARAM,))}
     if training:
         parts["optimizer"] = params * 8
@@ -266,21 +267,21 @@ def load_weights(model, directory):
 
 def model_from_config(config, handle, dtype="fp32", seed=None, where=CONFIG_NAME, placement="auto"):
     """A freshly initialised Llama for an HF config dict, validated first (errors name `where`)."""
-    from . import models  # lazily: models imports this module to expose it as Llama.from_pretrained
+    from .. import models  # lazily: models imports this module to expose it as Llama.from_pretrained
     return models.Llama(handle, models.LlamaConfig.from_dict(validate_config(config, where)), dtype=dtype, seed=seed,
                         placement=placement)
 
 
 def from_pretrained(path, handle, dtype="fp32", placement="auto"):
     """A Llama on `handle` from an HF model directory (config.json + single or sharded safetensors)
-    or a llama.cpp .gguf file (dataflow.gguf_import),
+    or a llama.cpp .gguf file (dataflow.io.gguf),
     the family by config.json's model_type (FAMILIES; any other is an error naming it).
     The config, the files' headers against it, and the model's memory against the handle (placement
     "device") or the host (a model that does not fit the device: see Llama's placement) are all
     checked before anything is allocated."""
     path = os.fspath(path)
     if os.path.isfile(path):  # a llama.cpp GGUF file (anything else: a FileFormatError naming it)
-        from . import gguf_import
+        from . import gguf as gguf_import
         return gguf_import.load(path, handle, dtype, placement)
     config = read_config(path)
     weights = check_weights(st.read_directory(path), parameter_shapes(config), config["tie_word_embeddings"], path,

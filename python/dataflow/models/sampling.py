@@ -7,8 +7,8 @@ import numbers
 
 import numpy as np
 
-from ._ffi import ffi, modelslib
-from .errors import BadArgumentError, check
+from .._ffi import ffi, modelslib
+from ..errors import BadArgumentError, check
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,8 +18,8 @@ import os
 import numpy as np
 
 from . import atomic
-from . import safetensors_io as st
-from .errors import BadArgumentError, FileFormatError
+from . import safetensors as st
+from ..errors import BadArgumentError, FileFormatError
 from .file_checks import member, open_regular, read_json
 from .tokenizer import TOKENIZER_NAME
 
@@ -159,7 +159,7 @@ def load(directory):
 
 def save_training(directory, model, trainer, state=None, tokenizer=None):
     """save() of a model and its Trainer; `state` adds the caller's JSON (data position, RNG, losses);
-    a tokenizer with a tokenizer.json (dataflow.tokenizer.HFTokenizer) is saved as one."""
+    a tokenizer with a tokenizer.json (dataflow.io.tokenizer.HFTokenizer) is saved as one."""
     config = model.config.to_dict()
     texts = {TOKENIZER_NAME: tokenizer.to_json()} if hasattr(tokenizer, "to_json") else None
     save(directory, model.state_dict(), config, trainer.state_dict(),

@@ -24,15 +24,19 @@ import time
 
 import numpy as np
 
-from . import __version__, atomic, checkpoint, distributed, dtypes, gguf_import, model_specs, ops, ring, ring_timeline
-from . import tokenizer as tokenizers
-from . import build_info
-from .errors import BadArgumentError, DataflowError, FileFormatError
-from .generate import stream
-from .handle import Handle, parse_bytes
-from .pretrained import CONFIG_NAME, from_pretrained, model_from_config, read_config, validate_config
+from .. import __version__, distributed, dtypes, ops, ring
+from ..training.calibrate import calibrate
+from ..io import atomic, checkpoint, gguf as gguf_import
+from ..models import presets as model_specs
+from . import plan_timeline as ring_timeline
+from ..io import tokenizer as tokenizers
+from .. import build_info
+from ..errors import BadArgumentError, DataflowError, FileFormatError
+from ..models.generate import stream
+from ..handle import Handle, parse_bytes
+from ..io.pretrained import CONFIG_NAME, from_pretrained, model_from_config, read_config, validate_config
 from .progress import mib
-from .tokenizer import StreamDecoder
+from ..io.tokenizer import StreamDecoder
 from .train import DEFAULT_STEPS, INTERRUPTED, RUN_DEFAULTS, TRACE_STEPS, open_handle, train
 
 SCALE_SOURCE = r"""
@@ -272,7 +276,7 @@ def plan(args):
     if args.profile == "host":
         handle = Handle("host", streams=2, threads=args.threads)
         try:
-            profile = ring.calibrate(handle, config=config, seq_len=seq_len, dtype=args.dtype,
+            profile = calibrate(handle, config=config, seq_len=seq_len, dtype=args.dtype,
                                      tokens_per_step=max(tokens, 2 * seq_len) if tokens else None)
         finally:
             handle.close()
@@ -381,8 +385,8 @@ def _add_train(sub):
 
 
 def _add_quantize(sub):
-    from .quantize import INT4_GROUP_SIZES
-    from .quantize_model import quantize_command
+    from ..quantize import INT4_GROUP_SIZES
+    from .quantize import quantize_command
     p = sub.add_parser("quantize", help="weight-only int8/int4 quantization of a model, for inference",
                        description="Quantize the layers' linear weights (q, k, v, o, gate, up, down; the embedding, "
                                    "norms and lm_head stay fp32) of a `dataflow train` checkpoint or a Hugging Face "
@@ -439,7 +443,7 @@ def _add_generate(sub):
 
 
 def serve(args):
-    from .serve.command import serve as run_server
+    from ..serve.command import serve as run_server
     return run_server(args, functools.partial(_load_for_generation, flag="--model"))
 
 

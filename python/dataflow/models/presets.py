@@ -5,10 +5,10 @@ A spec is a preset name, an HF config.json or an HF model directory (its config.
 tokenizer.json when the model's vocabulary comes from the tokenizer)."""
 import os
 
-from . import tokenizer as tokenizers
-from .errors import BadArgumentError, FileFormatError
-from .file_checks import read_json
-from .pretrained import CONFIG_NAME
+from ..io import tokenizer as tokenizers
+from ..errors import BadArgumentError, FileFormatError
+from ..io.file_checks import read_json
+from ..io.pretrained import CONFIG_NAME
 
 _LLAMA3 = {"vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "num_key_value_heads": 8,
            "max_position_embeddings": 8192}

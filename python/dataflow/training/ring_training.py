@@ -1,6 +1,6 @@
 """The Trainer's ring mode: whether a Llama's training fits its handle all-resident, else the
 fastest ring plan (dataflow.ring) within the free device memory and a host budget, and the
-training steps through the ring executor (dataflow.ring_executor) with the all-resident
+training steps through the ring executor (dataflow.training.executor) with the all-resident
 Trainer's semantics: a step's documents are packed into chunks of whole documents (at most the
 plan's chunk_tokens each, in order; a document longer than that, when the plan has a K/V
 context, as consecutive pieces of one chunk each), every chunk's gradient scaled by 1 / the
@@ -9,14 +9,15 @@ import json
 
 import numpy as np
 
-from . import ring
-from ._ffi import modelslib
-from .errors import BadArgumentError, OutOfMemoryError, c_size
-from .handle import Handle, parse_bytes
-from .models.batch import PackedBatch, aligned_labels, flatten_documents
-from .models.host_blocks import host_memory_available
-from .models.llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, SAVE_LEVELS
-from .ring_executor import RingExecutor
+from .. import ring
+from .._ffi import modelslib
+from ..errors import BadArgumentError, OutOfMemoryError, c_size
+from ..handle import Handle, parse_bytes
+from ..models.batch import PackedBatch, aligned_labels, flatten_documents
+from ..models.host_blocks import host_memory_available
+from ..models.llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, SAVE_LEVELS
+from .calibrate import calibrate
+from .executor import RingExecutor
 
 STREAMS = 4  # compute, inbound, outbound, optimizer (ring_executor.h)
 _PROFILES = {}  # (backend, model, seq_len, tokens, dtype) -> its measured profile, calibrated once per process
@@ -25,12 +26,12 @@ _PROFILES = {}  # (backend, model, seq_len, tokens, dtype) -> its measured profi
 def measured_profile(backend, config, seq_len, tokens, dtype):
     """The speeds of this machine's `backend` device on `config`'s layers, measured once per
     process on an uncapped handle of it (a second or two; fitted to the model where that is
-    quick, dataflow.ring.calibrate): a Trainer's default, so predicted times are this machine's."""
+    quick, dataflow.training.calibrate): a Trainer's default, so predicted times are this machine's."""
     key = (backend, json.dumps(config.to_dict(), sort_keys=True), seq_len, tokens, dtype)
     if key not in _PROFILES:
         h = Handle(backend, streams=2)
         try:
-            _PROFILES[key] = ring.calibrate(h, size=512, tokens=512, transfer_bytes=16 << 20, repeats=2,
+            _PROFILES[key] = calibrate(h, size=512, tokens=512, transfer_bytes=16 << 20, repeats=2,
                                             config=config, seq_len=seq_len, dtype=dtype,
                                             tokens_per_step=max(tokens, 2 * seq_len), fit_seconds=5.0)
         finally:
