@@ -106,6 +106,6 @@ def bh(backend):
 
 @pytest.fixture
 def stand_in(monkeypatch):
-    """The CLI trains a numpy bigram with plain SGD instead of the Llama (tests/cli_helpers.py)."""
+    """The CLI trains a numpy bigram with plain SGD instead of the Llama (tests/helpers/cli_helpers.py)."""
     from cli_helpers import install_stand_in
     install_stand_in(monkeypatch)

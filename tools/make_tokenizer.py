@@ -4,7 +4,7 @@
 Byte-level means any UTF-8 text encodes (train --data on other text still works, at more tokens per
 word); trained on the corpus means its words are a token or two each, so a small model trained for a
 couple of minutes predicts whole words instead of letters. Training is deterministic: rerunning this
-reproduces the committed file (tests/test_tokenizer_corpus.py checks it).
+reproduces the committed file (tests/io/test_tokenizer_corpus.py checks it).
 
 usage: python tools/make_tokenizer.py [OUTPUT]
 """

@@ -1,4 +1,4 @@
-/* Use after close through the public API (run under ASan + UBSan by tests/test_c_api.py): a call
+/* Use after close through the public API (run under ASan + UBSan by tests/c/test_c_api.py): a call
  * on a destroyed handle, a second destroy, a destroyed peer and a model that outlived its handle
  * fail with a clear error, and libdataflow finds out from its registry of open handles, never by
  * reading the freed handle (ASan would report the read). */

@@ -1,5 +1,5 @@
 /* Lifetimes across handles and threads, through the public API (run under ASan + UBSan by
- * tests/test_c_api.py): events and peer links of a destroyed handle fail clearly, a destroy
+ * tests/c/test_c_api.py): events and peer links of a destroyed handle fail clearly, a destroy
  * from the handle's own work is refused instead of deadlocking, calls on a handle being
  * destroyed fail clearly, and work queued on a peer finishes before the memory it reads goes.
  * (A raw submit_op of a default op with bad tensors: test_op_checks.c.) */

@@ -437,7 +437,7 @@ static int grads_close(const Dataflow_Blocked_Model *bm, int step, const Dataflo
 }
 
 /* fp32 weights after `steps` AdamW steps of lr from gradients summed in another order, per
- * tensor: ||got - want|| / sqrt(numel) <= 1e-3 * lr * steps, as tests/tolerances.py's
+ * tensor: ||got - want|| / sqrt(numel) <= 1e-3 * lr * steps, as tests/helpers/tolerances.py's
  * assert_trained_weights_close (AdamW turns a gradient's relative error into the same relative
  * error of a step of about lr, large where the gradient is within rounding noise of zero; which
  * elements those are depends on the CPU's summation order, so no elementwise bound holds). */

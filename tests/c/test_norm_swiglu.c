@@ -1,7 +1,7 @@
 /* C-level check of rms_norm (forward, bwd_x, bwd_w with its workspace) and swiglu (forward,
  * backward) through the installed API, in fp32 and bf16, against double-precision references
  * of the formulas in ops.h; run under ASan + UBSan by the tests as well. The exact operation
- * order is checked bit for bit from Python (tests/test_rms_norm.py, tests/test_swiglu.py). */
+ * order is checked bit for bit from Python (tests/ops/test_rms_norm.py, tests/ops/test_swiglu.py). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* dataflow_submit_op checks every submission against the signature its op was registered with
- * (run under ASan + UBSan by tests/test_c_api.py): a raw submit_op of a default op with NULL,
+ * (run under ASan + UBSan by tests/c/test_c_api.py): a raw submit_op of a default op with NULL,
  * short, freed, foreign (host or another handle's) or overlapping tensors or a failed
  * requirement fails at the call with the signature's message and queues nothing; dataflow_op_check checks without submitting; a
  * user op registered with a signature is checked the same way; a signature that does not

@@ -1,8 +1,8 @@
 /* C-level check of the paged KV cache and the batch sampler through the public API (run under
- * ASan+UBSan by tests/test_c_api.py): sequences join and take pages as they grow, a step of
+ * ASan+UBSan by tests/c/test_c_api.py): sequences join and take pages as they grow, a step of
  * ragged sequences runs (zero weights: every logit is exactly 0), an exhausted pool fails
  * clearly and changes nothing, pages come back when sequences are freed; the sampler's greedy
- * choice, seeded draws and errors. tests/test_batch_engine.py and tests/test_sampling.py check
+ * choice, seeded draws and errors. tests/models/test_batch_engine.py and tests/ops/test_sampling.py check
  * the numbers against references. */
 #include <math.h>
 

@@ -4,7 +4,7 @@
 /* The part of cuDNN's backend (graph) API that the SDPA external path uses, declared here so
  * the backend builds without cuDNN headers; cuDNN itself is loaded with dlopen (the
  * nvidia-cudnn-cu13 wheel, or the system). Values are those of cudnn_graph.h (cuDNN 9);
- * tests/test_cuda_headers.py checks every one against the real header. */
+ * tests/hal/test_cuda_headers.py checks every one against the real header. */
 
 #include <stddef.h>
 #include <stdint.h>

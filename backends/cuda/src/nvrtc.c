@@ -20,7 +20,7 @@
  *
  * Options: C++17, and --fmad=false so that a * b + c rounds twice, as the host kernels and
  * the numpy oracles do (bit-exact results across backends); except for the attention files,
- * whose results are compared within tolerances (tests/tolerances.py) rather than bit for bit,
+ * whose results are compared within tolerances (tests/helpers/tolerances.py) rather than bit for bit,
  * and where fused multiply-adds save instructions and registers in the softmax. */
 
 typedef int nvrtcResult;

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from .. import __version__, distributed, dtypes, ops, ring
-from ..training.calibrate import calibrate
+from ..training.calibration import calibrate
 from ..io import atomic, checkpoint, gguf as gguf_import
 from ..models import presets as model_specs
 from . import plan_timeline as ring_timeline

@@ -16,7 +16,7 @@ from ..handle import Handle, parse_bytes
 from ..models.batch import PackedBatch, aligned_labels, flatten_documents
 from ..models.host_blocks import host_memory_available
 from ..models.llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, SAVE_LEVELS
-from .calibrate import calibrate
+from .calibration import calibrate
 from .executor import RingExecutor
 
 STREAMS = 4  # compute, inbound, outbound, optimizer (ring_executor.h)

@@ -1,0 +1,126 @@
+"""One rank of the data-parallel tests (run by tests/training/test_distributed.py under mpirun):
+
+    python distributed_worker.py train OUT.npz     5 steps on this rank's share of each batch
+    python distributed_worker.py zero OUT.npz      the same with the optimizer state sharded (ZeRO-1)
+    python distributed_worker.py kill OUTDIR       rank 1 dies in step 2; rank 0 checkpoints, then steps on
+    python distributed_worker.py hang OUTDIR       rank 1 stops answering in step 2 (sleeps)
+    python distributed_worker.py collectives -     each collective against numpy (exit 1 on a mismatch)
+    python distributed_worker.py trace OUTDIR      2 traced steps, the all-reduce on a comm stream: OUTDIR/rank<r>.json
+    python distributed_worker.py trace-serial OUTDIR   the same with the all-reduce on the compute stream
+"""
+import time
+import os
+import signal
+import sys
+
+import numpy as np
+
+import dataflow as df
+from dataflow.io import checkpoint
+from dataflow.models import Llama, LlamaConfig
+
+CONFIG = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5)
+BATCH, SEQ, STEPS, LR = 4, 12, 5, 1e-3
+
+
+def batches():
+    rng = np.random.default_rng(11)
+    return [rng.integers(0, CONFIG["vocab_size"], size=(BATCH, SEQ)).astype(np.int32) for _ in range(STEPS)]
+
+
+def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=False, shard=False, result=None):
+    """Losses and final weights of training on rows [rank * B / size, (rank + 1) * B / size) of each
+    batch; result (a dict), when given, receives the device memory in use after the first step and
+    the final optimizer state."""
+    h = df.Handle("host", streams=2, device_memory="64MiB", threads=1)
+    model = Llama(h, LlamaConfig.from_dict(CONFIG), seed=5)
+    trainer = df.Trainer(model, lr=LR, weight_decay=0.1, grad_clip=0.5, comm=comm, shard_optimizer=shard)
+    rows = BATCH // size
+    losses = []
+    for step, tokens in enumerate(batches()):
+        if step == kill_at and rank == 1:
+            if hang:
+                time.sleep(600)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if step == kill_at and rank == 0:
+            checkpoint.save_training(checkpoint_dir, model, trainer, state={"step": step})
+        losses.append(trainer.step(tokens[rank * rows:(rank + 1) * rows]))
+        if result is not None and step == 0:
+            result["memory"] = h.memory_in_use()
+    if result is not None:
+        state = trainer.state_dict()  # sharded: gathered from every rank
+        result.update({f"m/{n}": a for n, a in state["exp_avg"].items()})
+        result.update({f"v/{n}": a for n, a in state["exp_avg_sq"].items()})
+    return np.array(losses), {n: a.numpy() for n, a in model.named_parameters().items()}
+
+
+# 8 layers of ~10 ms of backward each (256 tokens a rank): the upper blocks' all-reduce has lower
+# blocks' backward to run under, even where a woken stream waits milliseconds for a core
+TRACE_CONFIG = dict(CONFIG, hidden_size=64, intermediate_size=128, num_hidden_layers=8)
+TRACE_BATCH = (8, 64)
+
+
+def traced_steps(comm, out, comm_stream):
+    """Two data-parallel steps with the trace on from the start; rank r writes out/rank<r>.json."""
+    h = df.Handle("host", streams=2, device_memory="64MiB", threads=1)
+    model = Llama(h, LlamaConfig.from_dict(TRACE_CONFIG), seed=5)
+    trainer = df.Trainer(model, lr=1e-3, comm=comm, comm_stream=comm_stream, trace=True)
+    rng, rows = np.random.default_rng(11), TRACE_BATCH[0] // comm.size
+    for _ in range(2):
+        tokens = rng.integers(0, CONFIG["vocab_size"], size=TRACE_BATCH)
+        trainer.step(tokens[comm.rank * rows:(comm.rank + 1) * rows])
+    trainer.trace(os.path.join(out, f"rank{comm.rank}.json"))
+
+
+def collectives(comm):
+    """Every collective on odd sizes and every reduction dtype, against numpy sums in rank order."""
+    h = df.Handle("host", streams=2, device_memory="16MiB", threads=1)
+    comm, n, r = comm.on(h), comm.size, comm.rank
+    mine = [np.random.default_rng(k).standard_normal(1001).astype(np.float32) for k in range(n)]
+    total = mine[0].copy()
+    for x in mine[1:]:
+        total += x
+    ok = []
+    for dtype in ("fp32", "fp64", "bf16"):
+        a = h.from_numpy(mine[r], dtype=dtype)
+        # the inputs as the dtype holds them, summed exactly in fp64 (2 ranks), rounded once to the dtype
+        want = sum(h.from_numpy(x, dtype=dtype).numpy().astype(np.float64) for x in mine)
+        want = want if dtype == "fp64" else want.astype(np.float32)
+        ok.append(np.array_equal(comm.all_reduce(a, stream=1).numpy(1), h.from_numpy(want, dtype=dtype).numpy()))
+    part = 1001 // n
+    out = h.empty((part,))
+    comm.reduce_scatter(h.from_numpy(mine[r][:part * n]), out, op="avg")
+    ok.append(np.array_equal(out.numpy(), (total[:part * n] / np.float32(n))[r * part:(r + 1) * part]))
+    gathered = h.empty((n * 7,), "bf16")
+    comm.all_gather(h.from_numpy(np.full(7, r, np.float32), dtype="bf16"), gathered)
+    ok.append(np.array_equal(gathered.numpy(), np.repeat(np.arange(n, dtype=np.float32), 7)))
+    b = comm.broadcast(h.from_numpy(np.full(3, r + 5.0)), root=n - 1)
+    ok.append(np.array_equal(b.numpy(), np.full(3, n + 4.0)))
+    print(f"rank {r}: collectives {ok}", flush=True)
+    comm.close()
+    return all(ok)
+
+
+def main():
+    mode, out = sys.argv[1], sys.argv[2]
+    comm = df.distributed.init(timeout=float(os.environ.get("DATAFLOW_TEST_COMM_TIMEOUT", "30")))
+    if mode == "collectives":
+        sys.exit(0 if collectives(comm) else 1)
+    if mode in ("trace", "trace-serial"):
+        traced_steps(comm, out, comm_stream=1 if mode == "trace" else 0)
+    elif mode in ("train", "zero"):
+        result = {}
+        losses, weights = train(comm.rank, comm.size, comm, shard=mode == "zero", result=result)
+        if comm.rank == 0:
+            np.savez(out, losses=losses, **weights, **{f"opt/{k}": v for k, v in result.items()})
+    else:
+        try:
+            train(comm.rank, comm.size, comm, kill_at=2, checkpoint_dir=out, hang=mode == "hang")
+        except df.DataflowError as e:
+            print(f"rank {comm.rank}: {e}", file=sys.stderr, flush=True)
+            os._exit(3)  # a collective failed: MPI_Finalize could wait for the lost rank forever
+
+
+if __name__ == "__main__":
+    main()
