@@ -147,6 +147,28 @@ SIMD_TARGET_AVX2 SIMD_INLINE Vd_avx2 vwiden_hi_avx2(Vf_avx2 x)
 	return _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
 }
 
+/* x rounded to the nearest integer (ties to even, by the explicit immediate), as a float */
+SIMD_TARGET_AVX512 SIMD_INLINE Vf_avx512 vrint_avx512(Vf_avx512 x)
+{
+	return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE Vf_avx2 vrint_avx2(Vf_avx2 x)
+{
+	return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+/* 2^n for integral n in [-127, 127], built from the exponent bits (n = -127 gives 0) */
+SIMD_TARGET_AVX512 SIMD_INLINE Vf_avx512 vpow2i_avx512(Vf_avx512 n)
+{
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+
+SIMD_TARGET_AVX2 SIMD_INLINE Vf_avx2 vpow2i_avx2(Vf_avx2 n)
+{
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+
 /* x rounded to fp16 (RNE, by the explicit immediate) and widened back, by the hardware */
 SIMD_TARGET_AVX512 SIMD_INLINE Vf_avx512 vround_fp16_avx512(Vf_avx512 x)
 {

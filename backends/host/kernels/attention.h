@@ -209,202 +209,109 @@ static const float attn_exp2_poly[8] = {1.0f,
 					0.000154035303933816099f,
 					1.52527338040598403e-05f};
 
-/* ---- AVX-512 ---- */
+/* ---- the vector paths: one body per ISA (simd.h) ----
+ * Register blocking per ISA: qk keeps ATTN_QK_ROWS rows x ATTN_BLOCK lanes of accumulators (16
+ * vectors: all of AVX2's registers, half of AVX-512's, which then also holds the key row); acc
+ * updates blocks of up to 4 rows x ATTN_ACC_VECS vectors. Each output element sums over k in
+ * order with one fma per term, so every blocking (and the scalar path) gives the same bits. */
+enum { ATTN_QK_ROWS_avx512 = 4, ATTN_QK_ROWS_avx2 = 2, ATTN_ACC_VECS_avx512 = 4, ATTN_ACC_VECS_avx2 = 2 };
 
-SIMD_TARGET_AVX512 static inline __attribute__((always_inline)) void
-attn_qk_rows_avx512(const float *x, int64_t xs, const float *yt, int d, float *out, const int R)
-{
-	__m512 acc[4][4];
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-		for (int q = 0; q < 4; q++)
-			acc[r][q] = _mm512_setzero_ps();
-	for (int k = 0; k < d; k++) {
-		const float *y = yt + k * ATTN_BLOCK;
-		__m512 y0 = _mm512_loadu_ps(y), y1 = _mm512_loadu_ps(y + 16);
-		__m512 y2 = _mm512_loadu_ps(y + 32), y3 = _mm512_loadu_ps(y + 48);
-#pragma GCC unroll 4
-		for (int r = 0; r < R; r++) {
-			__m512 a = _mm512_set1_ps(x[r * xs + k]);
-			acc[r][0] = _mm512_fmadd_ps(a, y0, acc[r][0]);
-			acc[r][1] = _mm512_fmadd_ps(a, y1, acc[r][1]);
-			acc[r][2] = _mm512_fmadd_ps(a, y2, acc[r][2]);
-			acc[r][3] = _mm512_fmadd_ps(a, y3, acc[r][3]);
-		}
+#define ATTN_TILES_VECTOR(isa)                                                                       \
+	/* out[r][i] = sum_k x[r][k] yt[k][i] for R <= ATTN_QK_ROWS rows of x (xs floats apart) */    \
+	SIMD_ISA_INLINE(isa)                                                                         \
+	void attn_qk_rows_##isa(const float *x, int64_t xs, const float *yt, int d, float *out, const int R) \
+	{                                                                                            \
+		enum { Q = ATTN_BLOCK / VL_##isa };                                                  \
+		Vf_##isa acc[ATTN_QK_ROWS_##isa][Q];                                                 \
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) for (int q = 0; q < Q; q++)      \
+			acc[r][q] = vset1_##isa(0.0f);                                               \
+		for (int k = 0; k < d; k++) {                                                        \
+			const float *y = yt + k * ATTN_BLOCK;                                        \
+			_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                          \
+			{                                                                            \
+				Vf_##isa a = vset1_##isa(x[r * xs + k]);                             \
+				_Pragma("GCC unroll 8") for (int q = 0; q < Q; q++)                  \
+					acc[r][q] = vfma_##isa(a, vloadf_##isa(y + q * VL_##isa), acc[r][q]); \
+			}                                                                            \
+		}                                                                                    \
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++) for (int q = 0; q < Q; q++)      \
+			vstoref_##isa(out + r * ATTN_BLOCK + q * VL_##isa, acc[r][q]);                \
+	}                                                                                            \
+                                                                                                     \
+	SIMD_TARGET_##isa static void attn_qk_##isa(const float *x, int nx, int64_t xs, const float *yt, int d, \
+						    float *out)                                      \
+	{                                                                                            \
+		int j = 0;                                                                           \
+		for (; j + ATTN_QK_ROWS_##isa <= nx; j += ATTN_QK_ROWS_##isa)                        \
+			attn_qk_rows_##isa(x + j * xs, xs, yt, d, out + j * ATTN_BLOCK, ATTN_QK_ROWS_##isa); \
+		for (; j < nx; j++)                                                                  \
+			attn_qk_rows_##isa(x + j * xs, xs, yt, d, out + j * ATTN_BLOCK, 1);          \
+	}                                                                                            \
+                                                                                                     \
+	/* c[r][col] += sum_k a[r ars + k aks] b[k][col] over R <= 4 rows and C vectors of columns */  \
+	SIMD_ISA_INLINE(isa)                                                                         \
+	void attn_acc_block_##isa(float *c, int dp, const float *a, int64_t ars, int64_t aks, int nk, const float *b, \
+				  const int R, const int C)                                          \
+	{                                                                                            \
+		Vf_##isa acc[4][ATTN_ACC_VECS_##isa];                                                \
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                  \
+			_Pragma("GCC unroll 4") for (int q = 0; q < C; q++)                          \
+				acc[r][q] = vloadf_##isa(c + r * dp + q * VL_##isa);                 \
+		for (int k = 0; k < nk; k++) {                                                       \
+			Vf_##isa bv[ATTN_ACC_VECS_##isa];                                            \
+			_Pragma("GCC unroll 4") for (int q = 0; q < C; q++)                          \
+				bv[q] = vloadf_##isa(b + (size_t)k * dp + q * VL_##isa);             \
+			_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                          \
+			{                                                                            \
+				Vf_##isa av = vset1_##isa(a[r * ars + k * aks]);                     \
+				_Pragma("GCC unroll 4") for (int q = 0; q < C; q++)                  \
+					acc[r][q] = vfma_##isa(av, bv[q], acc[r][q]);                \
+			}                                                                            \
+		}                                                                                    \
+		_Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                  \
+			_Pragma("GCC unroll 4") for (int q = 0; q < C; q++)                          \
+				vstoref_##isa(c + r * dp + q * VL_##isa, acc[r][q]);                 \
+	}                                                                                            \
+                                                                                                     \
+	/* the columns of R rows: whole blocks of ATTN_ACC_VECS vectors, then single vectors */        \
+	SIMD_ISA_INLINE(isa)                                                                         \
+	void attn_acc_rows_##isa(float *c, int dp, const float *a, int64_t ars, int64_t aks, int nk, const float *b, \
+				 const int R)                                                        \
+	{                                                                                            \
+		enum { W = ATTN_ACC_VECS_##isa * VL_##isa };                                         \
+		int col = 0;                                                                         \
+		for (; col + W <= dp; col += W)                                                      \
+			attn_acc_block_##isa(c + col, dp, a, ars, aks, nk, b + col, R, ATTN_ACC_VECS_##isa); \
+		for (; col < dp; col += VL_##isa)                                                    \
+			attn_acc_block_##isa(c + col, dp, a, ars, aks, nk, b + col, R, 1);           \
+	}                                                                                            \
+                                                                                                     \
+	SIMD_TARGET_##isa static void attn_acc_##isa(float *c, int rows, int dp, const float *a, int64_t ars,      \
+						     int64_t aks, int nk, const float *b)            \
+	{                                                                                            \
+		int r = 0;                                                                           \
+		for (; r + 4 <= rows; r += 4)                                                        \
+			attn_acc_rows_##isa(c + (size_t)r * dp, dp, a + r * ars, ars, aks, nk, b, 4); \
+		for (; r < rows; r++)                                                                \
+			attn_acc_rows_##isa(c + (size_t)r * dp, dp, a + r * ars, ars, aks, nk, b, 1); \
+	}                                                                                            \
+                                                                                                     \
+	/* s = 2^(s - sub) per lane: 2^f by the polynomial on f = x - rint(x), times 2^rint(x) */      \
+	SIMD_TARGET_##isa static void attn_exp2_##isa(float *s, int rows, const float *sub)           \
+	{                                                                                            \
+		for (int j = 0; j < rows; j++) {                                                     \
+			for (int i = 0; i < ATTN_BLOCK; i += VL_##isa) {                             \
+				Vf_##isa x = vloadf_##isa(s + j * ATTN_BLOCK + i) - vloadf_##isa(sub + i); \
+				x = vmax_##isa(x, vset1_##isa(-127.0f));                             \
+				Vf_##isa n = vrint_##isa(x), f = x - n;                              \
+				Vf_##isa p = vset1_##isa(attn_exp2_poly[7]);                         \
+				for (int m = 6; m >= 0; m--)                                         \
+					p = vfma_##isa(p, f, vset1_##isa(attn_exp2_poly[m]));        \
+				vstoref_##isa(s + j * ATTN_BLOCK + i, p * vpow2i_##isa(n));          \
+			}                                                                            \
+		}                                                                                    \
 	}
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-		for (int q = 0; q < 4; q++)
-			_mm512_storeu_ps(out + r * ATTN_BLOCK + q * 16, acc[r][q]);
-}
-
-SIMD_TARGET_AVX512 static void attn_qk_avx512(const float *x, int nx, int64_t xs, const float *yt, int d, float *out)
-{
-	int j = 0;
-	for (; j + 4 <= nx; j += 4)
-		attn_qk_rows_avx512(x + j * xs, xs, yt, d, out + j * ATTN_BLOCK, 4);
-	for (; j < nx; j++)
-		attn_qk_rows_avx512(x + j * xs, xs, yt, d, out + j * ATTN_BLOCK, 1);
-}
-
-SIMD_TARGET_AVX512 static inline __attribute__((always_inline)) void
-attn_acc_block_avx512(float *c, int dp, const float *a, int64_t ars, int64_t aks, int nk, const float *b, const int R,
-		      const int C)
-{
-	__m512 acc[4][4];
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-		for (int q = 0; q < C; q++)
-			acc[r][q] = _mm512_loadu_ps(c + r * dp + q * 16);
-	for (int k = 0; k < nk; k++) {
-		__m512 bv[4];
-#pragma GCC unroll 4
-		for (int q = 0; q < C; q++)
-			bv[q] = _mm512_loadu_ps(b + (size_t)k * dp + q * 16);
-#pragma GCC unroll 4
-		for (int r = 0; r < R; r++) {
-			__m512 av = _mm512_set1_ps(a[r * ars + k * aks]);
-#pragma GCC unroll 4
-			for (int q = 0; q < C; q++)
-				acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
-		}
-	}
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-		for (int q = 0; q < C; q++)
-			_mm512_storeu_ps(c + r * dp + q * 16, acc[r][q]);
-}
-
-SIMD_TARGET_AVX512 static void attn_acc_avx512(float *c, int rows, int dp, const float *a, int64_t ars, int64_t aks,
-					       int nk, const float *b)
-{
-	for (int r = 0; r < rows; r += 4) {
-		const float *ar = a + r * ars;
-		float *cr = c + (size_t)r * dp;
-		int col = 0;
-		if (rows - r >= 4) {
-			for (; col + 64 <= dp; col += 64)
-				attn_acc_block_avx512(cr + col, dp, ar, ars, aks, nk, b + col, 4, 4);
-			for (; col < dp; col += 16)
-				attn_acc_block_avx512(cr + col, dp, ar, ars, aks, nk, b + col, 4, 1);
-		} else {
-			for (int rr = 0; rr < rows - r; rr++) {
-				for (col = 0; col + 64 <= dp; col += 64)
-					attn_acc_block_avx512(cr + rr * dp + col, dp, ar + rr * ars, ars, aks, nk,
-							      b + col, 1, 4);
-				for (; col < dp; col += 16)
-					attn_acc_block_avx512(cr + rr * dp + col, dp, ar + rr * ars, ars, aks, nk,
-							      b + col, 1, 1);
-			}
-		}
-	}
-}
-
-SIMD_TARGET_AVX512 static void attn_exp2_avx512(float *s, int rows, const float *sub)
-{
-	for (int j = 0; j < rows; j++) {
-		for (int i = 0; i < ATTN_BLOCK; i += 16) {
-			__m512 x = _mm512_sub_ps(_mm512_loadu_ps(s + j * ATTN_BLOCK + i), _mm512_loadu_ps(sub + i));
-			x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));
-			__m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-			__m512 f = _mm512_sub_ps(x, n);
-			__m512 p = _mm512_set1_ps(attn_exp2_poly[7]);
-			for (int m = 6; m >= 0; m--)
-				p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(attn_exp2_poly[m]));
-			__m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-			_mm512_storeu_ps(s + j * ATTN_BLOCK + i, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
-		}
-	}
-}
-
-/* ---- AVX2 ---- */
-
-SIMD_TARGET_AVX2 static inline __attribute__((always_inline)) void
-attn_qk_rows_avx2(const float *x, int64_t xs, const float *yt, int d, float *out, const int R)
-{
-	__m256 acc[2][8];
-#pragma GCC unroll 2
-	for (int r = 0; r < R; r++)
-		for (int q = 0; q < 8; q++)
-			acc[r][q] = _mm256_setzero_ps();
-	for (int k = 0; k < d; k++) {
-		const float *y = yt + k * ATTN_BLOCK;
-#pragma GCC unroll 2
-		for (int r = 0; r < R; r++) {
-			__m256 a = _mm256_broadcast_ss(x + r * xs + k);
-#pragma GCC unroll 8
-			for (int q = 0; q < 8; q++)
-				acc[r][q] = _mm256_fmadd_ps(a, _mm256_loadu_ps(y + q * 8), acc[r][q]);
-		}
-	}
-#pragma GCC unroll 2
-	for (int r = 0; r < R; r++)
-		for (int q = 0; q < 8; q++)
-			_mm256_storeu_ps(out + r * ATTN_BLOCK + q * 8, acc[r][q]);
-}
-
-SIMD_TARGET_AVX2 static void attn_qk_avx2(const float *x, int nx, int64_t xs, const float *yt, int d, float *out)
-{
-	int j = 0;
-	for (; j + 2 <= nx; j += 2)
-		attn_qk_rows_avx2(x + j * xs, xs, yt, d, out + j * ATTN_BLOCK, 2);
-	for (; j < nx; j++)
-		attn_qk_rows_avx2(x + j * xs, xs, yt, d, out + j * ATTN_BLOCK, 1);
-}
-
-SIMD_TARGET_AVX2 static inline __attribute__((always_inline)) void
-attn_acc_block_avx2(float *c, int dp, const float *a, int64_t ars, int64_t aks, int nk, const float *b, const int R)
-{
-	__m256 acc[4][2];
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-		for (int q = 0; q < 2; q++)
-			acc[r][q] = _mm256_loadu_ps(c + r * dp + q * 8);
-	for (int k = 0; k < nk; k++) {
-		__m256 b0 = _mm256_loadu_ps(b + (size_t)k * dp), b1 = _mm256_loadu_ps(b + (size_t)k * dp + 8);
-#pragma GCC unroll 4
-		for (int r = 0; r < R; r++) {
-			__m256 av = _mm256_broadcast_ss(a + r * ars + k * aks);
-			acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-			acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
-		}
-	}
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-		for (int q = 0; q < 2; q++)
-			_mm256_storeu_ps(c + r * dp + q * 8, acc[r][q]);
-}
-
-SIMD_TARGET_AVX2 static void attn_acc_avx2(float *c, int rows, int dp, const float *a, int64_t ars, int64_t aks,
-					   int nk, const float *b)
-{
-	int r = 0;
-	for (; r + 4 <= rows; r += 4)
-		for (int col = 0; col < dp; col += 16)
-			attn_acc_block_avx2(c + (size_t)r * dp + col, dp, a + r * ars, ars, aks, nk, b + col, 4);
-	for (; r < rows; r++)
-		for (int col = 0; col < dp; col += 16)
-			attn_acc_block_avx2(c + (size_t)r * dp + col, dp, a + r * ars, ars, aks, nk, b + col, 1);
-}
-
-SIMD_TARGET_AVX2 static void attn_exp2_avx2(float *s, int rows, const float *sub)
-{
-	for (int j = 0; j < rows; j++) {
-		for (int i = 0; i < ATTN_BLOCK; i += 8) {
-			__m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + j * ATTN_BLOCK + i), _mm256_loadu_ps(sub + i));
-			x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
-			__m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-			__m256 f = _mm256_sub_ps(x, n);
-			__m256 p = _mm256_set1_ps(attn_exp2_poly[7]);
-			for (int m = 6; m >= 0; m--)
-				p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(attn_exp2_poly[m]));
-			__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-			_mm256_storeu_ps(s + j * ATTN_BLOCK + i, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-		}
-	}
-}
+SIMD_EACH_ISA(ATTN_TILES_VECTOR)
 
 /* ---- scalar (fmaf: the same roundings as the vector paths) ---- */
 
