@@ -11,7 +11,7 @@
 import threading
 from collections import deque
 
-from .errors import BadArgumentError, CallbackError
+from .errors import CallbackError
 
 
 

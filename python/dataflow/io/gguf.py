@@ -21,7 +21,6 @@ What maps where:
             Other layer types (Q4_1, K-quants, ...) are refused naming the tensor and type.
 The tokenizer GGUF embeds (tokenizer.ggml.*) is not converted: generate needs a tokenizer.json
 beside the file or --tokenizer; bos/eos ids come from the file's metadata."""
-import os
 
 import numpy as np
 

@@ -38,5 +38,5 @@ def from_pretrained(path, handle=None, dtype="fp32", placement="auto"):
     return Llama.from_pretrained(path, handle, dtype, placement)
 
 
-__all__ = ["ADAM_M", "ADAM_V", "GRAD", "IGNORE_INDEX", "KVCache", "Llama", "LlamaConfig", "MASTER", "PARAM",
+__all__ = ["ADAM_M", "ADAM_V", "GRAD", "IGNORE_INDEX", "KVCache", "Llama", "LlamaConfig", "MASTER", "PARAM", "PagedKVCache",
            "from_pretrained"]
