@@ -1,7 +1,7 @@
 """One rank of the data-parallel tests (run by tests/training/test_distributed.py under mpirun):
 
-    python distributed_worker.py train OUT.npz     5 steps on this rank's share of each batch
-    python distributed_worker.py zero OUT.npz      the same with the optimizer state sharded (ZeRO-1)
+    python distributed_worker.py train OUT.npz [FAMILY]   5 steps on this rank's share of each batch
+    python distributed_worker.py zero OUT.npz [FAMILY]    the same with the optimizer state sharded (ZeRO-1)
     python distributed_worker.py kill OUTDIR       rank 1 dies in step 2; rank 0 checkpoints, then steps on
     python distributed_worker.py hang OUTDIR       rank 1 stops answering in step 2 (sleeps)
     python distributed_worker.py collectives -     each collective against numpy (exit 1 on a mismatch)
@@ -22,6 +22,11 @@ from dataflow.models import Llama, LlamaConfig
 CONFIG = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5)
 BATCH, SEQ, STEPS, LR = 4, 12, 5, 1e-3
+# each family's own tensors and attention: Qwen2's q/k/v biases, Qwen3's per-head q/k norms and
+# explicit head_dim, Mistral's window (shorter than SEQ)
+FAMILIES = {"llama": CONFIG, "qwen2": dict(CONFIG, model_type="qwen2", tie_word_embeddings=True),
+            "qwen3": dict(CONFIG, model_type="qwen3", head_dim=12), "mistral": dict(CONFIG, model_type="mistral",
+                                                                                  sliding_window=5)}
 
 
 def batches():
@@ -29,12 +34,13 @@ def batches():
     return [rng.integers(0, CONFIG["vocab_size"], size=(BATCH, SEQ)).astype(np.int32) for _ in range(STEPS)]
 
 
-def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=False, shard=False, result=None):
+def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=False, shard=False, result=None,
+          family="llama"):
     """Losses and final weights of training on rows [rank * B / size, (rank + 1) * B / size) of each
     batch; result (a dict), when given, receives the device memory in use after the first step and
     the final optimizer state."""
     h = df.Handle("host", streams=2, device_memory="64MiB", threads=1)
-    model = Llama(h, LlamaConfig.from_dict(CONFIG), seed=5)
+    model = Llama(h, LlamaConfig.from_dict(FAMILIES[family]), seed=5)
     trainer = df.Trainer(model, lr=LR, weight_decay=0.1, grad_clip=0.5, comm=comm, shard_optimizer=shard)
     rows = BATCH // size
     losses = []
@@ -111,7 +117,8 @@ def main():
         traced_steps(comm, out, comm_stream=1 if mode == "trace" else 0)
     elif mode in ("train", "zero"):
         result = {}
-        losses, weights = train(comm.rank, comm.size, comm, shard=mode == "zero", result=result)
+        family = sys.argv[3] if len(sys.argv) > 3 else "llama"
+        losses, weights = train(comm.rank, comm.size, comm, shard=mode == "zero", result=result, family=family)
         if comm.rank == 0:
             np.savez(out, losses=losses, **weights, **{f"opt/{k}": v for k, v in result.items()})
     else:

@@ -23,12 +23,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(MPIRUN is None, reason="no mp
 GUARD_SECONDS = 60  # a job still running after this has hung: the test fails
 
 
-def mpirun(mode, out, ranks=2, env=None):
+def mpirun(mode, out, ranks=2, env=None, extra=()):
     """Runs the worker on `ranks` local ranks; returns (exit code, stdout + stderr)."""
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "PYTHONPATH": os.pathsep.join([HELPERS, *sys.path]), **(env or {})}
     cmd = [MPIRUN, "--oversubscribe", "-n", str(ranks), sys.executable, os.path.join(HELPERS, "distributed_worker.py"),
-           mode, str(out)]
+           mode, str(out), *extra]
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=GUARD_SECONDS)
     except subprocess.TimeoutExpired as e:
@@ -46,14 +46,16 @@ def relative_error(got, want):
     return np.linalg.norm(got - want) / np.linalg.norm(want)
 
 
-@pytest.mark.parametrize("mode", ["train", "zero"])
-def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path, mode):
-    """train: plain data-parallel; zero: the optimizer state sharded (ZeRO-1), gathered for the check."""
-    rc, out = mpirun(mode, tmp_path / "dp.npz")
+@pytest.mark.parametrize("mode, family", [("train", "llama"), ("zero", "llama"), ("train", "qwen2"), ("train", "qwen3"),
+                                          ("zero", "qwen3"), ("train", "mistral")])
+def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path, mode, family):
+    """train: plain data-parallel; zero: the optimizer state sharded (ZeRO-1), gathered for the
+    check; each model family (its own tensors: biases, q/k norms, a window) likewise."""
+    rc, out = mpirun(mode, tmp_path / "dp.npz", extra=[family])
     assert rc == 0, out
     got = np.load(tmp_path / "dp.npz")
     oracle = {}
-    losses, weights = worker.train(result=oracle)
+    losses, weights = worker.train(result=oracle, family=family)
     np.testing.assert_allclose(got["losses"], losses, rtol=1e-6, atol=0)
     assert_trained_weights_close({n: got[n] for n in weights}, weights, TRAINED_WEIGHTS_RTOL["fp32"], worker.LR,
                                  worker.STEPS)
