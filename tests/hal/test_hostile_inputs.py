@@ -21,7 +21,7 @@ HUGE_LAYERS = {**CFG, "model_type": "llama", "num_hidden_layers": 2**31}
 
 
 def plan_cli(config, timeout=60):
-    code = "import sys\nfrom dataflow import cli\nsys.exit(cli.main(sys.argv[1:]))"
+    code = "import sys\nfrom dataflow.cli import main as cli\nsys.exit(cli.main(sys.argv[1:]))"
     return run_isolated(code, timeout, args=PLAN + ["--config", str(config)])
 
 

@@ -103,7 +103,7 @@ def test_damaged_checkpoint_names_the_file(tmp_path, case):
 CHILD = textwrap.dedent("""
     import os, sys, time
     import numpy as np
-    from dataflow import checkpoint, safetensors_io
+    from dataflow.io import checkpoint, safetensors as safetensors_io
     path, where, marker = sys.argv[1:4]
 
     def announce_and_wait():
