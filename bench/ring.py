@@ -7,7 +7,7 @@ compute-per-byte over PCIe 5, and the planner's predicted step time next to the 
 Scaling: an H100 SXM does 989e12 dense bf16 FLOP/s; a PCIe 5 x16 link moves ~55e9 B/s of pinned
 copies each way; so a byte crosses the link in the time of 989e12 / 55e9 = 18,000 FLOPs
 (5.6e-5 bytes per FLOP). The throttle (Handle(transfer_bandwidth=), both directions) is this
-host's measured bf16 matmul rate (dataflow.ring.calibrate's 1024^3 matmul, best of the profile's
+host's measured bf16 matmul rate (dataflow.training.calibrate's 1024^3 matmul, best of the profile's
 calls and THROTTLE_REPEATS more, from profile.measured:
 the rate before the fit to the model, which rescales the profile's peak by its small shapes'
 speed and swung the throttle 30x between runs) x 55e9 / 989e12, so a
@@ -18,7 +18,7 @@ ring more compute to hide transfers behind than an H100 would have.
 
 Peer: df.Trainer on the all-resident Llama (no cap, nothing to transfer), one step per batch.
 Ring: RingExecutor from df.ring.plan(profile = this host's, calibrated and fitted to the model's
-layers (df.ring.calibrate(config=)), link = the throttle, host AdamW speed = the fitted memory
+layers (df.training.calibrate(config=)), link = the throttle, host AdamW speed = the fitted memory
 speed) on a handle capped at the plan's capacity and throttled; a step = accumulate the step's
 chunks, apply (AdamW, clip 1.0), wait (one host sync, as Trainer.step). Configurations: caps as
 fractions of what the all-resident plan needs ("min": the smallest plan), at throttle
@@ -159,11 +159,11 @@ def main():
     dtype = "bf16"
 
     h = df.Handle("host", threads=args.threads)
-    profile = df.ring.calibrate(h, config=cfg, seq_len=seq, dtype=dtype, tokens_per_step=tokens_per_step,
+    profile = df.training.calibrate(h, config=cfg, seq_len=seq, dtype=dtype, tokens_per_step=tokens_per_step,
                                 fit_seconds=60)
     # the matmul rate again, as the best of more calls: on a loaded machine best-of-3 swung it 2.5x
     matmul_flops = max(profile.measured["matmul_flops_bf16"],
-                       df.ring.calibrate(h, repeats=THROTTLE_REPEATS).measured["matmul_flops_bf16"])
+                       df.training.calibrate(h, repeats=THROTTLE_REPEATS).measured["matmul_flops_bf16"])
     throttle = matmul_flops * PCIE5_BYTES_PER_S / H100_BF16_FLOPS
 
     # the peer: all-resident, no cap
