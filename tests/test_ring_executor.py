@@ -1,7 +1,7 @@
 """The ring executor against the all-resident model: the same chunks, the same AdamW steps.
 
-The oracle is the all-resident Llama (itself checked against Hugging Face in test_llama.py) fed
-the plan's chunks one after another (loss_scale = 1 / the step's labelled tokens, gradients
+The oracle is the all-resident Llama (the executor of the all-resident plan over its own blocks,
+checked against Hugging Face in test_llama.py) fed the plan's chunks one after another (loss_scale = 1 / the step's labelled tokens, gradients
 accumulated, one AdamW step with clipping): ring training must give the same losses and
 weights over 10 steps (fp32 within 1e-6 relative, bf16 within the bf16 tolerance) for every
 plan from "everything fits" down to the smallest, while the device high-water mark stays under
@@ -16,6 +16,7 @@ from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
 from dataflow.models.host_blocks import Layout
 from dataflow.ring_executor import RingExecutor
+from resident_oracle import resident_adamw
 from tolerances import TOLERANCES
 
 CFG = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
@@ -76,13 +77,9 @@ def train_both(cfg, cap, dtype, master=False, steps=STEPS, trace=False, bandwidt
         ex.apply(params, 1.0, step)
         ex.wait()
         ring_losses.append(sum(ref._batch_loss(t, scale) for t in ex.token_losses([c.num_tokens for c in chunks])))
-        loss = 0.0
-        for i, c in enumerate(chunks):
-            modelslib.dataflow_llama_loss_backward(ref._m, 0, ref._upload(c, 0), int(i > 0), scale)
-            token_losses = ref._read_output("token_losses", 0)
-            ref_h.sync()
-            loss += ref._batch_loss(token_losses, scale)
-        modelslib.dataflow_llama_adamw_step(ref._m, 0, params, 1.0, step)
+        loss = sum(ref.loss_backward(tokens[i * T // SEQ:(i + 1) * T // SEQ], accumulate=i > 0, loss_scale=scale)[0]
+                   for i in range(len(chunks)))
+        resident_adamw(ref, params, 1.0, step)
         ref_losses.append(loss)
     ring_w = [as_float(ex.read(b, 0), dtype) for b in range(ex.num_blocks)]
     ref_w = [as_float(block_bytes(ref_h, ref, b, 0, ex.block_bytes(b, 0)), dtype) for b in range(ex.num_blocks)]
