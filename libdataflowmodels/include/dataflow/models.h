@@ -51,10 +51,6 @@ Dataflow_Status dataflow_llama_tensor(const Dataflow_Llama *model, int index, Da
 int dataflow_llama_num_blocks(const Dataflow_Llama *model);
 Dataflow_Status dataflow_llama_block(const Dataflow_Llama *model, int block, Dataflow_Block_Memory *memory);
 
-/* Bytes of activation workspace for batches of up to max_tokens tokens at a save level (-1: invalid). */
-int64_t dataflow_llama_workspace_bytes(const Dataflow_Llama_Config *config, int64_t max_tokens,
-				       Dataflow_Save_Level level);
-
 /* fp32 master weights for a bf16 model (error for fp32): allocates them (once) as exact
  * copies of the weights, in stream order. From then on an executor's AdamW updates the masters
  * and writes their bf16 rounding into the weights. */
