@@ -2,13 +2,9 @@
  * resident workspace (the residual stream in the model dtype, as Hugging Face keeps it). */
 #include "llama_internal.h"
 
-/* block b's forward, a span of the trace */
 static Dataflow_Status forward_block(Dataflow_Llama *m, int b, int s, const Dataflow_Block_Args *a)
 {
-	Dataflow_Trace_Span *span;
-	TRY(llama_span_begin(m, s, DATAFLOW_LLAMA_WORK_FORWARD, b, 0, &span));
-	TRY(dataflow_block_forward(m->bm, b, s, &m->blocks[b], a));
-	return llama_span_end(m, span);
+	return dataflow_block_forward(m->bm, b, s, &m->blocks[b], a);
 }
 
 Dataflow_Status llama_forward_pass(Dataflow_Llama *m, int s, const Dataflow_Llama_Batch *b,
@@ -95,6 +91,5 @@ Dataflow_Status dataflow_llama_outputs(const Dataflow_Llama *m, Dataflow_Llama_O
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama outputs: model and outputs are required");
 	out->token_losses = m->last_tokens ? m->ws.token_losses : NULL;
 	out->num_tokens = m->last_tokens;
-	out->grad_norm = (const float *)((const char *)m->scalars + 12);
 	return DATAFLOW_OK;
 }

@@ -6,17 +6,13 @@
 #include "blocked_internal.h"
 #include "dataflow/models.h"
 
-/* Activations of the last batch size, in one device allocation. */
+/* The forward's activations for the largest batch so far, in one device allocation. */
 typedef struct {
 	int64_t tokens;            /* capacity in tokens; 0: not allocated */
-	Dataflow_Save_Level level; /* layout it was carved for */
 	void *base;
 	void *resid;               /* [(L + 1), T, H]: the input of every layer, then the final hidden */
-	void **saved;              /* host [L]: each layer's saved activations */
-	void *recomputed;          /* the layers' other activations, rebuilt per layer */
-	void *head_saved;
-	void *dacts;               /* one block's backward_x -> backward_w hand-over */
-	void *dres[2];             /* gradients at block outputs, alternating */
+	void *layer_acts;          /* one layer's other activations, rewritten by each layer */
+	void *head_acts;
 	float *token_losses;       /* [T] */
 	void *scratch;             /* the per-call workspace */
 } Llama_Workspace;
@@ -27,42 +23,27 @@ struct Dataflow_Llama {
 	const Dataflow_Llama_Config *config; /* bm's */
 	int num_blocks;
 	Dataflow_Block_Memory *blocks;
-	void *scalars;      /* device: sumsq fp64 [1], clip scale fp32 [1], norm fp32 [1] */
-	void *opt_ws;       /* the optimizer calls' workspace */
 	int64_t last_tokens; /* of the last loss: how many token losses are valid */
-	Dataflow_Save_Level save_level;
 	Llama_Workspace ws;
-	Dataflow_Comm *grad_comm; /* data-parallel: gradients summed over ranks (NULL: off) */
-	int grad_comm_stream;
+	Dataflow_Comm *grad_comm; /* the ranks shard_optimizer lays the state out over (NULL: none) */
 	int shard_optimizer; /* ZeRO-1 over grad_comm's ranks (llama_sharded_optimizer.c) */
-	Dataflow_Trace *trace;     /* the attached recorder (NULL: none) */
 };
-
-/* Tracing (llama_trace.c): a span of work on stream opens (its start stamp queued) and closes
- * (its end stamp); *span is NULL, and nothing is queued, while not recording. */
-Dataflow_Status llama_span_begin(Dataflow_Llama *model, int stream, Dataflow_Llama_Work what, int block, uint64_t bytes,
-				 Dataflow_Trace_Span **span);
-Dataflow_Status llama_span_end(Dataflow_Llama *model, Dataflow_Trace_Span *span);
 
 /* Elements of block b's m, v and master: the block's, or the rank's shard of them. */
 int64_t llama_optimizer_state_numel(const Dataflow_Llama *model, int block);
-/* The model's own training pass refuses a sharded state (printf format: the call's name). */
-#define LLAMA_SHARDED_TRAINING                                                                             \
-	"llama %s: the optimizer state is sharded (ZeRO-1); sharded training runs in the ring executor " \
-	"(dataflow_ring_executor_adopt, then dataflow_ring_executor_set_comm with shard_optimizer)"
 
 static inline void *llama_resid(const Dataflow_Llama *m, int64_t layer)
 {
 	return llama_at(m->ws.resid, layer * m->ws.tokens * m->config->hidden_size, m->config->dtype);
 }
 
-/* Makes sure the workspace holds batches of `tokens` tokens at the model's save level. */
+/* Makes sure the workspace holds batches of `tokens` tokens. */
 Dataflow_Status llama_workspace_reserve(Dataflow_Llama *model, int64_t tokens);
 void llama_workspace_free(Dataflow_Llama *model);
 Dataflow_Status llama_check_batch(const Dataflow_Llama *model, const Dataflow_Llama_Batch *batch, int need_labels);
 
-/* The block call arguments of the resident workspace for block b (x, y, saved, recomputed,
- * dacts, workspace; dy, dx unset). */
+/* The forward's block call arguments over the resident workspace for block b (x, y, saved,
+ * recomputed, workspace). */
 Dataflow_Block_Args llama_block_args(const Dataflow_Llama *model, const Dataflow_Llama_Batch *batch, int block);
 
 struct Dataflow_Llama_KV_Cache {

@@ -1,5 +1,6 @@
-/* The all-resident Llama: every block's memory allocated on the model's handle, plus the
- * named-tensor views into it and the optional fp32 master weights. */
+/* The all-resident Llama: every block's memory allocated on the model's handle (weights,
+ * gradients, and AdamW m, v and fp32 master weights when asked for), plus the named-tensor
+ * views into it. */
 #include <stdlib.h>
 
 #include "llama_internal.h"
@@ -28,8 +29,7 @@ static Dataflow_Status build(Dataflow_Llama *m)
 		if (!m->config->quant_bits) /* a quantized model is for inference: no gradients */
 			TRY(alloc_zeroed(h, 0, n * 4, (void **)&m->blocks[b].grad));
 	}
-	TRY(dataflow_alloc_mem(h, (uint64_t)dataflow_blocked_model_workspace_bytes(m->bm, 0), &m->opt_ws));
-	return alloc_zeroed(h, 0, 64, &m->scalars);
+	return DATAFLOW_OK;
 }
 
 Dataflow_Status dataflow_llama_create(Dataflow_Handle *handle, const Dataflow_Llama_Config *config,
@@ -42,7 +42,6 @@ Dataflow_Status dataflow_llama_create(Dataflow_Handle *handle, const Dataflow_Ll
 	if (!m)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "llama create: host allocation failed");
 	m->handle = handle;
-	m->save_level = DATAFLOW_SAVE_ALL;
 	Dataflow_Status st = dataflow_llama_blocked_model_create(handle, config, &m->bm);
 	if (st == DATAFLOW_OK) {
 		m->config = dataflow_blocked_model_config(m->bm);
@@ -69,10 +68,6 @@ void dataflow_llama_destroy(Dataflow_Llama *m)
 			if (ptrs[i])
 				dataflow_free_mem(h, ptrs[i]);
 	}
-	if (m->opt_ws)
-		dataflow_free_mem(h, m->opt_ws);
-	if (m->scalars)
-		dataflow_free_mem(h, m->scalars);
 	dataflow_blocked_model_destroy(m->bm);
 	free(m->blocks);
 	free(m);
@@ -145,18 +140,6 @@ Dataflow_Status dataflow_llama_block(const Dataflow_Llama *model, int block, Dat
 	return DATAFLOW_OK;
 }
 
-Dataflow_Status dataflow_llama_set_save_level(Dataflow_Llama *model, Dataflow_Save_Level level)
-{
-	if (!model)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama set_save_level: model is required");
-	if ((int)level < 0 || level >= DATAFLOW_NUM_SAVE_LEVELS)
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "llama set_save_level: level must be 0 (input), 1 (attention) or 2 (all), got %d",
-					  (int)level);
-	model->save_level = level;
-	return DATAFLOW_OK;
-}
-
 Dataflow_Status dataflow_llama_enable_master_weights(Dataflow_Llama *m, int stream)
 {
 	if (!m)
@@ -177,6 +160,22 @@ Dataflow_Status dataflow_llama_enable_master_weights(Dataflow_Llama *m, int stre
 		int64_t n = llama_block_numel(m->bm, b);
 		TRY(dataflow_alloc_mem(m->handle, (uint64_t)n * 4, (void **)&blk->master));
 		TRY(dataflow_submit_cast(m->handle, stream, DATAFLOW_BF16, DATAFLOW_FP32, n, blk->param, blk->master));
+	}
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_llama_alloc_optimizer_state(Dataflow_Llama *m, int s)
+{
+	if (!m)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama alloc_optimizer_state: model is required");
+	TRY(llama_refuse_quantized(m->config, "alloc_optimizer_state"));
+	for (int b = 0; b < m->num_blocks; b++) {
+		Dataflow_Block_Memory *blk = &m->blocks[b];
+		int64_t bytes = llama_optimizer_state_numel(m, b) * 4;
+		float **state[] = {&blk->m, &blk->v};
+		for (int i = 0; i < 2; i++)
+			if (!*state[i])
+				TRY(alloc_zeroed(m->handle, s, bytes, (void **)state[i]));
 	}
 	return DATAFLOW_OK;
 }

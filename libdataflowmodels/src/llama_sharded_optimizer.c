@@ -3,7 +3,8 @@
  * q = n / N (rank r owns [r q, (r + 1) q)) and a tail [N q, n) of fewer than N elements that
  * every rank updates alike; a rank's state of the block is [its part | the tail], q + n - N q
  * elements. The sharded training (reduce-scatter, the step on the part, all-gather) is the ring
- * executor's (libdataflowring/src/ring_data_parallel.c), which adopts this state. */
+ * executor's (libdataflowring/src/ring_data_parallel.c), which adopts this state; the
+ * communicator is the one dataflow_llama_set_grad_comm names. */
 #include "llama_internal.h"
 
 typedef struct {
@@ -78,5 +79,18 @@ Dataflow_Status dataflow_llama_shard_optimizer(Dataflow_Llama *m, int s, int sha
 				TRY(convert(m, s, b, state[i], shard));
 	}
 	m->shard_optimizer = shard != 0;
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_llama_set_grad_comm(Dataflow_Llama *m, Dataflow_Comm *comm)
+{
+	if (!m)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "llama set_grad_comm: model is required");
+	TRY(llama_refuse_quantized(m->config, "set_grad_comm"));
+	if (m->shard_optimizer)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama set_grad_comm: the optimizer state is sharded over the current communicator's "
+					  "ranks; unshard it first (dataflow_llama_shard_optimizer(model, stream, 0))");
+	m->grad_comm = comm;
 	return DATAFLOW_OK;
 }

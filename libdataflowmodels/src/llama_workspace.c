@@ -1,11 +1,14 @@
-/* The resident model's activations: one device allocation carved into the residual stream,
- * every layer's saved activations at the model's save level, one set of recomputed
- * activations, the head's, one dacts, two gradient buffers, the token losses and the per-call
+/* The resident model's forward activations: one device allocation carved into the residual
+ * stream, one layer's activations (every layer's forward rewrites them: nothing is kept for a
+ * backward, which is the executor's), the head's, the token losses and the per-call
  * workspace; sized for a token count and reused until a larger batch comes. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "llama_internal.h"
+
+/* The level the forward lays a block's activations out at: all of them in `saved` (the
+ * layers share one such region). */
+#define FORWARD_LEVEL DATAFLOW_SAVE_ALL
 
 typedef struct {
 	char *base;   /* NULL while sizing */
@@ -19,29 +22,20 @@ static void *carve(Carver *c, int64_t bytes)
 	return c->base ? c->base + at : NULL;
 }
 
-/* Lays the workspace out (or only sizes it, when base is NULL); saved: host [L] or NULL. */
-static int64_t layout(const Dataflow_Blocked_Model *bm, int64_t T, Dataflow_Save_Level level, void *base,
-		      Llama_Workspace *ws, void **saved)
+/* Lays the workspace out (or only sizes it, when base is NULL). */
+static int64_t layout(const Dataflow_Blocked_Model *bm, int64_t T, void *base, Llama_Workspace *ws)
 {
 	const Dataflow_Llama_Config *c = dataflow_blocked_model_config(bm);
 	int64_t es = llama_dtype_size(c->dtype), H = c->hidden_size, L = c->num_layers;
-	int64_t layer_saved, layer_recomputed, layer_dacts, head_saved, head_dacts;
-	dataflow_block_acts_bytes(bm, 1, level, T, &layer_saved, &layer_recomputed, &layer_dacts);
-	dataflow_block_acts_bytes(bm, (int)L + 1, level, T, &head_saved, NULL, &head_dacts);
+	int64_t layer_acts, head_acts;
+	dataflow_block_acts_bytes(bm, 1, FORWARD_LEVEL, T, &layer_acts, NULL, NULL);
+	dataflow_block_acts_bytes(bm, (int)L + 1, FORWARD_LEVEL, T, &head_acts, NULL, NULL);
 	Carver cv = {base, 0};
 	Llama_Workspace w;
 	memset(&w, 0, sizeof(w));
 	w.resid = carve(&cv, (L + 1) * T * H * es);
-	for (int64_t l = 0; l < L; l++) {
-		void *p = carve(&cv, layer_saved);
-		if (saved)
-			saved[l] = p;
-	}
-	w.recomputed = carve(&cv, layer_recomputed);
-	w.head_saved = carve(&cv, head_saved);
-	w.dacts = carve(&cv, layer_dacts > head_dacts ? layer_dacts : head_dacts);
-	w.dres[0] = carve(&cv, T * H * es);
-	w.dres[1] = carve(&cv, T * H * es);
+	w.layer_acts = carve(&cv, layer_acts);
+	w.head_acts = carve(&cv, head_acts);
 	w.token_losses = carve(&cv, T * 4);
 	w.scratch = carve(&cv, dataflow_blocked_model_workspace_bytes(bm, T));
 	if (ws)
@@ -49,47 +43,24 @@ static int64_t layout(const Dataflow_Blocked_Model *bm, int64_t T, Dataflow_Save
 	return cv.used;
 }
 
-int64_t dataflow_llama_workspace_bytes(const Dataflow_Llama_Config *config, int64_t max_tokens,
-				       Dataflow_Save_Level level)
-{
-	if (!config || max_tokens <= 0 || max_tokens > ((int64_t)1 << 31) || (int)level < 0 ||
-	    level >= DATAFLOW_NUM_SAVE_LEVELS)
-		return -1;
-	Dataflow_Blocked_Model definition = {0};
-	if (llama_define(&definition, config) != DATAFLOW_OK)
-		return -1;
-	return layout(&definition, max_tokens, level, NULL, NULL, NULL);
-}
-
 void llama_workspace_free(Dataflow_Llama *m)
 {
 	if (m->ws.base)
 		dataflow_free_mem(m->handle, m->ws.base);
-	free(m->ws.saved);
 	memset(&m->ws, 0, sizeof(m->ws));
 }
 
 Dataflow_Status llama_workspace_reserve(Dataflow_Llama *m, int64_t tokens)
 {
-	if (m->ws.base && m->ws.tokens >= tokens && m->ws.level == m->save_level)
+	if (m->ws.base && m->ws.tokens >= tokens)
 		return DATAFLOW_OK;
-	int64_t T = tokens > m->ws.tokens ? tokens : m->ws.tokens;
 	llama_workspace_free(m); /* stream-ordered free: queued work finishes first */
 	m->last_tokens = 0;      /* the token losses went with it */
-	int64_t bytes = layout(m->bm, T, m->save_level, NULL, NULL, NULL);
-	void **saved = calloc((size_t)m->config->num_layers, sizeof(void *));
 	void *base = NULL;
-	Dataflow_Status st = saved ? dataflow_alloc_mem(m->handle, (uint64_t)bytes, &base)
-				   : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "llama workspace: host allocation failed");
-	if (st != DATAFLOW_OK) {
-		free(saved);
-		return st;
-	}
-	layout(m->bm, T, m->save_level, base, &m->ws, saved);
+	TRY(dataflow_alloc_mem(m->handle, (uint64_t)layout(m->bm, tokens, NULL, NULL), &base));
+	layout(m->bm, tokens, base, &m->ws);
 	m->ws.base = base;
-	m->ws.saved = saved;
-	m->ws.tokens = T;
-	m->ws.level = m->save_level;
+	m->ws.tokens = tokens;
 	return DATAFLOW_OK;
 }
 
@@ -97,17 +68,16 @@ Dataflow_Block_Args llama_block_args(const Dataflow_Llama *m, const Dataflow_Lla
 {
 	const Llama_Workspace *ws = &m->ws;
 	int L = (int)m->config->num_layers;
-	Dataflow_Block_Args a = {.batch = batch, .level = ws->level, .dacts = ws->dacts, .workspace = ws->scratch};
+	Dataflow_Block_Args a = {.batch = batch, .level = FORWARD_LEVEL, .workspace = ws->scratch};
 	if (block == 0) {
 		a.y = llama_resid(m, 0);
 	} else if (block <= L) {
 		a.x = llama_resid(m, block - 1);
 		a.y = llama_resid(m, block);
-		a.saved = ws->saved[block - 1];
-		a.recomputed = ws->recomputed;
+		a.saved = ws->layer_acts;
 	} else {
 		a.x = llama_resid(m, L);
-		a.saved = ws->head_saved;
+		a.saved = ws->head_acts;
 		a.tied = m->config->tie_embeddings ? &m->blocks[0] : NULL;
 	}
 	return a;

@@ -46,7 +46,7 @@ static void test_a_model_that_outlived_its_handle(void)
 	Dataflow_Llama *m;
 	CHECK(dataflow_llama_create(h, &c, &m));
 	CHECK(dataflow_handle_destroy(h));
-	EXPECT_ERROR(dataflow_llama_zero_grads(m, 0), DATAFLOW_ERR_INVALID_ARGUMENT, "not an open handle");
+	EXPECT_ERROR(dataflow_llama_alloc_optimizer_state(m, 0), DATAFLOW_ERR_INVALID_ARGUMENT, "not an open handle");
 	EXPECT_TRUE(dataflow_handle_num_streams(h) == 0);
 	dataflow_llama_destroy(m); /* frees its host structures; the device memory went with the handle */
 }

@@ -2,13 +2,15 @@
  * (norms zero too, so every logit is exactly 0) has loss log(vocab) per labelled token, the
  * chunk loss reports loss_scale * that sum, the tensor table names HF tensors inside their
  * blocks (a Qwen3 config's biases and per-head norms too), a bad config fails with a message,
- * and an AdamW step runs. */
+ * and the ring executor adopting the model's blocks gives the same token losses and runs an
+ * AdamW step. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "c_test.h"
+#include "resident_training.h"
 #include "tiny_llama.h"
 #include "dataflow/models.h"
 #include "dataflow/ops.h"
@@ -74,21 +76,25 @@ int main(void)
 	}
 	dataflow_blocked_model_destroy(q);
 
-	/* two documents of 5 and 3 tokens, labels aligned (the last token of each unlabelled) */
-	int32_t tokens[8] = {1, 5, 9, 2, 36, 7, 0, 3}, labels[8] = {5, 9, 2, 36, -100, 0, 3, -100};
-	int32_t positions[8] = {0, 1, 2, 3, 4, 0, 1, 2}, cu[3] = {0, 5, 8};
-	Dataflow_Llama_Batch b = {.num_tokens = 8, .num_docs = 2, .tokens = upload(h, tokens, 8),
-				  .labels = upload(h, labels, 8), .cu_seqlens = upload(h, cu, 3),
-				  .positions = upload(h, positions, 8)};
-	CHECK(dataflow_llama_loss_backward(m, 0, &b, 0, 1.0f / 6));
-	Dataflow_AdamW_Params adamw = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0};
-	CHECK(dataflow_llama_adamw_step(m, 0, &adamw, 1.0, 1));
-	/* the results stay on the device until read: one transfer each, one sync */
+	/* two documents of 5 and 3 tokens, labels aligned (the last token of each unlabelled), as one
+	 * packed host buffer: tokens, positions, labels, cu_seqlens */
+	int32_t packed[8 * 3 + 3] = {1, 5, 9, 2, 36, 7, 0, 3, /* tokens */
+				     0, 1, 2, 3, 4, 0, 1, 2,  /* positions */
+				     5, 9, 2, 36, -100, 0, 3, -100, /* labels */
+				     0, 5, 8};
+	if (dataflow_batch_buffer_numel(8, 2, 1) != 8 * 3 + 3) {
+		fprintf(stderr, "batch buffer layout changed\n");
+		return 1;
+	}
+	/* the model's own loss: one transfer of the token losses, one sync */
+	int32_t *device_batch = upload(h, packed, 8 * 3 + 3);
+	Dataflow_Llama_Batch b;
+	CHECK(dataflow_batch_from_buffer(device_batch, 8, 2, 1, &b));
+	CHECK(dataflow_llama_loss(m, 0, &b));
 	Dataflow_Llama_Outputs out;
 	CHECK(dataflow_llama_outputs(m, &out));
-	float token_losses[8], norm;
+	float token_losses[8];
 	CHECK(dataflow_submit_outbound_transfer(h, 0, token_losses, out.token_losses, sizeof(token_losses)));
-	CHECK(dataflow_submit_outbound_transfer(h, 0, &norm, out.grad_norm, 4));
 	CHECK(dataflow_sync_stream(h, 0));
 	float loss = dataflow_batch_loss(token_losses, out.num_tokens, 1.0f / 6);
 	if (out.num_tokens != 8 || fabs(loss - log(37.0)) > 1e-5) {
@@ -96,12 +102,27 @@ int main(void)
 			(long long)out.num_tokens, log(37.0));
 		return 1;
 	}
+	/* training is the executor's, over the model's own blocks: the same losses, an AdamW step */
+	Dataflow_Ring_Executor *x = resident_executor(h, m, 8, 8, DATAFLOW_SAVE_ALL);
+	const float *trained = resident_loss_backward(x, packed, 8, 2, 1.0f / 6);
+	if (memcmp(trained, token_losses, sizeof(token_losses))) {
+		fprintf(stderr, "the executor's token losses differ from the model's loss\n");
+		return 1;
+	}
+	Dataflow_AdamW_Params adamw = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0};
+	CHECK(dataflow_ring_executor_apply(x, &adamw, 1.0, 1));
+	CHECK(dataflow_ring_executor_wait(x));
+	Dataflow_Ring_Outputs ring_out;
+	CHECK(dataflow_ring_executor_outputs(x, &ring_out));
+	float norm = ring_out.grad_norm[0];
+	dataflow_ring_executor_destroy(x);
 	Dataflow_Block_Memory block;
 	CHECK(dataflow_llama_block(m, 1, &block));
 	if (!block.m || !block.v || block.master || !(norm >= 0)) {
 		fprintf(stderr, "adamw: m, v not allocated (or master without asking) or norm %g\n", norm);
 		return 1;
 	}
+	CHECK(dataflow_free_mem(h, device_batch));
 	dataflow_llama_destroy(m);
 	dataflow_handle_destroy(h);
 	printf("c_llama: ok (loss %.6f, grad norm %.3g)\n", loss, norm);

@@ -2,12 +2,15 @@
  * weights copied out of an all-resident model into fresh allocations, with gradients,
  * activations (one input buffer per layer, saved activations per layer at a save level),
  * dacts and workspace of its own, as a ring would place them. At every save level the
- * forward and the split backward must reproduce the resident model's token losses and every
- * block's gradients bit for bit, and the per-block calls must not wait for the device.
+ * forward and the split backward must reproduce the token losses and every block's gradients
+ * of the training engine (the ring executor of the all-resident plan over the resident
+ * model's blocks, resident_training.h) bit for bit, and the per-block calls must not wait for
+ * the device.
  * Untied fp32, and tied bf16 (the head reads the embedding block and adds into its gradient).
  * Long sequences: a document split into chunks, each layer's chunks attending over a K/V
  * context and the backward accumulating its dK/dV over the chunks in reverse, trains as the
- * resident model on the whole document (fp32; three steps at the three save levels): losses and
+ * executor over a resident model on the whole document (fp32; three steps at the three save
+ * levels): losses and
  * every gradient within 1e-5, weights after AdamW as trained_weights_close. */
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 #include <string.h>
 
 #include "c_test.h"
+#include "resident_training.h"
 #include "dataflow/dataflow.h"
 #include "dataflow/models.h"
 #include "dataflow/ops.h"
@@ -76,20 +80,20 @@ static int32_t *host_batch(int64_t n, int64_t docs, Dataflow_Llama_Batch *hb)
 	return host;
 }
 
-/* The filled host buffer in device memory (one transfer); frees the host one. */
-static Dataflow_Llama_Batch upload(int32_t *host, int64_t n, int64_t docs, void **buffer)
+/* The filled host buffer in device memory (one transfer). */
+static Dataflow_Llama_Batch upload(const int32_t *host, int64_t n, int64_t docs, void **buffer)
 {
 	int64_t numel = dataflow_batch_buffer_numel(n, docs, 1);
 	Dataflow_Llama_Batch b;
 	CHECK(dataflow_alloc_mem(h, (uint64_t)numel * 4, buffer));
 	to_device(*buffer, host, numel * 4);
 	CHECK(dataflow_batch_from_buffer(*buffer, n, docs, 1, &b));
-	free(host);
 	return b;
 }
 
-/* Two documents of FIRST_DOC and T - FIRST_DOC tokens, in one packed buffer, one transfer. */
-static Dataflow_Llama_Batch upload_batch(int64_t vocab, void **buffer)
+/* Two documents of FIRST_DOC and T - FIRST_DOC tokens, in one packed buffer (*host, the
+ * caller frees it), one transfer. */
+static Dataflow_Llama_Batch upload_batch(int64_t vocab, void **buffer, int32_t **host_buffer)
 {
 	Dataflow_Llama_Batch hb;
 	int32_t *host = host_batch(T, DOCS, &hb);
@@ -103,6 +107,7 @@ static Dataflow_Llama_Batch upload_batch(int64_t vocab, void **buffer)
 	for (int t = 0; t < T; t++) /* next token in the same document; -100 at each document's end */
 		labels[t] = t == FIRST_DOC - 1 || t == T - 1 ? DATAFLOW_LLAMA_IGNORE_INDEX : tokens[t + 1];
 	labels[3] = DATAFLOW_LLAMA_IGNORE_INDEX;
+	*host_buffer = host;
 	return upload(host, T, DOCS, buffer);
 }
 
@@ -215,12 +220,14 @@ static int run(const Dataflow_Llama_Config *config, const char *name)
 	CHECK(dataflow_llama_create(h, config, &resident));
 	init_weights(resident, 12345u);
 	void *batch_buffer;
-	Dataflow_Llama_Batch batch = upload_batch(config->vocab_size, &batch_buffer);
+	int32_t *host_buffer;
+	Dataflow_Llama_Batch batch = upload_batch(config->vocab_size, &batch_buffer, &host_buffer);
 	float loss_scale = 1.0f / 10; /* labelled tokens */
-	CHECK(dataflow_llama_loss_backward(resident, 0, &batch, 0, loss_scale));
-	Dataflow_Llama_Outputs out;
-	CHECK(dataflow_llama_outputs(resident, &out));
-	float *want_losses = to_host(out.token_losses, T * 4);
+	Dataflow_Ring_Executor *engine = resident_executor(h, resident, T, T, DATAFLOW_SAVE_ALL);
+	float *want_losses = malloc(T * 4);
+	memcpy(want_losses, resident_loss_backward(engine, host_buffer, T, DOCS, loss_scale), T * 4);
+	dataflow_ring_executor_destroy(engine);
+	free(host_buffer);
 
 	/* this program's copy of every block: the weights copied, gradients of its own */
 	const Dataflow_Blocked_Model *bm = dataflow_llama_blocked_model(resident);
@@ -330,10 +337,11 @@ static void free_context(Context *x, int L)
 	free(x->k), free(x->v), free(x->dk), free(x->dv);
 }
 
-/* One document of DOC tokens: whole (*whole) and as CHUNKS chunks, positions continuing and
+/* One document of DOC tokens: whole (*whole_host, a host buffer the caller frees) and, in device
+ * memory, as CHUNKS chunks, positions continuing and
  * each chunk's last label the next chunk's first token. */
-static void upload_document(int64_t vocab, Dataflow_Llama_Batch *whole, void **whole_buffer,
-			    Dataflow_Llama_Batch chunks[CHUNKS], void *chunk_buffers[CHUNKS])
+static void upload_document(int64_t vocab, int32_t **whole_host, Dataflow_Llama_Batch chunks[CHUNKS],
+			    void *chunk_buffers[CHUNKS])
 {
 	int32_t tokens[DOC], labels[DOC];
 	for (int t = 0; t < DOC; t++)
@@ -350,10 +358,12 @@ static void upload_document(int64_t vocab, Dataflow_Llama_Batch *whole, void **w
 			((int32_t *)hb.positions)[t] = start + t;
 		}
 		((int32_t *)hb.cu_seqlens)[0] = 0, ((int32_t *)hb.cu_seqlens)[1] = (int32_t)n;
-		if (c < 0)
-			*whole = upload(host, n, 1, whole_buffer);
-		else
+		if (c < 0) {
+			*whole_host = host;
+		} else {
 			chunks[c] = upload(host, n, 1, &chunk_buffers[c]), start += (int)n;
+			free(host);
+		}
 	}
 }
 
@@ -463,6 +473,13 @@ static int trained_weights_close(const Dataflow_Blocked_Model *bm, const Dataflo
 	return ok;
 }
 
+static uint64_t grad_bytes(const Dataflow_Blocked_Model *bm, int block)
+{
+	Dataflow_Block_Sizes sizes;
+	CHECK(dataflow_blocked_model_block_sizes(bm, block, &sizes));
+	return (uint64_t)sizes.bytes[DATAFLOW_BLOCK_GRAD];
+}
+
 static int chunked(const Dataflow_Llama_Config *config)
 {
 	enum { STEPS = 3 };
@@ -471,9 +488,13 @@ static int chunked(const Dataflow_Llama_Config *config)
 	CHECK(dataflow_llama_create(h, config, &chunked_model));
 	init_weights(whole_model, 777u);
 	init_weights(chunked_model, 777u);
-	Dataflow_Llama_Batch whole, batches[CHUNKS];
-	void *whole_buffer, *chunk_buffers[CHUNKS];
-	upload_document(config->vocab_size, &whole, &whole_buffer, batches, chunk_buffers);
+	Dataflow_Llama_Batch batches[CHUNKS];
+	int32_t *whole = NULL;
+	void *chunk_buffers[CHUNKS];
+	upload_document(config->vocab_size, &whole, batches, chunk_buffers);
+	/* the training engine on the whole document, and its AdamW over the chunk-driven gradients */
+	Dataflow_Ring_Executor *whole_engine = resident_executor(h, whole_model, DOC, DOC, DATAFLOW_SAVE_ALL);
+	Dataflow_Ring_Executor *chunked_engine = resident_executor(h, chunked_model, DOC, DOC, DATAFLOW_SAVE_ALL);
 	const Dataflow_Blocked_Model *bm = dataflow_llama_blocked_model(chunked_model);
 	int nb = dataflow_blocked_model_num_blocks(bm);
 	Dataflow_Block_Memory *mem = calloc((size_t)nb, sizeof(*mem)), *want = calloc((size_t)nb, sizeof(*want));
@@ -487,16 +508,13 @@ static int chunked(const Dataflow_Llama_Config *config)
 		Acts acts[CHUNKS];
 		for (int c = 0; c < CHUNKS; c++)
 			acts[c] = alloc_acts(bm, level, chunk_len[c]);
-		CHECK(dataflow_llama_loss_backward(whole_model, 0, &whole, 0, loss_scale));
-		CHECK(dataflow_llama_zero_grads(chunked_model, 0));
+		const float *want_losses = resident_loss_backward(whole_engine, whole, DOC, 1, loss_scale);
 		for (int b = 0; b < nb; b++) {
 			CHECK(dataflow_llama_block(chunked_model, b, &mem[b]));
 			CHECK(dataflow_llama_block(whole_model, b, &want[b]));
+			CHECK(dataflow_set_mem(h, 0, mem[b].grad, 0, grad_bytes(bm, b)));
 		}
 		drive_chunks(bm, batches, level, acts, mem, &x, loss_scale);
-		Dataflow_Llama_Outputs out;
-		CHECK(dataflow_llama_outputs(whole_model, &out));
-		float *want_losses = to_host(out.token_losses, DOC * 4);
 		for (int c = 0; c < CHUNKS; c++) {
 			float *losses = to_host(acts[c].token_losses, chunk_len[c] * 4);
 			memcpy(doc_losses + x.past[c], losses, (size_t)chunk_len[c] * 4);
@@ -504,14 +522,13 @@ static int chunked(const Dataflow_Llama_Config *config)
 		}
 		float got_loss = dataflow_batch_loss(doc_losses, DOC, loss_scale);
 		float want_loss = dataflow_batch_loss(want_losses, DOC, loss_scale);
-		free(want_losses);
 		if (fabsf(got_loss - want_loss) > 1e-5f * fabsf(want_loss)) {
 			fprintf(stderr, "chunks, step %d: loss %.8f, whole document %.8f\n", step, got_loss, want_loss);
 			ok = 0;
 		}
 		ok &= grads_close(bm, step, mem, want);
-		CHECK(dataflow_llama_adamw_step(whole_model, 0, &adamw, 1.0, step));
-		CHECK(dataflow_llama_adamw_step(chunked_model, 0, &adamw, 1.0, step));
+		CHECK(dataflow_ring_executor_apply(whole_engine, &adamw, 1.0, step));
+		CHECK(dataflow_ring_executor_apply(chunked_engine, &adamw, 1.0, step));
 		for (int c = 0; c < CHUNKS; c++)
 			free_acts(bm, &acts[c]);
 		if (step == STEPS)
@@ -522,7 +539,9 @@ static int chunked(const Dataflow_Llama_Config *config)
 	free_context(&x, (int)config->num_layers);
 	for (int c = 0; c < CHUNKS; c++)
 		dataflow_free_mem(h, chunk_buffers[c]);
-	dataflow_free_mem(h, whole_buffer);
+	free(whole);
+	dataflow_ring_executor_destroy(whole_engine);
+	dataflow_ring_executor_destroy(chunked_engine);
 	free(mem), free(want), free(doc_losses);
 	dataflow_llama_destroy(whole_model);
 	dataflow_llama_destroy(chunked_model);

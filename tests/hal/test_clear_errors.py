@@ -46,9 +46,8 @@ def test_nul_in_other_names_handed_to_c(call, message):
 
 def test_a_batch_past_the_c_size_range_is_an_error_not_a_fit():
     model = df.models.Llama(df.Handle("host", device_memory="16MiB"), CFG)
-    from dataflow.training import ring_training
-    with pytest.raises(df.BadArgumentError, match="beyond what the C library sizes"):
-        ring_training.resident_training_bytes(model, 2**31 + 1)
+    with pytest.raises(df.BadArgumentError, match=r"seq_len must be in \[1, 2\^31\], got 2.14748e\+09"):
+        df.Trainer(model, host_memory="1GiB", seq_len=2**31 + 1, profile="h100-sxm")
 
 
 # MPI starts once per process (and a loaded MPI changes what test_distributed sees): the

@@ -8,6 +8,7 @@ from dataflow.errors import OutOfMemoryError
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
 from dataflow.training.executor import RingExecutor
+from resident_oracle import resident_adamw
 
 
 CFG = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
@@ -70,13 +71,9 @@ def train_both(cfg, cap, dtype, master=False, steps=STEPS, trace=False, bandwidt
         ex.apply(params, 1.0, step)
         ex.wait()
         ring_losses.append(sum(ref._batch_loss(t, scale) for t in ex.token_losses([c.num_tokens for c in chunks])))
-        loss = 0.0
-        for i, c in enumerate(chunks):
-            modelslib.dataflow_llama_loss_backward(ref._m, 0, ref._upload(c, 0), int(i > 0), scale)
-            token_losses = ref._read_output("token_losses", 0)
-            ref_h.sync()
-            loss += ref._batch_loss(token_losses, scale)
-        modelslib.dataflow_llama_adamw_step(ref._m, 0, params, 1.0, step)
+        loss = sum(ref.loss_backward(tokens[i * T // SEQ:(i + 1) * T // SEQ], accumulate=i > 0, loss_scale=scale)[0]
+                   for i in range(len(chunks)))
+        resident_adamw(ref, params, 1.0, step)
         ref_losses.append(loss)
     ring_w = [as_float(ex.read(b, 0), dtype) for b in range(ex.num_blocks)]
     ref_w = [as_float(block_bytes(ref_h, ref, b, 0, ex.block_bytes(b, 0)), dtype) for b in range(ex.num_blocks)]

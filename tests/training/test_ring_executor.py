@@ -1,7 +1,7 @@
 """The ring executor against the all-resident model: the same chunks, the same AdamW steps.
 
-The oracle is the all-resident Llama (itself checked against Hugging Face in test_llama.py) fed
-the plan's chunks one after another (loss_scale = 1 / the step's labelled tokens, gradients
+The oracle is the all-resident Llama (the executor of the all-resident plan over its own blocks,
+checked against Hugging Face in test_llama.py) fed the plan's chunks one after another (loss_scale = 1 / the step's labelled tokens, gradients
 accumulated, one AdamW step with clipping): ring training must give the same losses and
 weights over 10 steps (fp32 within 1e-6 relative, bf16 within the bf16 tolerance) for every
 plan from "everything fits" down to the smallest, while the device high-water mark stays under

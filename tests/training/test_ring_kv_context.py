@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow._ffi import ffi, modelslib
+from dataflow._ffi import ffi
 from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
 from dataflow.training.executor import RingExecutor
 from dataflow.models.host_blocks import Layout
+from resident_oracle import resident_adamw
 from ring_models import as_float, block_bytes
 from tolerances import TOLERANCES, TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 
@@ -79,15 +80,12 @@ def train_both(cap, dtype="fp32", master=False, steps=STEPS, grad_rtol=1e-5, pla
         ex.accumulate(chunks, False, scale)
         ex.wait()
         ring_losses.append(ref._batch_loss(np.concatenate(ex.token_losses([c.num_tokens for c in chunks])), scale))
-        modelslib.dataflow_llama_loss_backward(ref._m, 0, ref._upload(whole, 0), 0, scale)
-        token_losses = ref._read_output("token_losses", 0)
-        ref_h.sync()
-        ref_losses.append(ref._batch_loss(token_losses, scale))
+        ref_losses.append(ref.loss_backward(tokens, loss_scale=scale)[0])
         for b in range(ex.num_blocks):
             assert_close(ex.read(b, 1).view(np.float32),
                          block_bytes(ref_h, ref, b, 1, ex.block_bytes(b, 1)).view(np.float32), grad_rtol)
         ex.apply(params, 1.0, step)
-        modelslib.dataflow_llama_adamw_step(ref._m, 0, params, 1.0, step)
+        resident_adamw(ref, params, 1.0, step)
     blocks = [as_float(ex.read(b, 0), dtype) for b in range(ex.num_blocks)]
     ring_w = {name: blocks[b][at:at + int(np.prod(shape))].reshape(shape)
               for name, shape, b, at in Layout(LlamaConfig.from_dict(CFG), dtype).tensors}

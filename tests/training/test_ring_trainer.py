@@ -12,10 +12,9 @@ import pytest
 import dataflow as df
 from dataflow.io import checkpoint
 from dataflow.cli import main as cli
-from dataflow.training import ring_training
-from dataflow._ffi import modelslib
-from dataflow.errors import BadArgumentError, OutOfMemoryError, check
+from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.training.adamw_hyperparameters import adamw_hyperparameters
+from resident_oracle import resident_adamw
 from tolerances import TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 
 CFG = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
@@ -41,14 +40,18 @@ def ring_trainer(cap, dtype="fp32", master=False, **kw):
 
 
 def model_adamw(trainer):
-    """The resident model's own AdamW step (its C training pass, the oracle) with the trainer's
-    hyperparameters; returns the pre-clip gradient norm."""
+    """AdamW with the trainer's hyperparameters over the gradients its model's loss_backward left
+    (resident_oracle); returns the pre-clip gradient norm."""
     params, clip = adamw_hyperparameters(trainer)
     trainer.step_count += 1
-    check(modelslib.dataflow_llama_adamw_step(trainer.model._m, 0, params, clip, trainer.step_count))
-    norm = trainer.model._read_output("grad_norm", 0)
-    trainer.model.handle.sync(0)
-    return float(norm[0])
+    return resident_adamw(trainer.model, params, clip, trainer.step_count)
+
+
+def resident_need(dtype="fp32"):
+    """Device bytes all-resident training on ROWS x SEQ batches takes: its plan's."""
+    with pytest.raises(OutOfMemoryError) as e:
+        df.ring.resident_plan(CFG, SEQ, SEQ * ROWS, 1024, profile=PROFILE, dtype=dtype)
+    return e.value.min_device_bytes
 
 
 def resident_trainer(dtype="fp32", master=False):
@@ -91,7 +94,10 @@ def test_ring_step_equals_resident_step():
     """A cap just under the all-resident need: batches of one plan chunk make a ring step the same
     computation as the all-resident step."""
     ref = resident_trainer()
-    need = ring_training.resident_training_bytes(ref.model, SEQ * ROWS)
+    need = resident_need()
+    fits = ring_trainer(need + 4096)  # the handle rounds capacities down a little
+    assert fits[2].plan is None and np.isfinite(fits[2].step(batches(1)[0]))
+    assert fits[0].memory_peak() <= fits[0].memory_capacity()
     h, model, t = ring_trainer(need - 1)
     assert t.plan is not None and model.placement == "host"
     assert t.plan.predicted_step_seconds > 0 and "device memory" in t.plan.describe()

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow._ffi import ffi, modelslib
 from dataflow.models import Llama, LlamaConfig
 
 CFG = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
@@ -84,7 +83,6 @@ def test_stopped_and_unstarted_traces():
     assert len(samples) == 2  # start, the first step
     trainer.start_trace()  # drops the recording
     assert trainer.trace_events()[0] == []
-    assert modelslib.dataflow_llama_work_name(modelslib.DATAFLOW_LLAMA_NUM_WORK) == ffi.NULL
 
 
 def test_ring_trainer_writes_the_executors_trace(tmp_path):

@@ -2,10 +2,9 @@
 #define DATAFLOW_TRACE_H
 
 /* A trace recorder: spans of work timed by the streams that ran them, and memory samples.
- * Whoever submits the work (the all-resident model, dataflow_llama_set_trace; the ring
- * executor, dataflow_ring_executor_set_trace) brackets each unit of work on its stream with
- * two host ops (dataflow_submit_host_op) that stamp the CLOCK_MONOTONIC time (seconds) when the
- * stream reaches them: start once the unit's dependencies are met, end once it is done. Spans
+ * Whoever submits the work (the ring executor, dataflow_ring_executor_set_trace) brackets each
+ * unit of work on its stream with two host ops (dataflow_submit_host_op) that stamp the
+ * CLOCK_MONOTONIC time (seconds) when the stream reaches them: start once the unit's dependencies are met, end once it is done. Spans
  * are measured by the streams themselves, so work on different streams that ran at once
  * overlaps in the trace (on CUDA a stamp includes a host function's callback latency,
  * microseconds). While the recorder is stopped (or none is attached) nothing is submitted, so

@@ -14,8 +14,8 @@
  * memory (Dataflow_Block_Memory) and for the activations it reads and writes
  * (Dataflow_Block_Args), submits ops on the given stream and returns: no host sync, no
  * allocation, no host-side state changes, so the same blocks can be driven by the
- * all-resident model (dataflow_llama_*, models.h), by a ring of device slots, or by a test
- * from memory it allocated itself.
+ * all-resident model's forward (dataflow_llama_*, models.h), by the ring executor (training,
+ * ring_executor.h), or by a test from memory it allocated itself.
  *
  * Blocks of a Llama (num_layers + 2), each ONE contiguous array per kind:
  *   block 0              EMBEDDING  model.embed_tokens.weight
@@ -73,7 +73,7 @@
  *                   recompute(l, level) ; backward_x(l, dy = dX[c], dx = dX'[c]) ;
  *                   backward_w(l, grads of slot l) -- gradients accumulate over chunks
  *                 then grad_norm_sq(l, accumulate) and send grad[l] to the host (or keep it)
- *                 (the resident model sums blocks 0..N-1; another order gives the same norm
+ *                 (the executor sums blocks 0..N-1; another order gives the same norm
  *                 up to fp64 rounding)
  *               for each chunk c: backward_w(block 0, dy = dX[c])
  *   optimizer:  clip_by_global_norm(sumsq -> scale) once every block's norm is in, then

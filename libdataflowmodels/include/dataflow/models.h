@@ -7,7 +7,6 @@
 #include "dataflow/comm.h"
 #include "dataflow/handle.h"
 #include "dataflow/llama_config.h"
-#include "dataflow/trace.h"
 
 /* libdataflowmodels: a Llama-3-family decoder written as explicit compositions of the default
  * ops (libdataflowops), matching Hugging Face LlamaForCausalLM's numerics, as blocks
@@ -17,18 +16,18 @@
  * Memory. One device allocation per block and kind (weights in the model dtype; gradients,
  * AdamW m and v, and optional fp32 master weights in fp32), laid out as blocked_model.h says,
  * so an orchestrator moves a layer with one transfer. Weights and gradients are allocated (zeroed)
- * at create, m and v at the first AdamW step, master weights when enabled.
+ * at create, m and v when asked for (dataflow_llama_alloc_optimizer_state), master weights when
+ * enabled. The model owns these blocks; it does not train them: the ring executor
+ * (libdataflowring, dataflow_ring_executor_adopt) trains them in place.
  *
- * Activations. Per token: the residual stream entering every layer (num_layers + 1 rows of
- * hidden) is always kept; the rest of each layer's activations are kept at the model's save
- * level (default DATAFLOW_SAVE_ALL: all of them; lower levels keep less and the backward
- * recomputes the rest from the layer's input: same ops, same bits). The workspace is
- * allocated from the handle on first use for a batch size, reused by later calls, and regrown
- * only when a batch has more tokens than any before (dataflow_llama_workspace_bytes).
+ * Activations. The forward keeps the residual stream entering every layer (num_layers + 1 rows
+ * of hidden per token) and one layer's other activations at a time, in a workspace allocated
+ * from the handle on first use for a batch size, reused by later calls, and regrown only when a
+ * batch has more tokens than any before.
  *
  * Batches: Dataflow_Llama_Batch (blocked_model.h), e.g. from one packed buffer
  * (dataflow_batch_from_buffer). No call below waits for the device except create and destroy:
- * results (token losses, the gradient norm) stay in device memory (dataflow_llama_outputs). */
+ * results (token losses) stay in device memory (dataflow_llama_outputs). */
 
 typedef struct Dataflow_Llama Dataflow_Llama;
 
@@ -52,15 +51,9 @@ Dataflow_Status dataflow_llama_tensor(const Dataflow_Llama *model, int index, Da
 int dataflow_llama_num_blocks(const Dataflow_Llama *model);
 Dataflow_Status dataflow_llama_block(const Dataflow_Llama *model, int block, Dataflow_Block_Memory *memory);
 
-/* What the forward keeps for the backward (default DATAFLOW_SAVE_ALL). */
-Dataflow_Status dataflow_llama_set_save_level(Dataflow_Llama *model, Dataflow_Save_Level level);
-/* Bytes of activation workspace for batches of up to max_tokens tokens at a save level (-1: invalid). */
-int64_t dataflow_llama_workspace_bytes(const Dataflow_Llama_Config *config, int64_t max_tokens,
-				       Dataflow_Save_Level level);
-
 /* fp32 master weights for a bf16 model (error for fp32): allocates them (once) as exact
- * copies of the weights, in stream order. From then on AdamW updates the masters and writes
- * their bf16 rounding into the weights. */
+ * copies of the weights, in stream order. From then on an executor's AdamW updates the masters
+ * and writes their bf16 rounding into the weights. */
 Dataflow_Status dataflow_llama_enable_master_weights(Dataflow_Llama *model, int stream);
 
 /* Forward pass. logits_out: device [num_tokens, vocab] of config.dtype, or NULL. */
@@ -141,86 +134,34 @@ Dataflow_Status dataflow_llama_forward_paged(Dataflow_Llama *model, int stream, 
 					     int64_t num_seqs, const int64_t *seqs, const int64_t *num_new,
 					     const int32_t *tokens, void *logits_out);
 
-/* Forward, cross-entropy over batch->labels, backward. Every gradient receives
- *     d/dparam ( loss_scale * sum over tokens t with a label of CE(logits[t], labels[t]) )
- * added to it (accumulate_grads = 1) or written over it (0). For the mean loss of one chunk
- * pass loss_scale = 1 / (its number of labelled tokens); to make k accumulated chunks equal
- * one batch of all of them, pass every chunk loss_scale = 1 / (labelled tokens of ALL k
- * chunks) and step once. The token losses stay on the device (dataflow_llama_outputs):
- * dataflow_batch_loss of a host copy with loss_scale gives the chunk's share of the loss.
- * Asynchronous on stream. */
-Dataflow_Status dataflow_llama_loss_backward(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch,
-					     int accumulate_grads, float loss_scale);
-
-/* Data-parallel training (NULL comm: off). From now on loss_backward sums every block's
- * gradients over the communicator's ranks (dataflow_submit_all_reduce, in place) as soon as
- * that block's backward_w is queued, on comm_stream, which waits for it by an event: on
- * another stream than the backward's, the sums of the upper blocks run while the lower blocks
- * differentiate; the backward's stream waits for the last sum before loss_backward returns.
- * For the gradient of the mean loss over all ranks' batches, every rank passes loss_scale =
- * 1 / (labelled tokens of ALL ranks). accumulate_grads must then be 0 (a second backward would
- * sum the already summed gradients again). The communicator must be bound to the model's
- * handle. */
-Dataflow_Status dataflow_llama_set_grad_comm(Dataflow_Llama *model, Dataflow_Comm *comm, int comm_stream);
-
-/* Trace (dataflow/trace.h; NULL detaches): with a recorder attached, the model's calls record a
- * span per block's forward and per block's backward (recompute, backward_x and backward_w) on
- * their stream, per block's gradient sum over the ranks on the communication stream (from the
- * moment that block's gradients are complete there), and one per AdamW step on its stream
- * (the step advances after it). Dataflow_Trace_Span.stream is the handle's stream, .what a
- * Dataflow_Llama_Work, .bytes the gradient bytes summed. The model samples no memory: whoever
- * waits for the steps does (dataflow_trace_sample). The caller keeps the recorder alive while
- * attached and reads it once the handle's queued work is done. */
-typedef enum {
-	DATAFLOW_LLAMA_WORK_FORWARD,        /* a block's forward (the head's: with the loss) */
-	DATAFLOW_LLAMA_WORK_BACKWARD,       /* a block's recompute, backward_x and backward_w */
-	DATAFLOW_LLAMA_WORK_ALL_REDUCE,     /* data-parallel: a block's gradients summed over the ranks */
-	DATAFLOW_LLAMA_WORK_OPTIMIZER,      /* an AdamW step: global norm, clipping, every block's update */
-	DATAFLOW_LLAMA_NUM_WORK
-} Dataflow_Llama_Work;
-Dataflow_Status dataflow_llama_set_trace(Dataflow_Llama *model, Dataflow_Trace *trace);
-/* "forward", "grad all-reduce", ...; NULL for a value out of range. */
-const char *dataflow_llama_work_name(Dataflow_Llama_Work what);
+/* The communicator over whose ranks dataflow_llama_shard_optimizer lays the optimizer state
+ * out (NULL: none), bound to the model's handle; the data-parallel training that sums the
+ * gradients over it is the ring executor's (dataflow_ring_executor_set_comm). Refused while the
+ * state is sharded. */
+Dataflow_Status dataflow_llama_set_grad_comm(Dataflow_Llama *model, Dataflow_Comm *comm);
 
 /* ZeRO-1's layout (shard = 1; 0 undoes it): the optimizer state (m, v, fp32 master weights)
  * sharded over the ranks of the gradient communicator. Of each block of n elements, rank r of N
  * keeps the part [r q, (r + 1) q), q = n / N, and the tail [N q, n). Existing state is converted
  * (unsharding all-gathers it); every rank must call it, in the same order as its other
- * collectives. Sharded training is the ring executor's over this state (dataflow_ring_executor_adopt
- * and dataflow_ring_executor_set_comm with shard_optimizer); the model's own loss_backward and
- * adamw_step refuse a sharded state. While sharded, dataflow_llama_tensor of m, v and master
- * fails, enable_master_weights and set_grad_comm too: unshard first. */
+ * collectives. Sharded training is the ring executor's over this state
+ * (dataflow_ring_executor_adopt, then dataflow_ring_executor_set_comm with shard_optimizer).
+ * While sharded, dataflow_llama_tensor of m, v and master fails, enable_master_weights and
+ * set_grad_comm too: unshard first. */
 Dataflow_Status dataflow_llama_shard_optimizer(Dataflow_Llama *model, int stream, int shard);
 
 /* Forward and the token losses only (gradients untouched). Asynchronous on stream. */
 Dataflow_Status dataflow_llama_loss(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch);
 
-/* Device results of the last calls, valid until the next call that writes them:
- *   token_losses  fp32 [num_tokens] of the last loss / loss_backward (unscaled CE per token,
- *                 0 where unlabelled)
- *   grad_norm     fp32 [1]: the pre-clip global gradient norm of the last AdamW step */
+/* Device results of the last loss, valid until the next call that writes them: token_losses,
+ * fp32 [num_tokens], the unscaled cross-entropy per token (0 where unlabelled). */
 typedef struct {
 	const float *token_losses;
 	int64_t num_tokens;
-	const float *grad_norm;
 } Dataflow_Llama_Outputs;
 Dataflow_Status dataflow_llama_outputs(const Dataflow_Llama *model, Dataflow_Llama_Outputs *outputs);
 
-/* Gradients = 0 (every block). */
-Dataflow_Status dataflow_llama_zero_grads(Dataflow_Llama *model, int stream);
-/* Gradients *= factor (every block), e.g. 1 / labelled tokens after accumulating summed losses. */
-Dataflow_Status dataflow_llama_scale_grads(Dataflow_Llama *model, int stream, float factor);
-
 /* Allocates AdamW's m and v (zeroed) if they are not yet, e.g. before loading them. */
 Dataflow_Status dataflow_llama_alloc_optimizer_state(Dataflow_Llama *model, int stream);
-
-/* One torch.optim.AdamW step over every block (step counts from 1), after clipping the
- * global gradient norm to max_grad_norm as torch.nn.utils.clip_grad_norm_ (0: no clipping):
- * dataflow_block_grad_norm_sq over all blocks, clip_by_global_norm, then dataflow_block_adamw
- * per block reading the clip scale from device memory (and updating master weights when
- * enabled). The pre-clip norm stays on the device (dataflow_llama_outputs). Allocates m and v
- * (zeroed) on the first call. Asynchronous on stream. */
-Dataflow_Status dataflow_llama_adamw_step(Dataflow_Llama *model, int stream, const Dataflow_AdamW_Params *params,
-					  double max_grad_norm, int64_t step);
 
 #endif

@@ -31,9 +31,9 @@
  * and come back, through three staging buffers, before their backward; a layer's gradient is
  * zeroed or brought back (second round on) before its backward and sent home after it. Chunks
  * run in their order in the backward too, so every gradient sums its chunks in the order the
- * all-resident model does when the same chunks are accumulated one after another (the same
+ * all-resident plan does when the same chunks are accumulated one call after another (the same
  * bits, for an untied model). The optimizer computes the global gradient norm over the blocks
- * in order 0..N-1 (as the all-resident model), clips, and runs AdamW per block: in place on
+ * in order 0..N-1, clips, and runs AdamW per block: in place on
  * the device (resident state), streamed through two optimizer slots (device, streamed or
  * overlapped: both run after the backward here), or over host memory (host).
  *

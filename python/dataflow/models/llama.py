@@ -69,7 +69,7 @@ class Llama:
         if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise BadArgumentError(f"Llama: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
         self.handle, self.config, self.dtype = handle, config, dtype
-        self._c_model = self._store = self._mirror = self._layout = self._grad_comm = None
+        self._c_model = self._store = self._mirror = self._layout = self._grad_comm = self._backward = None
         self._closed = self._optimizer_sharded = False
         self._master = False  # host-held models: whether MASTER is kept
         if config.quantization and placement != "device":
@@ -145,9 +145,10 @@ class Llama:
         require_open(self._closed, self.handle, "Llama")
         return self._c_model
 
-    def _set_grad_comm(self, comm, stream):
-        """Sums the gradients over comm's ranks on `stream` (a Trainer's data-parallel)."""
-        check(modelslib.dataflow_llama_set_grad_comm(self._m, comm._comm(), stream))
+    def _set_grad_comm(self, comm):
+        """The ranks a Trainer's ZeRO-1 shards the optimizer state over (its executor sums the
+        gradients over them)."""
+        check(modelslib.dataflow_llama_set_grad_comm(self._m, comm._comm()))
         self._grad_comm = comm  # it lives as long as the model
         comm._models.add(self)
 
@@ -155,7 +156,7 @@ class Llama:
         """Called as comm closes: C forgets the communicator. A state sharded over it cannot be
         detached (close() refuses then; only the finalizer at exit gets here with one)."""
         if self._c_model is not None and not self._optimizer_sharded and self.handle._alive():
-            modelslib.dataflow_llama_set_grad_comm(self._c_model, ffi.NULL, 0)
+            modelslib.dataflow_llama_set_grad_comm(self._c_model, ffi.NULL)
 
     def _in_ring(self):
         """Whether a Trainer's ring executor holds the weights (see _hand_to)."""
@@ -297,9 +298,7 @@ class Llama:
     def save_level(self, value):
         if not isinstance(value, str) or value not in SAVE_LEVELS:
             raise BadArgumentError(f"save_level must be one of {', '.join(SAVE_LEVELS)}, got {value!r}")
-        if self._m is not None:  # a host-held model trains at the levels its ring plan chooses
-            check(modelslib.dataflow_llama_set_save_level(self._m, SAVE_LEVELS[value]))
-        self._save_level = value
+        self._save_level = value  # the all-resident plan's (a host-held model's ring plan chooses its own)
 
     @property
     def recompute(self):
@@ -462,14 +461,13 @@ class Llama:
         self._on(stream)
         return self._batches.upload(packed, stream)
 
-    def _read_output(self, name, stream):
-        """Submits the read-back of one of the model's device results, "token_losses" (of the
-        last loss) or "grad_norm" (of the last AdamW step), into a fresh host float32 array,
-        valid once `stream` has synced (the handle keeps it referenced until then)."""
+    def _read_token_losses(self, stream):
+        """Submits the read-back of the last loss's token losses into a fresh host float32
+        array, valid once `stream` has synced (the handle keeps it referenced until then)."""
         out = ffi.new("Dataflow_Llama_Outputs *")
         check(modelslib.dataflow_llama_outputs(self._m, out))
-        host = np.empty(out.num_tokens if name == "token_losses" else 1, np.float32)
-        device = Array(self.handle, int(ffi.cast("uintptr_t", getattr(out, name))), host.shape, "fp32", owner=self)
+        host = np.empty(out.num_tokens, np.float32)
+        device = Array(self.handle, int(ffi.cast("uintptr_t", out.token_losses)), host.shape, "fp32", owner=self)
         self.handle.outbound_transfer(host, device, stream=stream)
         return host
 
@@ -492,15 +490,6 @@ class Llama:
         logits = fetch(out, stream)
         return logits.reshape(packed.shape + (vocab,)) if packed.shape else logits
 
-    def _loss_pass(self, packed, accumulate, loss_scale, stream):
-        """Submits loss_backward (loss_scale set) or loss (None) and the token losses' read-back."""
-        batch = self._upload(packed, stream)
-        if loss_scale is None:
-            check(modelslib.dataflow_llama_loss(self._m, stream, batch))
-        else:
-            check(modelslib.dataflow_llama_loss_backward(self._m, stream, batch, int(bool(accumulate)), loss_scale))
-        return self._read_output("token_losses", stream)
-
     def loss(self, tokens, labels=None, documents=None, stream=0):
         """Mean cross-entropy over the labelled next-token targets (HF-style labels; default:
         the tokens), as LlamaForCausalLM(tokens, labels=labels).loss. Gradients untouched."""
@@ -509,28 +498,38 @@ class Llama:
         packed = self._pack(tokens, labels, documents)
         if packed.num_labels == 0:
             raise BadArgumentError("loss: no labelled tokens (every target is -100)")
-        losses = self._loss_pass(packed, False, None, stream)
+        check(modelslib.dataflow_llama_loss(self._m, stream, self._upload(packed, stream)))
+        losses = self._read_token_losses(stream)
         self.handle.sync(stream)
         return self._batch_loss(losses, 1.0 / packed.num_labels)
 
     def loss_backward(self, tokens, labels=None, documents=None, accumulate=False, loss_scale=None, stream=0):
-        """Forward + loss + backward into the gradients (added to them with accumulate).
-        loss_scale default 1 / labelled tokens (mean loss). Returns (loss_scale * summed loss,
-        number of labelled tokens)."""
+        """Forward + loss + backward into the gradients (added to them with accumulate), with no
+        optimizer step: run by the training engine, an executor of the all-resident plan over the
+        model's own blocks (dataflow.training.ring_training.resident_training; like a Trainer's first step
+        it allocates AdamW's m and v, zeroed). loss_scale default 1 / labelled tokens (mean
+        loss). Returns (loss_scale * summed loss, number of labelled tokens)."""
         self._host_held("loss_backward")
+        if self.config.quantization:
+            raise BadArgumentError(f"loss_backward: the model's linear weights are quantized "
+                                   f"(int{self.config.quantization['bits']}), for inference only")
         packed = self._pack(tokens, labels, documents)
         if loss_scale is None:
             if packed.num_labels == 0:
                 raise BadArgumentError("loss_backward: no labelled tokens (every target is -100)")
             loss_scale = 1.0 / packed.num_labels
-        losses = self._loss_pass(packed, accumulate, loss_scale, stream)
-        self.handle.sync(stream)
+        from ..training.ring_training import resident_training
+        self._backward = resident_training(self, (tokens, labels, documents), stream, self._backward)
+        self._on(stream)
+        chunks = self._backward.chunks(tokens, labels, documents, "loss_backward")
+        losses = self._backward.run(chunks, accumulate, loss_scale)
         return self._batch_loss(losses, loss_scale), packed.num_labels
 
     def zero_grads(self, stream=0):
         self._host_held("zero_grads")
         self._on(stream)
-        check(modelslib.dataflow_llama_zero_grads(self._m, stream))
+        for block in range(len(self.layout.bytes)):
+            self.handle.set_mem(self._block_array(block, GRAD), 0, stream)
 
     # ---- inference with a KV cache ----
     def kv_cache(self, max_tokens):

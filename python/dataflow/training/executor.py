@@ -59,6 +59,10 @@ class RingExecutor:
     def _ptr(self):
         return open_pointer(self._x, self.handle, "RingExecutor")
 
+    @property
+    def closed(self):
+        return self._x is None
+
     def close(self):
         x, self._x = getattr(self, "_x", None), None
         if x is not None and self.handle._alive():

@@ -10,12 +10,11 @@ import json
 import numpy as np
 
 from .. import ring
-from .._ffi import modelslib
-from ..errors import BadArgumentError, OutOfMemoryError, c_size
+from ..errors import BadArgumentError, OutOfMemoryError
 from ..handle import Handle, parse_bytes
 from ..models.batch import PackedBatch, aligned_labels, flatten_documents
 from ..models.host_blocks import host_memory_available
-from ..models.llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, SAVE_LEVELS
+from ..models.llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM
 from .calibration import calibrate
 from .executor import RingExecutor
 
@@ -45,15 +44,21 @@ def _positive(value, name):
     return int(value)
 
 
-def resident_training_bytes(model, tokens):
-    """Device bytes all-resident training of `model` on batches of `tokens` tokens takes: every
-    block's weights, gradients, AdamW moments (and master weights), the activations and
-    workspace at the model's save level, the packed batch."""
-    kinds = (PARAM, GRAD, ADAM_M, ADAM_V) + ((MASTER,) if model.master_weights else ())
-    what = f"Trainer: training on {tokens:,} tokens per batch"
-    work = c_size(modelslib.dataflow_llama_workspace_bytes(model.config._c_config(model.dtype), tokens,
-                                                           SAVE_LEVELS[model.save_level]), what)
-    return model.layout.total(kinds) + work + 4 * c_size(modelslib.dataflow_batch_buffer_numel(tokens, tokens, 1), what)
+def _device_free(model):
+    """Device bytes an all-resident `model`'s training may use: the handle's free memory and the
+    blocks the model holds (a plan counts what its executor adopts)."""
+    h = model.handle
+    held = [k for k in (PARAM, GRAD, ADAM_M, ADAM_V, MASTER) if model._block_array(0, k) is not None]
+    return h.memory_capacity() - h.memory_in_use() + model.layout.total(held)
+
+
+def _resident_plan(model, seq_len, tokens, free):
+    """ring.resident_plan of training `model` (its save level, dtype and master weights) on
+    batches of `tokens` tokens in sequences of at most seq_len, within `free` device bytes: the
+    one estimate of all-resident training memory (the plan's memory map). OutOfMemoryError when
+    it does not fit."""
+    return ring.resident_plan(model.config, seq_len, tokens, free, save_level=model.save_level,
+                              profile=ring.profile_names()[0], dtype=model.dtype, master_weights=model.master_weights)
 
 
 def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None):
@@ -72,11 +77,12 @@ def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_w
 
 def resident_training(model, batch, stream, current):
     """The RingTraining that trains all-resident `model` on `batch` ((tokens, labels, documents))
-    on `stream`: `current` when its plan takes the batch as one chunk on that stream, else a new
-    one (current closed first: its scratch memory goes back) of the all-resident plan for it."""
+    on `stream`: `current` when it is open and its plan takes the batch as one chunk on that
+    stream, else a new one (current closed first: its scratch memory goes back) of the
+    all-resident plan for it."""
     _, _, lengths, _ = flatten_documents(*batch)
     seq_len, tokens = resident_shape(lengths)
-    if current is not None:
+    if current is not None and not current.executor.closed:
         p = current.plan
         if current.stream == stream and tokens <= p.chunk_tokens and (
                 len(lengths) <= p.chunk_tokens // p.seq_len + 64):
@@ -85,13 +91,7 @@ def resident_training(model, batch, stream, current):
         tokens = max(tokens, p.chunk_tokens)
         seq_len = min(seq_len, p.seq_len)
         tokens = -(-tokens // seq_len) * seq_len
-    h = model.handle
-    held = [k for k in (PARAM, GRAD, ADAM_M, ADAM_V, MASTER) if model._block_array(0, k) is not None]
-    free = h.memory_capacity() - h.memory_in_use() + model.layout.total(held)  # the plan counts what it adopts
-    plan = ring.resident_plan(model.config, seq_len, tokens, free,
-                              save_level=model.save_level, profile=ring.profile_names()[0], dtype=model.dtype,
-                              master_weights=model.master_weights)
-    return RingTraining(model, plan, stream)
+    return RingTraining(model, _resident_plan(model, seq_len, tokens, _device_free(model)), stream)
 
 
 def choose_plan(model, host_memory, seq_len, batch_size, profile):
@@ -103,11 +103,13 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile):
     h, config = model.handle, model.config
     seq_len = _positive(config.max_position_embeddings if seq_len is None else seq_len, "seq_len")
     tokens = seq_len * _positive(batch_size, "batch_size")
-    own = model.layout.total((PARAM, GRAD, MASTER) if model.master_weights else (PARAM, GRAD)) \
-        if model.placement == "device" else 0
-    free = h.memory_capacity() - h.memory_in_use() + own
-    if model.placement == "device" and resident_training_bytes(model, tokens) <= free:
-        return None
+    free = _device_free(model) if model.placement == "device" else h.memory_capacity() - h.memory_in_use()
+    if model.placement == "device":
+        try:
+            _resident_plan(model, seq_len, tokens, free)
+            return None
+        except OutOfMemoryError:
+            pass
     host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
     args = (config, seq_len, free, host, tokens, model.dtype, model.master_weights)
     if profile is None:

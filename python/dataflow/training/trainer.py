@@ -105,7 +105,7 @@ class Trainer:
             self.comm = comm.on(model.handle)
             self.comm_stream = comm_stream if comm_stream is not None else 1 if model.handle.num_streams > 1 else 0
             if self.shard_optimizer:  # the model lays its optimizer state out over the ranks
-                model._set_grad_comm(self.comm, self.comm_stream)
+                model._set_grad_comm(self.comm)
             if self._ring is not None:
                 self._ring.executor.set_comm(self.comm, self.comm_stream)
         self._shard(True)
@@ -146,9 +146,9 @@ class Trainer:
     def _shard(self, shard):
         """The optimizer state sharded over the ranks, or gathered whole (a collective)."""
         if self.shard_optimizer:
-            if self._ring is not None:  # its adopted state is about to move: the next step adopts again
-                self._ring.executor.close()
-                self._ring = None
+            for executor in list(self.model._adopters):  # the state they adopted is about to move
+                executor.close()
+            self._ring = None  # the next step adopts again
             self.model._on(0)
             check(modelslib.dataflow_llama_shard_optimizer(self.model._m, 0, int(shard)))
             self.model._optimizer_sharded = shard
