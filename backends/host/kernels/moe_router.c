@@ -1,7 +1,7 @@
 /* moe_router and moe_router_bwd, one token row per step (experts are few: scalar fp32 code),
  * parts own token ranges.
  *   forward:  p = softmax(l) (m = max, e = exp(l - m), p = e * (1 / sum e), as ATen's CPU
- *             softmax), ids = torch.topk(p, k) with torch's tie order (moe_torch_topk.h),
+ *             softmax), ids = torch.topk(p, k) with torch's tie order (torch_topk.cuh),
  *             w = p[ids] (/ sum when norm_topk_prob)
  *   backward: dp[ids_j] = norm ? (dw_j - sum_i dw_i w_i) / S : dw_j,  S = sum_j p[ids_j]
  *             dl = p * (dp - sum(p * dp)) */
@@ -11,7 +11,7 @@
 #include "dataflow/host_kernel.h"
 #include "dataflow/op_args.h"
 #include "dataflow/ops.h"
-#include "moe_torch_topk.h"
+#include "torch_topk.cuh"
 
 /* parts of at least this many tokens */
 #define MIN_TOKENS 64
@@ -34,9 +34,9 @@ static void router_row(const Router_Args *a, int64_t t)
 	Topk_Pair q[DATAFLOW_MOE_MAX_EXPERTS];
 	for (int64_t e = 0; e < a->experts; e++) {
 		p[e] *= inv;
-		q[e] = (Topk_Pair){p[e], (int32_t)e};
+		q[e] = (Topk_Pair){p[e], (int)e};
 	}
-	torch_topk(q, a->experts, a->top_k);
+	torch_topk(q, (int)a->experts, (int)a->top_k);
 	float *w = a->topk_weights + t * a->top_k, s = 0.0f;
 	for (int64_t j = 0; j < a->top_k; j++) {
 		w[j] = q[j].value;
