@@ -257,28 +257,27 @@ Dataflow_Status matmul_onednn_run(Matmul_Onednn *o, int stream_id, const Matmul_
 	if (x->beta != 0.0f && x->C != x->D)
 		memcpy(x->D, x->C, (size_t)(x->M * x->N) * dataflow_datatype_size(x->out_dtype));
 
-	/* A runtime-dimension primitive runs on memory of the call's dimensions. */
-	dnnl_memory_desc_t call_mds[3];
-	int concrete = 0;
-	dnnl_status_t s = dnnl_success;
-	if (x->runtime_mk) {
-		s = matrix_md(&call_mds[0], x->M, x->K, x->trans_a, x->in_dtype);
-		concrete += s == dnnl_success;
-		if (s == dnnl_success && (s = matrix_md(&call_mds[1], x->K, x->N, x->trans_b, x->in_dtype)) == dnnl_success)
-			concrete++;
-		if (s == dnnl_success && (s = matrix_md(&call_mds[2], x->M, x->N, 0, x->out_dtype)) == dnnl_success)
-			concrete++;
-	}
 	/* oneDNN takes non-const handles but only reads A and B; no scratchpad argument when none is needed. */
 	Md_Ref mds[4] = {MD(e->src_md), MD(e->weights_md), MD(e->dst_md), MD(e->scratchpad_md)};
-	for (int i = 0; i < concrete && x->runtime_mk; i++)
-		mds[i] = MD(call_mds[i]);
+	/* A runtime-dimension primitive runs on memory of this call's dimensions (src, weights, dst). */
+	const int64_t rows[3] = {x->M, x->K, x->M}, cols[3] = {x->K, x->N, x->N};
+	const int trans[3] = {x->trans_a, x->trans_b, 0};
+	const int32_t dtypes[3] = {x->in_dtype, x->in_dtype, x->out_dtype};
+	dnnl_memory_desc_t call_mds[3];
+	int concrete = 0; /* call_mds made */
+	dnnl_status_t s = dnnl_success;
+	while (x->runtime_mk && concrete < 3 &&
+	       (s = matrix_md(&call_mds[concrete], rows[concrete], cols[concrete], trans[concrete], dtypes[concrete])) ==
+		       dnnl_success) {
+		mds[concrete] = MD(call_mds[concrete]);
+		concrete++;
+	}
 	void *ptrs[4] = {(void *)x->A, (void *)x->B, x->D, slot->scratchpad};
 	const int arg_ids[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
 	const int num_args = scratchpad_bytes ? 4 : 3;
 	dnnl_exec_arg_t args[4];
 	int made = 0;
-	const char *what = x->runtime_mk && concrete < 3 ? "memory descriptor setup" : "memory creation";
+	const char *what = s != dnnl_success ? "memory descriptor setup" : "memory creation";
 	for (; made < num_args && s == dnnl_success; made++) {
 		s = dnnl_memory_create(&args[made].memory, mds[made], o->engine, ptrs[made]);
 		args[made].arg = arg_ids[made];
