@@ -13,7 +13,7 @@ import dataflow as df
 from dataflow import build_info
 from conftest import handle_fixture
 from tolerances import TOLERANCES, matmul_tolerance
-from test_elementwise_ops import quantize
+from dtype_rounding import quantize
 
 ROUTINGS = [(13, 5, 1), (21, 6, 2), (37, 7, 3), (9, 8, 2)]  # tokens, experts, top_k
 
