@@ -283,13 +283,15 @@ static Dataflow_Status check_adopted(const Dataflow_Ring_Executor *x, const Data
 					  "ring executor adopt: the plan must be all-resident (dataflow_ring_plan_resident), "
 					  "got %d weight and %d gradient slots of %d layers, optimizer %s",
 					  p->weight_slots, p->grad_slots, x->L, dataflow_ring_optimizer_name(p->optimizer));
+	int fp32_state = p->optimizer_state == DATAFLOW_OPTIMIZER_STATE_FP32; /* else the executor's own */
 	for (int b = 0; b < x->N; b++)
-		if (!blocks[b].param || !blocks[b].grad || !blocks[b].m || !blocks[b].v || (x->master && !blocks[b].master))
+		if (!blocks[b].param || !blocks[b].grad || (fp32_state && (!blocks[b].m || !blocks[b].v)) ||
+		    (x->master && !blocks[b].master))
 			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 						  "ring executor adopt: block %d lacks its %s memory", b,
 						  !blocks[b].param ? "parameter"
 						  : !blocks[b].grad ? "gradient"
-						  : !blocks[b].m || !blocks[b].v ? "AdamW state (m, v)"
+						  : fp32_state && (!blocks[b].m || !blocks[b].v) ? "AdamW state (m, v)"
 										  : "master-weight");
 	return DATAFLOW_OK;
 }

@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from . import ring
-from ._ffi import modelslib
+from ._ffi import modelslib, ringlib
 from .errors import BadArgumentError, OutOfMemoryError, c_size
 from .handle import Handle, parse_bytes
 from .models.batch import PackedBatch, aligned_labels, flatten_documents
@@ -44,42 +44,56 @@ def _positive(value, name):
     return int(value)
 
 
-def resident_training_bytes(model, tokens):
+def state_bytes(model, optimizer_state):
+    """Bytes of `model`'s AdamW moments m and v stored as optimizer_state (ring.OPTIMIZER_STATES)."""
+    state = ring.optimizer_state_enum(optimizer_state, "Trainer")
+    return sum(2 * int(ringlib.dataflow_optimizer_state_bytes(state, block[GRAD] // 4)) for block in model.layout.bytes)
+
+
+def resident_training_bytes(model, tokens, optimizer_state="fp32"):
     """Device bytes all-resident training of `model` on batches of `tokens` tokens takes: every
-    block's weights, gradients, AdamW moments (and master weights), the activations and
-    workspace at the model's save level, the packed batch."""
-    kinds = (PARAM, GRAD, ADAM_M, ADAM_V) + ((MASTER,) if model.master_weights else ())
+    block's weights, gradients, AdamW moments as optimizer_state stores them (and master
+    weights), the activations and workspace at the model's save level, the packed batch."""
+    kinds = (PARAM, GRAD) + ((MASTER,) if model.master_weights else ())
     what = f"Trainer: training on {tokens:,} tokens per batch"
     work = c_size(modelslib.dataflow_llama_workspace_bytes(model.config._c_config(model.dtype), tokens,
                                                            SAVE_LEVELS[model.save_level]), what)
-    return model.layout.total(kinds) + work + 4 * c_size(modelslib.dataflow_batch_buffer_numel(tokens, tokens, 1), what)
+    return model.layout.total(kinds) + state_bytes(model, optimizer_state) + work + 4 * c_size(modelslib.dataflow_batch_buffer_numel(tokens, tokens, 1), what)
 
 
-def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None):
+def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None,
+              optimizer_state="fp32"):
     """ring.plan of training `config` on `tokens` per step within device_bytes and host_bytes.
     profile None: only whether some plan fits, which depends on sizes, not speeds (a named
     profile's plan), so it is known before measuring this machine or building the model.
     OutOfMemoryError (the planner's, with the exact bytes added) when none fits."""
     try:
         return ring.plan(config, seq_len, device_bytes, host_bytes, tokens_per_step=tokens,
-                         profile=profile or ring.profile_names()[0], dtype=dtype, master_weights=master_weights)
+                         profile=profile or ring.profile_names()[0], dtype=dtype, master_weights=master_weights,
+                         optimizer_state=optimizer_state)
     except OutOfMemoryError as e:  # the planner's figures are rounded: add the exact bytes
         raise OutOfMemoryError(f"{e} (in bytes: {parse_bytes(device_bytes, 'device'):,} device free, "
                                f"{parse_bytes(host_bytes, 'host'):,} host; the smallest plan needs "
                                f"{e.min_device_bytes:,} device, {e.min_host_bytes:,} host)") from None
 
 
-def resident_training(model, batch, stream, current):
+def resident_training(model, batch, stream, current, optimizer_state="fp32"):
     """The RingTraining that trains all-resident `model` on `batch` ((tokens, labels, documents))
     on `stream`: `current` when its plan takes the batch as one chunk on that stream, else a new
-    one (current closed first: its scratch memory goes back) of the all-resident plan for it."""
+    one (current closed first: its scratch memory goes back) of the all-resident plan for it,
+    with AdamW's m and v stored as optimizer_state (bf16 and 8-bit ones are the executor's own:
+    a new executor takes them over from current)."""
     _, _, lengths, _ = flatten_documents(*batch)
     seq_len, tokens = resident_shape(lengths)
+    carried = None
     if current is not None:
         p = current.plan
         if current.stream == stream and tokens <= p.chunk_tokens and (
                 len(lengths) <= p.chunk_tokens // p.seq_len + 64):
             return current
+        if optimizer_state != "fp32":  # the executor's own moments, as raw bytes per block
+            x = current.executor
+            carried = [(b, k, x.read(b, k)) for b in range(x.num_blocks) for k in (ADAM_M, ADAM_V)]
         current.executor.close()
         tokens = max(tokens, p.chunk_tokens)
         seq_len = min(seq_len, p.seq_len)
@@ -89,11 +103,14 @@ def resident_training(model, batch, stream, current):
     free = h.memory_capacity() - h.memory_in_use() + model.layout.total(held)  # the plan counts what it adopts
     plan = ring.resident_plan(model.config, seq_len, tokens, free,
                               save_level=model.save_level, profile=ring.profile_names()[0], dtype=model.dtype,
-                              master_weights=model.master_weights)
-    return RingTraining(model, plan, stream)
+                              master_weights=model.master_weights, optimizer_state=optimizer_state)
+    training = RingTraining(model, plan, stream)
+    for b, k, raw in carried or ():
+        training.executor.write(b, k, raw)
+    return training
 
 
-def choose_plan(model, host_memory, seq_len, batch_size, profile):
+def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state="fp32"):
     """None when `model` is all-resident and its training on batch_size sequences of seq_len
     tokens (default: max_position_embeddings) fits its handle; else the fastest ring plan within
     the handle's free device memory (what an all-resident model frees included) and host_memory
@@ -105,14 +122,14 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile):
     own = model.layout.total((PARAM, GRAD, MASTER) if model.master_weights else (PARAM, GRAD)) \
         if model.placement == "device" else 0
     free = h.memory_capacity() - h.memory_in_use() + own
-    if model.placement == "device" and resident_training_bytes(model, tokens) <= free:
+    if model.placement == "device" and resident_training_bytes(model, tokens, optimizer_state) <= free:
         return None
     host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
     args = (config, seq_len, free, host, tokens, model.dtype, model.master_weights)
     if profile is None:
-        ring_plan(*args)
+        ring_plan(*args, optimizer_state=optimizer_state)
         profile = measured_profile(h.backend, config, seq_len, tokens, model.dtype)
-    return ring_plan(*args, profile=profile)
+    return ring_plan(*args, profile=profile, optimizer_state=optimizer_state)
 
 
 def resident_shape(lengths):
@@ -140,7 +157,8 @@ class RingTraining:
         if stream is not None:
             self.stream = stream
             self.executor = model._adopted_by(lambda blocks: RingExecutor(
-                model.handle, model.config, plan, model.dtype, streams=(stream,) * STREAMS, adopt=blocks), stream)
+                model.handle, model.config, plan, model.dtype, streams=(stream,) * STREAMS, adopt=blocks), stream,
+                fp32_state=plan.optimizer_state == "fp32")
             return
         if model.handle.num_streams < STREAMS:
             raise BadArgumentError(f"Trainer: training in the ring needs a handle with {STREAMS} streams (compute, "
@@ -149,7 +167,8 @@ class RingTraining:
             raise BadArgumentError(f"Trainer: the plan was made {'with' if plan.master_weights else 'without'} fp32 "
                                    f"master weights, but the model keeps {'them' if model.master_weights else 'none'}")
         self.stream = None
-        self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype))
+        self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype),
+                                       fp32_state=plan.optimizer_state == "fp32")
 
     def chunks(self, tokens, labels, documents, what):
         """The batch as PackedBatch chunks of whole documents, at most chunk_tokens tokens each; a

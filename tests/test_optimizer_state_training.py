@@ -1,0 +1,139 @@
+"""Training with lean AdamW state (Trainer(optimizer_state="bf16" | "8bit")): ring training
+equals all-resident training with the same precision bit for bit (the same seed for bf16's
+stochastic rounding; the ring plans here give the resident computation: batches of one plan
+chunk), the device peak stays under the cap, the planner counts the state's bytes, and
+checkpoints keep the state as trained (converting to another precision only when asked)."""
+import numpy as np
+import pytest
+
+import dataflow as df
+from dataflow import ring_training
+from dataflow.errors import BadArgumentError, OutOfMemoryError
+from test_ring_trainer import CFG, HOST, KW, PROFILE, ROWS, SEQ, batches
+
+STATES = ("fp32", "bf16", "8bit")
+
+
+def resident(state, dtype="fp32", master=False, seed=5):
+    model = df.models.Llama(df.Handle("host"), CFG, dtype=dtype, seed=1, placement="device")
+    return df.Trainer(model, **KW, master_weights=master or None, optimizer_state=state, optimizer_seed=seed)
+
+
+def ring(state, cap, dtype="fp32", master=False, seed=5):
+    h = df.Handle("host", device_memory=cap)
+    model = df.models.Llama(h, CFG, dtype=dtype, seed=1)
+    return df.Trainer(model, **KW, master_weights=master or None, host_memory=HOST, seq_len=SEQ, batch_size=ROWS,
+                      profile=PROFILE, optimizer_state=state, optimizer_seed=seed)
+
+
+def smallest_cap(state):
+    with pytest.raises(OutOfMemoryError) as e:
+        df.ring.plan(CFG, SEQ, 1024, HOST, tokens_per_step=SEQ * ROWS, dtype="fp32", optimizer_state=state)
+    return e.value.min_device_bytes
+
+
+def assert_same_training(t, ref, steps=5):
+    rows = t.plan.chunk_tokens // SEQ
+    for b in batches(steps):
+        assert t.step(b[:rows]) == ref.step(b[:rows])
+        assert t.last_grad_norm == ref.last_grad_norm
+    a, b = t.model.state_dict(), ref.model.state_dict()
+    for name in b:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    h = t.model.handle
+    assert h.memory_peak() <= h.memory_capacity()
+
+
+@pytest.mark.parametrize("state", ["bf16", "8bit"])
+@pytest.mark.parametrize("dtype, master", [("fp32", False), ("bf16", True)])
+def test_ring_equals_resident_with_lean_state(state, dtype, master):
+    ref = resident(state, dtype, master)
+    need = ring_training.resident_training_bytes(ref.model, SEQ * ROWS, state)
+    t = ring(state, need - 1, dtype, master)
+    assert t.plan is not None and t.plan.optimizer_state == state
+    assert_same_training(t, ref)
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_ring_with_streamed_state_equals_resident(state):
+    """The smallest cap: m and v live on the host, streamed through optimizer slots (or updated
+    there); the resident Trainer fed the plan's chunk is the oracle."""
+    t = ring(state, smallest_cap(state) + 4096)
+    assert t.plan.optimizer != "device (resident state)", t.plan.describe()
+    assert t.plan.host_memory["optimizer state"] == ring_training.state_bytes(t.model, state)
+    assert_same_training(t, resident(state))
+
+
+def test_bf16_state_depends_on_the_seed_only():
+    a, b, c = resident("bf16", seed=5), resident("bf16", seed=5), resident("bf16", seed=6)
+    for batch in batches(3):
+        a.step(batch), b.step(batch), c.step(batch)
+    sa, sb, sc = (t.state_dict()["exp_avg"] for t in (a, b, c))
+    assert all(np.array_equal(sa[k], sb[k]) for k in sa)
+    assert any(not np.array_equal(sa[k], sc[k]) for k in sa)
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_planner_counts_the_state(state):
+    """The resident plan's optimizer state is exactly the executor's m and v: 8 bytes per
+    parameter for fp32, 4 for bf16, 2 plus an fp32 scale per 256 for 8-bit."""
+    t = resident(state)
+    plan = df.ring.resident_plan(CFG, SEQ, SEQ * ROWS, "1GiB", dtype="fp32", optimizer_state=state)
+    assert plan.device_memory["optimizer state"] == ring_training.state_bytes(t.model, state)
+    numel = sum(row[1] // 4 for row in t.model.layout.bytes)
+    per_param = {"fp32": 8, "bf16": 4, "8bit": 2 + 8 / 256}[state]
+    assert abs(ring_training.state_bytes(t.model, state) / numel - per_param) < 0.05
+    assert f"{state} state (m, v)" in plan.describe()
+
+
+@pytest.mark.parametrize("state", ["bf16", "8bit"])
+def test_checkpoint_keeps_the_state_as_trained(state):
+    """state_dict holds the raw state and its precision; a new Trainer loading it continues bit
+    for bit (before its first step, the state waits for the executor)."""
+    steps = batches(6)
+    whole = resident(state)
+    for b in steps:
+        whole.step(b)
+    first = resident(state)
+    for b in steps[:3]:
+        first.step(b)
+    saved, weights = first.state_dict(), first.model.state_dict()
+    assert saved["optimizer_state"] == state and all(a.dtype == np.uint8 for a in saved["exp_avg"].values())
+    second = resident(state)
+    second.model.load_state_dict(weights)
+    second.load_state_dict(saved)
+    for b in steps[3:]:
+        second.step(b)
+    a, b = second.model.state_dict(), whole.model.state_dict()
+    for name in b:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_loading_another_precision_converts_only_when_asked():
+    src = resident("8bit")
+    for b in batches(2):
+        src.step(b)
+    saved = src.state_dict()
+    fp32 = resident("fp32")
+    with pytest.raises(BadArgumentError, match="trained as 8bit, this Trainer keeps fp32; pass convert=True"):
+        fp32.load_state_dict(saved)
+    fp32.load_state_dict(saved, convert=True)
+    got = fp32.state_dict()["exp_avg"]
+    bf16 = resident("bf16")
+    bf16.load_state_dict(saved, convert=True)
+    back = resident("8bit")
+    back.load_state_dict(bf16.state_dict() | {"step": 2}, convert=True)
+    assert back.state_dict()["optimizer_state"] == "8bit"
+    from dataflow.optimizer_state import decode
+    numels = [row[1] // 4 for row in src.model.layout.bytes]
+    m_blocks = [decode("8bit", saved["exp_avg"][f"block{b}"], n, "exp_avg") for b, n in enumerate(numels)]
+    for name, shape, b, offset in src.model.layout.tensors:  # fp32 holds the 8-bit values exactly
+        np.testing.assert_array_equal(got[name].reshape(-1), m_blocks[b][offset:offset + got[name].size])
+
+
+def test_lean_state_arguments_are_checked():
+    model = df.models.Llama(df.Handle("host"), CFG, seed=1, placement="device")
+    with pytest.raises(BadArgumentError, match="optimizer_state must be one of fp32, bf16, 8bit"):
+        df.Trainer(model, optimizer_state="int4")
+    with pytest.raises(BadArgumentError, match="optimizer_seed"):
+        df.Trainer(model, optimizer_state="bf16", optimizer_seed=-1)
