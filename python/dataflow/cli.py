@@ -354,6 +354,9 @@ def _add_train(sub):
                         "(default: the run's last step; a resumed run keeps its schedule unless it trains past it)")
     p.add_argument("--master-weights", dest="master_weights", action="store_const", const=True,
                    help="bf16: keep fp32 master weights for AdamW (saved in checkpoints; kept on resume)")
+    p.add_argument("--optimizer-state", dest="optimizer_state", choices=("fp32", "bf16", "8bit"),
+                   help="how AdamW's m and v are stored: fp32, bf16 (stochastic rounding) or 8bit (blockwise); "
+                        "saved as trained in checkpoints, kept on resume (default fp32)")
     p.add_argument("--seed", type=_integer(0), help="weight initialisation seed of a new run (default 0)")
     _add_device(p)
     p.add_argument("--host-memory", dest="host_memory", type=_bytes, metavar="SIZE",
