@@ -3,6 +3,8 @@ equals all-resident training with the same precision bit for bit (the same seed 
 stochastic rounding; the ring plans here give the resident computation: batches of one plan
 chunk), the device peak stays under the cap, the planner counts the state's bytes, and
 checkpoints keep the state as trained (converting to another precision only when asked)."""
+import json
+
 import numpy as np
 import pytest
 
@@ -152,3 +154,19 @@ def test_lean_state_loss_curve_stays_within_2_percent_of_fp32():
         curve = np.array(result[state]["curve"])
         assert np.max(np.abs(curve / fp32 - 1)) < 0.02, (state, curve, fp32)
     assert result["8bit"]["state_bytes_per_param"] < 2.1 and summary.startswith("optimizer_state:")
+
+
+def test_cli_plan_takes_the_state_precision(capsys):
+    """Issue 28's configuration: llama3-8b at 8k under 24 GiB device and 48 GiB host fits only
+    with 8-bit state (fp32 state needs 98.8 GiB of host memory); the JSON says which."""
+    from dataflow import cli
+    argv = ["plan", "--config", "llama3-8b", "--seq-len", "8192", "--tokens-per-step", "524288", "--device-memory",
+            "24GiB", "--host-memory", "48GiB", "--profile", "h100-sxm", "--json"]
+    assert cli.main(argv) == 1  # out of memory
+    assert "nothing fits in 48.0 GiB host memory" in capsys.readouterr().err
+    assert cli.main(argv + ["--optimizer-state", "8bit"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["optimizer_state"] == "8bit" and out["tokens_per_second"] > 0
+    assert out["host_memory"]["optimizer state"] < 2.1 * 8.03e9
+    assert cli.main(argv[:-1] + ["--optimizer-state", "8bit"]) == 0
+    assert "8bit state (m, v)" in capsys.readouterr().out
