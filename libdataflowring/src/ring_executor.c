@@ -345,11 +345,14 @@ static Dataflow_Status host_arrays(Dataflow_Ring_Executor *x)
  * zero moments in every precision: an 8-bit block's absmax 0) and uploads the 8-bit codes. */
 static Dataflow_Status zero_device_state(Dataflow_Ring_Executor *x)
 {
+	int queued = 0; /* an executor adopting fp32 state queues nothing: no sync */
 	for (int b = 0; b < x->N; b++)
 		for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
-			if (x->blocks[b].dev[k] && (!x->adopted || owned_state(x, (Dataflow_Block_Kind)k)))
+			if (x->blocks[b].dev[k] && (!x->adopted || owned_state(x, (Dataflow_Block_Kind)k))) {
 				TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], x->blocks[b].dev[k], 0,
 						     (uint64_t)x->blocks[b].bytes[k]));
+				queued = 1;
+			}
 	if (x->qmap) {
 		Dataflow_Status st = DATAFLOW_OK;
 		float *codes = host_alloc(x, 2 * DATAFLOW_ADAMW_8BIT_CODES * 4, &st);
@@ -358,8 +361,9 @@ static Dataflow_Status zero_device_state(Dataflow_Ring_Executor *x)
 		dataflow_adamw_8bit_dynamic_code(0, codes + DATAFLOW_ADAMW_8BIT_CODES);
 		TRY(dataflow_submit_inbound_transfer(x->h, x->s[RS_COMPUTE], x->qmap, codes,
 						     2 * DATAFLOW_ADAMW_8BIT_CODES * 4));
+		queued = 1;
 	}
-	return dataflow_sync_stream(x->h, x->s[RS_COMPUTE]);
+	return queued ? dataflow_sync_stream(x->h, x->s[RS_COMPUTE]) : DATAFLOW_OK;
 }
 
 static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan *plan,

@@ -10,7 +10,7 @@ from .. import trace as traces
 from .._ffi import modelslib
 from ..errors import BadArgumentError, DataflowError, check
 from ..optimizer_state import MOMENTS, decode, encode, moment_bytes
-from ..ring import OPTIMIZER_STATES, optimizer_state_enum
+from ..ring import OPTIMIZER_STATES, Plan, optimizer_state_enum
 from .adamw_hyperparameters import adamw_hyperparameters, betas_pair
 from .llama import ADAM_M, ADAM_V, GRAD, MASTER
 
@@ -90,7 +90,7 @@ class Trainer:
         self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, betas_pair(betas), eps
         self.grad_clip = 0.0 if grad_clip is None else grad_clip
         optimizer_state_enum(optimizer_state, "Trainer")
-        if plan is not None and plan.optimizer_state != optimizer_state:
+        if isinstance(plan, Plan) and plan.optimizer_state != optimizer_state:
             raise BadArgumentError(f"Trainer: the plan stores the optimizer state as {plan.optimizer_state}, "
                                    f"but optimizer_state={optimizer_state!r}")
         if shard_optimizer and optimizer_state != "fp32":
