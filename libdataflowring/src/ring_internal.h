@@ -51,10 +51,11 @@ static inline double ring_kept_bytes_per_token(const Ring_Context *x, const Ring
 	       (ring_kv_context(x->req, c) ? (double)b->kv_bytes_per_token : 0);
 }
 
-/* a block's optimizer state: m and v as stored, and (with master weights) the fp32 master copy */
+/* a block's optimizer state: m and v as stored (the model reports fp32 moments: numel = bytes / 4),
+ * and (with master weights) the fp32 master copy */
 static inline double ring_opt_state_bytes(const Ring_Context *x, const Dataflow_Ring_Block *b)
 {
-	return 2 * (double)dataflow_optimizer_state_bytes(x->state, b->sizes.numel) +
+	return 2 * (double)dataflow_optimizer_state_bytes(x->state, b->sizes.bytes[DATAFLOW_BLOCK_ADAM_M] / 4) +
 	       (x->master ? (double)b->sizes.bytes[DATAFLOW_BLOCK_MASTER] : 0);
 }
 
