@@ -7,25 +7,15 @@
 #define PART_MIN 16384
 
 #define ADAMW_VARIANT(name, pt, gt)                                                                  \
-	ADAMW_FP32_STATE_PATH(avx512, name, pt, gt)                                                             \
-	ADAMW_FP32_STATE_PATH(avx2, name, pt, gt)                                                               \
-	ADAMW_FP32_STATE_PATH(scalar, name, pt, gt)                                                             \
+	ADAMW_FP32_STATE_PATHS(name, pt, gt)                                                         \
 	void dataflow_host_##name(void **args, int part, int num_parts)                              \
 	{                                                                                            \
 		int64_t i, end;                                                                      \
 		Dataflow_Adamw_Step_Args x = dataflow_adamw_step_args(args);                         \
 		dataflow_part_range(x.n, part, num_parts, PART_ALIGN, &i, &end);                     \
 		Adamw_Constants a = adamw_constants(x.lr, x.beta1, x.beta2, x.eps, x.weight_decay, x.step, x.scale); \
-		void *param = adamw_at(x.param, i, pt);                                              \
-		const void *grad = adamw_at(x.grad, i, gt);                                          \
-		float *master = x.master ? x.master + i : NULL, *m = x.m + i, *v = x.v + i;          \
-		int64_t len = end - i, j = 0;                                                        \
-		int level = simd_level();                                                            \
-		if (level == SIMD_AVX512)                                                            \
-			j = name##_avx512(&a, param, grad, master, m, v, j, len);                    \
-		else if (level == SIMD_AVX2)                                                         \
-			j = name##_avx2(&a, param, grad, master, m, v, j, len);                      \
-		name##_scalar(&a, param, grad, master, m, v, j, len); /* the tail, or all */         \
+		ADAMW_FP32_STATE_RUN(name, &a, adamw_at(x.param, i, pt), adamw_at(x.grad, i, gt),         \
+				     x.master ? x.master + i : NULL, x.m + i, x.v + i, end - i);             \
 	}
 
 ADAMW_VARIANT(adamw_step_fp32_fp32, DATAFLOW_FP32, DATAFLOW_FP32)

@@ -40,31 +40,22 @@ static float requantize(const float *q, const float *s, int64_t len, uint8_t *co
 }
 
 #define Q8_VARIANT(name, pt, gt)                                                                     \
-	ADAMW_FP32_STATE_PATH(avx512, name, pt, gt)                                                                \
-	ADAMW_FP32_STATE_PATH(avx2, name, pt, gt)                                                                  \
-	ADAMW_FP32_STATE_PATH(scalar, name, pt, gt)                                                                \
+	ADAMW_FP32_STATE_PATHS(name, pt, gt)                                                         \
 	void dataflow_host_##name(void **args, int part, int num_parts)                              \
 	{                                                                                            \
 		int64_t i, end;                                                                      \
 		Dataflow_Adamw_Step_8bit_Args x = dataflow_adamw_step_8bit_args(args);               \
 		dataflow_part_range(x.n, part, num_parts, BLOCK, &i, &end);                          \
 		Adamw_Constants a = adamw_constants(x.lr, x.beta1, x.beta2, x.eps, x.weight_decay, x.step, x.scale); \
-		int level = simd_level();                                                            \
 		float m[BLOCK], v[BLOCK];                                                            \
 		for (; i < end; i += BLOCK) {                                                        \
-			int64_t k = i / BLOCK, len = end - i < BLOCK ? end - i : BLOCK, j = 0;       \
+			int64_t k = i / BLOCK, len = end - i < BLOCK ? end - i : BLOCK;              \
 			for (int64_t e = 0; e < len; e++) {                                          \
 				m[e] = x.qmap_m[x.m[i + e]] * x.m_absmax[k];                         \
 				v[e] = x.qmap_v[x.v[i + e]] * x.v_absmax[k];                         \
 			}                                                                            \
-			void *param = adamw_at(x.param, i, pt);                                      \
-			const void *grad = adamw_at(x.grad, i, gt);                                  \
-			float *master = x.master ? x.master + i : NULL;                              \
-			if (level == SIMD_AVX512)                                                    \
-				j = name##_avx512(&a, param, grad, master, m, v, j, len);            \
-			else if (level == SIMD_AVX2)                                                 \
-				j = name##_avx2(&a, param, grad, master, m, v, j, len);              \
-			name##_scalar(&a, param, grad, master, m, v, j, len);                        \
+			ADAMW_FP32_STATE_RUN(name, &a, adamw_at(x.param, i, pt), adamw_at(x.grad, i, gt), \
+					     x.master ? x.master + i : NULL, m, v, len);                     \
 			x.m_absmax[k] = requantize(x.qmap_m, m, len, x.m + i);                       \
 			x.v_absmax[k] = requantize(x.qmap_v, v, len, x.v + i);                       \
 		}                                                                                    \

@@ -112,6 +112,23 @@ SIMD_INLINE int64_t adamw_fp32_state_scalar(const Adamw_Constants *a, DataflowDa
 		return adamw_fp32_state_##path(a, pt, gt, param, grad, master, m, v, j, len);        \
 	}
 
+/* the three paths of name (ADAMW_FP32_STATE_PATH), and the best one this CPU allows run over
+ * [0, len) (adamw_fp32_state's arguments after a) */
+#define ADAMW_FP32_STATE_PATHS(name, pt, gt)                                                         \
+	ADAMW_FP32_STATE_PATH(avx512, name, pt, gt)                                                  \
+	ADAMW_FP32_STATE_PATH(avx2, name, pt, gt)                                                    \
+	ADAMW_FP32_STATE_PATH(scalar, name, pt, gt)
+#define ADAMW_FP32_STATE_RUN(name, a, param, grad, master, m, v, len)                                \
+	do {                                                                                         \
+		int64_t j_ = 0;                                                                      \
+		int level_ = simd_level();                                                           \
+		if (level_ == SIMD_AVX512)                                                           \
+			j_ = name##_avx512(a, param, grad, master, m, v, j_, len);                   \
+		else if (level_ == SIMD_AVX2)                                                        \
+			j_ = name##_avx2(a, param, grad, master, m, v, j_, len);                     \
+		name##_scalar(a, param, grad, master, m, v, j_, len); /* the tail, or all */         \
+	} while (0)
+
 /* element i of an array of dtype dt */
 static inline void *adamw_at(const void *p, int64_t i, DataflowDatatype dt)
 {
