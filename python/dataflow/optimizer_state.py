@@ -23,7 +23,7 @@ def _code(moment):
 
 def decode(state, raw, numel, moment):
     """float32 [numel] of one block's moment stored as `state` (raw: uint8 bytes)."""
-    raw = np.ascontiguousarray(raw, np.uint8)
+    raw = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)  # the bytes as stored, whatever the array type
     if state == "fp32":
         return raw.view(np.float32)[:numel].copy()
     if state == "bf16":

@@ -385,7 +385,9 @@ class Trainer:
         stored in another precision than this Trainer's optimizer_state load only with
         convert=True (decoded to fp32, then rounded as the kernels store them).
         BadArgumentError naming the field for a malformed state, before anything changes."""
-        stored = state.get("optimizer_state", "fp32") if isinstance(state, dict) else "fp32"
+        if not isinstance(state, dict):
+            raise BadArgumentError(f"Trainer.load_state_dict: expected a dict, got {type(state).__name__}")
+        stored = state.get("optimizer_state", "fp32")
         if stored not in OPTIMIZER_STATES:
             raise BadArgumentError(f"Trainer.load_state_dict: optimizer_state must be one of "
                                    f"{', '.join(OPTIMIZER_STATES)}, got {stored!r:.40}")
@@ -401,7 +403,8 @@ class Trainer:
                 kinds[kind] = {name: blocks[b][offset:offset + int(np.prod(shape))].reshape(shape)
                                for name, shape, b, offset in self.model.layout.tensors}
         elif moments and stored == self.optimizer_state:  # as trained (8-bit does not survive a re-encode)
-            self._pending_state = {kind: {key: np.array(raw, np.uint8) for key, raw in state[moment].items()}
+            self._pending_state = {kind: {key: np.ascontiguousarray(raw).view(np.uint8).reshape(-1).copy()
+                                          for key, raw in state[moment].items()}
                                    for kind, moment in zip((ADAM_M, ADAM_V), MOMENTS)}
         elif moments:
             self._pending_state = {kind: {f"block{b}": encode(self.optimizer_state, values, moment)
