@@ -187,3 +187,23 @@ def test_lean_state_trains_alike_on_every_backend(backend, state):
     np.testing.assert_allclose(losses, host_losses, rtol=1e-4)
     for name in host_w:
         np.testing.assert_allclose(weights[name], host_w[name], rtol=0, atol=0.01 * np.max(np.abs(host_w[name])))
+
+
+def test_cli_train_keeps_the_state_precision(tmp_path, capsys):
+    """dataflow train --optimizer-state 8bit: the checkpoint holds the raw 8-bit state and the
+    run's choice; a resumed run keeps it, and asking for another one is refused."""
+    from dataflow import checkpoint
+    from cli_helpers import MICRO, SMALL, run_cli
+    config = tmp_path / "micro.json"
+    config.write_text(json.dumps({"model_type": "llama", "vocab_size": 258, **json.loads(MICRO)}))
+    out = tmp_path / "run"
+    assert run_cli("train", "--steps", "2", *SMALL, "--config", config, "--optimizer-state", "8bit",
+                   "--out", out) == 0
+    ck = checkpoint.load(out / "checkpoint")
+    assert ck.state["run"]["optimizer_state"] == "8bit"
+    assert all(a.dtype == np.uint8 for a in ck.optimizer_state["exp_avg"].values())
+    assert run_cli("train", "--steps", "1", "--resume", "--out", out) == 0
+    assert checkpoint.load(out / "checkpoint").state["step"] == 3
+    capsys.readouterr()
+    assert run_cli("train", "--steps", "1", "--resume", "--optimizer-state", "fp32", "--out", out) == 2
+    assert "trained with 8bit optimizer state; a resumed run keeps" in capsys.readouterr().err
