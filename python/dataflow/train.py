@@ -421,7 +421,8 @@ def _model_and_trainer(spec, handle, Trainer, weights, comm):
     data-parallel ranks (comm) too; --shard-optimizer (ZeRO-1) trains all-resident models only."""
     run = spec.run
     options = {"master_weights": True} if run["master_weights"] else {}
-    options["optimizer_state"] = run["optimizer_state"]
+    if run["optimizer_state"] != "fp32":
+        options["optimizer_state"] = run["optimizer_state"]
     ranks = comm.size if comm is not None else 1
     sharded = comm is not None and spec.shard_optimizer
     if comm is not None:
