@@ -12,64 +12,67 @@
 #define PART_MIN 16384
 
 /* The code of x is the number of scaled midpoints below it, ((q[j] + q[j + 1]) * 0.5f) * absmax
- * (the nearest code; a tie goes down): a binary search over the block's 255 midpoints (a prefix
- * of them lies below x), formed once per block. The comparisons are coin flips, so no branch:
- * masks on the scalar path, and VL elements at once with gathers on the vector paths (exact
- * comparisons: the same codes on every path). Each returns where it stopped. */
+ * (the nearest code; a tie goes down), over the block's 255 midpoints (a prefix of them lies
+ * below x), formed once per block and padded with +Inf to 256. The vector paths count in two
+ * levels: the 16-midpoint segment from the 15 segment ends (mid[16 i + 15]) below x, then the
+ * midpoints below x inside that segment (one compare each, a popcount); the scalar path does a
+ * branchless binary search. Exact comparisons: the same codes on every path. */
 #define CODES (DATAFLOW_ADAMW_8BIT_CODES)
 
-SIMD_TARGET_AVX512 static int64_t nearest_codes_avx512(const float *mid, const float *s, int64_t len, uint8_t *codes)
+typedef struct {
+	float mid[CODES];      /* [255] = +Inf */
+	float ends[16];        /* mid[16 i + 15], i < 15; [15] = +Inf */
+} Midpoints;
+
+SIMD_TARGET_AVX512 static int64_t nearest_codes_avx512(const Midpoints *t, const float *s, int64_t len, uint8_t *codes)
 {
-	int64_t j = 0;
-	for (; j + 16 <= len; j += 16) {
-		__m512 x = _mm512_loadu_ps(s + j);
-		__m512i below = _mm512_setzero_si512();
-		for (int step = CODES / 2; step > 0; step >>= 1) {
-			__m512 t = _mm512_i32gather_ps(_mm512_add_epi32(below, _mm512_set1_epi32(step - 1)), mid, 4);
-			below = _mm512_mask_add_epi32(below, _mm512_cmp_ps_mask(x, t, _CMP_GT_OQ), below, _mm512_set1_epi32(step));
-		}
-		_mm_storeu_si128((__m128i *)(codes + j), _mm512_cvtepi32_epi8(below));
+	__m512 ends = _mm512_loadu_ps(t->ends);
+	for (int64_t j = 0; j < len; j++) {
+		__m512 x = _mm512_set1_ps(s[j]);
+		int seg = __builtin_popcount(_mm512_cmp_ps_mask(x, ends, _CMP_GT_OQ));
+		__m512 fine = _mm512_loadu_ps(t->mid + 16 * seg);
+		codes[j] = (uint8_t)(16 * seg + __builtin_popcount(_mm512_cmp_ps_mask(x, fine, _CMP_GT_OQ)));
 	}
-	return j;
+	return len;
 }
 
-SIMD_TARGET_AVX2 static int64_t nearest_codes_avx2(const float *mid, const float *s, int64_t len, uint8_t *codes)
+SIMD_TARGET_AVX2 static int64_t nearest_codes_avx2(const Midpoints *t, const float *s, int64_t len, uint8_t *codes)
 {
-	int64_t j = 0;
-	for (; j + 8 <= len; j += 8) {
-		__m256 x = _mm256_loadu_ps(s + j);
-		__m256i below = _mm256_setzero_si256();
-		for (int step = CODES / 2; step > 0; step >>= 1) {
-			__m256 t = _mm256_i32gather_ps(mid, _mm256_add_epi32(below, _mm256_set1_epi32(step - 1)), 4);
-			__m256i gt = _mm256_castps_si256(_mm256_cmp_ps(x, t, _CMP_GT_OQ));
-			below = _mm256_add_epi32(below, _mm256_and_si256(gt, _mm256_set1_epi32(step)));
-		}
-		uint32_t lanes[8];
-		_mm256_storeu_si256((__m256i *)lanes, below);
-		for (int l = 0; l < 8; l++)
-			codes[j + l] = (uint8_t)lanes[l];
+	__m256 ends_lo = _mm256_loadu_ps(t->ends), ends_hi = _mm256_loadu_ps(t->ends + 8);
+	for (int64_t j = 0; j < len; j++) {
+		__m256 x = _mm256_set1_ps(s[j]);
+		int seg = __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x, ends_lo, _CMP_GT_OQ))) +
+			  __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x, ends_hi, _CMP_GT_OQ)));
+		const float *fine = t->mid + 16 * seg;
+		int below = __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_loadu_ps(fine), _CMP_GT_OQ))) +
+			    __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_loadu_ps(fine + 8), _CMP_GT_OQ)));
+		codes[j] = (uint8_t)(16 * seg + below);
 	}
-	return j;
+	return len;
 }
 
 /* Requantizes len values of s into codes; returns their absmax. */
 static float requantize(const float *q, const float *s, int64_t len, uint8_t *codes)
 {
-	float absmax = 0.0f, mid[CODES - 1];
+	Midpoints t;
+	float absmax = 0.0f;
 	for (int64_t j = 0; j < len; j++) {
 		float a = fabsf(s[j]);
 		absmax = a > absmax ? a : absmax;
 	}
 	for (int j = 0; j < CODES - 1; j++)
-		mid[j] = ((q[j] + q[j + 1]) * 0.5f) * absmax;
+		t.mid[j] = ((q[j] + q[j + 1]) * 0.5f) * absmax;
+	t.mid[CODES - 1] = INFINITY;
+	for (int i = 0; i < 16; i++)
+		t.ends[i] = t.mid[16 * i + 15];
 	int level = simd_level();
-	int64_t j = level == SIMD_AVX512 ? nearest_codes_avx512(mid, s, len, codes)
-		    : level == SIMD_AVX2 ? nearest_codes_avx2(mid, s, len, codes)
+	int64_t j = level == SIMD_AVX512 ? nearest_codes_avx512(&t, s, len, codes)
+		    : level == SIMD_AVX2 ? nearest_codes_avx2(&t, s, len, codes)
 					 : 0;
-	for (; j < len; j++) { /* the tail, or all */
+	for (; j < len; j++) { /* no vector path */
 		int below = 0;
 		for (int step = CODES / 2; step > 0; step >>= 1)
-			below += step & -(int)(s[j] > mid[below + step - 1]);
+			below += step & -(int)(s[j] > t.mid[below + step - 1]);
 		codes[j] = (uint8_t)below;
 	}
 	return absmax;
