@@ -1,7 +1,8 @@
 """adamw_step and grad_norm_sq vs PyTorch CPU, on one 25M-element parameter (--quick: 1M).
 
 Peers: adamw_step fp32 vs torch.optim.AdamW (default, then fused=True: row adamw_step_vs_fused);
-bf16 param + bf16 grad + fp32 master vs fp32 AdamW on the master plus the copy to the bf16
+adamw_step_bf16_state and adamw_step_8bit (fp32 param and grad) vs fused fp32 AdamW (torch has
+no lean state on the CPU); bf16 param + bf16 grad + fp32 master vs fp32 AdamW on the master plus the copy to the bf16
 param; grad_norm_sq (fp32) vs torch.linalg.vector_norm. All memory-bound: bytes count each
 buffer read and written once per step. grad_norm_sq only reads, so it can pass 1.0 of memcpy
 (which reads and writes).
@@ -58,6 +59,31 @@ def _adamw_bf16_master(h, n):
                 bytes=n * (2 + 2 + 4 * 2 + 4 * 2 + 4 * 2))  # param w, grad r, master rw, m rw, v rw
 
 
+def _adamw_lean(h, n, state):
+    """fp32 param and grad, m and v stored as `state` (bf16 or 8bit); the peer is torch's fused
+    fp32-state AdamW (torch has no lean state on the CPU): the ratio is what the smaller state buys."""
+    p0, g0 = _host(n)
+    p, g = h.from_numpy(p0), h.from_numpy(g0)
+    steps = itertools.count(1)
+    tp = torch.nn.Parameter(harness.tensor(p0))
+    tp.grad = harness.tensor(g0)
+    opt = torch.optim.AdamW([tp], lr=1e-3, weight_decay=1e-2, fused=True)
+    if state == "bf16":
+        m, v = h.zeros((n,), "bf16"), h.zeros((n,), "bf16")
+        ours = lambda: df.ops.adamw_step_bf16_state(h, p, g, m, v, next(steps), seed=1)  # noqa: E731
+        state_bytes = 2 * 2 * 2  # m, v rw
+    else:
+        blocks = -(-n // df.ops.ADAMW_8BIT_BLOCK)
+        m, v = h.zeros((n,), "uint8"), h.zeros((n,), "uint8")
+        ma, va = h.zeros((blocks,)), h.zeros((blocks,))
+        qm, qv = (h.from_numpy(df.ops.adamw_8bit_dynamic_code(s)) for s in (True, False))
+        ours = lambda: df.ops.adamw_step_8bit(h, p, g, m, v, ma, va, qm, qv, next(steps))  # noqa: E731
+        state_bytes = 2 * 2 * 1
+    return Case(f"adamw_step_{'bf16_state' if state == 'bf16' else '8bit'}", "fwd", "fp32", str(n),
+                harness.synced(h, ours), opt.step, "torch.optim.AdamW(fused=True), fp32 state",
+                bytes=n * (4 * (2 + 1) + state_bytes))  # p rw, g r, m and v rw
+
+
 def _grad_norm_sq(h, n):
     _, g0 = _host(n)
     g, out = h.from_numpy(g0), h.empty(1)
@@ -73,6 +99,8 @@ def cases(h, args):
     if "fp32" in args.dtypes:
         yield _adamw_fp32(h, n, fused=False)
         yield _adamw_fp32(h, n, fused=True)
+        yield _adamw_lean(h, n, "bf16")
+        yield _adamw_lean(h, n, "8bit")
     if "bf16" in args.dtypes:
         yield _adamw_bf16_master(h, n)
     if "fp32" in args.dtypes:

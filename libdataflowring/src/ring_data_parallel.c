@@ -102,6 +102,10 @@ Dataflow_Status dataflow_ring_executor_set_comm(Dataflow_Ring_Executor *x, Dataf
 	if (comm && (stream < 0 || stream >= n))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring set_comm: stream must be in [0, %d) (the handle's streams), got %d", n, stream);
+	if (comm && shard_optimizer && x->state != DATAFLOW_OPTIMIZER_STATE_FP32)
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+					  "ring set_comm: a sharded optimizer state (ZeRO-1) is fp32 only; this executor "
+					  "keeps %s state", dataflow_optimizer_state_name(x->state));
 	if (comm && shard_optimizer && !x->adopted)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring set_comm: a sharded optimizer state (ZeRO-1) needs an executor adopting a "

@@ -56,6 +56,8 @@ struct Dataflow_Ring_Executor {
 	int64_t T, K, H, es;     /* chunk tokens, chunks per round, hidden size, bytes per element */
 	int64_t kvd;             /* a token's key (or value) elements: num_kv_heads * head_dim */
 	int tied, master;
+	Dataflow_Optimizer_State state; /* how m and v are stored: the executor owns them unless fp32 */
+	float *qmap;             /* 8-bit state: the signed and unsigned dynamic codes, device [2 * 256] */
 	Ring_Block *blocks;
 	Dataflow_Block_Memory *adopted; /* a resident model's block memory the executor trains in place (NULL: its own) */
 	/* device */
@@ -102,6 +104,10 @@ struct Dataflow_Ring_Executor {
 	Dataflow_Comm *comm;     /* data-parallel: gradients summed over its ranks (NULL: none) */
 	int shard;               /* ZeRO-1: the optimizer state holds this rank's part of each block */
 };
+
+/* block b's AdamW step over mem on stream s, with m and v stored as the plan says */
+Dataflow_Status ring_adamw(Dataflow_Ring_Executor *x, int b, int s, const Dataflow_Block_Memory *mem,
+			   const Dataflow_AdamW_Params *params, const float *scale, int64_t step);
 
 /* every stream waits for every other's queued work: phase changes of shared memory */
 Dataflow_Status ring_barrier(Dataflow_Ring_Executor *x);

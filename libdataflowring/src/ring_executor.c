@@ -71,6 +71,13 @@ int64_t ring_opt_slot_bytes(const Dataflow_Ring_Executor *x, int b)
 	return bytes;
 }
 
+/* m and v in a lean precision are the executor's own even when it adopts a model's memory
+ * (the model keeps fp32 moments) */
+static int owned_state(const Dataflow_Ring_Executor *x, Dataflow_Block_Kind k)
+{
+	return (k == DATAFLOW_BLOCK_ADAM_M || k == DATAFLOW_BLOCK_ADAM_V) && x->state != DATAFLOW_OPTIMIZER_STATE_FP32;
+}
+
 /* Carves the arena (base NULL: sizes only); returns its bytes. Homes (dev[]) and train_*
  * pointers are set here too. */
 static int64_t layout(Dataflow_Ring_Executor *x, char *base)
@@ -111,8 +118,10 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 				adopted[DATAFLOW_BLOCK_MASTER] = own->master;
 			}
 			for (int k = DATAFLOW_BLOCK_ADAM_M; k <= (x->master ? DATAFLOW_BLOCK_MASTER : DATAFLOW_BLOCK_ADAM_V); k++)
-				blk->dev[k] = own ? adopted[k] : carve(&c, blk->bytes[k]);
+				blk->dev[k] = own && !owned_state(x, (Dataflow_Block_Kind)k) ? adopted[k]
+											: carve(&c, blk->bytes[k]);
 		}
+	x->qmap = x->state == DATAFLOW_OPTIMIZER_STATE_8BIT ? carve(&c, 2 * DATAFLOW_ADAMW_8BIT_CODES * 4) : NULL;
 	int weights_resident = x->W >= L, grads_resident = x->G >= L;
 	/* resident slots hold the truth: they outlive the training phase */
 	for (int i = 0; i < x->W && weights_resident; i++)
@@ -240,13 +249,15 @@ static Dataflow_Status check_plan(Dataflow_Ring_Executor *x, const Dataflow_Ring
 	if (p->chunk_tokens <= 0 || p->chunk_tokens > ((int64_t)1 << 31) || p->chunks_per_round <= 0 ||
 	    p->rounds_per_step <= 0 || p->chunks_per_round * p->rounds_per_step > ((int64_t)1 << 20) ||
 	    p->weight_slots < 1 || p->weight_slots > x->L || p->grad_slots < 1 || p->grad_slots > x->L ||
-	    (int)p->optimizer < 0 || p->optimizer >= DATAFLOW_RING_NUM_OPT || p->seq_len <= 0)
+	    (int)p->optimizer < 0 || p->optimizer >= DATAFLOW_RING_NUM_OPT || p->seq_len <= 0 ||
+	    !dataflow_optimizer_state_name(p->optimizer_state))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring executor: the plan's shape is invalid (chunk_tokens %lld, chunks_per_round "
 					  "%lld, rounds_per_step %lld, weight_slots %d, grad_slots %d of %d layers, "
-					  "optimizer %d)",
+					  "optimizer %d, optimizer_state %d)",
 					  (long long)p->chunk_tokens, (long long)p->chunks_per_round,
-					  (long long)p->rounds_per_step, p->weight_slots, p->grad_slots, x->L, (int)p->optimizer);
+					  (long long)p->rounds_per_step, p->weight_slots, p->grad_slots, x->L, (int)p->optimizer,
+					  (int)p->optimizer_state);
 	if (p->master_weights && x->blocks[1].bytes[DATAFLOW_BLOCK_MASTER] == 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring executor: the plan keeps fp32 master weights, but the model is not bf16");
@@ -272,13 +283,15 @@ static Dataflow_Status check_adopted(const Dataflow_Ring_Executor *x, const Data
 					  "ring executor adopt: the plan must be all-resident (dataflow_ring_plan_resident), "
 					  "got %d weight and %d gradient slots of %d layers, optimizer %s",
 					  p->weight_slots, p->grad_slots, x->L, dataflow_ring_optimizer_name(p->optimizer));
+	int fp32_state = p->optimizer_state == DATAFLOW_OPTIMIZER_STATE_FP32; /* else the executor's own */
 	for (int b = 0; b < x->N; b++)
-		if (!blocks[b].param || !blocks[b].grad || !blocks[b].m || !blocks[b].v || (x->master && !blocks[b].master))
+		if (!blocks[b].param || !blocks[b].grad || (fp32_state && (!blocks[b].m || !blocks[b].v)) ||
+		    (x->master && !blocks[b].master))
 			return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 						  "ring executor adopt: block %d lacks its %s memory", b,
 						  !blocks[b].param ? "parameter"
 						  : !blocks[b].grad ? "gradient"
-						  : !blocks[b].m || !blocks[b].v ? "AdamW state (m, v)"
+						  : fp32_state && (!blocks[b].m || !blocks[b].v) ? "AdamW state (m, v)"
 										  : "master-weight");
 	return DATAFLOW_OK;
 }
@@ -328,17 +341,29 @@ static Dataflow_Status host_arrays(Dataflow_Ring_Executor *x)
 	return st;
 }
 
-/* Zeroes the state the executor allocated (adopted memory keeps its values). */
+/* Zeroes the state the executor allocated (adopted memory keeps its values; zero bytes are
+ * zero moments in every precision: an 8-bit block's absmax 0) and uploads the 8-bit codes. */
 static Dataflow_Status zero_device_state(Dataflow_Ring_Executor *x)
 {
-	if (x->adopted)
-		return DATAFLOW_OK;
+	int queued = 0; /* an executor adopting fp32 state queues nothing: no sync */
 	for (int b = 0; b < x->N; b++)
 		for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
-			if (x->blocks[b].dev[k])
+			if (x->blocks[b].dev[k] && (!x->adopted || owned_state(x, (Dataflow_Block_Kind)k))) {
 				TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], x->blocks[b].dev[k], 0,
 						     (uint64_t)x->blocks[b].bytes[k]));
-	return dataflow_sync_stream(x->h, x->s[RS_COMPUTE]);
+				queued = 1;
+			}
+	if (x->qmap) {
+		Dataflow_Status st = DATAFLOW_OK;
+		float *codes = host_alloc(x, 2 * DATAFLOW_ADAMW_8BIT_CODES * 4, &st);
+		TRY(st);
+		dataflow_adamw_8bit_dynamic_code(1, codes);
+		dataflow_adamw_8bit_dynamic_code(0, codes + DATAFLOW_ADAMW_8BIT_CODES);
+		TRY(dataflow_submit_inbound_transfer(x->h, x->s[RS_COMPUTE], x->qmap, codes,
+						     2 * DATAFLOW_ADAMW_8BIT_CODES * 4));
+		queued = 1;
+	}
+	return queued ? dataflow_sync_stream(x->h, x->s[RS_COMPUTE]) : DATAFLOW_OK;
 }
 
 static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan *plan,
@@ -370,6 +395,10 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	}
 	x->plan = *plan;
 	x->master = plan->master_weights;
+	x->state = plan->optimizer_state;
+	for (int b = 0; b < x->N; b++) /* m and v as stored */
+		x->blocks[b].bytes[DATAFLOW_BLOCK_ADAM_M] = x->blocks[b].bytes[DATAFLOW_BLOCK_ADAM_V] =
+			dataflow_optimizer_state_bytes(x->state, x->blocks[b].numel);
 	x->T = plan->chunk_tokens;
 	x->K = plan->chunks_per_round;
 	x->W = plan->weight_slots;

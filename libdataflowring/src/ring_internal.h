@@ -34,6 +34,7 @@ typedef struct {
 	double matmul_rate, attention_rate, memory_rate, peak;
 	double max_param, max_grad;  /* of a layer: a slot's bytes */
 	int master;                  /* the MASTER kind counts */
+	Dataflow_Optimizer_State state; /* how m and v are stored */
 	double kv_grad_ratio;        /* a K/V context's fp32 gradient bytes per byte of keys and values */
 } Ring_Context;
 
@@ -48,6 +49,14 @@ static inline double ring_kept_bytes_per_token(const Ring_Context *x, const Ring
 {
 	return (double)(b->sizes.saved_bytes_per_token[c->level] + x->model->hidden_bytes_per_token) +
 	       (ring_kv_context(x->req, c) ? (double)b->kv_bytes_per_token : 0);
+}
+
+/* a block's optimizer state: m and v as stored (the model reports fp32 moments: numel = bytes / 4),
+ * and (with master weights) the fp32 master copy */
+static inline double ring_opt_state_bytes(const Ring_Context *x, const Dataflow_Ring_Block *b)
+{
+	return 2 * (double)dataflow_optimizer_state_bytes(x->state, b->sizes.bytes[DATAFLOW_BLOCK_ADAM_M] / 4) +
+	       (x->master ? (double)b->sizes.bytes[DATAFLOW_BLOCK_MASTER] : 0);
 }
 
 static inline uint64_t ring_clamp_bytes(double b)

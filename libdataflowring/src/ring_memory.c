@@ -6,13 +6,6 @@ static double kind_bytes(const Dataflow_Ring_Block *b, Dataflow_Block_Kind k)
 	return (double)b->sizes.bytes[k];
 }
 
-/* m, v and (with master weights) the fp32 master copy */
-static double opt_state_bytes(const Ring_Context *x, const Dataflow_Ring_Block *b)
-{
-	return kind_bytes(b, DATAFLOW_BLOCK_ADAM_M) + kind_bytes(b, DATAFLOW_BLOCK_ADAM_V) +
-	       (x->master ? kind_bytes(b, DATAFLOW_BLOCK_MASTER) : 0);
-}
-
 /* a layer's input and saved activations for one chunk, with 64-byte alignment per array */
 static double layer_chunk_acts(const Ring_Context *x, const Dataflow_Ring_Block *b, const Ring_Candidate *c)
 {
@@ -51,15 +44,15 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 		int edge_res = !layer && (c->edge_resident & (b == 0 ? EDGE_EMBEDDING : EDGE_HEAD));
 		int param_res = layer ? weights_resident : edge_res, grad_res = layer ? grads_resident : edge_res;
 		if (c->opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT)
-			dev[DATAFLOW_RING_DEV_OPTIMIZER_STATE] += opt_state_bytes(x, blk);
+			dev[DATAFLOW_RING_DEV_OPTIMIZER_STATE] += ring_opt_state_bytes(x, blk);
 		/* the host keeps what the device does not, and everything an optimizer off the device reads */
 		if (!param_res || c->opt == DATAFLOW_RING_OPT_HOST)
 			host[DATAFLOW_RING_HOST_PARAMS] += kind_bytes(blk, DATAFLOW_BLOCK_PARAM);
 		if (!grad_res || c->opt == DATAFLOW_RING_OPT_HOST)
 			host[DATAFLOW_RING_HOST_GRADS] += kind_bytes(blk, DATAFLOW_BLOCK_GRAD);
 		if (host_copies)
-			host[DATAFLOW_RING_HOST_OPTIMIZER_STATE] += opt_state_bytes(x, blk);
-		double streamed = opt_state_bytes(x, blk) + (param_res ? 0 : kind_bytes(blk, DATAFLOW_BLOCK_PARAM)) +
+			host[DATAFLOW_RING_HOST_OPTIMIZER_STATE] += ring_opt_state_bytes(x, blk);
+		double streamed = ring_opt_state_bytes(x, blk) + (param_res ? 0 : kind_bytes(blk, DATAFLOW_BLOCK_PARAM)) +
 				  (grad_res ? 0 : kind_bytes(blk, DATAFLOW_BLOCK_GRAD));
 		if (streamed > max_opt_block)
 			max_opt_block = streamed;

@@ -28,6 +28,25 @@ Dataflow_Status dataflow_ring_executor_scale_grads(Dataflow_Ring_Executor *x, fl
 	return ring_barrier(x);
 }
 
+Dataflow_Status ring_adamw(Dataflow_Ring_Executor *x, int b, int s, const Dataflow_Block_Memory *mem,
+			   const Dataflow_AdamW_Params *p, const float *scale, int64_t step)
+{
+	if (x->state == DATAFLOW_OPTIMIZER_STATE_FP32)
+		return dataflow_block_adamw(x->model, b, s, mem, p, scale, step);
+	DataflowDatatype dt = dataflow_blocked_model_config(x->model)->dtype;
+	int64_t n = x->blocks[b].numel;
+	if (x->state == DATAFLOW_OPTIMIZER_STATE_BF16) /* each block its own stream of rounding words */
+		return dataflow_submit_adamw_step_bf16_state(x->h, s, dt, DATAFLOW_FP32, n, mem->param, mem->grad, mem->m,
+							     mem->v, mem->master, scale, p->lr, p->beta1, p->beta2, p->eps,
+							     p->weight_decay, step,
+							     p->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(b + 1)));
+	char *m = (char *)mem->m, *v = (char *)mem->v; /* codes, then the absmax of each block */
+	int64_t codes = ring_align64(n);
+	return dataflow_submit_adamw_step_8bit(x->h, s, dt, DATAFLOW_FP32, n, mem->param, mem->grad, m, v, m + codes,
+					       v + codes, x->qmap, x->qmap + DATAFLOW_ADAMW_8BIT_CODES, mem->master, scale,
+					       p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, step);
+}
+
 /* Streams block b's host-held kinds through optimizer slot k, updates, sends them home. */
 static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Dataflow_AdamW_Params *params,
 				     const float *scale, int64_t step)
@@ -57,7 +76,7 @@ static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Da
 	Dataflow_Block_Memory mem = {kinds[DATAFLOW_BLOCK_PARAM], kinds[DATAFLOW_BLOCK_GRAD], kinds[DATAFLOW_BLOCK_ADAM_M],
 				     kinds[DATAFLOW_BLOCK_ADAM_V], kinds[DATAFLOW_BLOCK_MASTER]};
 	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_ADAMW, b, -1, 0, &span));
-	TRY(dataflow_block_adamw(x->model, b, x->s[RS_OPT], &mem, params, scale, step));
+	TRY(ring_adamw(x, b, x->s[RS_OPT], &mem, params, scale, step));
 	TRY(ring_span_end(x, span));
 	TRY(track_after(x, t, RS_OPT));
 	TRY(track_before(x, t, RS_OUT));
@@ -113,7 +132,7 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 		Dataflow_Block_Memory mem = {home[DATAFLOW_BLOCK_PARAM], home[DATAFLOW_BLOCK_GRAD], home[DATAFLOW_BLOCK_ADAM_M],
 					     home[DATAFLOW_BLOCK_ADAM_V], x->master ? home[DATAFLOW_BLOCK_MASTER] : NULL};
 		TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_ADAMW, b, -1, 0, &span));
-		TRY(dataflow_block_adamw(x->model, b, s, &mem, params, scale, step));
+		TRY(ring_adamw(x, b, s, &mem, params, scale, step));
 		TRY(ring_span_end(x, span));
 		blk->param_stale = blk->train_param && !blk->dev[DATAFLOW_BLOCK_PARAM];
 	}

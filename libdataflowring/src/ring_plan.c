@@ -90,6 +90,8 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 	if (r->master_weights && m->blocks[1].sizes.bytes[DATAFLOW_BLOCK_MASTER] == 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring plan: master_weights needs a bf16 model (this one has no MASTER kind)");
+	if (!dataflow_optimizer_state_name(r->optimizer_state))
+		return bad("optimizer_state", "fp32 (0), bf16 (1) or 8bit (2)", (double)r->optimizer_state);
 	if (r->device_bytes == 0)
 		return bad("device_bytes", "> 0", 0);
 	Dataflow_Status st = check_rate("h2d_bytes_per_sec", r->h2d_bytes_per_sec);
@@ -117,6 +119,7 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 	x->attention_rate = x->peak * p->attention_fraction;
 	x->memory_rate = p->memory_bytes_per_sec;
 	x->master = r->master_weights;
+	x->state = r->optimizer_state;
 	x->kv_grad_ratio = bf16 ? 2 : 1;
 	for (int l = 0; l < x->num_layers; l++) {
 		const Dataflow_Ring_Block *b = ring_layer(x, l);
@@ -321,6 +324,7 @@ static void fill_plan(const Ring_Context *x, const Ring_Candidate *c, Dataflow_R
 	}
 	plan->optimizer = c->opt;
 	plan->master_weights = x->req->master_weights;
+	plan->optimizer_state = x->req->optimizer_state;
 	double link_bytes;
 	plan->step_seconds = ring_time(x, c, plan, &link_bytes);
 	plan->tokens_per_second = (double)x->req->tokens_per_step / plan->step_seconds;

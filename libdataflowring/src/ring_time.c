@@ -161,8 +161,7 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 		int layer = b > 0 && b < m->num_blocks - 1;
 		int res = layer ? weights_resident : (c->edge_resident & (b == 0 ? EDGE_EMBEDDING : EDGE_HEAD)) != 0;
 		int gres = layer ? grads_resident : res;
-		double state = (double)(blk->sizes.bytes[DATAFLOW_BLOCK_ADAM_M] + blk->sizes.bytes[DATAFLOW_BLOCK_ADAM_V] +
-					(x->master ? blk->sizes.bytes[DATAFLOW_BLOCK_MASTER] : 0));
+		double state = ring_opt_state_bytes(x, blk);
 		double p = (double)blk->sizes.bytes[DATAFLOW_BLOCK_PARAM], g = (double)blk->sizes.bytes[DATAFLOW_BLOCK_GRAD];
 		double touched = 2 * p + g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate;
 		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out;

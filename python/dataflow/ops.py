@@ -273,6 +273,67 @@ def adamw_step(h, param, grad, m, v, step, lr=1e-3, betas=(0.9, 0.999), eps=1e-8
     return param
 
 
+def _adamw_state_args(op, param, grad, master, scale, state):
+    """Checks an AdamW step's param, grad, master and scale, and its state arrays (name:
+    (array, dtype, size)) against param: every array an Array of its dtype and size."""
+    param, grad = _array(param, f"{op} param"), _array(grad, f"{op} grad")
+    arrays = {"grad": (grad, grad.dtype, param.size), "master": (master, "fp32", param.size), **state}
+    for name, (x, dtype, size) in arrays.items():
+        if x is not None and (_array(x, f"{op} {name}").size != size or x.dtype != dtype):
+            raise BadArgumentError(f"{op}: {name} must be {dtype} with {size} elements, got {x.dtype}{x.shape}")
+    _scale_array(scale, f"{op} scale")
+    return param, grad
+
+
+def adamw_step_bf16_state(h, param, grad, m, v, step, seed=0, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                          weight_decay=1e-2, master=None, scale=None, stream=0):
+    """adamw_step with bf16 m and v: updated in fp32, written back with stochastic rounding
+    drawn from a counter-based hash of (seed, step, element index), so the bits do not depend
+    on threading. seed: an unsigned 64-bit integer. Returns param."""
+    if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+        raise BadArgumentError(f"adamw_step_bf16_state: seed must be an unsigned 64-bit integer, got {seed!r}")
+    param, grad = _adamw_state_args("adamw_step_bf16_state", param, grad, master, scale,
+                                    {"m": (m, "bf16", param.size), "v": (v, "bf16", param.size)})
+    _same_handle(h, param, grad, m, v, master, scale)
+    beta1, beta2 = betas
+    OPS["adamw_step_bf16_state"].submit(h, stream, param_dtype=param.dtype, grad_dtype=grad.dtype, n=param.size,
+           param=param, grad=grad, m=m, v=v, master=master, scale=scale, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+           weight_decay=weight_decay, step=int(step), seed=int(seed))
+    return param
+
+
+ADAMW_8BIT_BLOCK = opslib.DATAFLOW_ADAMW_8BIT_BLOCK
+ADAMW_8BIT_CODES = opslib.DATAFLOW_ADAMW_8BIT_CODES
+
+
+def adamw_8bit_dynamic_code(signed):
+    """The dynamic code of 8-bit optimizer state (dataflow_adamw_8bit_dynamic_code): 256
+    fp32 values sorted ascending, signed (for m) or unsigned (for v)."""
+    code = ffi.new(f"float[{ADAMW_8BIT_CODES}]")
+    opslib.dataflow_adamw_8bit_dynamic_code(int(bool(signed)), code)
+    return np.frombuffer(ffi.buffer(code), np.float32).copy()
+
+
+def adamw_step_8bit(h, param, grad, m, v, m_absmax, v_absmax, qmap_m, qmap_v, step, lr=1e-3, betas=(0.9, 0.999),
+                    eps=1e-8, weight_decay=1e-2, master=None, scale=None, stream=0):
+    """adamw_step with blockwise 8-bit m and v: uint8 codes into qmap_m / qmap_v (device fp32
+    [256], sorted ascending, e.g. adamw_8bit_dynamic_code) times an fp32 absmax per block of
+    ADAMW_8BIT_BLOCK elements (m_absmax, v_absmax), dequantized, updated in fp32 and
+    requantized in one pass. Returns param."""
+    n = _array(param, "adamw_step_8bit param").size
+    blocks = -(-n // ADAMW_8BIT_BLOCK)
+    param, grad = _adamw_state_args("adamw_step_8bit", param, grad, master, scale, {
+        "m": (m, "uint8", n), "v": (v, "uint8", n), "m_absmax": (m_absmax, "fp32", blocks),
+        "v_absmax": (v_absmax, "fp32", blocks), "qmap_m": (qmap_m, "fp32", ADAMW_8BIT_CODES),
+        "qmap_v": (qmap_v, "fp32", ADAMW_8BIT_CODES)})
+    _same_handle(h, param, grad, m, v, m_absmax, v_absmax, qmap_m, qmap_v, master, scale)
+    beta1, beta2 = betas
+    OPS["adamw_step_8bit"].submit(h, stream, param_dtype=param.dtype, grad_dtype=grad.dtype, n=n, param=param,
+           grad=grad, m=m, v=v, m_absmax=m_absmax, v_absmax=v_absmax, qmap_m=qmap_m, qmap_v=qmap_v, master=master,
+           scale=scale, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, step=int(step))
+    return param
+
+
 def grad_norm_sq(h, x, out=None, accumulate=False, out_dtype=None, workspace=None, stream=0):
     """out[0] = (out[0] if accumulate else 0) + sum(x^2), fp64 accumulation, the same bits
     for any thread count. out: fp32 or fp64 [1] (default fp32). workspace: fp64 scratch of

@@ -115,6 +115,11 @@ class Plan:
         return ffi.string(ringlib.dataflow_ring_optimizer_name(self._c.optimizer)).decode()
 
     @property
+    def optimizer_state(self):
+        """How AdamW's m and v are stored: "fp32", "bf16" or "8bit"."""
+        return OPTIMIZER_STATES[self._c.optimizer_state]
+
+    @property
     def save_levels(self):
         return [int(self._c.save_level[i]) for i in range(self._c.num_layers)]
 
@@ -147,8 +152,19 @@ class Plan:
         return ffi.string(buf).decode()
 
 
+OPTIMIZER_STATES = ("fp32", "bf16", "8bit")  # Dataflow_Optimizer_State, in its order
+
+
+def optimizer_state_enum(optimizer_state, what="plan"):
+    """The Dataflow_Optimizer_State of a name in OPTIMIZER_STATES."""
+    if optimizer_state not in OPTIMIZER_STATES:
+        raise BadArgumentError(f"{what}: optimizer_state must be one of {', '.join(OPTIMIZER_STATES)}, "
+                               f"got {optimizer_state!r}")
+    return OPTIMIZER_STATES.index(optimizer_state)
+
+
 def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
-             h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None):
+             h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None, optimizer_state="fp32"):
     """The checked Dataflow_Ring_Request and what it points at (kept alive with it)."""
     cfg = model_config(config)
     for name, value in (("seq_len", seq_len), ("tokens_per_step", tokens_per_step)):
@@ -164,6 +180,7 @@ def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profi
     req.seq_len = int(seq_len)
     req.tokens_per_step = int(seq_len if tokens_per_step is None else tokens_per_step)
     req.master_weights = int(master_weights)
+    req.optimizer_state = optimizer_state_enum(optimizer_state)
     for name, value in (("device_memory", device_memory), ("host_memory", host_memory)):
         n = parse_bytes(value, name)
         if n >= 1 << 64:
@@ -187,19 +204,21 @@ def _planned(plan_fn, req, *args):
 
 
 def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, profile="h100-sxm", dtype="bf16",
-         master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None):
+         master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None,
+         optimizer_state="fp32"):
     """The fastest plan for training `config` (a dataflow.models.presets spec, an HF config dict or a LlamaConfig)
     on sequences of seq_len tokens, tokens_per_step per optimizer step (default one sequence),
     within device_memory and host_memory ("24GiB" or bytes). profile: a name or a Profile;
-    bandwidths (bytes/s or "50GB") override the profile's link. Raises OutOfMemoryError naming
+    bandwidths (bytes/s or "50GB") override the profile's link. optimizer_state: how AdamW's m
+    and v are stored (OPTIMIZER_STATES; the planner counts their bytes). Raises OutOfMemoryError naming
     the least device and host memory a plan needs (also as .min_device_bytes, .min_host_bytes)."""
     req, keep = _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
-                         h2d_bandwidth, d2h_bandwidth, host_adamw_bandwidth)
+                         h2d_bandwidth, d2h_bandwidth, host_adamw_bandwidth, optimizer_state)
     return _planned(ringlib.dataflow_ring_plan, req)
 
 
 def resident_plan(config, seq_len, tokens_per_step, device_memory, save_level="all", profile="h100-sxm",
-                  dtype="bf16", master_weights=False):
+                  dtype="bf16", master_weights=False, optimizer_state="fp32"):
     """The all-resident plan (ring_plan.h, dataflow_ring_plan_resident): every block, its gradient,
     optimizer state and activations (at save_level, a SAVE_LEVELS name) on the device, a step one
     chunk of tokens_per_step tokens in sequences of at most seq_len. OutOfMemoryError (with
@@ -207,5 +226,6 @@ def resident_plan(config, seq_len, tokens_per_step, device_memory, save_level="a
     from .models.llama import SAVE_LEVELS
     if save_level not in SAVE_LEVELS:
         raise BadArgumentError(f"plan: save_level must be one of {', '.join(SAVE_LEVELS)}, got {save_level!r}")
-    req, keep = _request(config, seq_len, device_memory, 1 << 62, tokens_per_step, profile, dtype, master_weights)
+    req, keep = _request(config, seq_len, device_memory, 1 << 62, tokens_per_step, profile, dtype, master_weights,
+                         optimizer_state=optimizer_state)
     return _planned(ringlib.dataflow_ring_plan_resident, req, SAVE_LEVELS[save_level])

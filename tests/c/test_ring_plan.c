@@ -221,6 +221,31 @@ static void test_host_too_small(const Model *m, const Dataflow_Device_Profile *p
 	free(p);
 }
 
+/* Lean optimizer state: issue 28's llama3-8b at 8k under 24 GiB device and 48 GiB host fits with
+ * 8-bit m and v only; the state's host bytes are 2 per parameter plus a scale per 256. */
+static void test_state_precision(const Model *m, const Dataflow_Device_Profile *prof)
+{
+	Dataflow_Ring_Plan *p = malloc(sizeof(*p));
+	Dataflow_Ring_Request r = request(m, prof, 8192, 64 * 8192, 24 * GIB, 48 * GIB);
+	expect_error(dataflow_ring_plan(&r, p), DATAFLOW_ERR_OUT_OF_MEMORY, "GiB host", __LINE__);
+	r.optimizer_state = DATAFLOW_OPTIMIZER_STATE_8BIT;
+	CHECK(dataflow_ring_plan(&r, p));
+	expect_within_capacity(p, "8-bit state");
+	double params = 0;
+	for (int b = 0; b < m->model.num_blocks; b++)
+		params += (double)m->blocks[b].sizes.bytes[DATAFLOW_BLOCK_GRAD] / 4;
+	double state = (double)(p->host_bytes[DATAFLOW_RING_HOST_OPTIMIZER_STATE] + p->device_bytes[DATAFLOW_RING_DEV_OPTIMIZER_STATE]);
+	EXPECT_THAT(p->optimizer_state == DATAFLOW_OPTIMIZER_STATE_8BIT && state / params > 2.0 && state / params < 2.04,
+		    "8-bit state: %.4f bytes per parameter", state / params);
+	r.optimizer_state = (Dataflow_Optimizer_State)3;
+	expect_error(dataflow_ring_plan(&r, p), DATAFLOW_ERR_INVALID_ARGUMENT, "optimizer_state", __LINE__);
+	EXPECT_THAT(dataflow_optimizer_state_bytes(DATAFLOW_OPTIMIZER_STATE_8BIT, 257) == 320 + 8 &&
+			    dataflow_optimizer_state_bytes(DATAFLOW_OPTIMIZER_STATE_BF16, 3) == 6 &&
+			    dataflow_optimizer_state_bytes((Dataflow_Optimizer_State)-1, 3) == -1,
+		    "%s", "dataflow_optimizer_state_bytes");
+	free(p);
+}
+
 /* A hand-made model: embedding, `layers` identical layers, head. */
 static void synthetic(Model *m, int layers, int64_t bytes)
 {
@@ -365,6 +390,7 @@ int main(void)
 	Dataflow_Device_Profile h100 = profile("h100-sxm");
 	test_shrinking_device(llama3_8b, &h100);
 	test_host_too_small(llama3_8b, &h100);
+	test_state_precision(llama3_8b, &h100);
 	free(llama3_8b);
 	test_hostile();
 	test_profiles();

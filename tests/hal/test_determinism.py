@@ -14,6 +14,7 @@ SIMD_SHAPES = {
     "test_cross_entropy": {"tokens": 9, "vocab": 32003},
     "test_elementwise_ops": {"n": 100_003},
     "test_optimizer": {"n": 20_011},
+    "test_optimizer_state": {"n": 20_011},
     "test_qmatmul": {"m": 67, "n": 37, "k": 201},
     "test_rms_norm": {"rows": 130, "hidden": 257},
     "test_rope_embedding": {},

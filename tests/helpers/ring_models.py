@@ -78,3 +78,13 @@ def train_both(cfg, cap, dtype, master=False, steps=STEPS, trace=False, bandwidt
     ring_w = [as_float(ex.read(b, 0), dtype) for b in range(ex.num_blocks)]
     ref_w = [as_float(block_bytes(ref_h, ref, b, 0, ex.block_bytes(b, 0)), dtype) for b in range(ex.num_blocks)]
     return ring_losses, ref_losses, ring_w, ref_w, h, ex, plan
+
+
+PROFILE = "h100-sxm"
+KW = {"lr": 1e-2, "weight_decay": 0.1}  # the ring Trainer tests' AdamW hyperparameters
+
+
+def batches(steps=6, seed=0):
+    """steps batches of ROWS x SEQ random tokens of CFG's vocabulary."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, CFG["vocab_size"], (ROWS, SEQ)) for _ in range(steps)]

@@ -15,14 +15,9 @@ from dataflow.cli import main as cli
 from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.training.adamw_hyperparameters import adamw_hyperparameters
 from resident_oracle import resident_adamw
+from ring_models import CFG, HOST, KW, PROFILE, ROWS, SEQ, batches
 from tolerances import TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 
-CFG = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
-       "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
-       "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
-SEQ, ROWS, STEPS = 16, 4, 6
-HOST, PROFILE = "64MiB", "h100-sxm"
-KW = {"lr": 1e-2, "weight_decay": 0.1}
 
 
 def smallest_cap(dtype="fp32", master=False):
@@ -57,11 +52,6 @@ def resident_need(dtype="fp32"):
 def resident_trainer(dtype="fp32", master=False):
     model = df.models.Llama(df.Handle("host"), CFG, dtype=dtype, seed=1, placement="device")
     return df.Trainer(model, **KW, master_weights=master or None)
-
-
-def batches(steps=STEPS, seed=0):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, CFG["vocab_size"], (ROWS, SEQ)) for _ in range(steps)]
 
 
 def assert_weights_close(a, b):

@@ -62,3 +62,20 @@ __device__ Max_Sum block_max_sum(Max_Sum v)
 		total = max_sum_combine(total, part[w]);
 	return total;
 }
+
+// The largest value over the block (fmaxf: a NaN is passed over); exact, so any order gives it.
+__device__ float block_max(float v)
+{
+	__shared__ float part[32];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	__syncthreads();
+	if (lane == 0)
+		part[warp] = v;
+	__syncthreads();
+	float total = part[0];
+	for (int w = 1; w < warps; w++)
+		total = fmaxf(total, part[w]);
+	return total;
+}

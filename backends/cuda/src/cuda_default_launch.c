@@ -25,7 +25,8 @@ static int elem_size(const Op *op, int arg)
 	return (int)dataflow_datatype_size(op->skeleton.arg_dtypes[arg]);
 }
 
-/* Elementwise (grid-stride, one thread per element): add, scale, cast, set_mem, adamw_step over
+/* Elementwise (grid-stride, one thread per element): add, scale, cast, set_mem, adamw_step (and
+ * its bf16-state form) over
  * n, rope and rope_bwd over (token, pair), swiglu and swiglu_bwd, rms_norm_bwd_w_reduce over
  * columns. */
 LAUNCH_WITH(add, Dataflow_Add_Args, cuda_elementwise_config(a.n, c))
@@ -33,6 +34,10 @@ LAUNCH_WITH(scale, Dataflow_Scale_Args, cuda_elementwise_config(a.n, c))
 LAUNCH_WITH(cast, Dataflow_Cast_Args, cuda_elementwise_config(a.n, c))
 LAUNCH_WITH(set_mem, Dataflow_Set_Mem_Args, cuda_elementwise_config(a.n, c))
 LAUNCH_WITH(adamw_step, Dataflow_Adamw_Step_Args, cuda_elementwise_config(a.n, c))
+LAUNCH_WITH(adamw_step_bf16_state, Dataflow_Adamw_Step_Bf16_State_Args, cuda_elementwise_config(a.n, c))
+/* adamw_step_8bit: a thread block per quantization block, so the elementwise grid of n */
+_Static_assert(CUDA_ELEMENTWISE_BLOCK == DATAFLOW_ADAMW_8BIT_BLOCK, "adamw_step_8bit: a thread per element of a block");
+LAUNCH_WITH(adamw_step_8bit, Dataflow_Adamw_Step_8bit_Args, cuda_elementwise_config(a.n, c))
 LAUNCH_WITH(rope, Dataflow_Rope_Args, cuda_elementwise_config(a.num_tokens * (a.head_dim / 2), c))
 LAUNCH_WITH(rope_bwd, Dataflow_Rope_Bwd_Args, cuda_elementwise_config(a.num_tokens * (a.head_dim / 2), c))
 LAUNCH_WITH(swiglu, Dataflow_Swiglu_Args, cuda_elementwise_config(a.rows * a.ffn, c))

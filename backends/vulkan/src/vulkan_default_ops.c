@@ -358,26 +358,53 @@ Dataflow_Status dataflow_vulkan_matmul(Dataflow_Handle *handle, int stream_id, c
 	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, op, groups);
 }
 
-/* ---- adamw_step: an external op, so that its per-step constants are formed on the host ----
+/* ---- adamw_step and its lean-state forms: external ops, so that their per-step constants are
+ * formed on the host ----
  * In double from the host's doubles (pow, sqrt) and rounded once to fp32, as the host kernel
- * does (backends/host/kernels/adamw_step.c); the kernel (shaders/adamw_step.comp) gets the
- * op's first 7 arguments and then these, packed like a skeleton's arguments. */
+ * does (backends/host/kernels/adamw_update.h); each kernel (shaders/adamw_step*.comp) gets some
+ * of the op's arguments and then these (shaders/adamw.glsl's ADAMW_CONSTANTS), packed like a
+ * skeleton's arguments. */
+
+static Dataflow_Status adamw_init(const Op_Skeleton *skeleton, int param_arg, int grad_arg, Dataflow_Op_State *state)
+{
+	return variant_kernel(skeleton, 2, (const int[]){param_arg, grad_arg}, state);
+}
 
 Dataflow_Status dataflow_vulkan_adamw_step_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
 						Dataflow_Op_State *state)
 {
 	(void)handle;
-	return variant_kernel(skeleton, 2, (const int[]){DATAFLOW_ADAMW_STEP_ARG_PARAM, DATAFLOW_ADAMW_STEP_ARG_GRAD},
-			      state);
+	return adamw_init(skeleton, DATAFLOW_ADAMW_STEP_ARG_PARAM, DATAFLOW_ADAMW_STEP_ARG_GRAD, state);
 }
 
-#define ADAMW_TENSOR_ARGS 7 /* n, param, grad, m, v, master, scale */
+Dataflow_Status dataflow_vulkan_adamw_step_bf16_state_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+							   Dataflow_Op_State *state)
+{
+	(void)handle;
+	return adamw_init(skeleton, DATAFLOW_ADAMW_STEP_BF16_STATE_ARG_PARAM, DATAFLOW_ADAMW_STEP_BF16_STATE_ARG_GRAD,
+			  state);
+}
+
+Dataflow_Status dataflow_vulkan_adamw_step_8bit_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+						     Dataflow_Op_State *state)
+{
+	(void)handle;
+	return adamw_init(skeleton, DATAFLOW_ADAMW_STEP_8BIT_ARG_PARAM, DATAFLOW_ADAMW_STEP_8BIT_ARG_GRAD, state);
+}
+
 enum { ADAMW_DECAY, ADAMW_W1, ADAMW_BETA2, ADAMW_C2, ADAMW_NEG_STEP_SIZE, ADAMW_BC2_SQRT, ADAMW_EPS, ADAMW_FLOATS };
 
-Dataflow_Status dataflow_vulkan_adamw_step(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
+typedef struct {
+	double lr, beta1, beta2, eps, weight_decay;
+	int64_t step;
+} Adamw_Hyper;
+
+/* Dispatches op's kernel with the op's arguments `keep` (in that order) and then the AdamW
+ * constants, over n elements GROUP per workgroup, each invocation looping `loops` times. */
+static Dataflow_Status adamw_dispatch(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state,
+				      const int *keep, int num_keep, Adamw_Hyper a, int64_t n, double loops)
 {
-	Dataflow_Adamw_Step_Args a = dataflow_adamw_step_args(op->op_args);
-	if (fits_32_bits(op, a.n, "n") != DATAFLOW_OK)
+	if (fits_32_bits(op, n, "n") != DATAFLOW_OK)
 		return dataflow_last_status();
 	double bc1 = 1.0 - pow(a.beta1, (double)a.step), bc2 = 1.0 - pow(a.beta2, (double)a.step);
 	float c[ADAMW_FLOATS] = {
@@ -391,20 +418,54 @@ Dataflow_Status dataflow_vulkan_adamw_step(Dataflow_Handle *handle, int stream_i
 	};
 	int32_t lerp_small = fabsf(c[ADAMW_W1]) < 0.5f;
 	Op k = {.skeleton = op->skeleton};
-	k.skeleton.num_args = ADAMW_TENSOR_ARGS + ADAMW_FLOATS + 1;
-	for (int i = 0; i < ADAMW_TENSOR_ARGS; i++)
-		k.op_args[i] = op->op_args[i];
-	for (int i = 0; i < ADAMW_FLOATS; i++) {
-		k.skeleton.arg_dtypes[ADAMW_TENSOR_ARGS + i] = DATAFLOW_FP32_SCALAR;
-		k.op_args[ADAMW_TENSOR_ARGS + i] = &c[i];
+	k.skeleton.num_args = num_keep + ADAMW_FLOATS + 1;
+	for (int i = 0; i < num_keep; i++) {
+		k.skeleton.arg_dtypes[i] = op->skeleton.arg_dtypes[keep[i]];
+		k.op_args[i] = op->op_args[keep[i]];
 	}
-	k.skeleton.arg_dtypes[ADAMW_TENSOR_ARGS + ADAMW_FLOATS] = DATAFLOW_INT32_SCALAR;
-	k.op_args[ADAMW_TENSOR_ARGS + ADAMW_FLOATS] = &lerp_small;
-	if (loops_fit(handle, op, LOOP(grid_passes(a.n, GROUP), 0), "n = %lld", (long long)a.n) != DATAFLOW_OK)
+	for (int i = 0; i < ADAMW_FLOATS; i++) {
+		k.skeleton.arg_dtypes[num_keep + i] = DATAFLOW_FP32_SCALAR;
+		k.op_args[num_keep + i] = &c[i];
+	}
+	k.skeleton.arg_dtypes[num_keep + ADAMW_FLOATS] = DATAFLOW_INT32_SCALAR;
+	k.op_args[num_keep + ADAMW_FLOATS] = &lerp_small;
+	if (loops_fit(handle, op, loops, "n = %lld", (long long)n) != DATAFLOW_OK)
 		return dataflow_last_status();
 	Dataflow_Launch_Config config;
-	groups_for(a.n, GROUP, &config);
+	groups_for(n, GROUP, &config);
 	return vulkan_dispatch(vulkan_of(handle), stream_id, op_state, &k, config.grid);
+}
+
+#define ADAMW_HYPER(a) ((Adamw_Hyper){(a).lr, (a).beta1, (a).beta2, (a).eps, (a).weight_decay, (a).step})
+
+Dataflow_Status dataflow_vulkan_adamw_step(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
+{
+	Dataflow_Adamw_Step_Args a = dataflow_adamw_step_args(op->op_args);
+	static const int keep[] = {0, 1, 2, 3, 4, 5, 6}; /* n, param, grad, m, v, master, scale */
+	return adamw_dispatch(handle, stream_id, op, op_state, keep, 7, ADAMW_HYPER(a), a.n,
+			      LOOP(grid_passes(a.n, GROUP), 0));
+}
+
+Dataflow_Status dataflow_vulkan_adamw_step_bf16_state(Dataflow_Handle *handle, int stream_id, const Op *op,
+						      void *op_state)
+{
+	Dataflow_Adamw_Step_Bf16_State_Args a = dataflow_adamw_step_bf16_state_args(op->op_args);
+	/* n, param, grad, m, v, master, scale, step, seed */
+	static const int keep[] = {0, 1, 2, 3, 4, 5, 6, DATAFLOW_ADAMW_STEP_BF16_STATE_ARG_STEP,
+				   DATAFLOW_ADAMW_STEP_BF16_STATE_ARG_SEED};
+	return adamw_dispatch(handle, stream_id, op, op_state, keep, 9, ADAMW_HYPER(a), a.n,
+			      LOOP(grid_passes(a.n, GROUP), 0));
+}
+
+/* a workgroup per block of elements: two max trees and two binary searches per pass */
+_Static_assert(GROUP == DATAFLOW_ADAMW_8BIT_BLOCK, "adamw_step_8bit.comp: an invocation per element of a block");
+Dataflow_Status dataflow_vulkan_adamw_step_8bit(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
+{
+	Dataflow_Adamw_Step_8bit_Args a = dataflow_adamw_step_8bit_args(op->op_args);
+	/* n, param, grad, m, v, m_absmax, v_absmax, qmap_m, qmap_v, master, scale */
+	static const int keep[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+	return adamw_dispatch(handle, stream_id, op, op_state, keep, 11, ADAMW_HYPER(a), a.n,
+			      LOOP(grid_passes(a.n, GROUP), 4 * LOOP(8, 0)));
 }
 
 /* ---- attention_bwd, attention_kv_bwd: external ops, so that their arguments fit 128 bytes of

@@ -282,6 +282,7 @@ Dataflow_Status dataflow_block_grad_norm_sq(const Dataflow_Blocked_Model *model,
 
 typedef struct {
 	double lr, beta1, beta2, eps, weight_decay;
+	uint64_t seed; /* stochastic rounding of bf16 optimizer state (the ring executor's); fp32 state ignores it */
 } Dataflow_AdamW_Params;
 
 /* One torch.optim.AdamW step (step counts from 1) over the block: memory param, grad, m, v

@@ -54,6 +54,14 @@ typedef struct {
 Dataflow_Status dataflow_rope_inv_freq(int64_t head_dim, const Dataflow_Rope_Scaling *scaling, float *inv_freq,
 				       float *attention_factor);
 
+/* The dynamic code of 8-bit optimizer state (Dettmers et al. 2021; bitsandbytes'
+ * create_dynamic_map with 7 exponent bits) for adamw_step_8bit's qmap_m (is_signed: 127
+ * negative values, 0, 127 positive ones up to 1) and qmap_v (unsigned: 0, 254 positive values,
+ * 1): for i = 0..6, the midpoints of 0.1 + j * 0.9 / (f - 1), j = 0..f-1, f = 2^i + 1 (signed)
+ * or 2^(i+1) + 1 (unsigned), times 10^(i - 6), in double, rounded once to fp32, sorted
+ * ascending into code[DATAFLOW_ADAMW_8BIT_CODES] (host memory; upload it for the op). */
+void dataflow_adamw_8bit_dynamic_code(int is_signed, float *code);
+
 /* grad_norm_sq: out[0] = (accumulate ? out[0] : 0) + sum_i x[i]^2 over n elements of x (fp32,
  * bf16), accumulated in fp64; out is fp32 or fp64 [1]. Deterministic for any thread count:
  * x is cut into blocks of DATAFLOW_GRAD_NORM_BLOCK elements, each summed in a fixed order

@@ -11,6 +11,11 @@
 /* The ring executor: trains a blocked model from a plan (ring_plan.h) on any backend, through
  * the public dataflow_* calls only.
  *
+ * Optimizer state. m and v are stored as plan.optimizer_state says (fp32, bf16 or 8-bit: the
+ * MOMENT kinds' bytes are dataflow_optimizer_state_bytes of the block's numel, and read/write
+ * move those raw bytes); AdamW runs adamw_step, adamw_step_bf16_state (seeded by
+ * Dataflow_AdamW_Params.seed and the block) or adamw_step_8bit (the dynamic codes).
+ *
  * Memory. At create, ONE device allocation carved by purpose (the plan's memory map: resident
  * blocks or an edge staging buffer, weight and gradient slots, activations kept on the device,
  * offload staging, the chunk working set; the optimizer's phase memory overlaps the training's
@@ -81,7 +86,8 @@ Dataflow_Status dataflow_ring_executor_create(Dataflow_Handle *handle, const Dat
  * block memory: blocks[b] (num_blocks entries: param, grad, m, v and, with master weights,
  * master) are the homes the executor trains and updates in place, keeping their values (nothing
  * is zeroed or copied; the caller keeps them allocated while the executor lives and frees them
- * after destroy). Its device allocation is the training's scratch alone: activations, the chunk
+ * after destroy). A plan with bf16 or 8-bit optimizer state: m and v are the executor's own
+ * (zeroed, in its allocation; blocks' m and v are not used and may be NULL). Its device allocation is the training's scratch alone: activations, the chunk
  * working set, the optimizer's scalars. INVALID_ARGUMENT for a plan that is not all-resident or
  * a missing kind. */
 Dataflow_Status dataflow_ring_executor_adopt(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,

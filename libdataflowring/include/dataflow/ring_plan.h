@@ -82,11 +82,30 @@ typedef enum {
 	DATAFLOW_RING_NUM_OPT = 4
 } Dataflow_Ring_Optimizer;
 
+/* How AdamW's m and v are stored (the user's choice: it changes numerics; the planner only
+ * places them): fp32 (adamw_step), bf16 with stochastic rounding (adamw_step_bf16_state), or
+ * blockwise 8-bit (adamw_step_8bit: uint8 codes, then an fp32 absmax per
+ * DATAFLOW_ADAMW_8BIT_BLOCK elements, in one buffer per moment). */
+typedef enum {
+	DATAFLOW_OPTIMIZER_STATE_FP32 = 0,
+	DATAFLOW_OPTIMIZER_STATE_BF16 = 1,
+	DATAFLOW_OPTIMIZER_STATE_8BIT = 2,
+	DATAFLOW_NUM_OPTIMIZER_STATES = 3
+} Dataflow_Optimizer_State;
+
+/* Bytes of one moment (m or v) of a block of numel elements stored as `state`: 4 numel, 2 numel,
+ * or numel codes padded to 64 bytes then 4 bytes per block of DATAFLOW_ADAMW_8BIT_BLOCK; -1 for
+ * a bad state or numel < 0. */
+int64_t dataflow_optimizer_state_bytes(Dataflow_Optimizer_State state, int64_t numel);
+/* "fp32", "bf16", "8bit"; NULL for a value out of range. */
+const char *dataflow_optimizer_state_name(Dataflow_Optimizer_State state);
+
 typedef struct {
 	const Dataflow_Ring_Model *model;
 	int64_t seq_len;          /* tokens per sequence */
 	int64_t tokens_per_step;  /* a multiple of seq_len */
 	int master_weights;       /* bf16 models: fp32 master weights (the MASTER kind) */
+	Dataflow_Optimizer_State optimizer_state; /* how m and v are stored (0: fp32) */
 	uint64_t device_bytes;    /* device capacity the plan must stay within */
 	uint64_t host_bytes;      /* host memory the plan may use */
 	double h2d_bytes_per_sec; /* 0: the profile's */
@@ -142,6 +161,7 @@ typedef struct {
 	uint8_t activations_on_device[DATAFLOW_RING_MAX_LAYERS];
 	Dataflow_Ring_Optimizer optimizer;
 	int master_weights;
+	Dataflow_Optimizer_State optimizer_state;
 	/* memory maps, bytes by purpose */
 	uint64_t device_bytes[DATAFLOW_RING_DEV_NUM];
 	Dataflow_Ring_Phase_Kind device_phase[DATAFLOW_RING_DEV_NUM];

@@ -49,7 +49,8 @@ DEFAULT_STEPS = 800
 # Run settings: the command line wins, then a resumed checkpoint's, then these.
 # lr (the schedule's peak): the default run's validation loss ends at 5.10 with 2e-3, 4.87 with 1e-3 and
 # 4.85 with 5e-4; 1e-3 learns faster in the first half
-RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 1e-3, "dtype": "fp32", "seed": 0, "master_weights": False}
+RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 1e-3, "dtype": "fp32", "seed": 0, "master_weights": False,
+                "optimizer_state": "fp32"}
 EMBEDDED = "embedded"
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 TRACE_STEPS = 20
@@ -78,6 +79,7 @@ def _refuse_changes(args, resumed):
 RUN_CHECKS = {"batch": lambda v: type(v) is int and v >= 1, "seq_len": lambda v: type(v) is int and v >= 2,
               "lr": lambda v: type(v) in (int, float) and 0 < v <= 1, "dtype": lambda v: v in ("fp32", "bf16"),
               "seed": lambda v: type(v) is int and v >= 0, "master_weights": lambda v: type(v) is bool,
+              "optimizer_state": lambda v: v in ("fp32", "bf16", "8bit"),
               "eval_every": lambda v: type(v) is int and v >= 1, "schedule_steps": lambda v: type(v) is int and v >= 1}
 
 
@@ -178,6 +180,9 @@ def prepare(args, ranks=1):
     if "master_weights" in spec.changed:
         raise BadArgumentError(f"--master-weights: {spec.resumed.path} trained without fp32 master weights; a "
                                "resumed run keeps its checkpoint's choice")
+    if "optimizer_state" in spec.changed:
+        raise BadArgumentError(f"--optimizer-state: {spec.resumed.path} trained with {spec.changed['optimizer_state'][0]} "
+                               "optimizer state; a resumed run keeps its checkpoint's choice")
     if args.shard_optimizer and ranks == 1:
         raise BadArgumentError("--shard-optimizer: shards the optimizer state over several ranks; add --nproc N "
                                "(N >= 2) or run under mpirun -n N")
@@ -420,6 +425,8 @@ def _model_and_trainer(spec, handle, Trainer, weights, comm):
     data-parallel ranks (comm) too; --shard-optimizer (ZeRO-1) trains all-resident models only."""
     run = spec.run
     options = {"master_weights": True} if run["master_weights"] else {}
+    if run["optimizer_state"] != "fp32":
+        options["optimizer_state"] = run["optimizer_state"]
     ranks = comm.size if comm is not None else 1
     sharded = comm is not None and spec.shard_optimizer
     if comm is not None:
@@ -441,7 +448,7 @@ def _model_and_trainer(spec, handle, Trainer, weights, comm):
             except OutOfMemoryError:  # not all-resident: does the ring fit, before building a large model?
                 ring_plan(spec.config, run["seq_len"], handle.memory_capacity() - handle.memory_in_use(),
                           options["host_memory"], options["batch_size"] * run["seq_len"], run["dtype"],
-                          run["master_weights"])
+                          run["master_weights"], optimizer_state=run["optimizer_state"])
         model = model_from_config(spec.config, handle, run["dtype"], seed=run["seed"], where=spec.config_source)
         if weights:
             copy_weights(model, weights)

@@ -236,13 +236,21 @@ class Llama:
         return Array(self.handle, int(ffi.cast("uintptr_t", ptr)), (self.layout.bytes[block][kind],), "uint8",
                      owner=self)
 
-    def _hand_to(self, make_executor):
+    def _hand_to(self, make_executor, fp32_state=True):
         """Moves the weights (and master weights, AdamW moments where present) into the ring
         executor make_executor() returns (dataflow.training.executor.RingExecutor), which holds them
         from then on; an all-resident model frees its device memory first, so that the executor
         can allocate there. If make_executor fails, the model keeps its weights (and master
-        weights) in host memory. Returns the executor."""
+        weights) in host memory. fp32_state False: the executor keeps bf16 or 8-bit moments of its
+        own, so a model with fp32 ones (trained before) is refused. Returns the executor."""
         kinds = (PARAM, MASTER, ADAM_M, ADAM_V) if self.master_weights else (PARAM, ADAM_M, ADAM_V)
+        if not fp32_state:
+            held = self._block_array(0, ADAM_M) is not None if self._m is not None else ADAM_M in self._store.kinds
+            if held:
+                raise BadArgumentError("Trainer: this model holds fp32 AdamW moments from earlier training; a "
+                                       "bf16 or 8-bit optimizer state starts fresh or from a checkpoint of its own "
+                                       "precision (Trainer.load_state_dict(..., convert=True) converts)")
+            kinds = tuple(k for k in kinds if k not in (ADAM_M, ADAM_V))
         blocks = []
         if self._m is not None:
             self.handle.sync()
@@ -271,12 +279,14 @@ class Llama:
         self._weights_changed()
         return executor
 
-    def _adopted_by(self, make_executor, stream):
+    def _adopted_by(self, make_executor, stream, fp32_state=True):
         """A ring executor make_executor((blocks, C model)) returns that trains this all-resident
-        model's own block memory in place (blocks: a Dataflow_Block_Memory[num_blocks]; the AdamW
-        moments are allocated on `stream` first). The model closes it before freeing that memory."""
+        model's own block memory in place (blocks: a Dataflow_Block_Memory[num_blocks]; the fp32
+        AdamW moments are allocated on `stream` first, unless fp32_state is False: the executor
+        then keeps bf16 or 8-bit ones of its own). The model closes it before freeing that memory."""
         self._on(stream)
-        check(modelslib.dataflow_llama_alloc_optimizer_state(self._m, stream))
+        if fp32_state:
+            check(modelslib.dataflow_llama_alloc_optimizer_state(self._m, stream))
         blocks = ffi.new("Dataflow_Block_Memory[]", len(self.layout.bytes))
         for b in range(len(self.layout.bytes)):
             check(modelslib.dataflow_llama_block(self._m, b, blocks + b))

@@ -42,4 +42,7 @@ def adamw_hyperparameters(trainer):
               "weight_decay": trainer.weight_decay, "grad_clip": 0.0 if trainer.grad_clip is None else trainer.grad_clip}
     checked = {name: _real(name, value) for name, value in values.items()}
     grad_clip = checked.pop("grad_clip")
-    return ffi.new("Dataflow_AdamW_Params *", checked), grad_clip
+    seed = getattr(trainer, "optimizer_seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**64:
+        raise BadArgumentError(f"Trainer: optimizer_seed must be an integer in [0, 2^64), got {seed!r:.60}")
+    return ffi.new("Dataflow_AdamW_Params *", dict(checked, seed=int(seed))), grad_clip

@@ -46,7 +46,9 @@ class RingExecutor:
         for b in range(self.num_blocks):
             s = ffi.new("Dataflow_Block_Sizes *")
             check(modelslib.dataflow_blocked_model_block_sizes(self._bm, b, s))
-            self._sizes.append((int(s.numel), [int(s.bytes[k]) for k in range(5)]))
+            sizes = [int(s.bytes[k]) for k in range(5)]
+            sizes[2] = sizes[3] = int(ringlib.dataflow_optimizer_state_bytes(plan._c.optimizer_state, s.numel))
+            self._sizes.append((int(s.numel), sizes))  # m and v (kinds 2, 3) as the plan stores them
         self._trace, self._comm = None, None
         if trace:
             self.start_trace()

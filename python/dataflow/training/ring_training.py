@@ -10,6 +10,7 @@ import json
 import numpy as np
 
 from .. import ring
+from .._ffi import ringlib
 from ..errors import BadArgumentError, OutOfMemoryError
 from ..handle import Handle, parse_bytes
 from ..models.batch import PackedBatch, aligned_labels, flatten_documents
@@ -44,6 +45,12 @@ def _positive(value, name):
     return int(value)
 
 
+def state_bytes(model, optimizer_state):
+    """Bytes of `model`'s AdamW moments m and v stored as optimizer_state (ring.OPTIMIZER_STATES)."""
+    state = ring.optimizer_state_enum(optimizer_state, "Trainer")
+    return sum(2 * int(ringlib.dataflow_optimizer_state_bytes(state, block[GRAD] // 4)) for block in model.layout.bytes)
+
+
 def _device_free(model):
     """Device bytes an all-resident `model`'s training may use: the handle's free memory and the
     blocks the model holds (a plan counts what its executor adopts)."""
@@ -52,49 +59,61 @@ def _device_free(model):
     return h.memory_capacity() - h.memory_in_use() + model.layout.total(held)
 
 
-def _resident_plan(model, seq_len, tokens, free):
-    """ring.resident_plan of training `model` (its save level, dtype and master weights) on
-    batches of `tokens` tokens in sequences of at most seq_len, within `free` device bytes: the
-    one estimate of all-resident training memory (the plan's memory map). OutOfMemoryError when
-    it does not fit."""
+def _resident_plan(model, seq_len, tokens, free, optimizer_state):
+    """ring.resident_plan of training `model` (its save level, dtype and master weights; AdamW's
+    moments stored as optimizer_state) on batches of `tokens` tokens in sequences of at most
+    seq_len, within `free` device bytes: the one estimate of all-resident training memory (the
+    plan's memory map). OutOfMemoryError when it does not fit."""
     return ring.resident_plan(model.config, seq_len, tokens, free, save_level=model.save_level,
-                              profile=ring.profile_names()[0], dtype=model.dtype, master_weights=model.master_weights)
+                              profile=ring.profile_names()[0], dtype=model.dtype, master_weights=model.master_weights,
+                              optimizer_state=optimizer_state)
 
 
-def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None):
+def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None,
+              optimizer_state="fp32"):
     """ring.plan of training `config` on `tokens` per step within device_bytes and host_bytes.
     profile None: only whether some plan fits, which depends on sizes, not speeds (a named
     profile's plan), so it is known before measuring this machine or building the model.
     OutOfMemoryError (the planner's, with the exact bytes added) when none fits."""
     try:
         return ring.plan(config, seq_len, device_bytes, host_bytes, tokens_per_step=tokens,
-                         profile=profile or ring.profile_names()[0], dtype=dtype, master_weights=master_weights)
+                         profile=profile or ring.profile_names()[0], dtype=dtype, master_weights=master_weights,
+                         optimizer_state=optimizer_state)
     except OutOfMemoryError as e:  # the planner's figures are rounded: add the exact bytes
         raise OutOfMemoryError(f"{e} (in bytes: {parse_bytes(device_bytes, 'device'):,} device free, "
                                f"{parse_bytes(host_bytes, 'host'):,} host; the smallest plan needs "
                                f"{e.min_device_bytes:,} device, {e.min_host_bytes:,} host)") from None
 
 
-def resident_training(model, batch, stream, current):
+def resident_training(model, batch, stream, current, optimizer_state="fp32"):
     """The RingTraining that trains all-resident `model` on `batch` ((tokens, labels, documents))
     on `stream`: `current` when it is open and its plan takes the batch as one chunk on that
     stream, else a new one (current closed first: its scratch memory goes back) of the
-    all-resident plan for it."""
+    all-resident plan for it, with AdamW's m and v stored as optimizer_state (bf16 and 8-bit
+    ones are the executor's own: a new executor takes them over from current)."""
     _, _, lengths, _ = flatten_documents(*batch)
     seq_len, tokens = resident_shape(lengths)
+    carried = None
     if current is not None and not current.executor.closed:
         p = current.plan
         if current.stream == stream and tokens <= p.chunk_tokens and (
                 len(lengths) <= p.chunk_tokens // p.seq_len + 64):
             return current
+        if optimizer_state != "fp32":  # the executor's own moments, as raw bytes per block
+            x = current.executor
+            carried = [(b, k, x.read(b, k)) for b in range(x.num_blocks) for k in (ADAM_M, ADAM_V)]
         current.executor.close()
         tokens = max(tokens, p.chunk_tokens)
         seq_len = min(seq_len, p.seq_len)
         tokens = -(-tokens // seq_len) * seq_len
-    return RingTraining(model, _resident_plan(model, seq_len, tokens, _device_free(model)), stream)
+    training = RingTraining(model, _resident_plan(model, seq_len, tokens, _device_free(model), optimizer_state),
+                            stream)
+    for b, k, raw in carried or ():
+        training.executor.write(b, k, raw)
+    return training
 
 
-def choose_plan(model, host_memory, seq_len, batch_size, profile):
+def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state="fp32"):
     """None when `model` is all-resident and its training on batch_size sequences of seq_len
     tokens (default: max_position_embeddings) fits its handle; else the fastest ring plan within
     the handle's free device memory (what an all-resident model frees included) and host_memory
@@ -106,16 +125,16 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile):
     free = _device_free(model) if model.placement == "device" else h.memory_capacity() - h.memory_in_use()
     if model.placement == "device":
         try:
-            _resident_plan(model, seq_len, tokens, free)
+            _resident_plan(model, seq_len, tokens, free, optimizer_state)
             return None
         except OutOfMemoryError:
             pass
     host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
     args = (config, seq_len, free, host, tokens, model.dtype, model.master_weights)
     if profile is None:
-        ring_plan(*args)
+        ring_plan(*args, optimizer_state=optimizer_state)
         profile = measured_profile(h.backend, config, seq_len, tokens, model.dtype)
-    return ring_plan(*args, profile=profile)
+    return ring_plan(*args, profile=profile, optimizer_state=optimizer_state)
 
 
 def resident_shape(lengths):
@@ -143,7 +162,8 @@ class RingTraining:
         if stream is not None:
             self.stream = stream
             self.executor = model._adopted_by(lambda blocks: RingExecutor(
-                model.handle, model.config, plan, model.dtype, streams=(stream,) * STREAMS, adopt=blocks), stream)
+                model.handle, model.config, plan, model.dtype, streams=(stream,) * STREAMS, adopt=blocks), stream,
+                fp32_state=plan.optimizer_state == "fp32")
             return
         if model.handle.num_streams < STREAMS:
             raise BadArgumentError(f"Trainer: training in the ring needs a handle with {STREAMS} streams (compute, "
@@ -152,7 +172,8 @@ class RingTraining:
             raise BadArgumentError(f"Trainer: the plan was made {'with' if plan.master_weights else 'without'} fp32 "
                                    f"master weights, but the model keeps {'them' if model.master_weights else 'none'}")
         self.stream = None
-        self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype))
+        self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype),
+                                       fp32_state=plan.optimizer_state == "fp32")
 
     def chunks(self, tokens, labels, documents, what):
         """The batch as PackedBatch chunks of whole documents, at most chunk_tokens tokens each; a

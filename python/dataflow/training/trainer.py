@@ -9,8 +9,10 @@ import numpy as np
 from .. import trace as traces
 from .._ffi import modelslib
 from ..errors import BadArgumentError, DataflowError, check
+from .optimizer_state import MOMENTS, decode, encode, moment_bytes
+from ..ring import OPTIMIZER_STATES, Plan, optimizer_state_enum
 from .adamw_hyperparameters import adamw_hyperparameters, betas_pair
-from ..models.llama import ADAM_M, ADAM_V, MASTER
+from ..models.llama import ADAM_M, ADAM_V, GRAD, MASTER
 
 
 class Trainer:
@@ -63,11 +65,20 @@ class Trainer:
     optimizer, and comm when data-parallel), device and host memory counters sampled after each
     step. Recording changes no result; it costs two host ops per span and ~64 bytes of host
     memory per span (about 4 L + 8 spans per step of L layers all-resident, more in the ring),
-    so trace the steps you need."""
+    so trace the steps you need.
+
+    optimizer_state: how AdamW's m and v are stored, "fp32" (the model's own moments), "bf16"
+    (updated in fp32, stored with stochastic rounding seeded by optimizer_seed: the same seed
+    gives the same bits) or "8bit" (blockwise, Dettmers et al. 2021); the bf16 and 8-bit ones
+    are the executor's own, in all-resident and ring training alike, and the planner counts
+    their bytes. Not with shard_optimizer. state_dict() keeps them as trained (raw bytes per
+    block, "optimizer_state" naming the precision); load_state_dict(..., convert=True) loads a
+    state of another precision."""
 
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
-                 seq_len=None, batch_size=1, profile=None, plan=None, trace=False):
+                 seq_len=None, batch_size=1, profile=None, plan=None, trace=False, optimizer_state="fp32",
+                 optimizer_seed=0):
         if model.config.quantization:
             raise BadArgumentError(f"Trainer: the model's linear weights are quantized "
                                    f"(int{model.config.quantization['bits']}), for inference only; train the "
@@ -78,6 +89,14 @@ class Trainer:
                                    "checkpoint and restore it into a new model")
         self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, betas_pair(betas), eps
         self.grad_clip = 0.0 if grad_clip is None else grad_clip
+        optimizer_state_enum(optimizer_state, "Trainer")
+        if isinstance(plan, Plan) and plan.optimizer_state != optimizer_state:
+            raise BadArgumentError(f"Trainer: the plan stores the optimizer state as {plan.optimizer_state}, "
+                                   f"but optimizer_state={optimizer_state!r}")
+        if shard_optimizer and optimizer_state != "fp32":
+            raise BadArgumentError(f"Trainer: shard_optimizer (ZeRO-1) shards fp32 optimizer state only, got "
+                                   f"optimizer_state={optimizer_state!r}")
+        self.optimizer_state, self.optimizer_seed, self._pending_state = optimizer_state, optimizer_seed, None
         adamw_hyperparameters(self)  # refused now, not at the first step
         if master_weights:
             model.enable_master_weights()
@@ -97,7 +116,8 @@ class Trainer:
                 raise BadArgumentError("Trainer: shard_optimizer (ZeRO-1) trains all-resident models only; drop "
                                        "host_memory and plan, and place the model on the device")
             from .ring_training import RingTraining, choose_plan
-            self.plan = plan if plan is not None else choose_plan(model, host_memory, seq_len, batch_size, profile)
+            self.plan = plan if plan is not None else choose_plan(model, host_memory, seq_len, batch_size, profile,
+                                                                  optimizer_state)
             if self.plan is not None:
                 self._ring, self._resident = RingTraining(model, self.plan), False
         self.comm_stream = None
@@ -211,9 +231,10 @@ class Trainer:
         (the one before when it does; a new one keeps recording the trace)."""
         from .ring_training import resident_training
         self.model._m  # ClosedError for a closed model, before its memory is adopted
-        ring = resident_training(self.model, (tokens, labels, documents), stream, self._ring)
+        ring = resident_training(self.model, (tokens, labels, documents), stream, self._ring, self.optimizer_state)
         if ring is not self._ring:
             self._ring = ring
+            self._write_pending_state()
             self.model._on(stream)
             if self.comm is not None:
                 ring.executor.set_comm(self.comm, self.comm_stream, self.shard_optimizer)
@@ -254,15 +275,57 @@ class Trainer:
         (m and v as torch.optim.AdamW names them; empty dicts before the first step), and
         "master": {name: float32 numpy} when the model keeps fp32 master weights."""
         self._shard(False)
-        m, v = self.model._read_kind(ADAM_M), self.model._read_kind(ADAM_V)
+        if self.optimizer_state == "fp32":
+            m, v = self.model._read_kind(ADAM_M), self.model._read_kind(ADAM_V)
+        else:  # as trained: raw bytes per block (empty before the first step)
+            m, v = (self._pending_state or {}).get(ADAM_M), (self._pending_state or {}).get(ADAM_V)
+            if self._ring is not None and self.step_count:
+                x = self._ring.executor
+                m, v = ({f"block{b}": x.read(b, k) for b in range(x.num_blocks)} for k in (ADAM_M, ADAM_V))
         state = {"step": self.step_count, "exp_avg": m or {}, "exp_avg_sq": v or {},
                  "hyperparameters": {"lr": self.lr, "weight_decay": self.weight_decay, "betas": list(self.betas),
                                      "eps": self.eps, "grad_clip": self.grad_clip}}
         masters = self.model._read_kind(MASTER)
         if masters is not None:
             state["master"] = masters
+        if self.optimizer_state != "fp32":
+            state["optimizer_state"] = self.optimizer_state
         self._shard(True)
         return state
+
+    def _moment_blocks(self, state, stored):
+        """{ADAM_M, ADAM_V: [float32 values per block]} of a state_dict's moments stored as
+        `stored` (fp32: by tensor name; bf16, 8bit: raw bytes per block), checked."""
+        layout, out = self.model.layout, {}
+        numels = [row[GRAD] // 4 for row in layout.bytes]
+        for kind, moment in zip((ADAM_M, ADAM_V), MOMENTS):
+            if stored == "fp32":
+                named = self._checked_arrays(moment, state.get(moment, {}))
+                blocks = [np.zeros(n, np.float32) for n in numels]
+                for name, shape, b, offset in layout.tensors:
+                    blocks[b][offset:offset + named[name].size] = named[name].reshape(-1)
+            else:
+                raw = state.get(moment)
+                keys = [f"block{b}" for b in range(len(numels))]
+                if not isinstance(raw, dict) or sorted(raw) != sorted(keys):
+                    raise BadArgumentError(f"Trainer.load_state_dict: {moment}: expected raw {stored} blocks "
+                                           f"{keys[0]}..{keys[-1]}")
+                for k, n in zip(keys, numels):
+                    if np.asarray(raw[k]).nbytes != moment_bytes(stored, n):
+                        raise BadArgumentError(f"Trainer.load_state_dict: {moment} {k}: expected "
+                                               f"{moment_bytes(stored, n)} bytes of {stored} state, got "
+                                               f"{np.asarray(raw[k]).nbytes}")
+                blocks = [decode(stored, raw[k], n, moment) for k, n in zip(keys, numels)]
+            out[kind] = blocks
+        return out
+
+    def _write_pending_state(self):
+        """Moves raw bf16 / 8-bit moments loaded before the executor existed into it."""
+        if self._pending_state and self._ring is not None:
+            for kind, blocks in self._pending_state.items():
+                for b in range(len(blocks)):
+                    self._ring.executor.write(b, kind, blocks[f"block{b}"])
+            self._pending_state = None
 
     def _checked_arrays(self, key, values):
         """{name: float32 array} of one kind of state, checked against the model's names and shapes."""
@@ -287,7 +350,7 @@ class Trainer:
                                        f"got {checked[n].shape}")
         return checked
 
-    def _checked_state(self, state):
+    def _checked_state(self, state, moments=True):
         """(step, {kind: arrays}, hyperparameters or None) of a state_dict, every field checked
         before anything is written: a refused load changes nothing."""
         if not isinstance(state, dict):
@@ -302,7 +365,7 @@ class Trainer:
                                        "keeps none (Trainer(..., master_weights=True) or Llama(..., "
                                        "master_weights=True))")
             kinds[MASTER] = self._checked_arrays("master", state["master"])
-        if step > 0:
+        if step > 0 and moments:
             kinds[ADAM_M] = self._checked_arrays("exp_avg", state.get("exp_avg", {}))
             kinds[ADAM_V] = self._checked_arrays("exp_avg_sq", state.get("exp_avg_sq", {}))
         hp = state.get("hyperparameters")
@@ -315,14 +378,40 @@ class Trainer:
             adamw_hyperparameters(SimpleNamespace(**hp))
         return int(step), kinds, hp
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state, convert=False):
         """Restores step, m and v, master weights (and hyperparameters when present) from
         state_dict(). Master weights in the state need a model that keeps them; a model that
-        keeps them without any in the state keeps the copies of its current weights.
+        keeps them without any in the state keeps the copies of its current weights. m and v
+        stored in another precision than this Trainer's optimizer_state load only with
+        convert=True (decoded to fp32, then rounded as the kernels store them).
         BadArgumentError naming the field for a malformed state, before anything changes."""
-        step, kinds, hp = self._checked_state(state)
+        if not isinstance(state, dict):
+            raise BadArgumentError(f"Trainer.load_state_dict: expected a dict, got {type(state).__name__}")
+        stored = state.get("optimizer_state", "fp32")
+        if stored not in OPTIMIZER_STATES:
+            raise BadArgumentError(f"Trainer.load_state_dict: optimizer_state must be one of "
+                                   f"{', '.join(OPTIMIZER_STATES)}, got {stored!r:.40}")
+        if stored != self.optimizer_state and state.get("step") and not convert:
+            raise BadArgumentError(f"Trainer.load_state_dict: the optimizer state was trained as {stored}, this "
+                                   f"Trainer keeps {self.optimizer_state}; pass convert=True to convert it")
+        lean = stored != "fp32" or self.optimizer_state != "fp32"
+        moments = self._moment_blocks(state, stored) if lean and state.get("step") else None
+        step, kinds, hp = self._checked_state(dict(state, exp_avg=None, exp_avg_sq=None) if lean else state,
+                                              moments=not lean)
+        if moments and self.optimizer_state == "fp32":  # back to named arrays for the model
+            for kind, blocks in moments.items():
+                kinds[kind] = {name: blocks[b][offset:offset + int(np.prod(shape))].reshape(shape)
+                               for name, shape, b, offset in self.model.layout.tensors}
+        elif moments and stored == self.optimizer_state:  # as trained (8-bit does not survive a re-encode)
+            self._pending_state = {kind: {key: np.ascontiguousarray(raw).view(np.uint8).reshape(-1).copy()
+                                          for key, raw in state[moment].items()}
+                                   for kind, moment in zip((ADAM_M, ADAM_V), MOMENTS)}
+        elif moments:
+            self._pending_state = {kind: {f"block{b}": encode(self.optimizer_state, values, moment)
+                                          for b, values in enumerate(blocks)}
+                                   for (kind, blocks), moment in zip(moments.items(), MOMENTS)}
         self._shard(False)
-        if step > 0 and self._ring is None:
+        if step > 0 and self._ring is None and self.optimizer_state == "fp32":
             self.model._on(0)
             check(modelslib.dataflow_llama_alloc_optimizer_state(self.model._m, 0))
         for kind, arrays in kinds.items():  # MASTER first: writing it resets nothing else
@@ -331,4 +420,5 @@ class Trainer:
             self.lr, self.weight_decay, self.betas = hp["lr"], hp["weight_decay"], betas_pair(hp["betas"])
             self.eps, self.grad_clip = hp["eps"], hp["grad_clip"]
         self.step_count = step
+        self._write_pending_state()
         self._shard(True)
