@@ -11,8 +11,9 @@ import json
 import numpy as np
 
 import dataflow as df
-from dataflow import corpus, ring_training
-from dataflow.tokenizer import ByteTokenizer
+from dataflow.cli import corpus
+from dataflow.training import ring_training
+from dataflow.io.tokenizer import ByteTokenizer
 
 CONFIG = {"vocab_size": 258, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,

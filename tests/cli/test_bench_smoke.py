@@ -1,25 +1,13 @@
 """The benches run and print well-formed output: JSON, then one summary line. No timing
 assertions: these machines are shared and noisy."""
-import json
 import os
 import subprocess
 import sys
 
 import pytest
-from paths import ROOT
+from bench_runner import BENCH, run_bench
 
 pytestmark = pytest.mark.slow  # runs the benchmarks
-
-BENCH = os.path.join(ROOT, "bench")
-
-
-def run_bench(script, *args):
-    out = subprocess.run([sys.executable, os.path.join(BENCH, script), *args], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    body, summary = out.stdout.rstrip("\n").rsplit("\n", 1)
-    assert summary.strip()
-    return json.loads(body), summary
 
 
 def test_ops_quick():

@@ -108,3 +108,20 @@ def test_readme_module_names_are_attributes():
                 obj = getattr(obj, part)
     with pytest.raises(AttributeError, match="no attribute 'not_a_module'"):
         df.not_a_module
+
+
+def test_no_test_module_imports_another():
+    """What test files share lives in tests/helpers: a test module imported by another would run
+    its module-level fixtures twice and ties files of different folders together."""
+    tests = os.path.join(ROOT, "tests")
+    offenders = []
+    for folder, _, names in os.walk(tests):
+        for name in names:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name)) as f:
+                    tree = ast.parse(f.read())
+                for node in ast.walk(tree):
+                    mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                    offenders += [f"{name}: {m}" for m in mods if m.split(".")[0].startswith("test_")]
+    assert not offenders, offenders

@@ -149,7 +149,7 @@ def test_lean_state_loss_curve_stays_within_2_percent_of_fp32():
     """The 8-bit paper's claim, measured: a small Llama on the embedded corpus, 300 AdamW steps,
     every 25-step window's mean loss with bf16 or 8-bit state within 2% of fp32 state's (here:
     at most 1.0%), through bench/optimizer_state.py."""
-    from test_bench_smoke import run_bench
+    from bench_runner import run_bench
     result, summary = run_bench("optimizer_state.py", "--steps", "300", "--window", "25")
     fp32 = np.array(result["fp32"]["curve"])
     assert fp32[-1] < fp32[0] - 0.8, fp32  # it learns

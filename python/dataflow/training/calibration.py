@@ -17,7 +17,6 @@ from ..handle import Handle, parse_bytes
 from ..models.config import LlamaConfig
 from ..models.llama import Llama
 from ..ring import Profile, blocked_ring_model, model_config
-from .trainer import Trainer
 
 
 def _best_seconds(fn, h, repeats):
@@ -132,6 +131,7 @@ def _layer_seconds(h, cfg, dtype, shapes, repeats):
     model of cfg's shapes trains on `rows` sequences of `seq` tokens, for each shape, from the
     model's trace: the shapes take turns, so load coming and going on a shared machine hits all
     alike, and the least loaded step of each counts (this machine's speed, not its neighbours')."""
+    from .trainer import Trainer  # which calibrates its default profile through ring_training
     small = LlamaConfig.from_dict({**cfg.to_dict(), "num_hidden_layers": 2, "max_position_embeddings": max(
         [seq for _, seq in shapes] + [cfg.max_position_embeddings])})
     model = Llama(h, small, dtype=dtype, seed=0, save_level="all")

@@ -147,6 +147,24 @@ def resident_shape(lengths):
     return seq_len, -(-total // seq_len) * seq_len
 
 
+class ResidentTraining:
+    """All-resident training: the executor of the all-resident plan over the model's own device
+    blocks (resident_training), made for a batch's shape and stream, and again when a batch does
+    not fit it (.current: the one of the last batch, None before the first)."""
+    plan = None
+
+    def __init__(self, model, optimizer_state):
+        self.model, self.optimizer_state, self.current = model, optimizer_state, None
+
+    def for_batch(self, batch, stream):
+        self.model._m  # ClosedError for a closed model, before its memory is adopted
+        ring = resident_training(self.model, batch, stream, self.current, self.optimizer_state)
+        if ring is not self.current:
+            self.current = ring
+            self.model._on(stream)
+        return ring
+
+
 class RingTraining:
     """A model handed to a ring executor that trains it from `plan` (the model's weights, master
     weights and AdamW state move into the executor), or, with `stream`, an all-resident model
@@ -174,6 +192,22 @@ class RingTraining:
         self.stream = None
         self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype),
                                        fp32_state=plan.optimizer_state == "fp32")
+
+    @property
+    def current(self):
+        return self
+
+    def for_batch(self, batch, stream):
+        """The ring runs every batch in its chunks on its own streams."""
+        return self
+
+    def updated(self, model):
+        """After an optimizer step: an adopting executor's model waits for it before its next work;
+        a model whose weights the executor holds reads them anew."""
+        if self.stream is None:
+            model._weights_changed()
+        else:
+            model._stream = self.stream
 
     def chunks(self, tokens, labels, documents, what):
         """The batch as PackedBatch chunks of whole documents, at most chunk_tokens tokens each; a

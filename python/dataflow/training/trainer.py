@@ -2,17 +2,13 @@
 training engine, the ring executor (libdataflowring): all-resident training is the executor of
 the all-resident plan over the model's own device blocks; larger than the device, a ring plan
 (dataflow.training.ring_training); data-parallel (and ZeRO-1) inside the executor either way."""
-from types import SimpleNamespace
-
-import numpy as np
-
 from .. import trace as traces
 from .._ffi import modelslib
 from ..errors import BadArgumentError, DataflowError, check
-from .optimizer_state import MOMENTS, decode, encode, moment_bytes
-from ..ring import OPTIMIZER_STATES, Plan, optimizer_state_enum
+from ..ring import Plan, optimizer_state_enum
+from . import trainer_state
 from .adamw_hyperparameters import adamw_hyperparameters, betas_pair
-from ..models.llama import ADAM_M, ADAM_V, GRAD, MASTER
+from .ring_training import ResidentTraining, RingTraining, choose_plan
 
 
 class Trainer:
@@ -93,6 +89,9 @@ class Trainer:
         if isinstance(plan, Plan) and plan.optimizer_state != optimizer_state:
             raise BadArgumentError(f"Trainer: the plan stores the optimizer state as {plan.optimizer_state}, "
                                    f"but optimizer_state={optimizer_state!r}")
+        if shard_optimizer and comm is None:
+            raise BadArgumentError("Trainer: shard_optimizer shards the optimizer state over the ranks of comm; "
+                                   "pass comm=df.distributed.init()")
         if shard_optimizer and optimizer_state != "fp32":
             raise BadArgumentError(f"Trainer: shard_optimizer (ZeRO-1) shards fp32 optimizer state only, got "
                                    f"optimizer_state={optimizer_state!r}")
@@ -105,32 +104,40 @@ class Trainer:
         self.step_count = 0
         self._norm, self._norm_pending = None, None  # last grad norm; "queued" / "waited": not yet read
         self._acc_loss, self._acc_labels = 0.0, 0
-        self.comm, self.plan, self._ring, self._trace = None, None, None, None
-        if shard_optimizer and comm is None:
-            raise BadArgumentError("Trainer: shard_optimizer shards the optimizer state over the ranks of comm; "
-                                   "pass comm=df.distributed.init()")
-        self.shard_optimizer = bool(shard_optimizer)
-        self._resident = True  # all-resident: the executor of an all-resident plan, made per batch shape
-        if plan is not None or host_memory is not None or model.placement == "host":
-            if self.shard_optimizer:
-                raise BadArgumentError("Trainer: shard_optimizer (ZeRO-1) trains all-resident models only; drop "
-                                       "host_memory and plan, and place the model on the device")
-            from .ring_training import RingTraining, choose_plan
-            self.plan = plan if plan is not None else choose_plan(model, host_memory, seq_len, batch_size, profile,
-                                                                  optimizer_state)
-            if self.plan is not None:
-                self._ring, self._resident = RingTraining(model, self.plan), False
-        self.comm_stream = None
-        if comm is not None:
-            self.comm = comm.on(model.handle)
-            self.comm_stream = comm_stream if comm_stream is not None else 1 if model.handle.num_streams > 1 else 0
-            if self.shard_optimizer:  # the model lays its optimizer state out over the ranks
-                model._set_grad_comm(self.comm)
-            if self._ring is not None:
-                self._ring.executor.set_comm(self.comm, self.comm_stream)
+        self.shard_optimizer, self._ring, self._trace = bool(shard_optimizer), None, None
+        self.plan = plan
+        if plan is None and (host_memory is not None or model.placement == "host"):
+            self.plan = choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state)
+        if self.plan is not None and self.shard_optimizer:
+            raise BadArgumentError("Trainer: shard_optimizer (ZeRO-1) trains all-resident models only; drop "
+                                   "host_memory and plan, and place the model on the device")
+        self._engine = ResidentTraining(model, optimizer_state) if self.plan is None else RingTraining(model, self.plan)
+        self.comm = None if comm is None else comm.on(model.handle)
+        self.comm_stream = None if comm is None else comm_stream if comm_stream is not None else int(
+            model.handle.num_streams > 1)
+        if self.shard_optimizer:  # the model lays its optimizer state out over the ranks
+            model._set_grad_comm(self.comm)
+        if self._engine.current is not None:
+            self._use(self._engine.current)
         self._shard(True)
         if trace:
             self.start_trace()
+
+    def _training(self, batch, stream):
+        """The RingTraining that runs this batch ((tokens, labels, documents)) on `stream`."""
+        ring = self._engine.for_batch(batch, stream)
+        if ring is not self._ring:
+            self._use(ring)
+        return ring
+
+    def _use(self, ring):
+        """Trains with `ring` from now on: the state loaded before it existed, the ranks, the trace."""
+        self._ring = ring
+        trainer_state.write_pending(self)
+        if self.comm is not None:
+            ring.executor.set_comm(self.comm, self.comm_stream, self.shard_optimizer)
+        if self._trace is not None and self._trace.recording:
+            ring.executor.start_trace(self._trace, keep=True)
 
     def start_trace(self):
         """Waits for the queued work, drops any earlier recording and records from now on."""
@@ -138,7 +145,7 @@ class Trainer:
             self._trace = traces.Trace()
         if self._ring is not None:
             self._ring.executor.start_trace(self._trace)
-        else:  # all-resident before the first step: no executor yet, nor its host arrays
+        else:  # before the first step of all-resident training: no executor yet, nor its host arrays
             self._trace.start()
             self._trace.sample(self.model.handle, 0)
 
@@ -176,15 +183,11 @@ class Trainer:
     @property
     def last_grad_norm(self):
         """The pre-clip global gradient norm of the last optimizer step (None before one)."""
-        self._wait_norm()
-        return self._norm
-
-    def _wait_norm(self):
-        """Waits for the executor once, if not yet, and reads the last optimizer step's norm."""
-        if self._norm_pending:
+        if self._norm_pending:  # waits for the executor once, if not yet
             if self._norm_pending == "queued":
                 self._ring.executor.wait()
             self._norm, self._norm_pending = self._ring.executor.grad_norm(), None
+        return self._norm
 
     def _adamw(self, hyperparameters=None):
         """Submits the AdamW step (hyperparameters: adamw_hyperparameters, checked before the
@@ -193,53 +196,34 @@ class Trainer:
         self._ring.executor.apply(params, grad_clip, self.step_count + 1)
         self.step_count += 1
         self._norm_pending = "queued"
-        if self._resident:
-            self.model._stream = self._ring.stream  # the model's next work waits for the update
-        else:
-            self.model._weights_changed()
+        self._ring.updated(self.model)
+
+    def _sum_over_ranks(self, value, stream):
+        return value if self.comm is None else self.comm.sum_host([value], stream)[0]
 
     def step(self, tokens, labels=None, documents=None, stream=0):
         """One optimizer step on one batch: tokens [B, T] or [T], or a list of 1-D documents;
         documents: lengths packing a 1-D tokens array, or a list of 1-D arrays (tokens=None).
         labels: HF-style (default: the tokens; next-token within each document). Returns the
-        mean loss before the step."""
+        mean loss before the step (over every rank's labelled tokens, data-parallel)."""
         if self._acc_labels:
             raise BadArgumentError("step: gradients from accumulate() are pending; call apply() first")
         hyperparameters = adamw_hyperparameters(self)
-        if self._resident:
-            self._for_batch(tokens, labels, documents, stream)
-        chunks = self._ring.chunks(tokens, labels, documents, "step")
-        num_labels = sum(c.num_labels for c in chunks)
-        if self.comm is not None:
-            if len(chunks) > self._ring.max_chunks:
-                raise BadArgumentError(f"step: data-parallel, a step's batch must fit the plan's "
-                                       f"{self._ring.max_chunks} chunks of {self._ring.plan.chunk_tokens} tokens "
-                                       f"(one executor call), got {len(chunks)}; plan for the batch "
-                                       f"(Trainer(seq_len=..., batch_size=...))")
-            num_labels = int(self.comm.sum_host([num_labels], stream)[0])
+        ring = self._training((tokens, labels, documents), stream)
+        chunks = ring.chunks(tokens, labels, documents, "step")
+        if self.comm is not None and len(chunks) > ring.max_chunks:
+            raise BadArgumentError(f"step: data-parallel, a step's batch must fit the plan's {ring.max_chunks} "
+                                   f"chunks of {ring.plan.chunk_tokens} tokens (one executor call), got "
+                                   f"{len(chunks)}; plan for the batch (Trainer(seq_len=..., batch_size=...))")
+        num_labels = int(self._sum_over_ranks(sum(c.num_labels for c in chunks), stream))
         if num_labels == 0:
             raise BadArgumentError("step: no labelled tokens (every target is -100)")
-        losses = self._ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(hyperparameters))
+        losses = ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(hyperparameters))
         self._norm_pending = "waited"  # run() waited after the update: the norm is on the host
-        self._wait_norm()
-        if self.comm is None:
+        self.last_grad_norm
+        if self.comm is None:  # the summed loss scaled in C, as the golden trajectory recorded it
             return self.model._batch_loss(losses, 1.0 / num_labels)
         return float(self.comm.sum_host([self.model._batch_loss(losses, 1.0)], stream)[0] / num_labels)
-
-    def _for_batch(self, tokens, labels, documents, stream):
-        """All-resident: the executor of the all-resident plan that takes this batch on `stream`
-        (the one before when it does; a new one keeps recording the trace)."""
-        from .ring_training import resident_training
-        self.model._m  # ClosedError for a closed model, before its memory is adopted
-        ring = resident_training(self.model, (tokens, labels, documents), stream, self._ring, self.optimizer_state)
-        if ring is not self._ring:
-            self._ring = ring
-            self._write_pending_state()
-            self.model._on(stream)
-            if self.comm is not None:
-                ring.executor.set_comm(self.comm, self.comm_stream, self.shard_optimizer)
-            if self._trace is not None and self._trace.recording:
-                ring.executor.start_trace(self._trace, keep=True)
 
     def accumulate(self, tokens, labels=None, documents=None, stream=0):
         """Adds one chunk's gradients (of its summed loss; apply() divides by the labelled
@@ -248,10 +232,9 @@ class Trainer:
         if self.comm is not None:
             raise BadArgumentError("accumulate: not supported with comm (data-parallel); use step()")
         first = self._acc_labels == 0
-        if self._resident:
-            self._for_batch(tokens, labels, documents, stream)
-        chunks = self._ring.chunks(tokens, labels, documents, "accumulate")
-        batch_sum = self.model._batch_loss(self._ring.run(chunks, not first, 1.0), 1.0)
+        ring = self._training((tokens, labels, documents), stream)
+        chunks = ring.chunks(tokens, labels, documents, "accumulate")
+        batch_sum = self.model._batch_loss(ring.run(chunks, not first, 1.0), 1.0)
         n = sum(c.num_labels for c in chunks)
         self._acc_loss += batch_sum
         self._acc_labels += n
@@ -273,110 +256,9 @@ class Trainer:
     def state_dict(self):
         """{"step": int, "exp_avg": {name: float32 numpy}, "exp_avg_sq": {...}, "hyperparameters": {...}}
         (m and v as torch.optim.AdamW names them; empty dicts before the first step), and
-        "master": {name: float32 numpy} when the model keeps fp32 master weights."""
-        self._shard(False)
-        if self.optimizer_state == "fp32":
-            m, v = self.model._read_kind(ADAM_M), self.model._read_kind(ADAM_V)
-        else:  # as trained: raw bytes per block (empty before the first step)
-            m, v = (self._pending_state or {}).get(ADAM_M), (self._pending_state or {}).get(ADAM_V)
-            if self._ring is not None and self.step_count:
-                x = self._ring.executor
-                m, v = ({f"block{b}": x.read(b, k) for b in range(x.num_blocks)} for k in (ADAM_M, ADAM_V))
-        state = {"step": self.step_count, "exp_avg": m or {}, "exp_avg_sq": v or {},
-                 "hyperparameters": {"lr": self.lr, "weight_decay": self.weight_decay, "betas": list(self.betas),
-                                     "eps": self.eps, "grad_clip": self.grad_clip}}
-        masters = self.model._read_kind(MASTER)
-        if masters is not None:
-            state["master"] = masters
-        if self.optimizer_state != "fp32":
-            state["optimizer_state"] = self.optimizer_state
-        self._shard(True)
-        return state
-
-    def _moment_blocks(self, state, stored):
-        """{ADAM_M, ADAM_V: [float32 values per block]} of a state_dict's moments stored as
-        `stored` (fp32: by tensor name; bf16, 8bit: raw bytes per block), checked."""
-        layout, out = self.model.layout, {}
-        numels = [row[GRAD] // 4 for row in layout.bytes]
-        for kind, moment in zip((ADAM_M, ADAM_V), MOMENTS):
-            if stored == "fp32":
-                named = self._checked_arrays(moment, state.get(moment, {}))
-                blocks = [np.zeros(n, np.float32) for n in numels]
-                for name, shape, b, offset in layout.tensors:
-                    blocks[b][offset:offset + named[name].size] = named[name].reshape(-1)
-            else:
-                raw = state.get(moment)
-                keys = [f"block{b}" for b in range(len(numels))]
-                if not isinstance(raw, dict) or sorted(raw) != sorted(keys):
-                    raise BadArgumentError(f"Trainer.load_state_dict: {moment}: expected raw {stored} blocks "
-                                           f"{keys[0]}..{keys[-1]}")
-                for k, n in zip(keys, numels):
-                    if np.asarray(raw[k]).nbytes != moment_bytes(stored, n):
-                        raise BadArgumentError(f"Trainer.load_state_dict: {moment} {k}: expected "
-                                               f"{moment_bytes(stored, n)} bytes of {stored} state, got "
-                                               f"{np.asarray(raw[k]).nbytes}")
-                blocks = [decode(stored, raw[k], n, moment) for k, n in zip(keys, numels)]
-            out[kind] = blocks
-        return out
-
-    def _write_pending_state(self):
-        """Moves raw bf16 / 8-bit moments loaded before the executor existed into it."""
-        if self._pending_state and self._ring is not None:
-            for kind, blocks in self._pending_state.items():
-                for b in range(len(blocks)):
-                    self._ring.executor.write(b, kind, blocks[f"block{b}"])
-            self._pending_state = None
-
-    def _checked_arrays(self, key, values):
-        """{name: float32 array} of one kind of state, checked against the model's names and shapes."""
-        shapes = self.model.shapes()
-        if not isinstance(values, dict):
-            raise BadArgumentError(f"Trainer.load_state_dict: {key}: expected a dict of arrays, got "
-                                   f"{type(values).__name__}")
-        missing = [n for n in shapes if n not in values]
-        unexpected = [n for n in values if n not in shapes]
-        if missing or unexpected:
-            raise BadArgumentError(f"Trainer.load_state_dict: {key}: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        checked = {}
-        for n, shape in shapes.items():
-            try:
-                with np.errstate(over="raise"):
-                    checked[n] = np.asarray(values[n], dtype=np.float32)
-            except (TypeError, ValueError, OverflowError, FloatingPointError) as e:
-                raise BadArgumentError(f"Trainer.load_state_dict: {key} {n}: expected float32 numbers, got "
-                                       f"{type(values[n]).__name__} ({e})") from None
-            if checked[n].shape != shape:
-                raise BadArgumentError(f"Trainer.load_state_dict: {key} {n}: expected shape {shape}, "
-                                       f"got {checked[n].shape}")
-        return checked
-
-    def _checked_state(self, state, moments=True):
-        """(step, {kind: arrays}, hyperparameters or None) of a state_dict, every field checked
-        before anything is written: a refused load changes nothing."""
-        if not isinstance(state, dict):
-            raise BadArgumentError(f"Trainer.load_state_dict: expected a dict, got {type(state).__name__}")
-        step = state.get("step")
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise BadArgumentError(f"Trainer.load_state_dict: step must be an integer >= 0, got {step!r:.60}")
-        kinds = {}
-        if "master" in state:
-            if not self.model.master_weights:
-                raise BadArgumentError("Trainer.load_state_dict: the state has fp32 master weights, but the model "
-                                       "keeps none (Trainer(..., master_weights=True) or Llama(..., "
-                                       "master_weights=True))")
-            kinds[MASTER] = self._checked_arrays("master", state["master"])
-        if step > 0 and moments:
-            kinds[ADAM_M] = self._checked_arrays("exp_avg", state.get("exp_avg", {}))
-            kinds[ADAM_V] = self._checked_arrays("exp_avg_sq", state.get("exp_avg_sq", {}))
-        hp = state.get("hyperparameters")
-        if hp:
-            fields = ("lr", "weight_decay", "betas", "eps", "grad_clip")
-            if not isinstance(hp, dict) or any(f not in hp for f in fields):
-                raise BadArgumentError(f"Trainer.load_state_dict: hyperparameters: expected an object with "
-                                       f"{', '.join(fields)}, got {hp!r:.100}")
-            hp = {f: hp[f] for f in fields}
-            adamw_hyperparameters(SimpleNamespace(**hp))
-        return int(step), kinds, hp
+        "master": {name: float32 numpy} when the model keeps fp32 master weights; bf16 and 8-bit
+        moments as trained (raw bytes per block, "optimizer_state" naming the precision)."""
+        return trainer_state.state_dict(self)
 
     def load_state_dict(self, state, convert=False):
         """Restores step, m and v, master weights (and hyperparameters when present) from
@@ -385,40 +267,4 @@ class Trainer:
         stored in another precision than this Trainer's optimizer_state load only with
         convert=True (decoded to fp32, then rounded as the kernels store them).
         BadArgumentError naming the field for a malformed state, before anything changes."""
-        if not isinstance(state, dict):
-            raise BadArgumentError(f"Trainer.load_state_dict: expected a dict, got {type(state).__name__}")
-        stored = state.get("optimizer_state", "fp32")
-        if stored not in OPTIMIZER_STATES:
-            raise BadArgumentError(f"Trainer.load_state_dict: optimizer_state must be one of "
-                                   f"{', '.join(OPTIMIZER_STATES)}, got {stored!r:.40}")
-        if stored != self.optimizer_state and state.get("step") and not convert:
-            raise BadArgumentError(f"Trainer.load_state_dict: the optimizer state was trained as {stored}, this "
-                                   f"Trainer keeps {self.optimizer_state}; pass convert=True to convert it")
-        lean = stored != "fp32" or self.optimizer_state != "fp32"
-        moments = self._moment_blocks(state, stored) if lean and state.get("step") else None
-        step, kinds, hp = self._checked_state(dict(state, exp_avg=None, exp_avg_sq=None) if lean else state,
-                                              moments=not lean)
-        if moments and self.optimizer_state == "fp32":  # back to named arrays for the model
-            for kind, blocks in moments.items():
-                kinds[kind] = {name: blocks[b][offset:offset + int(np.prod(shape))].reshape(shape)
-                               for name, shape, b, offset in self.model.layout.tensors}
-        elif moments and stored == self.optimizer_state:  # as trained (8-bit does not survive a re-encode)
-            self._pending_state = {kind: {key: np.ascontiguousarray(raw).view(np.uint8).reshape(-1).copy()
-                                          for key, raw in state[moment].items()}
-                                   for kind, moment in zip((ADAM_M, ADAM_V), MOMENTS)}
-        elif moments:
-            self._pending_state = {kind: {f"block{b}": encode(self.optimizer_state, values, moment)
-                                          for b, values in enumerate(blocks)}
-                                   for (kind, blocks), moment in zip(moments.items(), MOMENTS)}
-        self._shard(False)
-        if step > 0 and self._ring is None and self.optimizer_state == "fp32":
-            self.model._on(0)
-            check(modelslib.dataflow_llama_alloc_optimizer_state(self.model._m, 0))
-        for kind, arrays in kinds.items():  # MASTER first: writing it resets nothing else
-            self.model._write_kind(kind, arrays.__getitem__)
-        if hp:
-            self.lr, self.weight_decay, self.betas = hp["lr"], hp["weight_decay"], betas_pair(hp["betas"])
-            self.eps, self.grad_clip = hp["eps"], hp["grad_clip"]
-        self.step_count = step
-        self._write_pending_state()
-        self._shard(True)
+        trainer_state.load_state_dict(self, state, convert)
