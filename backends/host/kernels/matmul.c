@@ -2,7 +2,9 @@
  *
  * Runs on oneDNN when the library was built with it (matmul_onednn.c), on the portable
  * fallback otherwise (matmul_fallback.c), and on the fallback for any dtype combination
- * oneDNN has no implementation for (fp16 on CPUs without AVX512-FP16).
+ * oneDNN has no implementation for (fp16 on CPUs without AVX512-FP16). A decode step's few
+ * rows against a linear layer's weight take the matrix-vector path (matmul_matvec.c) unless
+ * DATAFLOW_HOST_MATMUL=fallback.
  *
  * DATAFLOW_HOST_MATMUL, read when the op is registered (handle creation):
  *   unset or "auto"  oneDNN if built in, else the fallback
@@ -92,6 +94,8 @@ Dataflow_Status dataflow_host_matmul(Dataflow_Handle *handle, int stream_id, con
 		.num_threads = dataflow_host_compute_threads(handle),
 	};
 #ifdef DATAFLOW_HAVE_ONEDNN
+	if (s->onednn && matmul_matvec_applies(&args))
+		return matmul_matvec_run(&args);
 	if (s->onednn) {
 		Dataflow_Status st = matmul_onednn_run(s->onednn, stream_id, &args);
 		if (st != DATAFLOW_ERR_UNSUPPORTED)
