@@ -13,7 +13,10 @@ $LLAMA_CPP_CONVERTER; the llama-cpp-python wheel does not ship it: it lies in th
 source the sdist vendors) to f32 / bf16 / q8_0; q4_0 is llama.cpp's quantize of the f32 file
 with every tensor q4_0 (pure), as q8_0's converter output is. dataflow's int8 / int4 match
 them: lm_head quantized too, int4 in groups of 32 with q4_0's implicit zero point 8; fp32
-activations. Every peer runs 2 threads (--threads).
+activations. Every peer runs 2 threads (--threads). Where the CPU reports AMX but the kernel does
+not grant its tile state (arch_prctl ARCH_GET_XCOMP_SUPP lacks XTILEDATA: some VMs), a natively
+built llama.cpp dies of SIGILL in its AMX q8_0/q4_0 kernels: build its ggml-cpu with
+GGML_NATIVE=OFF, the AVX-512 options on and GGML_AMX_INT8/TILE/BF16=OFF.
 
 Per peer, variant and round: t1 = generate(prompt, 1 token) (the prefill), tN = generate(prompt,
 N tokens); decode tok/s = (N - 1) / (tN - t1), prompt tok/s = prompt / t1; every (peer, variant)
@@ -91,6 +94,8 @@ def byte_fallback_tokenizer(directory, vocab_size):
 
 def gguf_files(directory, converter):
     """llama.cpp type -> .gguf path of the HF model in directory."""
+    import ctypes
+
     import llama_cpp
     files = {}
     for outtype in ("f32", "bf16", "q8_0"):
@@ -102,7 +107,7 @@ def gguf_files(directory, converter):
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype, params.pure, params.nthread = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, True, 2
     files["q4_0"] = os.path.join(directory, "model-q4_0.gguf")
-    if llama_cpp.llama_model_quantize(files["f32"].encode(), files["q4_0"].encode(), params) != 0:
+    if llama_cpp.llama_model_quantize(files["f32"].encode(), files["q4_0"].encode(), ctypes.byref(params)) != 0:
         sys.exit("generate.py: llama.cpp's llama_model_quantize to q4_0 failed")
     return files
 
