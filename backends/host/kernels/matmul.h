@@ -33,7 +33,7 @@ MATMUL_PRIVATE Dataflow_Status matmul_fallback_run(Matmul_Fallback *fallback, co
 
 #define MATVEC_MAX_ROWS 4
 /* Whether matmul_matvec_run takes this call: at most MATVEC_MAX_ROWS rows of A, B transposed
- * ([N, K] in storage), fp32 or bf16, and OpenMP to run it on. */
+ * ([N, K] in storage), fp32 or bf16. */
 MATMUL_PRIVATE int matmul_matvec_applies(const Matmul_Args *args);
 MATMUL_PRIVATE Dataflow_Status matmul_matvec_run(const Matmul_Args *args);
 
