@@ -43,9 +43,10 @@ def parse_args():
     return p.parse_args()
 
 
-def build(df, h, config, state, variant):
+def build(df, h, config, state, dtype, q):
+    """A model of dtype over state: as is when q is None, else with the layers' linear weights
+    quantized by quantization_config(*q)."""
     from dataflow import quantize as qz
-    dtype, q = VARIANTS[variant]
     if q is None:
         model = df.models.Llama(h, config, dtype=dtype)
         model.load_state_dict(state)
@@ -62,7 +63,7 @@ def main():
     config = dict(QUICK if args.quick else CONFIG, vocab_size=args.vocab)
     h = df.Handle("host", threads=args.threads)
     state = df.models.Llama(h, config, seed=0).state_dict()
-    models = {v: build(df, h, config, state, v) for v in VARIANTS}
+    models = {v: build(df, h, config, state, *VARIANTS[v]) for v in VARIANTS}
     weight_bytes = {v: m.layout.total((0,)) for v, m in models.items()}
     prompt = np.random.default_rng(0).integers(0, args.vocab, args.prompt)
     times = {v: [] for v in VARIANTS}

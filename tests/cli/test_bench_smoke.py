@@ -119,3 +119,25 @@ def test_ops_moe_quick():
     for r in result["rows"]:
         assert r["dataflow_ms"] > 0 and r["torch_ms"] > 0, r
     assert summary.startswith("ops host (2 threads")
+
+
+def test_generate_quick():
+    pytest.importorskip("transformers")
+    # llama.cpp's converter, when it runs, takes most of the time (it loads torch three times)
+    result, summary = run_bench("generate.py", "--quick", timeout=600)
+    peers = {(r["peer"], r["variant"]) for r in result["rows"]}
+    assert {("dataflow", v) for v in ("fp32", "bf16", "int8", "int4")} | {("transformers", "fp32"),
+                                                                          ("transformers", "bf16")} <= peers
+    llama_cpp = result["llama_cpp"] == "measured"
+    assert llama_cpp == ({("llama.cpp", t) for t in ("f32", "bf16", "q8_0", "q4_0")} <= peers)
+    for r in result["rows"]:
+        assert r["decode_tok_s"] > 0 and r["prompt_tok_s"] > 0, r
+    # the same weights reach every peer: at full precision their greedy tokens follow dataflow's fp32
+    full = [r for r in result["rows"] if r["variant"] in ("fp32", "f32")]
+    assert len(full) == 2 + llama_cpp and all(r["greedy_agrees"] >= 0.75 for r in full), full
+    assert set(result["ratio_vs_transformers"]) == {"fp32", "bf16"}
+    assert set(result["ratio_vs_llama_cpp"]) == ({"fp32", "bf16", "int8", "int4"} if llama_cpp else set())
+    assert [b["streams"] for b in result["batched"]] == [1, 4]
+    assert all(b["decode_tok_s"] > 0 and b["peak_bytes_per_seq"] > 0 for b in result["batched"])
+    assert summary.startswith("generate host (2 threads)")
+    assert ("vs llama.cpp fp32" in summary) == llama_cpp and "vs transformers fp32" in summary

@@ -2,7 +2,9 @@
  *
  * Runs on oneDNN when the library was built with it (matmul_onednn.c), on the portable
  * fallback otherwise (matmul_fallback.c), and on the fallback for any dtype combination
- * oneDNN has no implementation for (fp16 on CPUs without AVX512-FP16).
+ * oneDNN has no implementation for (fp16 on CPUs without AVX512-FP16). A decode step's few
+ * rows against a linear layer's weight take the matrix-vector path (matmul_matvec.c) unless
+ * DATAFLOW_HOST_MATMUL=fallback.
  *
  * DATAFLOW_HOST_MATMUL, read when the op is registered (handle creation):
  *   unset or "auto"  oneDNN if built in, else the fallback
@@ -105,5 +107,10 @@ Dataflow_Status dataflow_host_matmul(Dataflow_Handle *handle, int stream_id, con
 		.beta = m.beta,
 		.num_threads = dataflow_host_compute_threads(handle),
 	};
+#ifdef DATAFLOW_HAVE_ONEDNN
+	/* decode's few rows: the matrix-vector kernel (oneDNN's small-M path is slower) */
+	if (((Matmul_State *)op_state)->onednn && matmul_matvec_applies(&args))
+		return matmul_matvec_run(&args);
+#endif
 	return matmul_run(op_state, stream_id, &args);
 }

@@ -1,8 +1,9 @@
 #ifndef DATAFLOW_HOST_MATMUL_H
 #define DATAFLOW_HOST_MATMUL_H
 
-/* Private interface between the host matmul external op (matmul.c) and its two engines:
- * oneDNN (matmul_onednn.c) and the portable fallback (matmul_fallback.c). */
+/* Private interface between the host matmul external op (matmul.c) and its engines: oneDNN
+ * (matmul_onednn.c), the portable fallback (matmul_fallback.c) and the decode path for a few
+ * rows against a linear layer's weight (matmul_matvec.c). */
 
 #include <stdint.h>
 
@@ -42,6 +43,12 @@ MATMUL_PRIVATE Dataflow_Status matmul_fallback_create(Matmul_Fallback **fallback
 MATMUL_PRIVATE void matmul_fallback_destroy(Matmul_Fallback *fallback);
 /* Thread-safe: concurrent calls run one after another (they would share the same cores). */
 MATMUL_PRIVATE Dataflow_Status matmul_fallback_run(Matmul_Fallback *fallback, const Matmul_Args *args);
+
+#define MATVEC_MAX_ROWS 4
+/* Whether matmul_matvec_run takes this call: at most MATVEC_MAX_ROWS rows of A, B transposed
+ * ([N, K] in storage), fp32 or bf16. */
+MATMUL_PRIVATE int matmul_matvec_applies(const Matmul_Args *args);
+MATMUL_PRIVATE Dataflow_Status matmul_matvec_run(const Matmul_Args *args);
 
 #ifdef DATAFLOW_HAVE_ONEDNN
 typedef struct Matmul_Onednn Matmul_Onednn;

@@ -21,9 +21,8 @@
 
 #include "dataflow/host_kernel.h"
 #include "dataflow/op_args.h"
-#include "simd_dtype.h"
+#include "lanes16.h"
 
-#define LANES 16          /* the accumulator's lanes: the summation order, on every path */
 #define DECODE_MAX_ROWS 4 /* the decode path's rows of x per pass over a weight row */
 #define TILE_N 4          /* output channels per part step, and per prefill tile */
 #define PART_MIN_MACS 65536
@@ -36,31 +35,6 @@ typedef struct {
 	void *out;
 	DataflowDatatype sdt, odt;
 } Q_Args;
-
-/* ---- the scalar path's vocabulary, so the one body below also stamps it ---- */
-
-enum { VL_scalar = 1 };
-typedef float Vf_scalar;
-SIMD_INLINE float vset1_scalar(float v)
-{
-	return v;
-}
-SIMD_INLINE float vloadf_scalar(const float *p)
-{
-	return *p;
-}
-SIMD_INLINE void vstoref_scalar(float *p, float v)
-{
-	*p = v;
-}
-SIMD_INLINE float vfma_scalar(float a, float b, float c)
-{
-	return fmaf(a, b, c);
-}
-SIMD_INLINE float vload_scalar(const void *p, int64_t i, DataflowDatatype dt)
-{
-	return simd_load1(p, i, dt);
-}
 
 /* ---- codes of elements [k, k + VL) of a weight row, as fp32 (k is a multiple of VL) ---- */
 
@@ -169,15 +143,6 @@ SIMD_INLINE void store_out(const Q_Args *a, int64_t m, int64_t n, float r)
 	simd_store1(a->out, m * a->N + n, r, a->odt);
 }
 
-/* The fixed pairwise sum of the 16 lanes: lanes[i] += lanes[i + w] for w = 8, 4, 2, 1 */
-SIMD_INLINE float tree16(float lanes[LANES])
-{
-	for (int width = LANES / 2; width >= 1; width /= 2)
-		for (int i = 0; i < width; i++)
-			lanes[i] += lanes[i + width];
-	return lanes[0];
-}
-
 /* tree16 after the tail k in [k16, K) went to lane k % 16 (w: the tail's weights, from the row
  * or a dequantized buffer) */
 SIMD_INLINE float tail_and_sum(const Q_Args *a, float lanes[LANES], int64_t m, int64_t n, int64_t k16,
@@ -190,72 +155,59 @@ SIMD_INLINE float tail_and_sum(const Q_Args *a, float lanes[LANES], int64_t m, i
 	return tree16(lanes);
 }
 
-/* tree16 of the 16 lanes in registers, the same additions in the same order (used when K has no
- * tail): the upper 8 onto the lower 8, then 4, 2, 1 */
-SIMD_TARGET_AVX512 SIMD_INLINE float hsum16_avx512(const __m512 *acc)
-{
-	__m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc[0]),
-				  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[0]), 1)));
-	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
-
-SIMD_TARGET_AVX2 SIMD_INLINE float hsum16_avx2(const __m256 *acc)
-{
-	__m256 s8 = _mm256_add_ps(acc[0], acc[1]);
-	__m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-	__m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-	return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
-
-SIMD_INLINE float hsum16_scalar(const float *acc)
-{
-	float lanes[LANES];
-	memcpy(lanes, acc, sizeof(lanes));
-	return tree16(lanes);
-}
-
 /* ---- one body per path ----
  * NV_isa vectors make the 16 lanes; MB_isa rows of x per prefill step keep the MB x TILE_N
  * accumulators in registers (AVX-512: 16 of 32 zmm; AVX2: 8 of 16 ymm). */
 enum { MB_avx512 = 4, MB_avx2 = 1, MB_scalar = 1 };
+/* weight rows per decode pass: their accumulators (x DECODE_MAX_ROWS x NV) in registers */
+enum { DECODE_N_avx512 = 4, DECODE_N_avx2 = 2, DECODE_N_scalar = 1 };
 #define NV(isa) (LANES / VL_##isa)
 
 #define QMATMUL_PATH(isa)                                                                                  \
-	/* decode: rows [m0, m0 + mb) of x against weight row n, dequantized in registers */               \
-	SIMD_ISA_INLINE(isa) void decode_rows_##isa(const Q_Args *a, int64_t n, int64_t m0, int mb, int bits,   \
-						    DataflowDatatype xdt)                                       \
+	/* decode: rows [m0, m0 + mb) of x against weight rows [n, n + nn), dequantized in registers     \
+	 * (the rows' accumulators are independent: their FMA latencies overlap) */                      \
+	SIMD_ISA_INLINE(isa) void decode_rows_##isa(const Q_Args *a, int64_t n, int nn, int64_t m0, int mb,     \
+						    int bits, DataflowDatatype xdt)                             \
 	{                                                                                                  \
-		Vf_##isa acc[DECODE_MAX_ROWS][NV(isa)];                                                    \
-		for (int r = 0; r < DECODE_MAX_ROWS; r++)                                                  \
-			for (int j = 0; j < NV(isa); j++)                                                  \
-				acc[r][j] = vset1_##isa(0.0f);                                             \
-		const uint8_t *row = a->W + n * a->row_bytes;                                              \
+		Vf_##isa acc[DECODE_N_##isa][DECODE_MAX_ROWS][NV(isa)];                                    \
+		for (int c = 0; c < DECODE_N_##isa; c++)                                                   \
+			for (int r = 0; r < DECODE_MAX_ROWS; r++)                                          \
+				for (int j = 0; j < NV(isa); j++)                                          \
+					acc[c][r][j] = vset1_##isa(0.0f);                                  \
 		int64_t k16 = a->K / LANES * LANES;                                                        \
 		for (int64_t k0 = 0; k0 < k16; k0 += a->group) {                                           \
 			int64_t g = k0 / a->group, gend = k0 + a->group < k16 ? k0 + a->group : k16;       \
-			Vf_##isa s = vset1_##isa(scale_of(a, n, g)), z = vset1_##isa(zero_of(a, n, g, bits)); \
-			Vf_##isa table = vtable_##isa(s, z);                                               \
+			Vf_##isa s[DECODE_N_##isa], z[DECODE_N_##isa], table[DECODE_N_##isa];              \
+			for (int c = 0; c < nn; c++) {                                                     \
+				s[c] = vset1_##isa(scale_of(a, n + c, g));                                 \
+				z[c] = vset1_##isa(zero_of(a, n + c, g, bits));                            \
+				table[c] = vtable_##isa(s[c], z[c]);                                       \
+			}                                                                                  \
 			for (int64_t k = k0; k < gend; k += LANES)                                         \
 				for (int j = 0; j < NV(isa); j++) {                                        \
 					int64_t kj = k + j * VL_##isa;                                     \
-					Vf_##isa w = vweight_##isa(row, kj, bits, s, z, table);            \
-					for (int r = 0; r < mb; r++)                                       \
-						acc[r][j] = vfma_##isa(vload_##isa(a->x, (m0 + r) * a->K + kj, xdt), \
-								       w, acc[r][j]);                      \
+					for (int c = 0; c < nn; c++) {                                     \
+						const uint8_t *row = a->W + (n + c) * a->row_bytes;        \
+						Vf_##isa w = vweight_##isa(row, kj, bits, s[c], z[c], table[c]); \
+						for (int r = 0; r < mb; r++)                               \
+							acc[c][r][j] = vfma_##isa(vload_##isa(a->x, (m0 + r) * a->K + kj, \
+											      xdt),        \
+										  w, acc[c][r][j]);        \
+					}                                                                  \
 				}                                                                          \
 		}                                                                                          \
-		for (int r = 0; r < mb; r++) {                                                             \
-			if (k16 == a->K) {                                                                 \
-				store_out(a, m0 + r, n, hsum16_##isa(acc[r]));                             \
-				continue;                                                                  \
+		for (int c = 0; c < nn; c++)                                                               \
+			for (int r = 0; r < mb; r++) {                                                     \
+				if (k16 == a->K) {                                                         \
+					store_out(a, m0 + r, n + c, hsum16_##isa(acc[c][r]));              \
+					continue;                                                          \
+				}                                                                          \
+				float lanes[LANES];                                                        \
+				for (int j = 0; j < NV(isa); j++)                                          \
+					vstoref_##isa(lanes + j * VL_##isa, acc[c][r][j]);                 \
+				store_out(a, m0 + r, n + c,                                                \
+					  tail_and_sum(a, lanes, m0 + r, n + c, k16, xdt, NULL, bits));    \
 			}                                                                                  \
-			float lanes[LANES];                                                                \
-			for (int j = 0; j < NV(isa); j++)                                                  \
-				vstoref_##isa(lanes + j * VL_##isa, acc[r][j]);                            \
-			store_out(a, m0 + r, n, tail_and_sum(a, lanes, m0 + r, n, k16, xdt, NULL, bits));  \
-		}                                                                                          \
 	}                                                                                                  \
 	/* prefill: rows [m0, m0 + mb) of x against the dequantized tile w[TILE_N][K] (rows n0..) */     \
 	SIMD_ISA_INLINE(isa) void tile_rows_##isa(const Q_Args *a, const float *w, int64_t n0, int nt, int64_t m0, \
@@ -297,14 +249,17 @@ enum { MB_avx512 = 4, MB_avx2 = 1, MB_scalar = 1 };
 						     DataflowDatatype xdt)                                      \
 	{                                                                                                  \
 		if (!wbuf) {                                                                               \
-			for (int64_t n = n0; n < n1; n++)                                                  \
+			for (int64_t n = n0; n < n1; n += DECODE_N_##isa) {                                \
+				int nn = n1 - n < DECODE_N_##isa ? (int)(n1 - n) : DECODE_N_##isa;         \
 				for (int64_t m = 0; m < a->M; m += DECODE_MAX_ROWS) {                      \
 					int64_t left = a->M - m;                                           \
-					if (left >= DECODE_MAX_ROWS)                                       \
-						decode_rows_##isa(a, n, m, DECODE_MAX_ROWS, bits, xdt);    \
+					if (left >= DECODE_MAX_ROWS && nn == DECODE_N_##isa)               \
+						decode_rows_##isa(a, n, DECODE_N_##isa, m, DECODE_MAX_ROWS, bits, xdt); \
 					else                                                               \
-						decode_rows_##isa(a, n, m, (int)left, bits, xdt);          \
+						decode_rows_##isa(a, n, nn, m, left < DECODE_MAX_ROWS ? (int)left \
+							: DECODE_MAX_ROWS, bits, xdt);                     \
 				}                                                                          \
+			}                                                                                  \
 			return;                                                                            \
 		}                                                                                          \
 		int64_t K = a->K, k16 = K / LANES * LANES;                                                 \
