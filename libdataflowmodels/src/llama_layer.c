@@ -83,9 +83,22 @@ static Dataflow_Status projection(const Layer *L, int s, const void *xn1, int w,
 	return layer_linear(L, s, xn1, w, out, out, n, L->H);
 }
 
+/* OK for a dense layer; a mixture-of-experts layer's feed-forward is not composed yet (it waits
+ * for the moe_* catalogue ops): `what` is refused, naming the config. */
+static Dataflow_Status dense_only(const Dataflow_Blocked_Model *m, const char *what)
+{
+	if (!m->config.num_experts)
+		return DATAFLOW_OK;
+	return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+				  "llama %s: the mixture-of-experts feed-forward (num_experts %lld) cannot run yet; "
+				  "its weights load and save, and it plans",
+				  what, (long long)m->config.num_experts);
+}
+
 Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
 				    const Dataflow_Block_Args *a, int recompute)
 {
+	TRY(dense_only(m, "layer forward"));
 	Layer L = layer_view(m, mem, a);
 	const Dataflow_Llama_Batch *b = a->batch;
 	const Dataflow_Block_KV *kv = a->kv;
@@ -186,6 +199,7 @@ Dataflow_Status llama_layer_backward_x(const Dataflow_Blocked_Model *m, int s, c
 				       const Dataflow_Block_Args *a)
 {
 	TRY(llama_refuse_quantized(&m->config, "layer backward_x"));
+	TRY(dense_only(m, "layer backward_x"));
 	Layer L = layer_view(m, mem, a);
 	const Dataflow_Llama_Batch *b = a->batch;
 	void **act = L.act, **da = L.da;
@@ -222,6 +236,7 @@ Dataflow_Status llama_layer_backward_w(const Dataflow_Blocked_Model *m, int s, c
 				       const Dataflow_Block_Args *a)
 {
 	TRY(llama_refuse_quantized(&m->config, "layer backward_w"));
+	TRY(dense_only(m, "layer backward_w"));
 	Layer L = layer_view(m, mem, a);
 	void **act = L.act, **da = L.da;
 	int64_t qd = L.nq * L.hd, kvd = L.nkv * L.hd;
