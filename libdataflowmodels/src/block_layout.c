@@ -39,7 +39,8 @@ static int acts_specs(const Dataflow_Blocked_Model *m, Dataflow_Block_Role role,
 		[ACT_GATE] = F * es, [ACT_UP] = F * es,           [ACT_RSTD1] = 4,       [ACT_RSTD2] = 4,
 		[ACT_QPRE] = qkn * qd * es, [ACT_KPRE] = qkn * kvd * es, [ACT_RSTDQ] = qkn * c->num_heads * 4,
 		[ACT_RSTDK] = qkn * c->num_kv_heads * 4, [ACT_RLOGITS] = E * 4, [ACT_PROBS] = E * 4,
-		[ACT_TOPW] = k * 4,  [ACT_TOPI] = k * 4,          [ACT_ROWS] = k * 4,    [ACT_XPERM] = k * H * es,
+		[ACT_TOPW] = k * 4,  [ACT_TOPI] = k * 4,          [ACT_ROWS] = k * 4,    [ACT_SLOTS] = k * 4,
+		[ACT_XPERM] = k * H * es,
 		[ACT_YPERM] = k * H * es};
 	for (int i = 0; i < LAYER_ACTS; i++)
 		spec[i] = (Array_Spec){per_token[i], 0, i <= ACT_LSE ? DATAFLOW_SAVE_ATTENTION : DATAFLOW_SAVE_ALL};
@@ -140,6 +141,9 @@ int64_t llama_workspace_layout(const Dataflow_Blocked_Model *m, int64_t T, void 
 		spec[WS_DW] = (Array_Spec){0, (c->qk_norm && hd > H ? hd : H) * 4, 0};
 		spec[WS_RMS] = (Array_Spec){0, rms > rms_heads ? rms : rms_heads, 0};
 		spec[WS_ONES] = (Array_Spec){has_bias ? es : 0, 0, 0};
+		int64_t experts = c->num_experts;
+		spec[WS_EXPERT_TMP] = (Array_Spec){experts ? c->num_experts_per_tok * H * es : 0, 0, 0};
+		spec[WS_ROUTER] = (Array_Spec){experts * es, 0, 0};
 		/* attention's backward workspace for up to T documents (the most a chunk holds) */
 		spec[WS_ATTN] = (Array_Spec){0, attn > 0 ? attn : 0, 0};
 		n = WS_COUNT;

@@ -22,12 +22,13 @@ FAMILIES = {
                                        "num_key_value_heads": 8, "rms_norm_eps": 1e-5, "num_local_experts": 8,
                                        "num_experts_per_tok": 2}),
     "qwen3_moe": ("Qwen3MoeForCausalLM", {"max_position_embeddings": 32768, "num_key_value_heads": 4,
-                                          "num_local_experts": 128, "num_experts_per_tok": 8,
+                                          "num_experts": 128, "num_experts_per_tok": 8,
                                           "moe_intermediate_size": 768}),
 }
 # The mixture-of-experts families: every layer's feed-forward is a router over experts (Mixtral's
 # experts have intermediate_size and always renormalize the chosen probabilities; Qwen3-MoE's have
-# moe_intermediate_size and renormalize with norm_topk_prob).
+# moe_intermediate_size and renormalize with norm_topk_prob; its num_experts is transformers 5's
+# num_local_experts, which wins when both are given).
 MOE_FAMILIES = ("mixtral", "qwen3_moe")
 MOE_DEFAULTS = {"router_aux_loss_coef": 0.001, "output_router_logits": False}
 # MistralConfig's sliding_window when config.json has none (an explicit null is no window).

@@ -1,0 +1,206 @@
+"""The mixture-of-experts families Mixtral and Qwen3-MoE against Hugging Face transformers'
+MixtralForCausalLM / Qwen3MoeForCausalLM (fp32, eager attention), each built by transformers
+with its own random init from a small odd config (GQA, head_dim not hidden / heads, 5+ experts,
+top-2 and top-3, Qwen3-MoE's norm_topk_prob both ways) and handed to us through its
+save_pretrained: logits, loss, every gradient, three AdamW steps with clipping (dataflow.Trainer),
+and transformers loading our save_pretrained. HF keeps the experts fused in memory
+(gate_up_proj [E, 2I, H], down_proj [E, H, I]) and writes one tensor per expert (Mixtral's w1 /
+w3 / w2, Qwen3-MoE's gate_proj / up_proj / down_proj): per_expert() maps the first onto the
+second. Tolerances: tests/tolerances.py LLAMA_TOLERANCES."""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import dataflow as df
+from dataflow.models import LlamaConfig, Trainer
+from tolerances import LLAMA_TOLERANCES, TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
+from conftest import handle_fixture
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+_ODD = dict(vocab_size=89, hidden_size=40, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=12, rms_norm_eps=1e-6, tie_word_embeddings=False)
+CONFIGS = {
+    # 5 experts, top-2, always renormalized; experts of intermediate_size 36
+    "mixtral_top2": dict(model_type="mixtral", intermediate_size=36, num_local_experts=5, num_experts_per_tok=2,
+                         **_ODD),
+    # 7 experts, top-3, renormalized (norm_topk_prob), experts of 28, tied embeddings
+    "qwen3_moe_top3_norm": dict(model_type="qwen3_moe", intermediate_size=50, moe_intermediate_size=28,
+                                num_experts=7, num_experts_per_tok=3, norm_topk_prob=True,
+                                **{**_ODD, "tie_word_embeddings": True}),
+    # 6 experts, top-2, the chosen probabilities as they are (norm_topk_prob false)
+    "qwen3_moe_top2_raw": dict(model_type="qwen3_moe", intermediate_size=50, moe_intermediate_size=20,
+                               num_experts=6, num_experts_per_tok=2, norm_topk_prob=False, **_ODD),
+}
+TOL = LLAMA_TOLERANCES
+
+handle = handle_fixture("handle", streams=2, device_memory="1GiB")
+
+
+def hf_random(name, seed):
+    """transformers' model of CONFIGS[name] with its own random init (router weights sharpened so
+    that the top-k choice has no near-ties), fp32, eager attention."""
+    torch.manual_seed(seed)
+    cfg = transformers.AutoConfig.for_model(**CONFIGS[name])
+    cfg._attn_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(cfg).float()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("mlp.gate.weight"):
+                p.mul_(20.0)
+    return model
+
+
+def per_expert(named, model_type):
+    """{checkpoint name: array} of HF's in-memory {name: tensor} (fused experts split per expert)."""
+    mixtral = model_type == "mixtral"
+    out = {}
+    for n, t in named.items():
+        t = t.detach().numpy() if hasattr(t, "detach") else t
+        prefix = n.rsplit(".mlp.", 1)[0] + (".block_sparse_moe" if mixtral else ".mlp")
+        if n.endswith("experts.gate_up_proj"):
+            half = t.shape[1] // 2
+            for e in range(t.shape[0]):
+                out[f"{prefix}.experts.{e}.{'w1' if mixtral else 'gate_proj'}.weight"] = t[e, :half]
+                out[f"{prefix}.experts.{e}.{'w3' if mixtral else 'up_proj'}.weight"] = t[e, half:]
+        elif n.endswith("experts.down_proj"):
+            for e in range(t.shape[0]):
+                out[f"{prefix}.experts.{e}.{'w2' if mixtral else 'down_proj'}.weight"] = t[e]
+        elif mixtral and n.endswith("mlp.gate.weight"):
+            out[f"{prefix}.gate.weight"] = t
+        else:
+            out[n] = t
+    return out
+
+
+def ours_from_hf(handle, ref, tmp_path):
+    ref.save_pretrained(tmp_path)
+    return df.models.from_pretrained(tmp_path, handle=handle)
+
+
+def tokens_for(config, shape, seed=0):
+    return np.random.default_rng(seed).integers(0, config.vocab_size, size=shape)
+
+
+def hf_routing(ref, tokens):
+    """Each layer's chosen experts [tokens, top_k] in HF's forward (hooked on the routers)."""
+    chosen = []
+    hooks = [m.register_forward_hook(lambda mod, inp, out: chosen.append(out[2].numpy().copy()))
+             for n, m in ref.named_modules() if n.endswith("mlp.gate")]
+    with torch.no_grad():
+        ref(torch.from_numpy(tokens))
+    for h in hooks:
+        h.remove()
+    return chosen
+
+
+def test_configs_parse_with_their_families_defaults():
+    mixtral = LlamaConfig.from_dict(CONFIGS["mixtral_top2"])
+    assert (mixtral.num_local_experts, mixtral.num_experts_per_tok, mixtral.moe_intermediate_size) == (5, 2, 36)
+    assert mixtral.norm_topk_prob and not mixtral.output_router_logits
+    qwen = LlamaConfig.from_dict({**CONFIGS["qwen3_moe_top2_raw"], "num_local_experts": 6, "num_experts": None})
+    assert (qwen.num_local_experts, qwen.moe_intermediate_size, qwen.norm_topk_prob) == (6, 20, False)
+    for config in (qwen, mixtral):  # to_dict writes what from_dict reads (extra: architectures, hidden_act)
+        assert dataclasses.replace(LlamaConfig.from_dict(config.to_dict()), extra={}) == config
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"decoder_sparse_step": 2}, r"layers \[0\] would be dense .* every layer must have experts"),
+    ({"mlp_only_layers": [1]}, r"layers \[1\] would be dense"),
+    ({"num_experts_per_tok": 8}, r"num_experts_per_tok \(8\) must be at most num_local_experts \(6\)"),
+    ({"num_experts": 0}, r"num_local_experts must be a positive integer"),
+    ({"router_aux_loss_coef": -1.0}, r"router_aux_loss_coef must be a finite number >= 0"),
+    ({"norm_topk_prob": "yes"}, r"norm_topk_prob must be true or false"),
+])
+def test_bad_moe_configs_are_named(tmp_path, change, match):
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIGS["qwen3_moe_top2_raw"], **change}))
+    with pytest.raises(df.FileFormatError, match=match):
+        df.models.from_pretrained(tmp_path)
+
+
+def test_mixtral_router_noise_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIGS["mixtral_top2"], "router_jitter_noise": 0.1}))
+    with pytest.raises(df.FileFormatError, match=r"router_jitter_noise=0.1 is not supported"):
+        df.models.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_layout_is_hf_checkpoint(handle, tmp_path, name):
+    """Our tensor table is what HF's save_pretrained writes (names and shapes)."""
+    ref = hf_random(name, seed=1)
+    model = ours_from_hf(handle, ref, tmp_path)
+    want = per_expert(dict(ref.named_parameters()), model.config.model_type)
+    if model.config.tie_word_embeddings:
+        want.pop("lm_head.weight", None)
+    assert model.shapes() == {n: tuple(v.shape) for n, v in want.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_fp32_logits_routing_loss_grads_match_hf(handle, tmp_path, name):
+    ref = hf_random(name, seed=3)
+    model = ours_from_hf(handle, ref, tmp_path)
+    tokens = tokens_for(model.config, (2, 13))
+    tol = TOL["fp32"]
+    # the routing first: HF's expert choice has no near-ties (sharpened routers), so logits
+    # within 1e-4 mean every token met the experts HF chose
+    assert all(len(np.unique(c)) > 1 for c in hf_routing(ref, tokens))
+    with torch.no_grad():
+        want = ref(torch.from_numpy(tokens)).logits.numpy()
+    np.testing.assert_allclose(model.forward(tokens), want, rtol=tol["logits_rtol"], atol=tol["logits_atol"])
+
+    labels = tokens.copy()
+    labels[0, 4] = labels[1, 9] = -100
+    ref.zero_grad()
+    out = ref(torch.from_numpy(tokens), labels=torch.from_numpy(labels))
+    out.loss.backward()
+    loss, _ = model.loss_backward(tokens, labels)
+    np.testing.assert_allclose(loss, out.loss.item(), rtol=tol["loss_rtol"])
+    got = model.gradients()
+    want_grads = per_expert({n: p.grad for n, p in ref.named_parameters()}, model.config.model_type)
+    assert set(got) == set(want_grads)
+    for n, g in want_grads.items():
+        np.testing.assert_allclose(got[n], g, rtol=tol["grad_rtol"], atol=tol["grad_atol"] * np.abs(g).max(),
+                                   err_msg=n)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mixtral_top2", "qwen3_moe_top3_norm"])
+def test_adamw_three_steps_with_clipping_match_torch(handle, tmp_path, name):
+    ref = hf_random(name, seed=7)
+    model = ours_from_hf(handle, ref, tmp_path)
+    lr, betas, eps, wd, clip = 1e-2, (0.9, 0.95), 1e-8, 0.1, 0.5
+    trainer = Trainer(model, lr=lr, weight_decay=wd, betas=betas, eps=eps, grad_clip=clip)
+    opt = torch.optim.AdamW(ref.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd)
+    for step in range(3):
+        tokens = tokens_for(model.config, (2, 12), seed=10 + step)
+        opt.zero_grad()
+        t = torch.from_numpy(tokens)
+        want = ref(t, labels=t).loss
+        want.backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), clip)
+        opt.step()
+        np.testing.assert_allclose(trainer.step(tokens), want.item(), rtol=TOL["adamw"]["loss_rtol"],
+                                   err_msg=f"step {step}")
+    assert_trained_weights_close(model.state_dict(), per_expert(dict(ref.named_parameters()), model.config.model_type),
+                                 TRAINED_WEIGHTS_RTOL["fp32"], lr, trainer.step_count)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mixtral_top2", "qwen3_moe_top2_raw"])
+def test_transformers_loads_our_save_pretrained(handle, tmp_path, name):
+    ref = hf_random(name, seed=5)
+    model = ours_from_hf(handle, ref, tmp_path / "hf")
+    model.save_pretrained(tmp_path / "ours")
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "ours", attn_implementation="eager").float()
+    assert type(back).__name__ == type(ref).__name__
+    tokens = tokens_for(model.config, (1, 11), seed=2)
+    with torch.no_grad():
+        want = back(torch.from_numpy(tokens)).logits.numpy()
+        same = ref(torch.from_numpy(tokens)).logits.numpy()
+    np.testing.assert_array_equal(want, same)  # the very weights went through
+    tol = TOL["fp32"]
+    np.testing.assert_allclose(model.forward(tokens), want, rtol=tol["logits_rtol"], atol=tol["logits_atol"])
