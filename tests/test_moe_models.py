@@ -204,3 +204,46 @@ def test_transformers_loads_our_save_pretrained(handle, tmp_path, name):
     np.testing.assert_array_equal(want, same)  # the very weights went through
     tol = TOL["fp32"]
     np.testing.assert_allclose(model.forward(tokens), want, rtol=tol["logits_rtol"], atol=tol["logits_atol"])
+
+
+@pytest.mark.parametrize("preset, experts, top_k", [("mixtral-8x7b", 8, 2), ("qwen3-30b-a3b", 128, 8)])
+def test_presets_are_the_published_models(preset, experts, top_k):
+    """The plan presets hold the published configs: transformers builds the same parameters (on
+    the meta device; ours per expert), and the planner counts the experts (an even routing)."""
+    from dataflow import pretrained
+    config = df.model_specs.PRESETS[preset]
+    with torch.device("meta"):
+        ref = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+    fused = {n: np.broadcast_to(np.float32(0), p.shape) for n, p in ref.named_parameters()}  # no memory
+    want = {n: v.shape for n, v in per_expert(fused, config["model_type"]).items()}
+    assert pretrained.parameter_shapes(pretrained.validate_config(config)) == want
+    plan = df.ring.plan(preset, 4096, "24GiB", "1TiB")
+    assert f"experts: {experts} per layer" in plan.describe() and f"{top_k} routed per token" in plan.describe()
+    assert "even routing" in plan.describe()
+
+
+@pytest.mark.slow
+def test_ring_training_under_a_quarter_of_the_state_equals_all_resident():
+    """The ring (weights streamed through device slots, activations in chunks) on a device capped
+    at a quarter of the training state (weights, gradients, AdamW moments) against the all-resident
+    Trainer from the same weights: losses and norms within 1e-5 (the order of sums differs)."""
+    from dataflow.models.host_blocks import Layout
+    name, seq, rows = "qwen3_moe_top3_norm", 16, 4
+    config = LlamaConfig.from_dict({**CONFIGS[name], "num_hidden_layers": 6, "tie_word_embeddings": False})
+    state_bytes = Layout(config, "fp32").total((0, 1, 2, 3))
+    kw = {"lr": 1e-3, "weight_decay": 0.1}
+    resident = df.models.Llama(df.Handle("host"), config, seed=1, placement="device")
+    state = resident.state_dict()
+    h = df.Handle("host", device_memory=state_bytes // 4)
+    model = df.models.Llama(h, config, seed=1)
+    model.load_state_dict(state)
+    ring = Trainer(model, **kw, host_memory="64MiB", seq_len=seq, batch_size=rows, profile="h100-sxm")
+    assert model.placement == "host" and ring.plan is not None and ring.plan.weight_slots < 6, ring.plan.describe()
+    base = Trainer(resident, **kw)
+    rng = np.random.default_rng(3)
+    for step in range(3):
+        batch = rng.integers(0, config.vocab_size, (rows, seq))
+        np.testing.assert_allclose(ring.step(batch), base.step(batch), rtol=1e-5, err_msg=f"step {step}")
+        np.testing.assert_allclose(ring.last_grad_norm, base.last_grad_norm, rtol=1e-5)
+    assert_trained_weights_close(model.state_dict(), resident.state_dict(), TRAINED_WEIGHTS_RTOL["fp32"], kw["lr"], 3)
+    assert h.memory_peak() <= h.memory_capacity()
