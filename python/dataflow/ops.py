@@ -827,3 +827,209 @@ def qmatmul_int4(h, x, w, scales, group_size, zeros=None, out=None, c=None, out_
     OPS["qmatmul_int4"].submit(h, stream, x_dtype=x.dtype, scale_dtype=scales.dtype, out_dtype=out.dtype, M=x.shape[0],
                                N=n, K=k, group_size=group_size, x=x, W=w, scales=scales, zeros=zeros, C=c, out=out)
     return out
+
+
+# ---- mixture of experts: router, permutation, grouped expert matmuls, combine, aux loss ----
+
+def _moe_ids(topk_ids, op):
+    """(tokens, top_k) of an int32 [tokens, top_k] device array of expert ids."""
+    if len(_array(topk_ids, f"{op} topk_ids").shape) != 2 or topk_ids.dtype != "int32":
+        raise BadArgumentError(f"{op}: topk_ids must be int32 [tokens, top_k], got {topk_ids.dtype}{topk_ids.shape}")
+    return topk_ids.shape
+
+
+def _moe_probs(probs, tokens, op):
+    """experts of fp32 probs [tokens, experts]."""
+    if len(_array(probs, f"{op} probs").shape) != 2 or probs.dtype != "fp32" or probs.shape[0] != tokens:
+        raise BadArgumentError(f"{op}: probs must be fp32 [{tokens}, experts], got {probs.dtype}{probs.shape}")
+    return probs.shape[1]
+
+
+def moe_router(h, logits, top_k, norm_topk_prob=False, probs=None, topk_weights=None, topk_ids=None, stream=0):
+    """Mixtral / Qwen3-MoE routing of fp32 router logits [tokens, experts]: probs = softmax,
+    topk_ids = torch.topk(probs, top_k) (torch's CPU order, ties included), topk_weights = their
+    probs, renormalized to sum 1 when norm_topk_prob. Returns (probs, topk_weights fp32
+    [tokens, top_k], topk_ids int32 [tokens, top_k])."""
+    if len(_array(logits, "moe_router logits").shape) != 2 or logits.dtype != "fp32":
+        raise BadArgumentError(f"moe_router: logits must be fp32 [tokens, experts], got {logits.dtype}{logits.shape}")
+    tokens, experts = logits.shape
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 0 < top_k <= experts:
+        raise BadArgumentError(f"moe_router: top_k must be an integer in [1, {experts}] (the experts), got {top_k!r}")
+    probs = _like(h, probs, (tokens, experts), "fp32", "moe_router probs")
+    topk_weights = _like(h, topk_weights, (tokens, top_k), "fp32", "moe_router topk_weights")
+    topk_ids = _like(h, topk_ids, (tokens, top_k), "int32", "moe_router topk_ids")
+    _same_handle(h, logits, probs, topk_weights, topk_ids)
+    OPS["moe_router"].submit(h, stream, dtype="fp32", tokens=tokens, experts=experts, top_k=int(top_k),
+                             norm_topk_prob=bool(norm_topk_prob), logits=logits, probs=probs,
+                             topk_weights=topk_weights, topk_ids=topk_ids)
+    return probs, topk_weights, topk_ids
+
+
+def moe_router_bwd(h, d_topk_weights, probs, topk_ids, norm_topk_prob=False, d_logits=None, stream=0):
+    """d_logits (fp32 [tokens, experts], written) from d_topk_weights [tokens, top_k] through
+    moe_router's renormalization and softmax, given its probs and topk_ids. Returns d_logits."""
+    tokens, top_k = _moe_ids(topk_ids, "moe_router_bwd")
+    experts = _moe_probs(probs, tokens, "moe_router_bwd")
+    _check_like(d_topk_weights, "moe_router_bwd d_topk_weights", (tokens, top_k), "fp32")
+    d_logits = _like(h, d_logits, (tokens, experts), "fp32", "moe_router_bwd d_logits")
+    _same_handle(h, d_topk_weights, probs, topk_ids, d_logits)
+    OPS["moe_router_bwd"].submit(h, stream, dtype="fp32", tokens=tokens, experts=experts, top_k=top_k,
+                                 norm_topk_prob=bool(norm_topk_prob), probs=probs, topk_ids=topk_ids,
+                                 d_topk_weights=d_topk_weights, d_logits=d_logits)
+    return d_logits
+
+
+def moe_router_stats(h, probs, topk_ids, stats, stream=0):
+    """Adds one layer's routing to stats (fp32 [2, experts], zero before the first layer): row 0
+    counts each expert's assignments, row 1 sums its probs over tokens. Returns stats."""
+    tokens, top_k = _moe_ids(topk_ids, "moe_router_stats")
+    experts = _moe_probs(probs, tokens, "moe_router_stats")
+    _check_like(stats, "moe_router_stats stats", (2, experts), "fp32")
+    _same_handle(h, probs, topk_ids, stats)
+    OPS["moe_router_stats"].submit(h, stream, dtype="fp32", tokens=tokens, experts=experts, top_k=top_k, probs=probs,
+                                   topk_ids=topk_ids, stats=stats)
+    return stats
+
+
+def _moe_rows(rows, op):
+    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows <= 0:
+        raise BadArgumentError(f"{op}: rows must be a positive integer (tokens times layers), got {rows!r}")
+    return int(rows)
+
+
+def moe_aux_loss(h, stats, rows, loss=None, stream=0):
+    """HF's load_balancing_loss_func from the stats of every layer (moe_router_stats) and rows =
+    tokens * layers: experts * sum_e (counts_e / rows) * (prob_sums_e / rows). Returns loss, an
+    fp32 [1] device array."""
+    if len(_array(stats, "moe_aux_loss stats").shape) != 2 or stats.shape[0] != 2 or stats.dtype != "fp32":
+        raise BadArgumentError(f"moe_aux_loss: stats must be fp32 [2, experts], got {stats.dtype}{stats.shape}")
+    loss = _like(h, loss, (1,), "fp32", "moe_aux_loss loss")
+    _same_handle(h, stats, loss)
+    OPS["moe_aux_loss"].submit(h, stream, dtype="fp32", experts=stats.shape[1], rows=_moe_rows(rows, "moe_aux_loss"),
+                               stats=stats, loss=loss)
+    return loss
+
+
+def moe_aux_loss_bwd(h, stats, probs, rows, d_logits, d_loss=1.0, stream=0):
+    """Adds d_loss times the gradient of moe_aux_loss with respect to one layer's router logits
+    to d_logits (fp32 [tokens, experts]), given that layer's probs. Returns d_logits."""
+    tokens = _array(probs, "moe_aux_loss_bwd probs").shape[0] if len(probs.shape) == 2 else -1
+    experts = _moe_probs(probs, tokens, "moe_aux_loss_bwd")
+    _check_like(stats, "moe_aux_loss_bwd stats", (2, experts), "fp32")
+    _check_like(d_logits, "moe_aux_loss_bwd d_logits", (tokens, experts), "fp32")
+    _same_handle(h, stats, probs, d_logits)
+    OPS["moe_aux_loss_bwd"].submit(h, stream, dtype="fp32", tokens=tokens, experts=experts,
+                                   rows=_moe_rows(rows, "moe_aux_loss_bwd"), d_loss=float(d_loss), stats=stats,
+                                   probs=probs, d_logits=d_logits)
+    return d_logits
+
+
+def moe_permute(h, x, topk_ids, experts, x_perm=None, expert_offsets=None, row_map=None, slot_of=None, stream=0):
+    """Routes x [tokens, hidden] (fp32, fp16, bf16) to experts by topk_ids (int32 [tokens, top_k]):
+    x_perm [tokens * top_k, hidden] holds each expert's tokens in token order, expert after
+    expert; expert_offsets int32 [experts + 1] their row ranges, row_map int32 [tokens * top_k]
+    each row's token, slot_of int32 [tokens, top_k] each assignment's row. All on the device.
+    Returns (x_perm, expert_offsets, row_map, slot_of)."""
+    tokens, top_k = _moe_ids(topk_ids, "moe_permute")
+    if len(_array(x, "moe_permute x").shape) != 2 or x.shape[0] != tokens:
+        raise BadArgumentError(f"moe_permute: x must be [{tokens}, hidden] (one row per token), got {x.shape}")
+    if isinstance(experts, bool) or not isinstance(experts, (int, np.integer)) or experts < top_k:
+        raise BadArgumentError(f"moe_permute: experts must be an integer >= top_k ({top_k}), got {experts!r}")
+    n, hidden = tokens * top_k, x.shape[1]
+    x_perm = _like(h, x_perm, (n, hidden), x.dtype, "moe_permute x_perm")
+    expert_offsets = _like(h, expert_offsets, (int(experts) + 1,), "int32", "moe_permute expert_offsets")
+    row_map = _like(h, row_map, (n,), "int32", "moe_permute row_map")
+    slot_of = _like(h, slot_of, (tokens, top_k), "int32", "moe_permute slot_of")
+    _same_handle(h, x, topk_ids, x_perm, expert_offsets, row_map, slot_of)
+    i32 = lambda a: ffi.cast("int32_t *", a.cdata)  # noqa: E731
+    check(opslib.dataflow_submit_moe_permute(h._ptr(), stream, dtypes.enum(x.dtype), tokens, int(experts), top_k,
+                                             hidden, i32(topk_ids), x.cdata, i32(expert_offsets), i32(row_map),
+                                             i32(slot_of), x_perm.cdata))
+    return x_perm, expert_offsets, row_map, slot_of
+
+
+def moe_combine(h, y_perm, slot_of, topk_weights=None, y=None, stream=0):
+    """y[t] = sum_j topk_weights[t, j] * y_perm[slot_of[t, j]] in fp32, rounded once (y_perm
+    [tokens * top_k, hidden] and y [tokens, hidden] share a dtype). topk_weights None means 1:
+    moe_permute's backward (d_x from d_x_perm). Returns y."""
+    tokens, top_k = _moe_ids(slot_of, "moe_combine")
+    if len(_array(y_perm, "moe_combine y_perm").shape) != 2 or y_perm.shape[0] != tokens * top_k:
+        raise BadArgumentError(f"moe_combine: y_perm must be [{tokens * top_k}, hidden], got {y_perm.shape}")
+    if topk_weights is not None:
+        _check_like(topk_weights, "moe_combine topk_weights", (tokens, top_k), "fp32")
+    y = _like(h, y, (tokens, y_perm.shape[1]), y_perm.dtype, "moe_combine y")
+    _same_handle(h, y_perm, slot_of, topk_weights, y)
+    OPS["moe_combine"].submit(h, stream, dtype=y_perm.dtype, tokens=tokens, top_k=top_k, hidden=y_perm.shape[1],
+                              y_perm=y_perm, slot_of=slot_of, topk_weights=topk_weights, y=y)
+    return y
+
+
+def moe_permute_bwd(h, d_x_perm, slot_of, d_x=None, stream=0):
+    """d_x[t] = sum_j d_x_perm[slot_of[t, j]]: the backward of moe_permute. Returns d_x."""
+    return moe_combine(h, d_x_perm, slot_of, None, d_x, stream)
+
+
+def moe_combine_bwd(h, dy, y_perm, slot_of, topk_weights, d_y_perm=None, d_topk_weights=None, stream=0):
+    """Gradients of moe_combine: d_y_perm[slot_of[t, j]] = topk_weights[t, j] * dy[t] and
+    d_topk_weights[t, j] = dy[t] . y_perm[slot_of[t, j]] (fp32). Returns (d_y_perm, d_topk_weights)."""
+    tokens, top_k = _moe_ids(slot_of, "moe_combine_bwd")
+    if len(_array(y_perm, "moe_combine_bwd y_perm").shape) != 2 or y_perm.shape[0] != tokens * top_k:
+        raise BadArgumentError(f"moe_combine_bwd: y_perm must be [{tokens * top_k}, hidden], got {y_perm.shape}")
+    hidden = y_perm.shape[1]
+    _check_like(dy, "moe_combine_bwd dy", (tokens, hidden), y_perm.dtype)
+    _check_like(topk_weights, "moe_combine_bwd topk_weights", (tokens, top_k), "fp32")
+    d_y_perm = _like(h, d_y_perm, y_perm.shape, y_perm.dtype, "moe_combine_bwd d_y_perm")
+    d_topk_weights = _like(h, d_topk_weights, (tokens, top_k), "fp32", "moe_combine_bwd d_topk_weights")
+    _same_handle(h, dy, y_perm, slot_of, topk_weights, d_y_perm, d_topk_weights)
+    OPS["moe_combine_bwd"].submit(h, stream, dtype=y_perm.dtype, tokens=tokens, top_k=top_k, hidden=hidden, dy=dy,
+                                  y_perm=y_perm, slot_of=slot_of, topk_weights=topk_weights, d_y_perm=d_y_perm,
+                                  d_topk_weights=d_topk_weights)
+    return d_y_perm, d_topk_weights
+
+
+def _moe_offsets(expert_offsets, experts, op):
+    if _array(expert_offsets, f"{op} expert_offsets").shape != (experts + 1,) or expert_offsets.dtype != "int32":
+        raise BadArgumentError(f"{op}: expert_offsets must be int32 [{experts + 1}] (experts + 1), got "
+                               f"{expert_offsets.dtype}{expert_offsets.shape}")
+
+
+def moe_grouped_matmul(h, x, w, expert_offsets, trans_w=True, out=None, stream=0):
+    """One matmul per expert over its rows of x [rows, k_in]: out[r] = x[r] @ op(w[e]) for
+    expert_offsets[e] <= r < expert_offsets[e + 1]. trans_w (the forward): w [experts, n_out,
+    k_in] as nn.Linear, op = transpose; else w [experts, k_in, n_out] (d_x = dy @ w[e]).
+    fp32 or bf16, fp32 accumulation. Returns out [rows, n_out]."""
+    x, w = _array(x, "moe_grouped_matmul x"), _array(w, "moe_grouped_matmul w")
+    if len(x.shape) != 2 or len(w.shape) != 3 or x.dtype != w.dtype:
+        raise BadArgumentError(f"moe_grouped_matmul: x must be [rows, k_in] and w [experts, ., .] of one dtype, got "
+                               f"{x.dtype}{x.shape} and {w.dtype}{w.shape}")
+    experts, n_out, k_in = (w.shape[0], w.shape[1], w.shape[2]) if trans_w else (w.shape[0], w.shape[2], w.shape[1])
+    if x.shape[1] != k_in:
+        layout = "[experts, n_out, k_in]" if trans_w else "[experts, k_in, n_out] (trans_w=False)"
+        raise BadArgumentError(f"moe_grouped_matmul: x has {x.shape[1]} columns, w {w.shape} as {layout} needs {k_in}")
+    _moe_offsets(expert_offsets, experts, "moe_grouped_matmul")
+    out = _like(h, out, (x.shape[0], n_out), x.dtype, "moe_grouped_matmul out")
+    _same_handle(h, x, w, expert_offsets, out)
+    OPS["moe_grouped_matmul"].submit(h, stream, dtype=x.dtype, rows=x.shape[0], experts=experts, n_out=n_out,
+                                     k_in=k_in, trans_w=bool(trans_w), x=x, w=w, expert_offsets=expert_offsets,
+                                     out=out)
+    return out
+
+
+def moe_grouped_matmul_bwd_w(h, dy, x, expert_offsets, d_w, stream=0):
+    """d_w[e] += dy[rows of e]^T @ x[rows of e] for the forward out = x @ w[e]^T: dy [rows,
+    n_out] and x [rows, k_in] share a dtype; d_w [experts, n_out, k_in] is fp32 or that dtype.
+    Returns d_w."""
+    dy, x = _array(dy, "moe_grouped_matmul_bwd_w dy"), _array(x, "moe_grouped_matmul_bwd_w x")
+    if len(dy.shape) != 2 or len(x.shape) != 2 or dy.shape[0] != x.shape[0] or dy.dtype != x.dtype:
+        raise BadArgumentError(f"moe_grouped_matmul_bwd_w: dy [rows, n_out] and x [rows, k_in] must share rows and "
+                               f"dtype, got {dy.dtype}{dy.shape} and {x.dtype}{x.shape}")
+    if len(_array(d_w, "moe_grouped_matmul_bwd_w d_w").shape) != 3 or d_w.shape[1:] != (dy.shape[1], x.shape[1]) \
+            or d_w.dtype not in ("fp32", x.dtype):
+        raise BadArgumentError(f"moe_grouped_matmul_bwd_w: d_w must be fp32 or {x.dtype} [experts, {dy.shape[1]}, "
+                               f"{x.shape[1]}], got {d_w.dtype}{d_w.shape}")
+    _moe_offsets(expert_offsets, d_w.shape[0], "moe_grouped_matmul_bwd_w")
+    _same_handle(h, dy, x, expert_offsets, d_w)
+    OPS["moe_grouped_matmul_bwd_w"].submit(h, stream, dtype=x.dtype, grad_dtype=d_w.dtype, rows=x.shape[0],
+                                           experts=d_w.shape[0], n_out=dy.shape[1], k_in=x.shape[1], dy=dy, x=x,
+                                           expert_offsets=expert_offsets, d_w=d_w)
+    return d_w

@@ -103,3 +103,57 @@ static void qmatmul_config(int64_t M, int64_t N, Dataflow_Launch_Config *c)
 }
 LAUNCH_WITH(qmatmul_int8, Dataflow_Qmatmul_Int8_Args, qmatmul_config(a.M, a.N, c))
 LAUNCH_WITH(qmatmul_int4, Dataflow_Qmatmul_Int4_Args, qmatmul_config(a.M, a.N, c))
+
+/* ---- mixture of experts (kernels/moe_*.cu) ---- */
+
+/* one thread per token: the router, its backward, the aux loss's backward; one per expert: the stats */
+LAUNCH_WITH(moe_router, Dataflow_Moe_Router_Args, cuda_elementwise_config(a.tokens, c))
+LAUNCH_WITH(moe_router_bwd, Dataflow_Moe_Router_Bwd_Args, cuda_elementwise_config(a.tokens, c))
+LAUNCH_WITH(moe_aux_loss_bwd, Dataflow_Moe_Aux_Loss_Bwd_Args, cuda_elementwise_config(a.tokens, c))
+LAUNCH_WITH(moe_router_stats, Dataflow_Moe_Router_Stats_Args, cuda_elementwise_config(a.experts, c))
+/* one element per thread; one warp per (token, j) */
+LAUNCH_WITH(moe_combine, Dataflow_Moe_Combine_Args, cuda_elementwise_config(a.tokens * a.hidden, c))
+LAUNCH_WITH(moe_combine_bwd, Dataflow_Moe_Combine_Bwd_Args, cuda_warps_config(a.tokens * a.top_k, c))
+
+/* one thread: the loss is one number */
+LAUNCH(moe_aux_loss)
+{
+	(void)handle, (void)op_state, (void)op;
+	*c = (Dataflow_Launch_Config){{1, 1, 1}, {1, 1, 1}, 0, 1};
+	return DATAFLOW_OK;
+}
+
+/* one block: each thread owns experts (moe_permute.cu) */
+LAUNCH(moe_permute_index)
+{
+	(void)handle, (void)op_state, (void)op;
+	*c = (Dataflow_Launch_Config){{1, 1, 1}, {256, 1, 1}, 0, 1};
+	return DATAFLOW_OK;
+}
+
+/* 16 x 16 output tiles (moe_grouped_matmul.cu): grid (columns, rows) for the forward, (k_in,
+ * n_out, experts) for the weight gradient */
+#define MOE_TILE 16
+static Dataflow_Status moe_grid(int64_t x, int64_t y, int64_t z, const char *op, Dataflow_Launch_Config *c)
+{
+	x = (x + MOE_TILE - 1) / MOE_TILE, y = (y + MOE_TILE - 1) / MOE_TILE;
+	if (x > 0x7fffffff || y > 65535 || z > 65535)
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED, "%s: %lld x %lld x %lld tiles exceed the CUDA grid",
+					  op, (long long)x, (long long)y, (long long)z);
+	*c = (Dataflow_Launch_Config){{(uint32_t)x, (uint32_t)y, (uint32_t)z}, {MOE_TILE, MOE_TILE, 1}, 0, 1};
+	return DATAFLOW_OK;
+}
+
+LAUNCH(moe_grouped_matmul)
+{
+	(void)handle, (void)op_state;
+	Dataflow_Moe_Grouped_Matmul_Args a = dataflow_moe_grouped_matmul_args(op->op_args);
+	return moe_grid(a.n_out, a.rows, 1, "moe_grouped_matmul", c);
+}
+
+LAUNCH(moe_grouped_matmul_bwd_w)
+{
+	(void)handle, (void)op_state;
+	Dataflow_Moe_Grouped_Matmul_Bwd_W_Args a = dataflow_moe_grouped_matmul_bwd_w_args(op->op_args);
+	return moe_grid(a.k_in, a.n_out, a.experts, "moe_grouped_matmul_bwd_w", c);
+}

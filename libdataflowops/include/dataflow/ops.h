@@ -152,4 +152,17 @@ Dataflow_Status dataflow_submit_rms_norm_bwd_w(Dataflow_Handle *handle, int stre
  * bytes overflow int64. */
 int64_t dataflow_rms_norm_bwd_w_workspace_bytes(int64_t rows, int64_t hidden);
 
+/* moe_permute: tokens routed to experts, gathered expert by expert. From topk_ids [tokens,
+ * top_k] (int32 device data), moe_permute_index writes expert_offsets (int32 [experts + 1]),
+ * slot_of (int32 [tokens, top_k]: each assignment's row of x_perm) and row_map (int32
+ * [tokens * top_k]: each row's token, -1 past expert_offsets[experts]); then the embedding op
+ * gathers x_perm[s, :] = x[row_map[s], :] ([tokens * top_k, hidden], x's dtype fp32, fp16 or
+ * bf16; rows past expert_offsets[experts] are zero). Within an expert, rows follow the tokens'
+ * order. Nothing is read on the host. Submits both on the stream, or neither. The backward,
+ * d_x[t] = sum_j d_x_perm[slot_of[t, j]], is moe_combine with NULL weights. */
+Dataflow_Status dataflow_submit_moe_permute(Dataflow_Handle *handle, int stream_id, DataflowDatatype dtype,
+					    int64_t tokens, int64_t experts, int64_t top_k, int64_t hidden,
+					    const int32_t *topk_ids, const void *x, int32_t *expert_offsets,
+					    int32_t *row_map, int32_t *slot_of, void *x_perm);
+
 #endif

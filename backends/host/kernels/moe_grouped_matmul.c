@@ -1,0 +1,126 @@
+/* moe_grouped_matmul and moe_grouped_matmul_bwd_w as host external ops: one matmul per expert
+ * over its rows, on the host matmul's blocked fp32-accumulating engine (matmul_fallback.c),
+ * with the expert offsets read when the op runs, in stream order (they are device data the
+ * router wrote; nothing waits on the host):
+ *   forward / d_x:  out[r] = x[r] @ op(W[e])                     for o[e] <= r < o[e + 1]
+ *   d_w:            d_w[e] = d_w[e] + dy[o[e]:o[e+1]]^T @ x[o[e]:o[e+1]]
+ * Why not oneDNN: its primitives are built (and cached) per M, and each expert's row count
+ * changes every step. */
+#include <stdlib.h>
+
+#include "dataflow/host_kernel.h"
+#include "dataflow/op_args.h"
+#include "matmul.h"
+
+static void grouped_state_destroy(void *data)
+{
+	matmul_fallback_destroy(data);
+}
+
+static Dataflow_Status grouped_init(Dataflow_Op_State *state)
+{
+	Matmul_Fallback *fallback = NULL;
+	Dataflow_Status st = matmul_fallback_create(&fallback);
+	if (st != DATAFLOW_OK)
+		return st;
+	state->data = fallback;
+	state->destroy = grouped_state_destroy;
+	return DATAFLOW_OK;
+}
+
+/* Expert e's rows [*begin, *end): the offsets clamped into [0, rows] and made non-decreasing
+ * (they are untrusted device data). */
+static void expert_rows(const int32_t *offsets, int64_t e, int64_t rows, int64_t *begin, int64_t *end)
+{
+	int64_t lo = 0;
+	for (int64_t i = 0; i <= e; i++) { /* the running maximum up to e */
+		int64_t o = offsets[i] < 0 ? 0 : offsets[i] > rows ? rows : offsets[i];
+		lo = o > lo ? o : lo;
+	}
+	int64_t hi = offsets[e + 1] < 0 ? 0 : offsets[e + 1] > rows ? rows : offsets[e + 1];
+	*begin = lo;
+	*end = hi > lo ? hi : lo;
+}
+
+Dataflow_Status dataflow_host_moe_grouped_matmul_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+						      Dataflow_Op_State *state)
+{
+	(void)handle, (void)skeleton;
+	return grouped_init(state);
+}
+
+Dataflow_Status dataflow_host_moe_grouped_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
+{
+	(void)stream_id;
+	Dataflow_Moe_Grouped_Matmul_Args a = dataflow_moe_grouped_matmul_args(op->op_args);
+	DataflowDatatype dt = op->skeleton.arg_dtypes[DATAFLOW_MOE_GROUPED_MATMUL_ARG_X];
+	size_t size = dataflow_datatype_size(dt);
+	int threads = dataflow_host_compute_threads(handle);
+	for (int64_t e = 0; e < a.experts; e++) {
+		int64_t r0, r1;
+		expert_rows(a.expert_offsets, e, a.rows, &r0, &r1);
+		if (r0 == r1)
+			continue;
+		Matmul_Args m = {
+			.in_dtype = dt,
+			.out_dtype = dt,
+			.A = (const char *)a.x + (size_t)(r0 * a.k_in) * size,
+			.B = (const char *)a.w + (size_t)(e * a.n_out * a.k_in) * size,
+			.D = (char *)a.out + (size_t)(r0 * a.n_out) * size,
+			.M = r1 - r0,
+			.N = a.n_out,
+			.K = a.k_in,
+			.trans_b = a.trans_w,
+			.alpha = 1.0f,
+			.num_threads = threads,
+		};
+		Dataflow_Status st = matmul_fallback_run(op_state, &m);
+		if (st != DATAFLOW_OK)
+			return st;
+	}
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_host_moe_grouped_matmul_bwd_w_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+							    Dataflow_Op_State *state)
+{
+	(void)handle, (void)skeleton;
+	return grouped_init(state);
+}
+
+Dataflow_Status dataflow_host_moe_grouped_matmul_bwd_w(Dataflow_Handle *handle, int stream_id, const Op *op,
+						       void *op_state)
+{
+	(void)stream_id;
+	Dataflow_Moe_Grouped_Matmul_Bwd_W_Args a = dataflow_moe_grouped_matmul_bwd_w_args(op->op_args);
+	DataflowDatatype dt = op->skeleton.arg_dtypes[DATAFLOW_MOE_GROUPED_MATMUL_BWD_W_ARG_X];
+	DataflowDatatype gdt = op->skeleton.arg_dtypes[DATAFLOW_MOE_GROUPED_MATMUL_BWD_W_ARG_D_W];
+	size_t size = dataflow_datatype_size(dt), gsize = dataflow_datatype_size(gdt);
+	int threads = dataflow_host_compute_threads(handle);
+	for (int64_t e = 0; e < a.experts; e++) {
+		int64_t r0, r1;
+		expert_rows(a.expert_offsets, e, a.rows, &r0, &r1);
+		if (r0 == r1)
+			continue;
+		void *dw = (char *)a.d_w + (size_t)(e * a.n_out * a.k_in) * gsize;
+		Matmul_Args m = {
+			.in_dtype = dt,
+			.out_dtype = gdt,
+			.A = (const char *)a.dy + (size_t)(r0 * a.n_out) * size,
+			.B = (const char *)a.x + (size_t)(r0 * a.k_in) * size,
+			.C = dw,
+			.D = dw,
+			.M = a.n_out,
+			.N = a.k_in,
+			.K = r1 - r0,
+			.trans_a = 1,
+			.alpha = 1.0f,
+			.beta = 1.0f,
+			.num_threads = threads,
+		};
+		Dataflow_Status st = matmul_fallback_run(op_state, &m);
+		if (st != DATAFLOW_OK)
+			return st;
+	}
+	return DATAFLOW_OK;
+}
