@@ -247,3 +247,18 @@ def test_ring_training_under_a_quarter_of_the_state_equals_all_resident():
         np.testing.assert_allclose(ring.last_grad_norm, base.last_grad_norm, rtol=1e-5)
     assert_trained_weights_close(model.state_dict(), resident.state_dict(), TRAINED_WEIGHTS_RTOL["fp32"], kw["lr"], 3)
     assert h.memory_peak() <= h.memory_capacity()
+
+
+@pytest.mark.slow
+def test_greedy_generation_matches_transformers(handle, tmp_path):
+    """The KV-cached decode runs the experts one token at a time: HF's greedy continuation."""
+    ref = hf_random("qwen3_moe_top3_norm", seed=11)
+    with torch.no_grad():  # peaked next-token distributions: no argmax near-ties
+        for n, p in ref.named_parameters():
+            if p.ndim == 2 and "gate.weight" not in n:
+                p.mul_(8.0)
+    model = ours_from_hf(handle, ref, tmp_path)
+    prompt = [3, 17, 42, 5]
+    with torch.no_grad():
+        want = ref.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False)[0, len(prompt):].tolist()
+    assert list(model.generate(prompt, 8, temperature=0)) == want

@@ -1,10 +1,11 @@
 """Hugging Face model directories: config.json + *.safetensors, read into and written from a Llama
-(the dense decoder of the Llama-3, Qwen2/2.5, Qwen3 and Mistral families, chosen by config.json's
-model_type).
+(the decoder of the Llama-3, Qwen2/2.5, Qwen3 and Mistral families and the Mixtral and Qwen3-MoE
+mixtures of experts, chosen by config.json's model_type).
 
 from_pretrained(path, handle, dtype) / save_pretrained(model, path) back dataflow.models.from_pretrained,
 Llama.from_pretrained and model.save_pretrained. Directories written here load with transformers'
-AutoModelForCausalLM (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM) and back.
+AutoModelForCausalLM (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
+MixtralForCausalLM, Qwen3MoeForCausalLM) and back.
 """
 import json
 import math

@@ -1,5 +1,5 @@
-"""Models over libdataflowmodels: the dense decoders of the Llama-3, Qwen2/2.5 and Qwen3 families
-(LlamaConfig, Llama, KVCache) and their Trainer.
+"""Models over libdataflowmodels: the decoders of the Llama-3, Qwen2/2.5, Qwen3 and Mistral families
+and the mixtures of experts Mixtral and Qwen3-MoE (LlamaConfig, Llama, KVCache) and their Trainer.
 
     import dataflow as df
     h = df.Handle("host")
@@ -33,8 +33,8 @@ from .trainer import Trainer
 def from_pretrained(path, handle=None, dtype="fp32", placement="auto"):
     """The model of a Hugging Face directory (config.json + safetensors) or a llama.cpp .gguf
     file (dataflow.gguf_import), its family chosen by
-    config.json's model_type (llama, qwen2, qwen3; any other is a FileFormatError naming it and
-    the supported ones); handle None: a new host handle. See dataflow.pretrained."""
+    config.json's model_type (llama, qwen2, qwen3, mistral, mixtral, qwen3_moe; any other is a
+    FileFormatError naming it and the supported ones); handle None: a new host handle. See dataflow.pretrained."""
     return Llama.from_pretrained(path, handle, dtype, placement)
 
 
