@@ -14,11 +14,13 @@ from conftest import handle_fixture
 from tolerances import TOLERANCES, matmul_tolerance
 from test_elementwise_ops import quantize
 
-OPS = ("moe_router", "moe_router_bwd", "moe_router_stats", "moe_aux_loss", "moe_aux_loss_bwd", "moe_permute_index",
-       "embedding", "moe_combine", "moe_combine_bwd", "moe_grouped_matmul", "moe_grouped_matmul_bwd_w")
 ROUTINGS = [(13, 5, 1), (21, 6, 2), (37, 7, 3), (9, 8, 2)]  # tokens, experts, top_k
 
-h = handle_fixture("h", OPS, streams=2)
+# the router's tests on hr; the rest on h, routed by torch, so that each runs where its ops are
+hr = handle_fixture("hr", ("moe_router", "moe_router_bwd", "moe_router_stats"), streams=2)
+h = handle_fixture("h", ("moe_router_bwd", "moe_router_stats", "moe_aux_loss", "moe_aux_loss_bwd", "moe_permute_index",
+                         "embedding", "moe_combine", "moe_combine_bwd", "moe_grouped_matmul",
+                         "moe_grouped_matmul_bwd_w"), streams=2)
 
 
 def torch_route(logits, top_k, norm):
@@ -34,13 +36,19 @@ def route(h, logits, top_k, norm=False):
     return df.ops.moe_router(h, h.from_numpy(logits), top_k, norm)
 
 
+def torch_routed(h, logits, top_k, norm=False):
+    """(probs, topk_weights, topk_ids) as device arrays, routed by torch_route."""
+    probs, weights, ids = torch_route(torch.from_numpy(logits), top_k, norm)
+    return h.from_numpy(probs.numpy()), h.from_numpy(weights.numpy()), h.from_numpy(ids.numpy().astype(np.int32))
+
+
 # ---- router ----
 
 @pytest.mark.parametrize("norm", [False, True])
 @pytest.mark.parametrize("tokens,experts,top_k", ROUTINGS + [(11, 128, 1), (11, 128, 2), (5, 200, 3)])
-def test_router_matches_torch(h, tokens, experts, top_k, norm):
+def test_router_matches_torch(hr, tokens, experts, top_k, norm):
     logits = np.random.default_rng(tokens * experts + top_k).standard_normal((tokens, experts)).astype(np.float32) * 2
-    probs, weights, ids = route(h, logits, top_k, norm)
+    probs, weights, ids = route(hr, logits, top_k, norm)
     tp, tw, ti = torch_route(torch.from_numpy(logits), top_k, norm)
     np.testing.assert_array_equal(ids.numpy(), ti.numpy())
     np.testing.assert_allclose(probs.numpy(), tp.numpy(), rtol=2e-6, atol=1e-7)
@@ -49,12 +57,12 @@ def test_router_matches_torch(h, tokens, experts, top_k, norm):
 
 @pytest.mark.parametrize("experts", [5, 6, 7, 8, 64, 130])
 @pytest.mark.parametrize("top_k", [1, 2, 3])
-def test_router_breaks_ties_as_torch_topk(h, experts, top_k):
+def test_router_breaks_ties_as_torch_topk(hr, experts, top_k):
     """Logits from {0, 1, 2}: many exactly equal probabilities per row. torch.topk on CPU does not
     order ties by index (libstdc++'s nth_element / partial_sort do not keep order); the op gives
     torch's ids in torch's order for every row."""
     logits = np.random.default_rng(experts * 10 + top_k).integers(0, 3, (301, experts)).astype(np.float32)
-    _, _, ids = route(h, logits, top_k, norm=True)
+    _, _, ids = route(hr, logits, top_k, norm=True)
     want = torch.topk(torch.softmax(torch.from_numpy(logits), -1), top_k, dim=-1).indices.numpy()
     assert not (np.sort(want, axis=1) == want).all() or top_k == 1  # ties really are out of index order
     np.testing.assert_array_equal(ids.numpy(), want)
@@ -66,7 +74,7 @@ def test_router_bwd_matches_autograd(h, tokens, experts, top_k, norm):
     rng = np.random.default_rng(7 + tokens)
     logits = rng.standard_normal((tokens, experts)).astype(np.float32)
     d_w = rng.standard_normal((tokens, top_k)).astype(np.float32)
-    probs, _, ids = route(h, logits, top_k, norm)
+    probs, _, ids = torch_routed(h, logits, top_k, norm)
     d_logits = df.ops.moe_router_bwd(h, h.from_numpy(d_w), probs, ids, norm)
     tl = torch.from_numpy(logits).requires_grad_()
     _, tw, _ = torch_route(tl, top_k, norm)
@@ -93,7 +101,7 @@ def reference_permutation(ids, experts):
 @pytest.mark.parametrize("tokens,experts,top_k", ROUTINGS)
 def test_permute_and_its_backward(h, tokens, experts, top_k, dtype):
     rng = np.random.default_rng(3 + tokens)
-    _, _, ids = route(h, rng.standard_normal((tokens, experts)).astype(np.float32), top_k)
+    _, _, ids = torch_routed(h, rng.standard_normal((tokens, experts)).astype(np.float32), top_k)
     x = quantize(rng.standard_normal((tokens, 19)), dtype)
     x_perm, offsets, row_map, slot_of = df.ops.moe_permute(h, h.from_numpy(x, dtype=dtype), ids, experts)
     want = reference_permutation(ids.numpy(), experts)
@@ -181,7 +189,7 @@ def test_grouped_matmul_clamps_untrusted_offsets(h):
 @pytest.mark.parametrize("tokens,experts,top_k", ROUTINGS)
 def test_combine_and_its_backward_match_autograd(h, tokens, experts, top_k, dtype):
     rng = np.random.default_rng(13 + tokens)
-    _, weights, ids = route(h, rng.standard_normal((tokens, experts)).astype(np.float32), top_k, norm=True)
+    _, weights, ids = torch_routed(h, rng.standard_normal((tokens, experts)).astype(np.float32), top_k, norm=True)
     _, _, slot_of = reference_permutation(ids.numpy(), experts)
     hidden = 37
     y_perm = quantize(rng.standard_normal((tokens * top_k, hidden)), dtype)
@@ -210,7 +218,7 @@ def test_aux_loss_and_gradient_match_transformers(h, tokens, experts, top_k):
     stats = h.zeros((2, experts), "fp32")
     routed = []
     for logits in layers:
-        probs, _, ids = route(h, logits, top_k)
+        probs, _, ids = torch_routed(h, logits, top_k)
         df.ops.moe_router_stats(h, probs, ids, stats)
         routed.append(probs)
     loss = df.ops.moe_aux_loss(h, stats, tokens * len(layers))
@@ -230,7 +238,7 @@ def test_aux_loss_bwd_adds_to_the_router_gradient(h):
     from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
     rng = np.random.default_rng(23)
     logits, d_w = rng.standard_normal((15, 6)).astype(np.float32), rng.standard_normal((15, 2)).astype(np.float32)
-    probs, _, ids = route(h, logits, 2, norm=True)
+    probs, _, ids = torch_routed(h, logits, 2, norm=True)
     stats = df.ops.moe_router_stats(h, probs, ids, h.zeros((2, 6), "fp32"))
     d_logits = df.ops.moe_router_bwd(h, h.from_numpy(d_w), probs, ids, norm_topk_prob=True)
     df.ops.moe_aux_loss_bwd(h, stats, probs, 15, d_logits, d_loss=0.02)
@@ -243,18 +251,18 @@ def test_aux_loss_bwd_adds_to_the_router_gradient(h):
 
 # ---- bad input ----
 
-def test_bad_arguments_name_the_argument(h):
-    logits = h.from_numpy(np.zeros((4, 5), np.float32))
+def test_bad_arguments_name_the_argument(hr):
+    logits = hr.from_numpy(np.zeros((4, 5), np.float32))
     with pytest.raises(df.BadArgumentError, match="top_k must be an integer in"):
-        df.ops.moe_router(h, logits, 6)
+        df.ops.moe_router(hr, logits, 6)
     with pytest.raises(df.BadArgumentError, match="logits must be fp32"):
-        df.ops.moe_router(h, h.from_numpy(np.zeros((4, 5), np.float32), dtype="bf16"), 2)
+        df.ops.moe_router(hr, hr.from_numpy(np.zeros((4, 5), np.float32), dtype="bf16"), 2)
     with pytest.raises(df.DataflowError, match="top_k"):
-        df.ops.moe_router(h, h.from_numpy(np.zeros((4, 40), np.float32)), 17)  # past DATAFLOW_MOE_MAX_TOP_K
-    _, _, ids = df.ops.moe_router(h, logits, 2)
+        df.ops.moe_router(hr, hr.from_numpy(np.zeros((4, 40), np.float32)), 17)  # past DATAFLOW_MOE_MAX_TOP_K
+    _, _, ids = df.ops.moe_router(hr, logits, 2)
     with pytest.raises(df.BadArgumentError, match="x must be \\[4, hidden\\]"):
-        df.ops.moe_permute(h, h.from_numpy(np.zeros((3, 7), np.float32)), ids, 5)
+        df.ops.moe_permute(hr, hr.from_numpy(np.zeros((3, 7), np.float32)), ids, 5)
     with pytest.raises(df.BadArgumentError, match="expert_offsets must be int32 \\[6\\]"):
-        df.ops.moe_grouped_matmul(h, h.zeros((8, 3), "fp32"), h.zeros((5, 4, 3), "fp32"), h.zeros((5,), "int32"))
+        df.ops.moe_grouped_matmul(hr, hr.zeros((8, 3), "fp32"), hr.zeros((5, 4, 3), "fp32"), hr.zeros((5,), "int32"))
     with pytest.raises(df.BadArgumentError, match="rows must be a positive integer"):
-        df.ops.moe_aux_loss(h, h.zeros((2, 5), "fp32"), 0)
+        df.ops.moe_aux_loss(hr, hr.zeros((2, 5), "fp32"), 0)

@@ -202,6 +202,75 @@ VULKAN_LAUNCH(attention_bwd_delta, Dataflow_Attention_Bwd_Delta_Args, a.total_to
 	      "total_tokens * num_q_heads = %lld, head_dim = %lld", (long long)(a.total_tokens * a.num_q_heads),
 	      (long long)a.head_dim)
 
+/* ---- mixture of experts (shaders/moe_*.comp) ----
+ * One invocation per token (router_bwd, aux_loss_bwd: passes over the experts and the top_k),
+ * per expert (router_stats: over every assignment and token), per element of y (combine: over
+ * top_k), per assignment (combine_bwd: over hidden); aux_loss is one invocation and
+ * permute_index one workgroup of 256 (each invocation's experts, each over every assignment). */
+#define MOE_GROUP 64
+VULKAN_LAUNCH(moe_router_bwd, Dataflow_Moe_Router_Bwd_Args, a.tokens * a.experts, a.tokens, MOE_GROUP,
+	      LOOP(G, 4 * LOOP(a.experts, 0) + 3 * LOOP(a.top_k, 0)), "experts = %lld, top_k = %lld, tokens = %lld",
+	      (long long)a.experts, (long long)a.top_k, (long long)a.tokens)
+VULKAN_LAUNCH(moe_router_stats, Dataflow_Moe_Router_Stats_Args, a.tokens * a.experts, a.experts, MOE_GROUP,
+	      LOOP(G, LOOP(a.tokens * a.top_k, 0) + LOOP(a.tokens, 0)), "tokens = %lld, top_k = %lld",
+	      (long long)a.tokens, (long long)a.top_k)
+VULKAN_LAUNCH(moe_aux_loss, Dataflow_Moe_Aux_Loss_Args, 2 * a.experts, 1, 1, LOOP(a.experts, 0), "experts = %lld",
+	      (long long)a.experts)
+VULKAN_LAUNCH(moe_aux_loss_bwd, Dataflow_Moe_Aux_Loss_Bwd_Args, a.tokens * a.experts, a.tokens, MOE_GROUP,
+	      LOOP(G, 2 * LOOP(a.experts, 0)), "experts = %lld, tokens = %lld", (long long)a.experts, (long long)a.tokens)
+#define MOE_ASSIGNMENTS(a) ((a).tokens * (a).top_k)
+VULKAN_LAUNCH(moe_permute_index, Dataflow_Moe_Permute_Index_Args, MOE_ASSIGNMENTS(a), 1, 1,
+	      2 * LOOP(CDIV(a.experts, 256), LOOP(MOE_ASSIGNMENTS(a), 0)) + LOOP(a.experts, 0) +
+		      LOOP(CDIV(a.experts + 1, 256), 0) + LOOP(CDIV(MOE_ASSIGNMENTS(a), 256), 0),
+	      "tokens * top_k = %lld, experts = %lld", (long long)MOE_ASSIGNMENTS(a), (long long)a.experts)
+VULKAN_LAUNCH(moe_combine, Dataflow_Moe_Combine_Args, MOE_ASSIGNMENTS(a) * a.hidden, a.tokens * a.hidden, GROUP,
+	      LOOP(G, LOOP(a.top_k, 0)), "tokens * hidden = %lld", (long long)(a.tokens * a.hidden))
+VULKAN_LAUNCH(moe_combine_bwd, Dataflow_Moe_Combine_Bwd_Args, MOE_ASSIGNMENTS(a) * a.hidden, MOE_ASSIGNMENTS(a),
+	      MOE_GROUP, LOOP(G, LOOP(a.hidden, 0)), "hidden = %lld, tokens * top_k = %lld", (long long)a.hidden,
+	      (long long)MOE_ASSIGNMENTS(a))
+
+/* grouped matmuls: 16 x 16 tiles (MOE_TILE, the shaders' TILE), grid (columns, rows) for the
+ * forward, (k_in, n_out, experts) for the weight gradient; their inner loop over the tile is
+ * unrolled */
+#define MOE_TILE 16
+static Dataflow_Status moe_tiles(Dataflow_Handle *handle, const Op *op, int64_t x, int64_t y, int64_t z,
+				 Dataflow_Launch_Config *config)
+{
+	uint32_t *max = vulkan_of(handle)->dev->props.limits.maxComputeWorkGroupCount;
+	x = CDIV(x, MOE_TILE), y = CDIV(y, MOE_TILE);
+	if (x > max[0] || y > max[1] || z > max[2])
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+					  "%s (vulkan): %lld x %lld x %lld workgroups; the device allows %u x %u x %u",
+					  op->skeleton.nickname, (long long)x, (long long)y, (long long)z, max[0], max[1],
+					  max[2]);
+	*config = (Dataflow_Launch_Config){{(uint32_t)x, (uint32_t)y, (uint32_t)z}, {0}, 0, 0};
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_vulkan_moe_grouped_matmul_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
+							  Dataflow_Launch_Config *config)
+{
+	(void)op_state;
+	Dataflow_Moe_Grouped_Matmul_Args a = dataflow_moe_grouped_matmul_args(op->op_args);
+	if (fits_32_bits(op, LARGER(a.rows, a.experts * a.n_out) * LARGER(a.n_out, a.k_in), "operands") != DATAFLOW_OK ||
+	    loops_fit(handle, op, LOOP(a.experts, LOOP(CDIV(a.k_in, MOE_TILE), 0)), "experts = %lld, k_in = %lld",
+		      (long long)a.experts, (long long)a.k_in) != DATAFLOW_OK)
+		return dataflow_last_status();
+	return moe_tiles(handle, op, a.n_out, a.rows, 1, config);
+}
+
+Dataflow_Status dataflow_vulkan_moe_grouped_matmul_bwd_w_launch(Dataflow_Handle *handle, const Op *op,
+								void *op_state, Dataflow_Launch_Config *config)
+{
+	(void)op_state;
+	Dataflow_Moe_Grouped_Matmul_Bwd_W_Args a = dataflow_moe_grouped_matmul_bwd_w_args(op->op_args);
+	if (fits_32_bits(op, LARGER(a.rows, a.experts * a.n_out) * LARGER(a.n_out, a.k_in), "operands") != DATAFLOW_OK ||
+	    loops_fit(handle, op, LOOP(a.experts + 1, 0) + LOOP(CDIV(a.rows, MOE_TILE), 0), "experts = %lld, rows = %lld",
+		      (long long)a.experts, (long long)a.rows) != DATAFLOW_OK)
+		return dataflow_last_status();
+	return moe_tiles(handle, op, a.k_in, a.n_out, a.experts, config);
+}
+
 Dataflow_Status dataflow_vulkan_clip_by_global_norm_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
 							   Dataflow_Launch_Config *config)
 {
