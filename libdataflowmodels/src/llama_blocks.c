@@ -12,20 +12,22 @@ static int64_t align_up(int64_t n)
 	return (n + DATAFLOW_LLAMA_ALIGN - 1) / DATAFLOW_LLAMA_ALIGN * DATAFLOW_LLAMA_ALIGN;
 }
 
-/* A mixture-of-experts config: top-k of num_experts, the experts' size, a finite aux coefficient;
- * no quantization (its layouts are the dense linears'). */
+/* A mixture-of-experts config: top-k of num_experts within the moe ops' bounds, the experts'
+ * size, a finite aux coefficient; no quantization (its layouts are the dense linears'). */
 static Dataflow_Status check_experts(const Dataflow_Llama_Config *c)
 {
 	if (!c->num_experts)
 		return DATAFLOW_OK;
-	if (c->num_experts < 0 || c->num_experts > DATAFLOW_LLAMA_MAX_EXPERTS)
+	if (c->num_experts < 0 || c->num_experts > DATAFLOW_MOE_MAX_EXPERTS)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama config: num_experts must be in [0, %d] (0: dense), got %lld",
-					  DATAFLOW_LLAMA_MAX_EXPERTS, (long long)c->num_experts);
-	if (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts)
+					  DATAFLOW_MOE_MAX_EXPERTS, (long long)c->num_experts);
+	if (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts ||
+	    c->num_experts_per_tok > DATAFLOW_MOE_MAX_TOP_K)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "llama config: num_experts_per_tok must be in [1, num_experts = %lld], got %lld",
-					  (long long)c->num_experts, (long long)c->num_experts_per_tok);
+					  "llama config: num_experts_per_tok must be in [1, min(num_experts = %lld, %d)], got "
+					  "%lld",
+					  (long long)c->num_experts, DATAFLOW_MOE_MAX_TOP_K, (long long)c->num_experts_per_tok);
 	int64_t I = c->moe_intermediate_size;
 	if (I <= 0 || I > ((int64_t)1 << 31) ||
 	    c->num_experts * I > DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS / c->hidden_size)

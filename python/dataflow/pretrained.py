@@ -97,13 +97,13 @@ def _check_experts(out, where):
     if out.get("num_experts") is not None and out.get("num_local_experts") is None:
         out["num_local_experts"] = out["num_experts"]  # Qwen's name; transformers 5 writes num_local_experts
     experts = _positive_int(out, "num_local_experts", where)
-    if experts > modelslib.DATAFLOW_LLAMA_MAX_EXPERTS:
-        raise FileFormatError(f"{where}: num_local_experts must be at most {modelslib.DATAFLOW_LLAMA_MAX_EXPERTS}, "
+    if experts > modelslib.DATAFLOW_MOE_MAX_EXPERTS:
+        raise FileFormatError(f"{where}: num_local_experts must be at most {modelslib.DATAFLOW_MOE_MAX_EXPERTS}, "
                               f"got {experts}")
     top_k = _positive_int(out, "num_experts_per_tok", where)
-    if top_k > experts:
+    if top_k > min(experts, modelslib.DATAFLOW_MOE_MAX_TOP_K):
         raise FileFormatError(f"{where}: num_experts_per_tok ({top_k}) must be at most num_local_experts "
-                              f"({experts})")
+                              f"({experts}) and {modelslib.DATAFLOW_MOE_MAX_TOP_K}")
     size = "intermediate_size" if out["model_type"] == "mixtral" else "moe_intermediate_size"
     if experts * _positive_int(out, size, where) * out["hidden_size"] > modelslib.DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS:
         raise FileFormatError(f"{where}: num_local_experts x {size} x hidden_size is more than the experts of a "

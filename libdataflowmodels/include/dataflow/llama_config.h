@@ -21,9 +21,6 @@
 /* The most elements of one weight matrix (2^44: far past any real model), so that no byte count
  * over layers and kinds overflows int64_t. */
 #define DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS 17592186044416
-/* The most experts a mixture-of-experts layer may have (real models: 8 to 512); the tensor
- * table holds three per expert and layer. */
-#define DATAFLOW_LLAMA_MAX_EXPERTS 1024
 
 typedef struct {
 	int64_t vocab_size;
