@@ -304,3 +304,38 @@ def test_bf16_matches_hf_fp32_from_rounded_weights(handle, tmp_path, name):
     assert max(router.values()) < 0.1, router
     worst = max((e, n) for n, e in errors.items() if n not in router)
     assert worst[0] < tol["grad_rel"], worst
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(model_type="qwen3_moe"), r"model_type 'qwen3_moe' with num_local_experts 0"),
+    (dict(model_type="llama", num_local_experts=4), r"experts belong to mixtral and qwen3_moe models"),
+    (dict(model_type="qwen3_moe", num_local_experts=4, num_experts_per_tok=0, moe_intermediate_size=8),
+     r"num_experts_per_tok must be a positive integer \(at most 2\^31\), got 0"),
+    (dict(model_type="mixtral", num_local_experts=600, num_experts_per_tok=2, moe_intermediate_size=8),
+     r"num_local_experts must be at most 512, got 600"),
+    (dict(model_type="qwen3_moe", num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=0),
+     r"moe_intermediate_size must be a positive integer"),
+])
+def test_bad_expert_fields_are_named(handle, fields, match):
+    """A LlamaConfig built by hand goes through the config.json checks too, naming the field."""
+    small = dict(vocab_size=32, hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2)
+    with pytest.raises(df.BadArgumentError, match=match):
+        df.models.Llama(handle, LlamaConfig(**small, **fields))
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("num_experts_per_tok", 0, r"num_experts_per_tok must be in \[1, min\(num_experts = 5, 16\)\], got 0"),
+    ("num_experts_per_tok", 6, r"got 6"),
+    ("num_experts", 513, r"num_experts must be in \[0, 512\] \(0: dense\), got 513"),
+    ("moe_intermediate_size", -3, r"moe_intermediate_size must be in \[1, 2\^31\]"),
+    ("router_aux_loss_coef", float("inf"), r"router_aux_loss_coef must be finite and >= 0"),
+    ("quant_bits", 8, r"quantized experts are not supported"),
+])
+def test_c_config_checks_the_expert_fields(field, value, match):
+    """libdataflowmodels' own check of a C config (what C callers get)."""
+    from dataflow.models.host_blocks import scratch_blocked_model
+    c = LlamaConfig.from_dict(CONFIGS["mixtral_top2"])._c_config("fp32")
+    setattr(c, field, value)
+    with pytest.raises(df.BadArgumentError, match=match):
+        with scratch_blocked_model(c):
+            pass
