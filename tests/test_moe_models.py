@@ -339,3 +339,18 @@ def test_c_config_checks_the_expert_fields(field, value, match):
     with pytest.raises(df.BadArgumentError, match=match):
         with scratch_blocked_model(c):
             pass
+
+
+@pytest.mark.slow
+def test_batch_engine_serves_a_mixture_of_experts(handle, tmp_path):
+    """Continuous batching over the paged cache runs the experts on a batch of several requests'
+    tokens: each request's greedy tokens are the ones it gets alone."""
+    from dataflow.batch_engine import BatchEngine
+    model = ours_from_hf(handle, hf_random("mixtral_top2", seed=17), tmp_path)
+    engine = BatchEngine(model, page_size=4, max_seqs=3, max_seq_tokens=32, max_batch_tokens=12)
+    prompts = [[1, 2, 3], [7, 8, 9, 10, 11], [4]]
+    ids = [engine.add(p, max_new_tokens=6) for p in prompts]
+    done = engine.run()
+    engine.close()
+    for i, p in zip(ids, prompts):
+        assert list(done[i].tokens) == list(model.generate(p, 6, temperature=0))
