@@ -121,3 +121,12 @@ def test_quantized_decode_quick():
     fp32, int8, int4 = (next(r for r in result["rows"] if r["variant"] == v) for v in ("fp32", "int8", "int4"))
     assert int4["weights_mib"] < int8["weights_mib"] < fp32["weights_mib"]
     assert summary.startswith("quantized decode host (")
+
+
+def test_ops_moe_quick():
+    result, summary = run_bench("ops_moe.py", "--quick")
+    assert {(r["dtype"], r["peer"]) for r in result["rows"]} == {
+        (d, f"Qwen3MoeSparseMoeBlock ({i} experts)") for d in ("fp32", "bf16") for i in ("eager", "grouped_mm")}
+    for r in result["rows"]:
+        assert r["dataflow_ms"] > 0 and r["torch_ms"] > 0, r
+    assert summary.startswith("ops host (2 threads")

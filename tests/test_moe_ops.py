@@ -55,7 +55,7 @@ def test_router_matches_torch(hr, tokens, experts, top_k, norm):
     np.testing.assert_allclose(weights.numpy(), tw.numpy(), rtol=2e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("experts", [5, 6, 7, 8, 64, 130])
+@pytest.mark.parametrize("experts", [5, 6, 7, 8, 64, 130, 512])
 @pytest.mark.parametrize("top_k", [1, 2, 3])
 def test_router_breaks_ties_as_torch_topk(hr, experts, top_k):
     """Logits from {0, 1, 2}: many exactly equal probabilities per row. torch.topk on CPU does not

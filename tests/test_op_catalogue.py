@@ -11,7 +11,7 @@ from dataflow import catalogue
 from dataflow._ffi import ffi, lib, opslib
 from dataflow.errors import check
 
-COMPOSITES = {"grad_norm_sq", "rms_norm_bwd_w", "attention_bwd", "attention_kv_bwd", "paged_attention"}
+COMPOSITES = {"grad_norm_sq", "rms_norm_bwd_w", "attention_bwd", "attention_kv_bwd", "paged_attention", "moe_permute"}
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import dataflow as df
 from conftest import backend_unavailable, missing_op
 
 OPS = ["embedding_bwd_w", "cross_entropy", "matmul", "attention_kv", "rms_norm", "attention_bwd", "attention_kv_bwd",
-       "paged_attention_partial", "paged_attention_combine"]
+       "paged_attention_partial", "paged_attention_combine", "moe_router_stats", "moe_combine_bwd"]
 pytestmark = pytest.mark.skipif(bool(backend_unavailable("vulkan") or missing_op("vulkan", OPS)),
                                 reason=str(backend_unavailable("vulkan") or missing_op("vulkan", OPS)))
 
@@ -134,6 +134,21 @@ def rms_norm(h, hidden):
     return np.abs(y.numpy() - want).max() < 1e-5 * np.abs(want).max()
 
 
+def moe_router_stats(h, tokens):
+    """tokens routed to the one expert with probability 1: it must count them all, and sum them."""
+    stats = df.ops.moe_router_stats(h, h.from_numpy(np.ones((tokens, 1), np.float32)),
+                                    h.from_numpy(np.zeros((tokens, 1), np.int32)), h.zeros((2, 1), "fp32"))
+    return (stats.numpy() == tokens).all()
+
+
+def moe_combine_bwd(h, hidden):
+    """One token, one slot, ones: the weight's gradient is hidden exactly."""
+    ones = h.from_numpy(np.ones((1, hidden), np.float32))
+    d_y_perm, d_w = df.ops.moe_combine_bwd(h, ones, ones, h.from_numpy(np.zeros((1, 1), np.int32)),
+                                           h.from_numpy(np.ones((1, 1), np.float32)))
+    return d_w.numpy()[0, 0] == hidden and (d_y_perm.numpy() == 1).all()
+
+
 # (op, check, the largest shape vulkan accepts on llvmpipe, a shape past where llvmpipe stops, the
 # arguments the error names, as a regular expression). matmul's "inside" is past the K where
 # llvmpipe stopped before matmul.comp unrolled its inner loops (174768), as far as a test can
@@ -152,6 +167,8 @@ CASES = [
      r"split_size = 100032, head_dim = 128, batch = 1, splits \* total_q \* num_q_heads = 1"),
     ("attention_kv_bwd", attention_kv_bwd, 5312, 8192,
      "total_q = 1, total_k = 8192, head_dim = 256, num_q_heads / num_kv_heads = 1, num_seqs = 1"),
+    ("moe_router_stats", moe_router_stats, 32765, 32768, "tokens = 32768, top_k = 1"),
+    ("moe_combine_bwd", moe_combine_bwd, 65531, 65536, r"hidden = 65536, tokens \* top_k = 1"),
 ]
 
 

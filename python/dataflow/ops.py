@@ -1,8 +1,8 @@
 """The default ops on device arrays. Shapes are checked here; dtypes, pointers and buffer
 extents are checked again in C against each op's signature, which has the last word.
 Catalogue ops are submitted by argument name (catalogue.OPS[op].submit); the composite ops
-(grad_norm_sq, rms_norm_bwd_w, attention_bwd, attention_kv_bwd, paged_attention) are hand-written
-C functions."""
+(grad_norm_sq, rms_norm_bwd_w, attention_bwd, attention_kv_bwd, paged_attention, moe_permute) are
+hand-written C functions."""
 import numpy as np
 
 from . import dtypes

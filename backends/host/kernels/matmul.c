@@ -71,9 +71,23 @@ Dataflow_Status dataflow_host_matmul_init(Dataflow_Handle *handle, const Op_Skel
 	return DATAFLOW_OK;
 }
 
+Dataflow_Status matmul_run(void *state, int stream_id, const Matmul_Args *args)
+{
+	Matmul_State *s = state;
+#ifdef DATAFLOW_HAVE_ONEDNN
+	if (s->onednn) {
+		Dataflow_Status st = matmul_onednn_run(s->onednn, stream_id, args);
+		if (st != DATAFLOW_ERR_UNSUPPORTED)
+			return st;
+	}
+#else
+	(void)stream_id;
+#endif
+	return matmul_fallback_run(s->fallback, args);
+}
+
 Dataflow_Status dataflow_host_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
-	Matmul_State *s = op_state;
 	Dataflow_Matmul_Args m = dataflow_matmul_args(op->op_args);
 	Matmul_Args args = {
 		.in_dtype = op->skeleton.arg_dtypes[DATAFLOW_MATMUL_ARG_A],
@@ -91,14 +105,5 @@ Dataflow_Status dataflow_host_matmul(Dataflow_Handle *handle, int stream_id, con
 		.beta = m.beta,
 		.num_threads = dataflow_host_compute_threads(handle),
 	};
-#ifdef DATAFLOW_HAVE_ONEDNN
-	if (s->onednn) {
-		Dataflow_Status st = matmul_onednn_run(s->onednn, stream_id, &args);
-		if (st != DATAFLOW_ERR_UNSUPPORTED)
-			return st;
-	}
-#else
-	(void)stream_id;
-#endif
-	return matmul_fallback_run(s->fallback, &args);
+	return matmul_run(op_state, stream_id, &args);
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "dataflow/datatype.h"
+#include "dataflow/op_impl.h"
 #include "dataflow/status.h"
 
 /* Shared between the three files of this library, not part of its exported interface. */
@@ -22,7 +23,19 @@ typedef struct {
 	int trans_a, trans_b;
 	float alpha, beta;
 	int num_threads; /* the handle's compute threads */
+	/* 1: oneDNN builds one primitive for every M and K (runtime dimensions), for callers whose
+	 * M or K changes from call to call (the grouped expert matmuls: each expert's row count
+	 * follows the routing); the per-shape cache would otherwise grow with every new count. */
+	int runtime_mk;
 } Matmul_Args;
+
+/* The matmul external op's init (matmul.c): its state holds the engines DATAFLOW_HOST_MATMUL
+ * asks for. */
+Dataflow_Status dataflow_host_matmul_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
+					  Dataflow_Op_State *state);
+/* One call on the engines of such a state: oneDNN where it is built in and implements the
+ * dtypes, else the fallback. Other host ops that run matmuls (moe_grouped_matmul) share it. */
+MATMUL_PRIVATE Dataflow_Status matmul_run(void *state, int stream_id, const Matmul_Args *args);
 
 typedef struct Matmul_Fallback Matmul_Fallback;
 MATMUL_PRIVATE Dataflow_Status matmul_fallback_create(Matmul_Fallback **fallback);

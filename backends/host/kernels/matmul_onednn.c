@@ -47,7 +47,7 @@ typedef const dnnl_memory_desc_t *Md_Ref;
 
 /* Everything that selects a primitive; no padding, so it compares with memcmp. */
 typedef struct {
-	int64_t M, N, K;
+	int64_t M, N, K; /* DNNL_RUNTIME_DIM_VAL for M and K when Matmul_Args.runtime_mk */
 	int32_t trans_a, trans_b, in_dtype, out_dtype;
 	float alpha, beta;
 } Key;
@@ -83,7 +83,8 @@ static dnnl_data_type_t onednn_dtype(int32_t dtype)
 	return dtype == DATAFLOW_BF16 ? dnnl_bf16 : dtype == DATAFLOW_FP16 ? dnnl_f16 : dnnl_f32;
 }
 
-/* Row-major rows x cols matrix, or its transpose in storage when trans is set. */
+/* Row-major rows x cols matrix, or its transpose in storage when trans is set; a dimension may
+ * be DNNL_RUNTIME_DIM_VAL (so is then the stride it sets). */
 static dnnl_status_t matrix_md(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans, int32_t dtype)
 {
 	dnnl_dims_t dims = {rows, cols};
@@ -235,7 +236,8 @@ Dataflow_Status matmul_onednn_run(Matmul_Onednn *o, int stream_id, const Matmul_
 	if (stream_id < 0 || stream_id >= DATAFLOW_MAX_STREAMS)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "host matmul: stream id %d outside [0, %d)",
 					  stream_id, DATAFLOW_MAX_STREAMS);
-	Key key = {x->M, x->N, x->K, x->trans_a, x->trans_b, x->in_dtype, x->out_dtype, x->alpha, x->beta};
+	Key key = {x->runtime_mk ? DNNL_RUNTIME_DIM_VAL : x->M, x->N, x->runtime_mk ? DNNL_RUNTIME_DIM_VAL : x->K,
+		   x->trans_a, x->trans_b, x->in_dtype, x->out_dtype, x->alpha, x->beta};
 	Entry *e;
 	Dataflow_Status st = entry_get(o, &key, &e);
 	if (st != DATAFLOW_OK)
@@ -257,13 +259,25 @@ Dataflow_Status matmul_onednn_run(Matmul_Onednn *o, int stream_id, const Matmul_
 
 	/* oneDNN takes non-const handles but only reads A and B; no scratchpad argument when none is needed. */
 	Md_Ref mds[4] = {MD(e->src_md), MD(e->weights_md), MD(e->dst_md), MD(e->scratchpad_md)};
+	/* A runtime-dimension primitive runs on memory of this call's dimensions (src, weights, dst). */
+	const int64_t rows[3] = {x->M, x->K, x->M}, cols[3] = {x->K, x->N, x->N};
+	const int trans[3] = {x->trans_a, x->trans_b, 0};
+	const int32_t dtypes[3] = {x->in_dtype, x->in_dtype, x->out_dtype};
+	dnnl_memory_desc_t call_mds[3];
+	int concrete = 0; /* call_mds made */
+	dnnl_status_t s = dnnl_success;
+	while (x->runtime_mk && concrete < 3 &&
+	       (s = matrix_md(&call_mds[concrete], rows[concrete], cols[concrete], trans[concrete], dtypes[concrete])) ==
+		       dnnl_success) {
+		mds[concrete] = MD(call_mds[concrete]);
+		concrete++;
+	}
 	void *ptrs[4] = {(void *)x->A, (void *)x->B, x->D, slot->scratchpad};
 	const int arg_ids[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
 	const int num_args = scratchpad_bytes ? 4 : 3;
 	dnnl_exec_arg_t args[4];
 	int made = 0;
-	dnnl_status_t s = dnnl_success;
-	const char *what = "memory creation";
+	const char *what = s != dnnl_success ? "memory descriptor setup" : "memory creation";
 	for (; made < num_args && s == dnnl_success; made++) {
 		s = dnnl_memory_create(&args[made].memory, mds[made], o->engine, ptrs[made]);
 		args[made].arg = arg_ids[made];
@@ -279,6 +293,10 @@ Dataflow_Status matmul_onednn_run(Matmul_Onednn *o, int stream_id, const Matmul_
 	}
 	for (int i = 0; i < made; i++)
 		dnnl_memory_destroy(args[i].memory);
+#if ONEDNN_V3
+	for (int i = 0; i < concrete; i++)
+		dnnl_memory_desc_destroy(call_mds[i]);
+#endif
 	return s == dnnl_success ? DATAFLOW_OK : onednn_error(s, what);
 }
 

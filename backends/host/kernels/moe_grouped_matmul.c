@@ -1,32 +1,15 @@
 /* moe_grouped_matmul and moe_grouped_matmul_bwd_w as host external ops: one matmul per expert
- * over its rows, on the host matmul's blocked fp32-accumulating engine (matmul_fallback.c),
+ * over its rows, on the host matmul's engines (matmul.c: oneDNN, else the blocked fallback),
  * with the expert offsets read when the op runs, in stream order (they are device data the
  * router wrote; nothing waits on the host):
  *   forward / d_x:  out[r] = x[r] @ op(W[e])                     for o[e] <= r < o[e + 1]
  *   d_w:            d_w[e] = d_w[e] + dy[o[e]:o[e+1]]^T @ x[o[e]:o[e+1]]
- * Why not oneDNN: its primitives are built (and cached) per M, and each expert's row count
- * changes every step. */
-#include <stdlib.h>
-
+ * The row count of each expert changes with the routing, so the matmuls ask for oneDNN's
+ * runtime dimensions (Matmul_Args.runtime_mk): one primitive per weight shape. The state is
+ * the matmul op's (dataflow_host_matmul_init, which reads DATAFLOW_HOST_MATMUL). */
 #include "dataflow/host_kernel.h"
 #include "dataflow/op_args.h"
 #include "matmul.h"
-
-static void grouped_state_destroy(void *data)
-{
-	matmul_fallback_destroy(data);
-}
-
-static Dataflow_Status grouped_init(Dataflow_Op_State *state)
-{
-	Matmul_Fallback *fallback = NULL;
-	Dataflow_Status st = matmul_fallback_create(&fallback);
-	if (st != DATAFLOW_OK)
-		return st;
-	state->data = fallback;
-	state->destroy = grouped_state_destroy;
-	return DATAFLOW_OK;
-}
 
 /* Expert e's rows [*begin, *end): the offsets clamped into [0, rows] and made non-decreasing
  * (they are untrusted device data). */
@@ -45,13 +28,11 @@ static void expert_rows(const int32_t *offsets, int64_t e, int64_t rows, int64_t
 Dataflow_Status dataflow_host_moe_grouped_matmul_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
 						      Dataflow_Op_State *state)
 {
-	(void)handle, (void)skeleton;
-	return grouped_init(state);
+	return dataflow_host_matmul_init(handle, skeleton, state);
 }
 
 Dataflow_Status dataflow_host_moe_grouped_matmul(Dataflow_Handle *handle, int stream_id, const Op *op, void *op_state)
 {
-	(void)stream_id;
 	Dataflow_Moe_Grouped_Matmul_Args a = dataflow_moe_grouped_matmul_args(op->op_args);
 	DataflowDatatype dt = op->skeleton.arg_dtypes[DATAFLOW_MOE_GROUPED_MATMUL_ARG_X];
 	size_t size = dataflow_datatype_size(dt);
@@ -73,8 +54,9 @@ Dataflow_Status dataflow_host_moe_grouped_matmul(Dataflow_Handle *handle, int st
 			.trans_b = a.trans_w,
 			.alpha = 1.0f,
 			.num_threads = threads,
+			.runtime_mk = 1,
 		};
-		Dataflow_Status st = matmul_fallback_run(op_state, &m);
+		Dataflow_Status st = matmul_run(op_state, stream_id, &m);
 		if (st != DATAFLOW_OK)
 			return st;
 	}
@@ -84,14 +66,12 @@ Dataflow_Status dataflow_host_moe_grouped_matmul(Dataflow_Handle *handle, int st
 Dataflow_Status dataflow_host_moe_grouped_matmul_bwd_w_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
 							    Dataflow_Op_State *state)
 {
-	(void)handle, (void)skeleton;
-	return grouped_init(state);
+	return dataflow_host_matmul_init(handle, skeleton, state);
 }
 
 Dataflow_Status dataflow_host_moe_grouped_matmul_bwd_w(Dataflow_Handle *handle, int stream_id, const Op *op,
 						       void *op_state)
 {
-	(void)stream_id;
 	Dataflow_Moe_Grouped_Matmul_Bwd_W_Args a = dataflow_moe_grouped_matmul_bwd_w_args(op->op_args);
 	DataflowDatatype dt = op->skeleton.arg_dtypes[DATAFLOW_MOE_GROUPED_MATMUL_BWD_W_ARG_X];
 	DataflowDatatype gdt = op->skeleton.arg_dtypes[DATAFLOW_MOE_GROUPED_MATMUL_BWD_W_ARG_D_W];
@@ -117,8 +97,9 @@ Dataflow_Status dataflow_host_moe_grouped_matmul_bwd_w(Dataflow_Handle *handle, 
 			.alpha = 1.0f,
 			.beta = 1.0f,
 			.num_threads = threads,
+			.runtime_mk = 1,
 		};
-		Dataflow_Status st = matmul_fallback_run(op_state, &m);
+		Dataflow_Status st = matmul_run(op_state, stream_id, &m);
 		if (st != DATAFLOW_OK)
 			return st;
 	}

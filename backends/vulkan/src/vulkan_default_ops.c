@@ -208,6 +208,19 @@ VULKAN_LAUNCH(attention_bwd_delta, Dataflow_Attention_Bwd_Delta_Args, a.total_to
  * top_k), per assignment (combine_bwd: over hidden); aux_loss is one invocation and
  * permute_index one workgroup of 256 (each invocation's experts, each over every assignment). */
 #define MOE_GROUP 64
+/* moe_router: per token, the softmax's three passes, torch_topk.cuh (bounded: introselect's at
+ * most 2 lg E + 1 partitions of at most 4 E + 8 passes each, its heap-select fallback and
+ * partial_sort's heaps at most 3 E (lg E + 1), the insertion sorts (k - 1 elements, then at
+ * most 3)) and two passes over the top k */
+static double moe_router_loops(int64_t experts, int64_t top_k)
+{
+	double lg = floor(log2((double)experts));
+	return 3 * LOOP(experts, 0) + (2 * lg + 1) * (4.0 * (double)experts + 8) + 3.0 * (double)experts * (lg + 1) +
+	       LOOP(top_k, LOOP(top_k, 0)) + LOOP(3, LOOP(3, 0)) + 2 * LOOP(top_k, 0);
+}
+VULKAN_LAUNCH(moe_router, Dataflow_Moe_Router_Args, a.tokens * a.experts, a.tokens, MOE_GROUP,
+	      LOOP(G, moe_router_loops(a.experts, a.top_k)), "experts = %lld, top_k = %lld, tokens = %lld",
+	      (long long)a.experts, (long long)a.top_k, (long long)a.tokens)
 VULKAN_LAUNCH(moe_router_bwd, Dataflow_Moe_Router_Bwd_Args, a.tokens * a.experts, a.tokens, MOE_GROUP,
 	      LOOP(G, 4 * LOOP(a.experts, 0) + 3 * LOOP(a.top_k, 0)), "experts = %lld, top_k = %lld, tokens = %lld",
 	      (long long)a.experts, (long long)a.top_k, (long long)a.tokens)
