@@ -123,7 +123,7 @@ typedef struct {
  * backward_x from dy to da[DA_DXN2]; backward_w the router's and experts' gradients. */
 Dataflow_Status llama_moe_forward(const Layer_View *L, int s, void *y, int recompute);
 Dataflow_Status llama_moe_backward_x(const Layer_View *L, int s, const void *dy);
-Dataflow_Status llama_moe_backward_w(const Layer_View *L, int s, const void *dy);
+Dataflow_Status llama_moe_backward_w(const Layer_View *L, int s); /* reads dacts only */
 
 /* per-role implementations of the per-block calls (args checked by the caller) */
 Dataflow_Status llama_embedding_forward(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,

@@ -222,7 +222,7 @@ Dataflow_Status llama_layer_backward_w(const Dataflow_Blocked_Model *m, int s, c
 	int64_t qd = L.nq * L.hd, kvd = L.nkv * L.hd;
 
 	if (m->config.num_experts) {
-		TRY(llama_moe_backward_w(&L, s, a->dy));
+		TRY(llama_moe_backward_w(&L, s));
 	} else {
 		TRY(dataflow_submit_swiglu(L.h, s, L.d, L.T, L.F, act[ACT_GATE], act[ACT_UP], L.ws[WS_ACT]));
 		TRY(llama_weight_grad(m, s, a->dy, L.ws[WS_ACT], L.g[LLAMA_DOWN], L.T, L.H, L.F));

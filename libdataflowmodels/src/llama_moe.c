@@ -89,9 +89,8 @@ Dataflow_Status llama_moe_backward_x(const Layer_View *L, int s, const void *dy)
 	return llama_input_grad(L->m, s, dlogits, L->w[LLAMA_ROUTER], da[DA_DXN2], L->T, E, L->H, 1);
 }
 
-Dataflow_Status llama_moe_backward_w(const Layer_View *L, int s, const void *dy)
+Dataflow_Status llama_moe_backward_w(const Layer_View *L, int s)
 {
-	(void)dy; /* the experts' output gradient is in dacts (DA_DYPERM) */
 	const Dataflow_Llama_Config *c = &L->m->config;
 	int64_t E = c->num_experts, k = c->num_experts_per_tok, I = c->moe_intermediate_size, rows = L->T * k;
 	void *const *act = L->act, *const *da = L->da;
