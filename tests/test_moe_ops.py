@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import dataflow as df
+from dataflow import build_info
 from conftest import handle_fixture
 from tolerances import TOLERANCES, matmul_tolerance
 from test_elementwise_ops import quantize
@@ -169,6 +170,25 @@ def test_grouped_matmul_bf16_weight_gradient_in_bf16(h):
                                           h.from_numpy(offsets), h.zeros(w.shape, "bf16"))
     want = np.stack([dy[offsets[e]:offsets[e + 1]].T @ x[offsets[e]:offsets[e + 1]] for e in range(6)])
     np.testing.assert_allclose(d_w.numpy().astype(np.float32), want, rtol=1.6e-2, atol=1e-4)
+
+
+@pytest.mark.parametrize("engine", ["onednn", "fallback"])
+def test_grouped_matmul_on_each_host_engine(monkeypatch, engine):
+    """The host runs each expert on oneDNN (one runtime-dimension primitive for every row count)
+    or on the blocked fallback (DATAFLOW_HOST_MATMUL); both give the oracle's result, routing
+    after routing."""
+    if engine == "onednn" and not build_info.info()["onednn"]:
+        pytest.skip("this build has no oneDNN")
+    monkeypatch.setenv("DATAFLOW_HOST_MATMUL", engine)
+    rng = np.random.default_rng(31)
+    with df.Handle("host", streams=1) as hh:
+        w = quantize(rng.uniform(-1, 1, (5, 9, 21)), "bf16")
+        d_w = hh.from_numpy(w, dtype="bf16")
+        for tokens, top_k in ((7, 1), (29, 2), (3, 3)):
+            offsets, n, x, _, _ = grouped_case(rng, tokens, 5, top_k, "bf16", h_in=21, n_out=9)
+            out = df.ops.moe_grouped_matmul(hh, hh.from_numpy(x, dtype="bf16"), d_w, hh.from_numpy(offsets))
+            want = np.concatenate([x[offsets[e]:offsets[e + 1]] @ w[e].T for e in range(5)])
+            np.testing.assert_allclose(out.numpy().astype(np.float32)[:n], want, **matmul_tolerance("bf16", 21))
 
 
 def test_grouped_matmul_clamps_untrusted_offsets(h):
