@@ -1,11 +1,14 @@
 """Training-step throughput and peak memory of dataflow's Llama vs Hugging Face
 LlamaForCausalLM on torch eager, same config, dtype, thread count and batch.
 
-    python bench/train.py [--quick] [--backend host] [--model reference|qwen3|1b] [--threads N]
-                          [--dtypes fp32,bf16] [--steps 5] [--compile]
+    python bench/train.py [--quick] [--backend host] [--model reference|qwen3|qwen3_moe|1b] [--threads N]
+                          [--dtypes fp32,bf16] [--steps 5] [--compile] [--experts eager|grouped_mm]
 
 --model qwen3: the reference sizes as a Qwen3 (per-head q/k RMSNorm; model_type qwen3), against
-transformers' Qwen3ForCausalLM. --compile: also torch.compile(model) (default inductor backend;
+transformers' Qwen3ForCausalLM. --model qwen3_moe: the same with every layer's SwiGLU a mixture
+of 8 experts of 352 (top-2, renormalized), against Qwen3MoeForCausalLM; --experts picks
+transformers' experts implementation (eager: a Python loop over the experts that got tokens;
+grouped_mm: torch's grouped matmul; default: transformers' own choice, grouped_mm where it can). --compile: also torch.compile(model) (default inductor backend;
 its compilation runs in its longer warm-up, WARMUP_COMPILE untimed steps) as a third peer.
 
 --backend cuda[:N]: dataflow on that GPU and torch on the same GPU (model built there, tokens
@@ -60,6 +63,8 @@ LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num
                 max_position_embeddings=4096, tie_word_embeddings=False)
 LLAMA_1B_BATCH = (1, 4096)
 QWEN3 = dict(REFERENCE, model_type="qwen3", head_dim=64, rms_norm_eps=1e-6)
+QWEN3_MOE = dict(QWEN3, model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=352,
+                 norm_topk_prob=True)
 PEAK_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense tensor-core FLOP/s (SXM datasheets)
 WARMUP = 2
 # torch.compile recompiles during its first few steps (measured here: steps 3 and 4 still took
@@ -74,8 +79,8 @@ def peak_rss_mib():
 def config(args):
     if args.quick:
         return QUICK, QUICK_BATCH
-    return {"1b": (LLAMA_1B, LLAMA_1B_BATCH), "qwen3": (QWEN3, REFERENCE_BATCH)}.get(args.model,
-                                                                                (REFERENCE, REFERENCE_BATCH))
+    return {"1b": (LLAMA_1B, LLAMA_1B_BATCH), "qwen3": (QWEN3, REFERENCE_BATCH),
+            "qwen3_moe": (QWEN3_MOE, REFERENCE_BATCH)}.get(args.model, (REFERENCE, REFERENCE_BATCH))
 
 
 def peak_flops(gpu_name):
@@ -85,7 +90,9 @@ def peak_flops(gpu_name):
 def step_flops(cfg, batch, seq):
     hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     h, f, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    per_layer = h * hd * (cfg["num_attention_heads"] * 2 + cfg["num_key_value_heads"] * 2) + 3 * h * f
+    experts = cfg.get("num_experts")  # the router and the top-k experts a token meets (any routing)
+    ffn = experts * h + cfg["num_experts_per_tok"] * 3 * h * cfg["moe_intermediate_size"] if experts else 3 * h * f
+    per_layer = h * hd * (cfg["num_attention_heads"] * 2 + cfg["num_key_value_heads"] * 2) + ffn
     dense = L * per_layer + cfg["vocab_size"] * h  # lm_head; the embedding is a lookup
     attention = 2 * L * cfg["num_attention_heads"] * hd * batch * seq * seq / 2
     return 6 * dense * batch * seq + 6 * attention
@@ -112,9 +119,10 @@ def worker(args):
         torch.set_num_threads(args.threads)
         baseline = peak_rss_mib()
         device = torch_device(args.backend)
+        experts = {"experts_implementation": args.experts} if args.experts else {}
         with torch.device(device):  # built on the device: a 1B model initialises in seconds there
             model = transformers.AutoModelForCausalLM.from_config(
-                transformers.AutoConfig.for_model(**{"model_type": "llama", **cfg}))
+                transformers.AutoConfig.for_model(**{"model_type": "llama", **cfg}), **experts)
         model = model.to(torch.bfloat16 if args.dtype == "bf16" else torch.float32).train()
         opt_params = model.parameters()
         if args.worker == "torch_compile":
@@ -158,7 +166,8 @@ class Worker:
 
     def __init__(self, args, lib, dtype, env):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--dtype", dtype, "--backend", args.backend,
-               "--model", args.model, "--threads", str(args.threads)] + (["--quick"] if args.quick else [])
+               "--model", args.model, "--threads", str(args.threads)] + (["--quick"] if args.quick else []) + (
+                   ["--experts", args.experts] if args.experts else [])
         self.name, self.err = f"{lib} {dtype}", tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                      text=True)
@@ -213,7 +222,7 @@ def quartiles(values):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="host", help="dataflow Handle backend: host, cuda or cuda:N (torch runs there)")
-    p.add_argument("--model", choices=["reference", "qwen3", "1b"], default="reference",
+    p.add_argument("--model", choices=["reference", "qwen3", "qwen3_moe", "1b"], default="reference",
                    help="config (see the docstring)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--dtypes", default="fp32,bf16")
@@ -223,6 +232,8 @@ def main():
     p.add_argument("--rounds", type=int, default=10, help="turns each library takes, alternating (default 10)")
     p.add_argument("--quick", action="store_true", help="a small smoke config")
     p.add_argument("--compile", action="store_true", help="also time torch.compile(model)")
+    p.add_argument("--experts", choices=["eager", "grouped_mm"],
+                   help="transformers' experts implementation (--model qwen3_moe; default: its own choice)")
     p.add_argument("--worker", choices=["dataflow", "torch", "torch_compile"], help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -258,7 +269,7 @@ def main():
         for lib in ("dataflow", "torch") + (("torch_compile",) if args.compile else ()):
             r[lib]["mfu"] = round(r[lib]["gflops"] * 1e9 / peak, 4) if peak else None
     print(json.dumps(dict(bench="train", backend=args.backend, threads=args.threads, quick=args.quick,
-                          model=args.model, config=cfg, batch=batch, seq=seq, steps=args.steps, seconds=args.seconds,
+                          model=args.model, experts_implementation=args.experts, config=cfg, batch=batch, seq=seq, steps=args.steps, seconds=args.seconds,
                           rounds=args.rounds, machine=machine,
                           peak_bf16_flops=peak, mfu_formula="step_flops(cfg, batch, seq) / median step s / peak_bf16_flops",
                           rows=rows), indent=1))

@@ -30,15 +30,21 @@ static int acts_specs(const Dataflow_Blocked_Model *m, Dataflow_Block_Role role,
 	}
 	if (role != DATAFLOW_BLOCK_LAYER)
 		return 0;
-	int64_t qkn = c->qk_norm != 0;
+	int64_t qkn = c->qk_norm != 0, E = c->num_experts, k = E ? c->num_experts_per_tok : 0;
+	if (E) /* the feed-forward's rows: T * top-k routed ones */
+		F = k * c->moe_intermediate_size;
 	const int64_t per_token[LAYER_ACTS] = {
 		[ACT_ATT] = qd * es, [ACT_LSE] = c->num_heads * 4, [ACT_XN1] = H * es,   [ACT_Q] = qd * es,
 		[ACT_K] = kvd * es,  [ACT_V] = kvd * es,          [ACT_HMID] = H * es,   [ACT_XN2] = H * es,
 		[ACT_GATE] = F * es, [ACT_UP] = F * es,           [ACT_RSTD1] = 4,       [ACT_RSTD2] = 4,
 		[ACT_QPRE] = qkn * qd * es, [ACT_KPRE] = qkn * kvd * es, [ACT_RSTDQ] = qkn * c->num_heads * 4,
-		[ACT_RSTDK] = qkn * c->num_kv_heads * 4};
+		[ACT_RSTDK] = qkn * c->num_kv_heads * 4, [ACT_RLOGITS] = E * 4, [ACT_PROBS] = E * 4,
+		[ACT_TOPW] = k * 4,  [ACT_TOPI] = k * 4,          [ACT_ROWS] = k * 4,    [ACT_SLOTS] = k * 4,
+		[ACT_XPERM] = k * H * es,
+		[ACT_YPERM] = k * H * es};
 	for (int i = 0; i < LAYER_ACTS; i++)
 		spec[i] = (Array_Spec){per_token[i], 0, i <= ACT_LSE ? DATAFLOW_SAVE_ATTENTION : DATAFLOW_SAVE_ALL};
+	spec[ACT_OFFSETS].fixed = E ? (E + 1) * 4 : 0;
 	return LAYER_ACTS;
 }
 
@@ -53,11 +59,14 @@ static int dacts_specs(const Dataflow_Blocked_Model *m, Dataflow_Block_Role role
 	}
 	if (role != DATAFLOW_BLOCK_LAYER)
 		return 0;
-	int64_t qkn = c->qk_norm != 0;
+	int64_t qkn = c->qk_norm != 0, E = c->num_experts, k = E ? c->num_experts_per_tok : 0;
+	if (E)
+		F = k * c->moe_intermediate_size;
 	const int64_t per_token[LAYER_DACTS] = {[DA_DXN2] = H * es, [DA_DGATE] = F * es, [DA_DUP] = F * es,
 						[DA_DMID] = H * es, [DA_DQ] = qd * es,   [DA_DK] = kvd * es,
 						[DA_DV] = kvd * es, [DA_DXN1] = H * es,  [DA_DQN] = qkn * qd * es,
-						[DA_DKN] = qkn * kvd * es};
+						[DA_DKN] = qkn * kvd * es, [DA_DXPERM] = k * H * es,
+						[DA_DYPERM] = k * H * es,  [DA_DLOGITS] = E * 4, [DA_DTOPW] = k * 4};
 	for (int i = 0; i < LAYER_DACTS; i++)
 		spec[i] = (Array_Spec){per_token[i], 0, 0};
 	return LAYER_DACTS;
@@ -120,7 +129,8 @@ int64_t llama_workspace_layout(const Dataflow_Blocked_Model *m, int64_t T, void 
 	int n = 1;
 	if (T > 0) {
 		int64_t attn = dataflow_attention_bwd_workspace_bytes(T, T, c->num_heads, c->num_kv_heads, hd);
-		spec[WS_ACT] = (Array_Spec){c->intermediate_size * es, 0, 0};
+		int64_t ffn = c->num_experts ? c->num_experts_per_tok * c->moe_intermediate_size : c->intermediate_size;
+		spec[WS_ACT] = (Array_Spec){ffn * es, 0, 0};
 		spec[WS_DTMP] = (Array_Spec){H * es, 0, 0};
 		spec[WS_DATT] = (Array_Spec){c->num_heads * hd * es, 0, 0};
 		/* norm weight gradients: the layer norms (rows T, width H) and, with qk_norm, the
@@ -131,6 +141,9 @@ int64_t llama_workspace_layout(const Dataflow_Blocked_Model *m, int64_t T, void 
 		spec[WS_DW] = (Array_Spec){0, (c->qk_norm && hd > H ? hd : H) * 4, 0};
 		spec[WS_RMS] = (Array_Spec){0, rms > rms_heads ? rms : rms_heads, 0};
 		spec[WS_ONES] = (Array_Spec){has_bias ? es : 0, 0, 0};
+		int64_t experts = c->num_experts;
+		spec[WS_EXPERT_TMP] = (Array_Spec){experts ? c->num_experts_per_tok * H * es : 0, 0, 0};
+		spec[WS_ROUTER] = (Array_Spec){experts * es, 0, 0};
 		/* attention's backward workspace for up to T documents (the most a chunk holds) */
 		spec[WS_ATTN] = (Array_Spec){0, attn > 0 ? attn : 0, 0};
 		n = WS_COUNT;

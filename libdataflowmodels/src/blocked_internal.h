@@ -10,22 +10,37 @@
 #define TRY(expr) DATAFLOW_TRY(expr)
 
 /* a layer block's tensors, in block order (= Hugging Face's order); the optional ones (biases,
- * q/k norms) take no elements when the config has none */
+ * q/k norms) take no elements when the config has none. A mixture-of-experts layer has no
+ * GATE, UP, DOWN but the router and its experts' stacked weights instead: EGATE and EUP
+ * [num_experts, moe_intermediate, hidden], EDOWN [num_experts, hidden, moe_intermediate] (the
+ * layout moe_grouped_matmul reads; the tensor table names each expert's slice) */
 enum { LLAMA_Q, LLAMA_QB, LLAMA_K, LLAMA_KB, LLAMA_V, LLAMA_VB, LLAMA_O, LLAMA_OB, LLAMA_QN, LLAMA_KN, LLAMA_GATE,
-       LLAMA_UP, LLAMA_DOWN, LLAMA_LN1, LLAMA_LN2, LLAMA_PER_LAYER };
+       LLAMA_UP, LLAMA_DOWN, LLAMA_ROUTER, LLAMA_EGATE, LLAMA_EUP, LLAMA_EDOWN, LLAMA_LN1, LLAMA_LN2,
+       LLAMA_PER_LAYER };
 
 /* a layer's activations; the first two are saved from DATAFLOW_SAVE_ATTENTION up, the rest only
- * at DATAFLOW_SAVE_ALL; QPRE..RSTDK (q, k before their per-head norm) are empty without qk_norm */
+ * at DATAFLOW_SAVE_ALL; QPRE..RSTDK (q, k before their per-head norm) are empty without qk_norm.
+ * With experts, GATE and UP hold the routed rows (T * top-k of them) and the router's outputs
+ * follow: logits and probabilities (fp32 [T, E]), top-k weights (fp32) and ids (int32) [T, k],
+ * the permutation's row map and each assignment's row (int32 [T * k]) and expert offsets
+ * (int32 [E + 1]), the tokens'
+ * rows gathered by expert (XPERM) and the experts' outputs (YPERM) [T * k, H]; all empty
+ * when dense */
 enum { ACT_ATT, ACT_LSE, ACT_XN1, ACT_Q, ACT_K, ACT_V, ACT_HMID, ACT_XN2, ACT_GATE, ACT_UP, ACT_RSTD1, ACT_RSTD2,
-       ACT_QPRE, ACT_KPRE, ACT_RSTDQ, ACT_RSTDK, LAYER_ACTS };
+       ACT_QPRE, ACT_KPRE, ACT_RSTDQ, ACT_RSTDK, ACT_RLOGITS, ACT_PROBS, ACT_TOPW, ACT_TOPI, ACT_ROWS, ACT_SLOTS,
+       ACT_OFFSETS, ACT_XPERM, ACT_YPERM, LAYER_ACTS };
 /* the head's activations (saved at every level) */
 enum { HEAD_XNF, HEAD_RSTD, HEAD_LOGITS, HEAD_ACTS };
 /* a layer's dacts (the head's: HEAD_DXN only) */
-/* (DQN, DKN: gradients at the normed q, k; empty without qk_norm) */
-enum { DA_DXN2, DA_DGATE, DA_DUP, DA_DMID, DA_DQ, DA_DK, DA_DV, DA_DXN1, DA_DQN, DA_DKN, LAYER_DACTS };
+/* (DQN, DKN: gradients at the normed q, k; empty without qk_norm. With experts DGATE, DUP are
+ * per routed row, and the gradients at XPERM, YPERM, the router logits (fp32) and the top-k
+ * weights (fp32) follow; empty when dense) */
+enum { DA_DXN2, DA_DGATE, DA_DUP, DA_DMID, DA_DQ, DA_DK, DA_DV, DA_DXN1, DA_DQN, DA_DKN, DA_DXPERM, DA_DYPERM,
+       DA_DLOGITS, DA_DTOPW, LAYER_DACTS };
 enum { HEAD_DXN };
-/* one call's workspace (ONES: T ones in the model dtype for the bias matmuls; empty without biases) */
-enum { WS_GRAD_NORM, WS_ACT, WS_DTMP, WS_DATT, WS_DW, WS_RMS, WS_ATTN, WS_ONES, WS_COUNT };
+/* one call's workspace (ONES: T ones in the model dtype for the bias matmuls; empty without biases;
+ * with experts, EXPERT_TMP [T * k, H] and ROUTER [T, E] in the model dtype) */
+enum { WS_GRAD_NORM, WS_ACT, WS_DTMP, WS_DATT, WS_DW, WS_RMS, WS_ATTN, WS_ONES, WS_EXPERT_TMP, WS_ROUTER, WS_COUNT };
 
 #define LLAMA_MAX_ACTS LAYER_ACTS
 
@@ -88,6 +103,27 @@ int64_t llama_dacts_layout(const Dataflow_Blocked_Model *m, Dataflow_Block_Role 
 void llama_acts_per_token(const Dataflow_Blocked_Model *m, Dataflow_Block_Role role, Dataflow_Block_Sizes *sizes);
 /* The workspace for T tokens (0: the optimizer's part only); returns its bytes. */
 int64_t llama_workspace_layout(const Dataflow_Blocked_Model *m, int64_t T, void *base, void **ws);
+
+/* A layer call's view of its memory: weights, gradients, activations, dacts and workspace
+ * carved for its T tokens (llama_layer.c). */
+typedef struct {
+	const Dataflow_Blocked_Model *m;
+	Dataflow_Handle *h;
+	DataflowDatatype d;
+	int64_t T, H, F, hd, nq, nkv;
+	void *w[LLAMA_PER_LAYER]; /* weights */
+	float *g[LLAMA_PER_LAYER]; /* gradients (backward_w) */
+	void *act[LAYER_ACTS];
+	void *da[LAYER_DACTS];
+	void *ws[WS_COUNT];
+} Layer_View;
+
+/* The mixture-of-experts feed-forward of a layer (llama_moe.c): forward from act[ACT_XN2] to
+ * y = act[ACT_HMID] + experts (recompute: every activation the backward reads, no y);
+ * backward_x from dy to da[DA_DXN2]; backward_w the router's and experts' gradients. */
+Dataflow_Status llama_moe_forward(const Layer_View *L, int s, void *y, int recompute);
+Dataflow_Status llama_moe_backward_x(const Layer_View *L, int s, const void *dy);
+Dataflow_Status llama_moe_backward_w(const Layer_View *L, int s); /* reads dacts only */
 
 /* per-role implementations of the per-block calls (args checked by the caller) */
 Dataflow_Status llama_embedding_forward(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,

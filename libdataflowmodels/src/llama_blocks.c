@@ -12,6 +12,41 @@ static int64_t align_up(int64_t n)
 	return (n + DATAFLOW_LLAMA_ALIGN - 1) / DATAFLOW_LLAMA_ALIGN * DATAFLOW_LLAMA_ALIGN;
 }
 
+/* A mixture-of-experts config: top-k of num_experts within the moe ops' bounds, the experts'
+ * size, a finite aux coefficient; no quantization (its layouts are the dense linears'). */
+static Dataflow_Status check_experts(const Dataflow_Llama_Config *c)
+{
+	if (!c->num_experts)
+		return DATAFLOW_OK;
+	if (c->num_experts < 0 || c->num_experts > DATAFLOW_MOE_MAX_EXPERTS)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: num_experts must be in [0, %d] (0: dense), got %lld",
+					  DATAFLOW_MOE_MAX_EXPERTS, (long long)c->num_experts);
+	if (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts ||
+	    c->num_experts_per_tok > DATAFLOW_MOE_MAX_TOP_K)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: num_experts_per_tok must be in [1, min(num_experts = %lld, %d)], got "
+					  "%lld",
+					  (long long)c->num_experts, DATAFLOW_MOE_MAX_TOP_K, (long long)c->num_experts_per_tok);
+	int64_t I = c->moe_intermediate_size;
+	if (I <= 0 || I > ((int64_t)1 << 31) ||
+	    c->num_experts * I > DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS / c->hidden_size)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: moe_intermediate_size must be in [1, 2^31] with num_experts x "
+					  "moe_intermediate_size x hidden_size at most %lld elements, got %lld",
+					  (long long)DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS, (long long)I);
+	if (!(c->router_aux_loss_coef >= 0) || isinf(c->router_aux_loss_coef))
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: router_aux_loss_coef must be finite and >= 0, got %g",
+					  c->router_aux_loss_coef);
+	if (c->quant_bits)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama config: quant_bits %d with num_experts %lld: quantized experts are not "
+					  "supported",
+					  c->quant_bits, (long long)c->num_experts);
+	return DATAFLOW_OK;
+}
+
 static Dataflow_Status check_config(const Dataflow_Llama_Config *c)
 {
 	const struct {
@@ -76,6 +111,7 @@ static Dataflow_Status check_config(const Dataflow_Llama_Config *c)
 					  "llama config: quant_lm_head needs quant_bits and an untied lm_head, got quant_bits "
 					  "%d, tie_embeddings %d",
 					  c->quant_bits, c->tie_embeddings);
+	TRY(check_experts(c));
 	if (c->quant_bits != 4 && (c->quant_group_size || c->quant_zero_point))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama config: quant_group_size and quant_zero_point are for quant_bits 4, got "
@@ -115,9 +151,13 @@ static void layer_matrix(const Dataflow_Llama_Config *c, int i, int64_t shape[2]
 {
 	int64_t H = c->hidden_size, F = c->intermediate_size, qd = c->num_heads * c->head_dim;
 	int64_t kvd = c->num_kv_heads * c->head_dim;
+	int64_t I = c->moe_intermediate_size;
+	/* the experts' stacks: one expert's matrix (the table's unit) */
 	const int64_t shapes[LLAMA_PER_LAYER][2] = {[LLAMA_Q] = {qd, H},    [LLAMA_K] = {kvd, H}, [LLAMA_V] = {kvd, H},
 						    [LLAMA_O] = {H, qd},    [LLAMA_GATE] = {F, H},
-						    [LLAMA_UP] = {F, H},    [LLAMA_DOWN] = {H, F}};
+						    [LLAMA_UP] = {F, H},    [LLAMA_DOWN] = {H, F},
+						    [LLAMA_ROUTER] = {c->num_experts, H},
+						    [LLAMA_EGATE] = {I, H}, [LLAMA_EUP] = {I, H}, [LLAMA_EDOWN] = {H, I}};
 	shape[0] = shapes[i][0];
 	shape[1] = shapes[i][1];
 }
@@ -176,11 +216,14 @@ Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Con
 	int64_t H = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
 	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd;
 	int64_t qkv_bias = c->qkv_bias != 0, o_bias = c->o_bias != 0, qk_norm = c->qk_norm != 0;
+	int64_t E = c->num_experts, dense = E == 0, EI = E * c->moe_intermediate_size;
 	const int64_t sizes[LLAMA_PER_LAYER] = {
 		[LLAMA_Q] = qd * H,        [LLAMA_QB] = qkv_bias * qd, [LLAMA_K] = kvd * H,       [LLAMA_KB] = qkv_bias * kvd,
 		[LLAMA_V] = kvd * H,       [LLAMA_VB] = qkv_bias * kvd, [LLAMA_O] = H * qd,       [LLAMA_OB] = o_bias * H,
-		[LLAMA_QN] = qk_norm * hd, [LLAMA_KN] = qk_norm * hd,   [LLAMA_GATE] = F * H,     [LLAMA_UP] = F * H,
-		[LLAMA_DOWN] = H * F,      [LLAMA_LN1] = H,             [LLAMA_LN2] = H};
+		[LLAMA_QN] = qk_norm * hd, [LLAMA_KN] = qk_norm * hd,   [LLAMA_GATE] = dense * F * H,
+		[LLAMA_UP] = dense * F * H, [LLAMA_DOWN] = dense * H * F, [LLAMA_ROUTER] = E * H,
+		[LLAMA_EGATE] = EI * H,    [LLAMA_EUP] = EI * H,        [LLAMA_EDOWN] = H * EI,
+		[LLAMA_LN1] = H,           [LLAMA_LN2] = H};
 	m->layer_numel = 0;
 	for (int i = 0; i < LLAMA_PER_LAYER; i++) {
 		int64_t shape[2], es = llama_dtype_size(c->dtype);
@@ -202,13 +245,29 @@ Dataflow_Status llama_define(Dataflow_Blocked_Model *m, const Dataflow_Llama_Con
 	return DATAFLOW_OK;
 }
 
+/* Each expert's slice of stack i (EGATE, EUP, EDOWN) of layer l, by the checkpoint names HF
+ * writes (its save_pretrained reverts the fused gate_up_proj / down_proj it holds in memory). */
+static void name_experts(Dataflow_Blocked_Model *m, int i, int64_t l, const int64_t shape[2])
+{
+	const Dataflow_Llama_Config *c = &m->config;
+	static const char *qwen[] = {"gate_proj", "up_proj", "down_proj"}, *mixtral[] = {"w1", "w3", "w2"};
+	int which = i - LLAMA_EGATE;
+	for (int64_t e = 0; e < c->num_experts; e++) {
+		char name[DATAFLOW_LLAMA_NAME_MAX];
+		snprintf(name, sizeof(name), "model.layers.%lld.%s.experts.%lld.%s.weight", (long long)l,
+			 c->mixtral_names ? "block_sparse_moe" : "mlp", (long long)e,
+			 c->mixtral_names ? mixtral[which] : qwen[which]);
+		add_tensor(m, name, 2, shape[0], shape[1], (int)(1 + l), m->layer_offset[i] + e * shape[0] * shape[1]);
+	}
+}
+
 /* The named-tensor table, in HF named_parameters order (a layer's tensors in block order). */
 static Dataflow_Status name_tensors(Dataflow_Blocked_Model *m)
 {
 	const Dataflow_Llama_Config *c = &m->config;
 	int64_t H = c->hidden_size, V = c->vocab_size, L = c->num_layers;
-	/* up to three tables per quantized weight */
-	m->tensors = calloc((size_t)((LLAMA_PER_LAYER + 14) * L + 5), sizeof(Dataflow_Llama_Tensor));
+	/* up to three tables per quantized weight; three per expert */
+	m->tensors = calloc((size_t)((LLAMA_PER_LAYER + 14 + 3 * c->num_experts) * L + 5), sizeof(Dataflow_Llama_Tensor));
 	if (!m->tensors)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "llama blocked model: host allocation failed");
 	add_tensor(m, "model.embed_tokens.weight", 2, V, H, 0, 0);
@@ -219,8 +278,8 @@ static Dataflow_Status name_tensors(Dataflow_Blocked_Model *m)
 		[LLAMA_O] = "self_attn.o_proj.weight",    [LLAMA_OB] = "self_attn.o_proj.bias",
 		[LLAMA_QN] = "self_attn.q_norm.weight",   [LLAMA_KN] = "self_attn.k_norm.weight",
 		[LLAMA_GATE] = "mlp.gate_proj.weight",    [LLAMA_UP] = "mlp.up_proj.weight",
-		[LLAMA_DOWN] = "mlp.down_proj.weight",    [LLAMA_LN1] = "input_layernorm.weight",
-		[LLAMA_LN2] = "post_attention_layernorm.weight"};
+		[LLAMA_DOWN] = "mlp.down_proj.weight",    [LLAMA_ROUTER] = "mlp.gate.weight",
+		[LLAMA_LN1] = "input_layernorm.weight",   [LLAMA_LN2] = "post_attention_layernorm.weight"};
 	for (int64_t l = 0; l < L; l++)
 		for (int i = 0; i < LLAMA_PER_LAYER; i++) {
 			if (!m->layer_size[i])
@@ -228,7 +287,13 @@ static Dataflow_Status name_tensors(Dataflow_Blocked_Model *m)
 			char name[DATAFLOW_LLAMA_NAME_MAX];
 			int64_t shape[2];
 			layer_matrix(c, i, shape);
+			if (i == LLAMA_EGATE || i == LLAMA_EUP || i == LLAMA_EDOWN) {
+				name_experts(m, i, l, shape);
+				continue;
+			}
 			snprintf(name, sizeof(name), "model.layers.%lld.%s", (long long)l, names[i]);
+			if (i == LLAMA_ROUTER && c->mixtral_names)
+				snprintf(name, sizeof(name), "model.layers.%lld.block_sparse_moe.gate.weight", (long long)l);
 			if (llama_is_quantized(c, i)) {
 				name[strlen(name) - strlen(".weight")] = 0;
 				add_quantized(m, name, shape, (int)(1 + l), m->layer_offset[i]);

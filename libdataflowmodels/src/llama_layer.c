@@ -6,6 +6,7 @@
  *                                   (times rope's attention factor squared: yarn's mscale on cos, sin)
  *                                   [over the last sliding_window keys only (Mistral)]
  *   hmid = x + att Wo^T [+ bo] ; xn2 = rms_norm(hmid) ; y = hmid + (silu(xn2 Wg^T) * xn2 Wu^T) Wd^T
+ *                                   [or y = hmid + the mixture of experts (llama_moe.c)]
  * A bias is a matmul with a column of ones (ones[T, 1] b[1, n], exact), written before the
  * projection, which then accumulates onto it (one rounding, as torch's addmm); its gradient
  * is the column sum of the output gradient (dy^T ones). The per-head norms' backward runs
@@ -28,22 +29,10 @@
 
 #include "blocked_internal.h"
 
-typedef struct {
-	const Dataflow_Blocked_Model *m;
-	Dataflow_Handle *h;
-	DataflowDatatype d;
-	int64_t T, H, F, hd, nq, nkv;
-	void *w[LLAMA_PER_LAYER]; /* weights */
-	float *g[LLAMA_PER_LAYER]; /* gradients (backward_w) */
-	void *act[LAYER_ACTS];
-	void *da[LAYER_DACTS];
-	void *ws[WS_COUNT];
-} Layer;
-
-static Layer layer_view(const Dataflow_Blocked_Model *m, const Dataflow_Block_Memory *mem, const Dataflow_Block_Args *a)
+static Layer_View layer_view(const Dataflow_Blocked_Model *m, const Dataflow_Block_Memory *mem, const Dataflow_Block_Args *a)
 {
 	const Dataflow_Llama_Config *c = &m->config;
-	Layer L = {.m = m, .h = m->handle, .d = c->dtype, .T = a->batch->num_tokens, .H = c->hidden_size,
+	Layer_View L = {.m = m, .h = m->handle, .d = c->dtype, .T = a->batch->num_tokens, .H = c->hidden_size,
 		   .F = c->intermediate_size, .hd = c->head_dim, .nq = c->num_heads, .nkv = c->num_kv_heads};
 	for (int i = 0; i < LLAMA_PER_LAYER; i++) {
 		int present = m->layer_size[i] > 0; /* optional tensors the config lacks stay NULL */
@@ -57,7 +46,7 @@ static Layer layer_view(const Dataflow_Blocked_Model *m, const Dataflow_Block_Me
 }
 
 /* The ones column the bias matmuls read (workspace is scratch: every call that needs it fills it). */
-static Dataflow_Status fill_ones(const Layer *L, int s)
+static Dataflow_Status fill_ones(const Layer_View *L, int s)
 {
 	if (!L->w[LLAMA_QB] && !L->w[LLAMA_OB])
 		return DATAFLOW_OK;
@@ -66,7 +55,7 @@ static Dataflow_Status fill_ones(const Layer *L, int s)
 
 /* out[T, n_out] = x W^T (+ residual) for layer weight w: the plain matmul, or for a quantized
  * weight (config.quant_bits) the dequantize-matmul over its codes, scales and zeros */
-static Dataflow_Status layer_linear(const Layer *L, int s, const void *x, int w, const void *residual, void *out,
+static Dataflow_Status layer_linear(const Layer_View *L, int s, const void *x, int w, const void *residual, void *out,
 				    int64_t n_out, int64_t n_in)
 {
 	if (llama_is_quantized(&L->m->config, w))
@@ -75,7 +64,7 @@ static Dataflow_Status layer_linear(const Layer *L, int s, const void *x, int w,
 }
 
 /* out[T, n] = xn1 W^T (+ b when the layer has that bias) */
-static Dataflow_Status projection(const Layer *L, int s, const void *xn1, int w, int b, void *out, int64_t n)
+static Dataflow_Status projection(const Layer_View *L, int s, const void *xn1, int w, int b, void *out, int64_t n)
 {
 	if (!L->w[b])
 		return layer_linear(L, s, xn1, w, NULL, out, n, L->H);
@@ -86,7 +75,7 @@ static Dataflow_Status projection(const Layer *L, int s, const void *xn1, int w,
 Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, const Dataflow_Block_Memory *mem,
 				    const Dataflow_Block_Args *a, int recompute)
 {
-	Layer L = layer_view(m, mem, a);
+	Layer_View L = layer_view(m, mem, a);
 	const Dataflow_Llama_Batch *b = a->batch;
 	const Dataflow_Block_KV *kv = a->kv;
 	float eps = m->config.rms_eps, scale = m->attn_scale;
@@ -135,6 +124,8 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 	TRY(layer_linear(&L, s, act[ACT_ATT], LLAMA_O, residual, act[ACT_HMID], L.H, L.nq * L.hd));
 	TRY(dataflow_submit_rms_norm(L.h, s, L.d, L.T, L.H, eps, act[ACT_HMID], L.w[LLAMA_LN2], act[ACT_XN2],
 				     act[ACT_RSTD2]));
+	if (m->config.num_experts)
+		return llama_moe_forward(&L, s, a->y, recompute);
 	TRY(layer_linear(&L, s, act[ACT_XN2], LLAMA_GATE, NULL, act[ACT_GATE], L.F, L.H));
 	TRY(layer_linear(&L, s, act[ACT_XN2], LLAMA_UP, NULL, act[ACT_UP], L.F, L.H));
 	if (recompute) /* the backward needs neither swiglu's output (rebuilt by backward_w) nor y */
@@ -144,7 +135,7 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 }
 
 /* out = add + rms_norm_bwd_x(dxn, x) */
-static Dataflow_Status norm_input_grad(const Layer *L, int s, const void *dxn, const void *x, const void *w,
+static Dataflow_Status norm_input_grad(const Layer_View *L, int s, const void *dxn, const void *x, const void *w,
 				       const void *rstd, const void *add, void *out)
 {
 	TRY(dataflow_submit_rms_norm_bwd_x(L->h, s, L->d, L->T, L->H, dxn, x, w, rstd, L->ws[WS_DTMP]));
@@ -152,7 +143,7 @@ static Dataflow_Status norm_input_grad(const Layer *L, int s, const void *dxn, c
 }
 
 /* The chunk's rows of a context gradient (fp32 [T, nkv * hd]) in the model dtype. */
-static Dataflow_Status context_rows(const Layer *L, int s, const float *rows, void *out)
+static Dataflow_Status context_rows(const Layer_View *L, int s, const float *rows, void *out)
 {
 	int64_t n = L->T * L->nkv * L->hd;
 	if (L->d == DATAFLOW_FP32) /* a copy: 1 * x is exact */
@@ -161,7 +152,7 @@ static Dataflow_Status context_rows(const Layer *L, int s, const float *rows, vo
 }
 
 /* dq, dk, dv of the chunk's attention from datt. */
-static Dataflow_Status attention_grads(const Layer *L, int s, const Dataflow_Block_Args *a)
+static Dataflow_Status attention_grads(const Layer_View *L, int s, const Dataflow_Block_Args *a)
 {
 	const Dataflow_Llama_Batch *b = a->batch;
 	const Dataflow_Block_KV *kv = a->kv;
@@ -186,17 +177,21 @@ Dataflow_Status llama_layer_backward_x(const Dataflow_Blocked_Model *m, int s, c
 				       const Dataflow_Block_Args *a)
 {
 	TRY(llama_refuse_quantized(&m->config, "layer backward_x"));
-	Layer L = layer_view(m, mem, a);
+	Layer_View L = layer_view(m, mem, a);
 	const Dataflow_Llama_Batch *b = a->batch;
 	void **act = L.act, **da = L.da;
 	int64_t qd = L.nq * L.hd, kvd = L.nkv * L.hd;
 
 	/* MLP */
-	TRY(llama_input_grad(m, s, a->dy, L.w[LLAMA_DOWN], da[DA_DGATE], L.T, L.H, L.F, 0));
-	TRY(dataflow_submit_swiglu_bwd(L.h, s, L.d, L.T, L.F, da[DA_DGATE], act[ACT_GATE], act[ACT_UP], da[DA_DGATE],
-				       da[DA_DUP]));
-	TRY(llama_input_grad(m, s, da[DA_DGATE], L.w[LLAMA_GATE], da[DA_DXN2], L.T, L.F, L.H, 0));
-	TRY(llama_input_grad(m, s, da[DA_DUP], L.w[LLAMA_UP], da[DA_DXN2], L.T, L.F, L.H, 1));
+	if (m->config.num_experts) {
+		TRY(llama_moe_backward_x(&L, s, a->dy));
+	} else {
+		TRY(llama_input_grad(m, s, a->dy, L.w[LLAMA_DOWN], da[DA_DGATE], L.T, L.H, L.F, 0));
+		TRY(dataflow_submit_swiglu_bwd(L.h, s, L.d, L.T, L.F, da[DA_DGATE], act[ACT_GATE], act[ACT_UP],
+					       da[DA_DGATE], da[DA_DUP]));
+		TRY(llama_input_grad(m, s, da[DA_DGATE], L.w[LLAMA_GATE], da[DA_DXN2], L.T, L.F, L.H, 0));
+		TRY(llama_input_grad(m, s, da[DA_DUP], L.w[LLAMA_UP], da[DA_DXN2], L.T, L.F, L.H, 1));
+	}
 	TRY(norm_input_grad(&L, s, da[DA_DXN2], act[ACT_HMID], L.w[LLAMA_LN2], act[ACT_RSTD2], a->dy, da[DA_DMID]));
 
 	/* attention */
@@ -222,14 +217,18 @@ Dataflow_Status llama_layer_backward_w(const Dataflow_Blocked_Model *m, int s, c
 				       const Dataflow_Block_Args *a)
 {
 	TRY(llama_refuse_quantized(&m->config, "layer backward_w"));
-	Layer L = layer_view(m, mem, a);
+	Layer_View L = layer_view(m, mem, a);
 	void **act = L.act, **da = L.da;
 	int64_t qd = L.nq * L.hd, kvd = L.nkv * L.hd;
 
-	TRY(dataflow_submit_swiglu(L.h, s, L.d, L.T, L.F, act[ACT_GATE], act[ACT_UP], L.ws[WS_ACT]));
-	TRY(llama_weight_grad(m, s, a->dy, L.ws[WS_ACT], L.g[LLAMA_DOWN], L.T, L.H, L.F));
-	TRY(llama_weight_grad(m, s, da[DA_DGATE], act[ACT_XN2], L.g[LLAMA_GATE], L.T, L.F, L.H));
-	TRY(llama_weight_grad(m, s, da[DA_DUP], act[ACT_XN2], L.g[LLAMA_UP], L.T, L.F, L.H));
+	if (m->config.num_experts) {
+		TRY(llama_moe_backward_w(&L, s));
+	} else {
+		TRY(dataflow_submit_swiglu(L.h, s, L.d, L.T, L.F, act[ACT_GATE], act[ACT_UP], L.ws[WS_ACT]));
+		TRY(llama_weight_grad(m, s, a->dy, L.ws[WS_ACT], L.g[LLAMA_DOWN], L.T, L.H, L.F));
+		TRY(llama_weight_grad(m, s, da[DA_DGATE], act[ACT_XN2], L.g[LLAMA_GATE], L.T, L.F, L.H));
+		TRY(llama_weight_grad(m, s, da[DA_DUP], act[ACT_XN2], L.g[LLAMA_UP], L.T, L.F, L.H));
+	}
 	TRY(llama_norm_weight_grad(m, s, L.T, L.H, da[DA_DXN2], act[ACT_HMID], act[ACT_RSTD2], L.g[LLAMA_LN2], L.ws));
 	TRY(llama_weight_grad(m, s, da[DA_DMID], act[ACT_ATT], L.g[LLAMA_O], L.T, L.H, qd));
 	TRY(llama_weight_grad(m, s, da[DA_DQ], act[ACT_XN1], L.g[LLAMA_Q], L.T, qd, L.H));

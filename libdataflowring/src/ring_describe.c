@@ -81,6 +81,11 @@ int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *p, char *out, int6
 	    (long long)p->chunk_tokens, (long long)p->seq_len,
 	    p->kv_context ? "; a chunk attends over its sequence's earlier chunks" : "");
 	put(&t, "model: %d layers, %s of weights\n", p->num_layers, ring_bytes_text((double)p->model_param_bytes).text);
+	if (p->num_experts)
+		put(&t, "experts: %lld per layer (%s of weights each), %lld routed per token; predictions assume an even "
+			"routing (each expert gets %lld/%lld of a chunk's tokens)\n",
+		    (long long)p->num_experts, ring_bytes_text((double)p->expert_param_bytes).text,
+		    (long long)p->experts_per_tok, (long long)p->experts_per_tok, (long long)p->num_experts);
 	put(&t, "embedding %s, head %s; %d layers: %d weight slot(s)%s, %d gradient slot(s)%s\n",
 	    p->embedding_resident ? "resident" : "streamed", p->head_resident ? "resident" : "streamed",
 	    p->num_layers, p->weight_slots, p->weight_slots >= p->num_layers ? " (all resident)" : "",

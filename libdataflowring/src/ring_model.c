@@ -14,6 +14,11 @@ Dataflow_Status dataflow_ring_model_from_blocked(const Dataflow_Blocked_Model *m
 	const Dataflow_Llama_Config *c = dataflow_blocked_model_config(model);
 	double es = c->dtype == DATAFLOW_BF16 ? 2 : 4, H = (double)c->hidden_size, F = (double)c->intermediate_size;
 	double qd = (double)(c->num_heads * c->head_dim), kvd = (double)(c->num_kv_heads * c->head_dim);
+	/* the feed-forward weights a token meets: the dense SwiGLU, or the router and its top-k
+	 * experts (even routing: flops per token do not depend on which experts) */
+	double E = (double)c->num_experts, ffn = E ? E * H + (double)c->num_experts_per_tok * 3 * H *
+						       (double)c->moe_intermediate_size
+						   : 3 * F * H;
 	for (int b = 0; b < n; b++) {
 		Dataflow_Ring_Block *r = &blocks[b];
 		Dataflow_Status st = dataflow_blocked_model_block_sizes(model, b, &r->sizes);
@@ -30,7 +35,7 @@ Dataflow_Status dataflow_ring_model_from_blocked(const Dataflow_Blocked_Model *m
 			r->memory_bytes_per_token = 2 * H * es;
 			break;
 		case DATAFLOW_BLOCK_LAYER: /* every activation written once and read once; x, residual, y */
-			r->matmul_flops_per_token = 2 * (2 * qd * H + 2 * kvd * H + 3 * F * H);
+			r->matmul_flops_per_token = 2 * (2 * qd * H + 2 * kvd * H + ffn);
 			r->attention_flops_per_pair = 4 * qd;
 			r->memory_bytes_per_token = 2 * acts + 3 * H * es;
 			r->kv_bytes_per_token = (int64_t)(2 * kvd * es);
@@ -55,5 +60,8 @@ Dataflow_Status dataflow_ring_model_from_blocked(const Dataflow_Blocked_Model *m
 	out->workspace_bytes_per_token = (big - one + span - 1) / span;
 	out->workspace_fixed_bytes = one + 8 * 64;
 	out->tied = c->tie_embeddings;
+	out->num_experts = c->num_experts;
+	out->experts_per_tok = c->num_experts_per_tok;
+	out->expert_param_bytes = (uint64_t)(3 * H * (double)c->moe_intermediate_size * es) * (c->num_experts > 0);
 	return DATAFLOW_OK;
 }

@@ -314,6 +314,9 @@ static void fill_plan(const Ring_Context *x, const Ring_Candidate *c, Dataflow_R
 	for (int b = 0; b < x->model->num_blocks; b++)
 		params += (double)x->model->blocks[b].sizes.bytes[DATAFLOW_BLOCK_PARAM];
 	plan->model_param_bytes = ring_clamp_bytes(params);
+	plan->num_experts = x->model->num_experts;
+	plan->experts_per_tok = x->model->experts_per_tok;
+	plan->expert_param_bytes = x->model->expert_param_bytes;
 	plan->embedding_resident = (c->edge_resident & EDGE_EMBEDDING) != 0;
 	plan->head_resident = (c->edge_resident & EDGE_HEAD) != 0;
 	plan->weight_slots = c->weight_slots;

@@ -229,7 +229,8 @@ def test_transformers_directory_loads(tmp_path):
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"model_type": "mixtral"}, r"model_type 'mixtral' is not supported; supported: llama, qwen2, qwen3"),
+    ({"model_type": "deepseek_v3"},
+     r"model_type 'deepseek_v3' is not supported; supported: llama, qwen2, qwen3, mistral, mixtral, qwen3_moe"),
     ({"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1},
      r"a sliding window on some layers only \(1 of 2: max_window_layers / layer_types\) is not supported"),
     ({"use_sliding_window": 1}, r"use_sliding_window must be true or false"),

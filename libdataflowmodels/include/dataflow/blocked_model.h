@@ -22,7 +22,9 @@
  *   block 1 + l          LAYER      model.layers.{l}.* (q, [q bias], k, [k bias], v, [v bias], o,
  *                                   [o bias], [q_norm, k_norm], gate, up, down, input_layernorm,
  *                                   post_attention_layernorm, in that order; [optional] per the
- *                                   config's qkv_bias, o_bias, qk_norm)
+ *                                   config's qkv_bias, o_bias, qk_norm; a mixture of experts has
+ *                                   the router and every expert's gate, up, down weights, each
+ *                                   kind stacked over the experts, in place of gate, up, down)
  *   block num_layers + 1 HEAD       model.norm.weight, lm_head.weight (untied only)
  * Tensors start at multiples of DATAFLOW_LLAMA_ALIGN elements inside their block
  * (dataflow_blocked_model_tensor gives names, shapes and offsets); the padding must be zero in
@@ -178,9 +180,10 @@ const Dataflow_Llama_Config *dataflow_blocked_model_config(const Dataflow_Blocke
 int dataflow_blocked_model_num_blocks(const Dataflow_Blocked_Model *model);
 Dataflow_Status dataflow_blocked_model_block_sizes(const Dataflow_Blocked_Model *model, int block,
 						   Dataflow_Block_Sizes *sizes);
-/* Named tensors (9 per layer, + 3 with qkv_bias, + 1 with o_bias, + 2 with qk_norm; + 2,
- * + 1 when untied), in Hugging Face's named_parameters()
- * order; ptr NULL, dtype the PARAM dtype. */
+/* Named tensors (9 per layer, + 3 with qkv_bias, + 1 with o_bias, + 2 with qk_norm; a mixture
+ * of experts: the router and 3 per expert instead of gate, up, down; + 2, + 1 when untied), in
+ * Hugging Face's named_parameters() order (experts: its checkpoint names, one tensor per expert
+ * and matrix); ptr NULL, dtype the PARAM dtype. */
 int dataflow_blocked_model_num_tensors(const Dataflow_Blocked_Model *model);
 Dataflow_Status dataflow_blocked_model_tensor(const Dataflow_Blocked_Model *model, int index,
 					      Dataflow_Llama_Tensor *tensor);

@@ -6,10 +6,11 @@
 #include "dataflow/datatype.h"
 #include "dataflow/ops.h"
 
-/* The architecture of a dense decoder of the Llama-3 / Qwen2 / Qwen3 / Mistral families (GQA,
+/* The architecture of a decoder of the Llama-3 / Qwen2 / Qwen3 / Mistral families (GQA,
  * RoPE with HF's default, linear, llama3 or yarn frequencies, RMSNorm, SwiGLU, tied or untied embeddings, optional
- * attention biases and per-head q/k RMSNorm, an optional sliding window), in Hugging Face
- * config.json terms. */
+ * attention biases and per-head q/k RMSNorm, an optional sliding window) and of the mixture-of-
+ * experts families Mixtral and Qwen3-MoE (every layer's SwiGLU replaced by num_experts experts
+ * and a router), in Hugging Face config.json terms. */
 
 #define DATAFLOW_LLAMA_ALIGN 32 /* tensors start at multiples of this many elements in a block */
 #define DATAFLOW_LLAMA_IGNORE_INDEX (-100)
@@ -36,6 +37,20 @@ typedef struct {
 	int o_bias;              /* o_proj has a bias (Llama / Qwen3 attention_bias) */
 	int qk_norm;             /* RMSNorm over each head's q and k before RoPE (Qwen3 q_norm, k_norm) */
 	int64_t sliding_window;  /* Mistral's: query i sees keys i - w < j <= i; 0: none */
+	/* Mixture of experts (0 experts: the dense SwiGLU of intermediate_size). Every layer's
+	 * feed-forward is then a router (mlp.gate, [num_experts, hidden]) choosing num_experts_per_tok
+	 * of num_experts SwiGLU experts of moe_intermediate_size for each token, weighted by their
+	 * softmax probabilities (renormalized over the chosen ones with norm_topk_prob), as HF's
+	 * MixtralSparseMoeBlock and Qwen3MoeSparseMoeBlock; training adds router_aux_loss_coef times
+	 * HF's load-balancing loss over all layers' router logits. mixtral_names: the experts carry
+	 * Mixtral's checkpoint names (block_sparse_moe.experts.E.w1 / w3 / w2, block_sparse_moe.gate)
+	 * rather than Qwen3-MoE's (mlp.experts.E.gate_proj / up_proj / down_proj, mlp.gate). */
+	int64_t num_experts;
+	int64_t num_experts_per_tok;
+	int64_t moe_intermediate_size;
+	int norm_topk_prob;
+	float router_aux_loss_coef;
+	int mixtral_names;
 	DataflowDatatype dtype;  /* weights and activations: DATAFLOW_FP32 or DATAFLOW_BF16 */
 	/* Weight-only quantization of the layers' linear weights (q, k, v, o, gate, up, down; the
 	 * embedding, norms, biases and, unless quant_lm_head, lm_head stay in dtype), for inference

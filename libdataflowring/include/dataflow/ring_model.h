@@ -34,6 +34,11 @@ typedef struct {
 	/* an upper bound on dataflow_blocked_model_workspace_bytes(model, T): fixed + per_token * T */
 	int64_t workspace_fixed_bytes, workspace_bytes_per_token;
 	int tied;                         /* the head reads the embedding block's weights */
+	/* a mixture of experts in every layer (0 experts: dense): each token meets experts_per_tok
+	 * of them; expert_param_bytes is one expert's weights. The compute assumes an even routing
+	 * (every expert gets tokens * experts_per_tok / num_experts of a chunk). */
+	int64_t num_experts, experts_per_tok;
+	uint64_t expert_param_bytes;
 } Dataflow_Ring_Model;
 
 /* Fills blocks[0..num_blocks) and *out from a blocked model (num_blocks =

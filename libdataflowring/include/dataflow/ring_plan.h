@@ -154,6 +154,8 @@ typedef struct {
 	int kv_context;
 	int num_layers;
 	uint64_t model_param_bytes;  /* PARAM bytes of every block: which model the plan is for */
+	int64_t num_experts, experts_per_tok; /* the model's (ring_model.h; 0: dense) */
+	uint64_t expert_param_bytes;
 	/* placement */
 	int embedding_resident, head_resident;
 	int weight_slots, grad_slots;

@@ -1,10 +1,11 @@
 """Hugging Face model directories: config.json + *.safetensors, read into and written from a Llama
-(the dense decoder of the Llama-3, Qwen2/2.5, Qwen3 and Mistral families, chosen by config.json's
-model_type).
+(the decoder of the Llama-3, Qwen2/2.5, Qwen3 and Mistral families and the Mixtral and Qwen3-MoE
+mixtures of experts, chosen by config.json's model_type).
 
 from_pretrained(path, handle, dtype) / save_pretrained(model, path) back dataflow.models.from_pretrained,
 Llama.from_pretrained and model.save_pretrained. Directories written here load with transformers'
-AutoModelForCausalLM (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM) and back.
+AutoModelForCausalLM (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
+MixtralForCausalLM, Qwen3MoeForCausalLM) and back.
 """
 import json
 import math
@@ -19,7 +20,7 @@ from . import safetensors as st
 from .._ffi import modelslib
 from ..errors import BadArgumentError, FileFormatError, OutOfMemoryError
 from .file_checks import member, read_json
-from ..models.config import FAMILIES, sliding_window
+from ..models.config import FAMILIES, MOE_FAMILIES, sliding_window
 from ..ops import ROPE_TYPES
 from ..quantize import table_dtype, validate_quantization_config
 
@@ -28,6 +29,8 @@ REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers
 # What transformers' LlamaConfig assumes for fields a config.json leaves out.
 DEFAULTS = {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None, "tie_word_embeddings": False,
             "max_position_embeddings": 2048}
+# What a family's config class assumes beyond DEFAULTS (after rope_parameters is read).
+FAMILY_DEFAULTS = {"mixtral": {"rope_theta": 1e6}}
 # Architecture variants the decoder here does not implement: field -> the only accepted value.
 UNSUPPORTED = {"hidden_act": "silu", "mlp_bias": False}
 HF_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -88,6 +91,45 @@ def _rope_scaling(scaling, where):
     return out
 
 
+def _check_experts(out, where):
+    """The MoE fields of a mixtral / qwen3_moe config (FileFormatError naming the field): counts,
+    the experts' size, the aux-loss weight; every layer a mixture of experts (Qwen3-MoE's
+    decoder_sparse_step / mlp_only_layers may make some dense: not supported), no router noise."""
+    if out.get("num_experts") is not None and out.get("num_local_experts") is None:
+        out["num_local_experts"] = out["num_experts"]  # Qwen's name; transformers 5 writes num_local_experts
+    experts = _positive_int(out, "num_local_experts", where)
+    if experts > modelslib.DATAFLOW_MOE_MAX_EXPERTS:
+        raise FileFormatError(f"{where}: num_local_experts must be at most {modelslib.DATAFLOW_MOE_MAX_EXPERTS}, "
+                              f"got {experts}")
+    top_k = _positive_int(out, "num_experts_per_tok", where)
+    if top_k > min(experts, modelslib.DATAFLOW_MOE_MAX_TOP_K):
+        raise FileFormatError(f"{where}: num_experts_per_tok ({top_k}) must be at most num_local_experts "
+                              f"({experts}) and {modelslib.DATAFLOW_MOE_MAX_TOP_K}")
+    size = "intermediate_size" if out["model_type"] == "mixtral" else "moe_intermediate_size"
+    if experts * _positive_int(out, size, where) * out["hidden_size"] > modelslib.DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS:
+        raise FileFormatError(f"{where}: num_local_experts x {size} x hidden_size is more than the experts of a "
+                              f"layer may hold ({modelslib.DATAFLOW_LLAMA_MAX_MATRIX_ELEMENTS:,} elements)")
+    coef = out.get("router_aux_loss_coef", 0.001)
+    if not isinstance(coef, numbers.Real) or isinstance(coef, bool) or not 0 <= coef <= FLOAT32_MAX:
+        raise FileFormatError(f"{where}: router_aux_loss_coef must be a finite number >= 0, got {coef!r:.60}")
+    for field in ("norm_topk_prob", "output_router_logits"):
+        if not isinstance(out.get(field, False), bool):
+            raise FileFormatError(f"{where}: {field} must be true or false, got {out[field]!r:.60}")
+    if out.get("router_jitter_noise", 0) not in (0, 0.0):
+        raise FileFormatError(f"{where}: router_jitter_noise={out['router_jitter_noise']!r:.60} is not supported "
+                              "(training noise on the router's input); expected 0")
+    step, dense = out.get("decoder_sparse_step", 1), out.get("mlp_only_layers") or []
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1 or not isinstance(dense, list):
+        raise FileFormatError(f"{where}: decoder_sparse_step must be an integer >= 1 and mlp_only_layers a list, "
+                              f"got {step!r:.40} and {dense!r:.60}")
+    layers = out["num_hidden_layers"]
+    dense_layers = [i for i in range(layers) if i in dense or (i + 1) % step]
+    if dense_layers:
+        raise FileFormatError(f"{where}: layers {dense_layers[:8]} would be dense (decoder_sparse_step {step}, "
+                              f"mlp_only_layers {dense[:8]}); a model mixing dense and mixture-of-experts layers "
+                              "is not supported: every layer must have experts")
+
+
 def validate_config(config, where=CONFIG_NAME):
     """A checked copy of an HF Llama config dict with implied fields filled in (num_key_value_heads,
     head_dim, rope_theta/rope_scaling also from transformers 5's rope_parameters); errors name
@@ -116,8 +158,8 @@ def validate_config(config, where=CONFIG_NAME):
         sliding_window(out, family)
     except BadArgumentError as e:
         raise FileFormatError(f"{where}: {e}") from None
-    if family in ("qwen2", "mistral"):
-        out.pop("attention_bias", None)  # Qwen2's q/k/v biases are always there; Mistral has none
+    if family in ("qwen2", "mistral", "mixtral"):
+        out.pop("attention_bias", None)  # Qwen2's q/k/v biases are always there; Mistral, Mixtral have none
     elif not isinstance(out.get("attention_bias", False), bool):
         raise FileFormatError(f"{where}: attention_bias must be true or false, got {out['attention_bias']!r:.60}")
     heads = out["num_attention_heads"]
@@ -148,9 +190,11 @@ def validate_config(config, where=CONFIG_NAME):
         out["rope_theta"] = rope["rope_theta"]
     if out.get("rope_scaling") is None and rope.get("rope_type", "default") != "default":
         out["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
-    for field, default in DEFAULTS.items():
+    for field, default in {**DEFAULTS, **FAMILY_DEFAULTS.get(family, {})}.items():
         if out.get(field) is None:
             out[field] = default
+    if family in MOE_FAMILIES:
+        _check_experts(out, where)
     _positive_int(out, "max_position_embeddings", where)
     for field in ("rms_norm_eps", "rope_theta"):
         _positive_number(out[field], field, where)

@@ -1,6 +1,7 @@
-"""Models over libdataflowmodels: the dense decoders of the Llama-3, Qwen2/2.5 and Qwen3 families
-(LlamaConfig, Llama, KVCache), generation (generate, batch_engine, sampling) and the --config
-presets (presets); training them is dataflow.training's.
+"""Models over libdataflowmodels: the decoders of the Llama-3, Qwen2/2.5, Qwen3 and Mistral families
+and the mixtures of experts Mixtral and Qwen3-MoE (LlamaConfig, Llama, KVCache), generation
+(generate, batch_engine, sampling) and the --config presets (presets); training them is
+dataflow.training's.
 
     import dataflow as df
     h = df.Handle("host")
@@ -32,9 +33,9 @@ from .llama import ADAM_M, ADAM_V, GRAD, MASTER, PARAM, Llama
 
 def from_pretrained(path, handle=None, dtype="fp32", placement="auto"):
     """The model of a Hugging Face directory (config.json + safetensors) or a llama.cpp .gguf
-    file (dataflow.io.gguf), its family chosen by
-    config.json's model_type (llama, qwen2, qwen3; any other is a FileFormatError naming it and
-    the supported ones); handle None: a new host handle. See dataflow.io.pretrained."""
+    file (dataflow.io.gguf), its family chosen by config.json's model_type (llama, qwen2, qwen3,
+    mistral, mixtral, qwen3_moe; any other is a FileFormatError naming it and the supported ones);
+    handle None: a new host handle. See dataflow.io.pretrained."""
     return Llama.from_pretrained(path, handle, dtype, placement)
 
 

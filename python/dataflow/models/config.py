@@ -1,5 +1,6 @@
-"""LlamaConfig: a dense decoder of the Llama-3, Qwen2/2.5, Qwen3 or Mistral family in Hugging
-Face's config.json terms, and its C form (Dataflow_Llama_Config)."""
+"""LlamaConfig: a decoder of the Llama-3, Qwen2/2.5, Qwen3 or Mistral family, or of the mixture-of-
+experts families Mixtral and Qwen3-MoE, in Hugging Face's config.json terms, and its C form
+(Dataflow_Llama_Config)."""
 import dataclasses
 
 from .. import dtypes
@@ -17,7 +18,19 @@ FAMILIES = {
     "qwen3": ("Qwen3ForCausalLM", {"max_position_embeddings": 32768, "head_dim": 128}),
     "mistral": ("MistralForCausalLM", {"max_position_embeddings": 131072, "intermediate_size": 14336,
                                        "num_key_value_heads": 8}),
+    "mixtral": ("MixtralForCausalLM", {"max_position_embeddings": 131072, "intermediate_size": 14336,
+                                       "num_key_value_heads": 8, "rms_norm_eps": 1e-5, "num_local_experts": 8,
+                                       "num_experts_per_tok": 2}),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", {"max_position_embeddings": 32768, "num_key_value_heads": 4,
+                                          "num_experts": 128, "num_experts_per_tok": 8,
+                                          "moe_intermediate_size": 768}),
 }
+# The mixture-of-experts families: every layer's feed-forward is a router over experts (Mixtral's
+# experts have intermediate_size and always renormalize the chosen probabilities; Qwen3-MoE's have
+# moe_intermediate_size and renormalize with norm_topk_prob; its num_experts is transformers 5's
+# num_local_experts, which wins when both are given).
+MOE_FAMILIES = ("mixtral", "qwen3_moe")
+MOE_DEFAULTS = {"router_aux_loss_coef": 0.001, "output_router_logits": False}
 # MistralConfig's sliding_window when config.json has none (an explicit null is no window).
 MISTRAL_DEFAULT_WINDOW = 4096
 # Qwen2Config's and Qwen3Config's max_window_layers default.
@@ -32,6 +45,11 @@ def sliding_window(d, family):
     layer_types names); Llama never. The decoder has one window for all layers: a config that
     slides on some layers only is refused. Raises BadArgumentError naming the field."""
     window = d.get("sliding_window", MISTRAL_DEFAULT_WINDOW) if family == "mistral" else d.get("sliding_window")
+    if family == "qwen3_moe":  # Qwen3MoeConfig: every layer slides with use_sliding_window (4096 by default)
+        use = d.get("use_sliding_window", False)
+        if not isinstance(use, bool):
+            raise BadArgumentError(f"use_sliding_window must be true or false, got {use!r:.60}")
+        window = d.get("sliding_window", MISTRAL_DEFAULT_WINDOW) if use else None
     types = d.get("layer_types")
     if family in ("qwen2", "qwen3"):
         use = d.get("use_sliding_window", False)
@@ -73,6 +91,27 @@ def sliding_window(d, family):
 _CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
                 "max_position_embeddings", "tie_word_embeddings", "attention_bias")
+_MOE_KEYS = ("num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+             "router_aux_loss_coef", "output_router_logits")
+# config.json keys of the MoE families that describe what every layer is (checked by
+# dataflow.io.pretrained.validate_config: every layer must be a mixture of experts) or that only
+# matter in training with noise (Mixtral's router_jitter_noise, refused there unless 0)
+_MOE_LAYER_KEYS = ("decoder_sparse_step", "mlp_only_layers", "router_jitter_noise", "num_experts")
+
+
+def moe_fields(d, family):
+    """The MoE fields of a (validated) HF config dict of `family`, by its config class's names and
+    defaults: Qwen3-MoE's num_experts is num_local_experts (transformers 5's name), Mixtral's
+    experts have intermediate_size and always renormalize the top-k probabilities."""
+    if family not in MOE_FAMILIES:
+        return {}
+    out = {**MOE_DEFAULTS, **{k: d[k] for k in _MOE_KEYS if d.get(k) is not None}}
+    if d.get("num_experts") is not None and d.get("num_local_experts") is None:
+        out["num_local_experts"] = d["num_experts"]
+    if family == "mixtral":
+        out["moe_intermediate_size"], out["norm_topk_prob"] = d["intermediate_size"], True
+    out.setdefault("norm_topk_prob", False)
+    return out
 
 
 @dataclasses.dataclass
@@ -94,6 +133,13 @@ class LlamaConfig:
     tie_word_embeddings: bool = False
     attention_bias: bool = False         # biases on q, k, v, o (Llama, Qwen3; Qwen2 has q, k, v biases always)
     sliding_window: int = None           # every layer's (Mistral: query i sees keys i - w < j <= i); None: none
+    # mixture of experts (model_type mixtral, qwen3_moe): 0 experts is a dense model
+    num_local_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = None    # Mixtral: intermediate_size
+    norm_topk_prob: bool = False         # renormalize the chosen experts' probabilities (Mixtral: always)
+    router_aux_loss_coef: float = 0.001  # the load-balancing loss's weight in training ...
+    output_router_logits: bool = False   # ... added to the loss only with this (HF's rule)
     model_type: str = "llama"
     extra: dict = dataclasses.field(default_factory=dict)  # other config.json keys, kept for to_dict
 
@@ -105,6 +151,10 @@ class LlamaConfig:
             self.num_key_value_heads = self.num_attention_heads
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
+        if (self.model_type in MOE_FAMILIES) != bool(self.num_local_experts):
+            raise BadArgumentError(f"LlamaConfig: model_type {self.model_type!r} with num_local_experts "
+                                   f"{self.num_local_experts}: experts belong to {' and '.join(MOE_FAMILIES)} models "
+                                   "and those need at least one")
 
     @classmethod
     def from_dict(cls, d):
@@ -118,13 +168,16 @@ class LlamaConfig:
         for k, v in FAMILIES[family][1].items():
             if d.get(k) is None:
                 d[k] = v
-        if family in ("qwen2", "mistral"):
+        if family in ("qwen2", "mistral", "mixtral"):
             d.pop("attention_bias", None)  # Qwen2's q/k/v biases are not a config choice; Mistral has none
         try:
             window = sliding_window(d, family)
         except BadArgumentError as e:
             raise BadArgumentError(f"LlamaConfig: {e}") from None
         for k in _WINDOW_KEYS:
+            d.pop(k, None)
+        moe = moe_fields(d, family)
+        for k in _MOE_KEYS + _MOE_LAYER_KEYS:
             d.pop(k, None)
         rope = d.pop("rope_parameters", None) or {}
         scaling = d.get("rope_scaling") or None
@@ -144,7 +197,7 @@ class LlamaConfig:
         if d.get("hidden_act", "silu") != "silu":
             raise BadArgumentError(f"LlamaConfig: hidden_act must be 'silu', got {d['hidden_act']!r}")
         known = {k: d.pop(k) for k in _CONFIG_KEYS if k in d}
-        return cls(**known, sliding_window=window, model_type=family, extra=d)
+        return cls(**known, **moe, sliding_window=window, model_type=family, extra=d)
 
     def to_dict(self):
         """A config.json dict that transformers' AutoModelForCausalLM loads as this family."""
@@ -152,12 +205,18 @@ class LlamaConfig:
         out.update({"architectures": [FAMILIES[self.model_type][0]], "model_type": self.model_type,
                     "hidden_act": "silu"})
         out.update({k: getattr(self, k) for k in _CONFIG_KEYS})
-        if self.model_type in ("qwen2", "mistral"):
+        if self.model_type in ("qwen2", "mistral", "mixtral"):
             del out["attention_bias"]
-        if self.model_type not in ("qwen2", "mistral"):
+        if self.model_type not in ("qwen2", "mistral", "mixtral"):
             out["mlp_bias"] = False
-        if self.model_type == "mistral":
+        if self.model_type == "qwen3_moe":  # every layer a mixture of experts
+            out.update({k: getattr(self, k) for k in _MOE_KEYS}, decoder_sparse_step=1, mlp_only_layers=[])
+        elif self.model_type == "mixtral":  # its experts' size is intermediate_size; it always renormalizes
+            out.update({k: getattr(self, k) for k in _MOE_KEYS[:2] + _MOE_KEYS[4:]}, router_jitter_noise=0.0)
+        if self.model_type in ("mistral", "mixtral"):
             out["sliding_window"] = self.sliding_window
+        elif self.model_type == "qwen3_moe":
+            out.update(use_sliding_window=bool(self.sliding_window), sliding_window=self.sliding_window)
         elif self.model_type != "llama":  # every layer slides, or none
             out.update(use_sliding_window=bool(self.sliding_window), sliding_window=self.sliding_window,
                        max_window_layers=0)
@@ -183,8 +242,14 @@ class LlamaConfig:
         c.tie_embeddings = int(bool(self.tie_word_embeddings))
         c.qkv_bias = int(self.model_type == "qwen2" or bool(self.attention_bias))
         c.o_bias = int(self.model_type != "qwen2" and bool(self.attention_bias))
-        c.qk_norm = int(self.model_type == "qwen3")
+        c.qk_norm = int(self.model_type in ("qwen3", "qwen3_moe"))
         c.sliding_window = self.sliding_window or 0
+        if self.num_local_experts:
+            c.num_experts, c.num_experts_per_tok = self.num_local_experts, self.num_experts_per_tok
+            c.moe_intermediate_size, c.norm_topk_prob = self.moe_intermediate_size, int(bool(self.norm_topk_prob))
+            # HF adds the load-balancing loss to the loss only when the model outputs the router logits
+            c.router_aux_loss_coef = self.router_aux_loss_coef if self.output_router_logits else 0.0
+            c.mixtral_names = int(self.model_type == "mixtral")
         if not isinstance(dtype, str) or dtype not in ("fp32", "bf16"):
             raise BadArgumentError(f"Llama: dtype must be 'fp32' or 'bf16', got {dtype!r}")
         c.dtype = dtypes.enum(dtype)

@@ -18,7 +18,8 @@ _QWEN = {"rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": F
 # words. The Llama-3 family, Qwen2.5 (Qwen/Qwen2.5-7B), Qwen3 (Qwen/Qwen3-8B) and Mistral
 # (mistralai/Mistral-7B-v0.1: the version with a 4096-token sliding window; v0.3 has none, a
 # 32768 vocabulary and rope_theta 1e6) are Hugging Face's configs (their config.json; rope scaling
-# left out: it changes neither sizes nor flops).
+# left out: it changes neither sizes nor flops). Mixtral (mistralai/Mixtral-8x7B-v0.1) and Qwen3-MoE
+# (Qwen/Qwen3-30B-A3B) are mixtures of experts in every layer.
 PRESETS = {
     "tiny": {"hidden_size": 192, "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 6,
              "num_key_value_heads": 2, "max_position_embeddings": 256},
@@ -42,6 +43,15 @@ PRESETS = {
                    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
                    "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
                    "sliding_window": 4096, "tie_word_embeddings": False},
+    "mixtral-8x7b": {"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+                     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                     "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+                     "num_local_experts": 8, "num_experts_per_tok": 2, "tie_word_embeddings": False},
+    "qwen3-30b-a3b": {**_QWEN, "model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
+                      "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48,
+                      "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+                      "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True,
+                      "max_position_embeddings": 40960},
 }
 WHAT = f"a preset ({', '.join(PRESETS)}), an HF config.json or an HF model directory"
 
