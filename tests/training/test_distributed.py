@@ -47,10 +47,11 @@ def relative_error(got, want):
 
 
 @pytest.mark.parametrize("mode, family", [("train", "llama"), ("zero", "llama"), ("train", "qwen2"), ("train", "qwen3"),
-                                          ("zero", "qwen3"), ("train", "mistral")])
+                                          ("zero", "qwen3"), ("train", "mistral"), ("train", "mixtral"),
+                                          ("zero", "qwen3_moe")])
 def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path, mode, family):
     """train: plain data-parallel; zero: the optimizer state sharded (ZeRO-1), gathered for the
-    check; each model family (its own tensors: biases, q/k norms, a window) likewise."""
+    check; each model family (its own tensors: biases, q/k norms, a window, experts) likewise."""
     rc, out = mpirun(mode, tmp_path / "dp.npz", extra=[family])
     assert rc == 0, out
     got = np.load(tmp_path / "dp.npz")
@@ -59,9 +60,13 @@ def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path, 
     np.testing.assert_allclose(got["losses"], losses, rtol=1e-6, atol=0)
     assert_trained_weights_close({n: got[n] for n in weights}, weights, TRAINED_WEIGHTS_RTOL["fp32"], worker.LR,
                                  worker.STEPS)
-    for key in (k for k in oracle if k != "memory"):  # m and v: sums of gradients, not amplified
+    # m and v: sums of gradients, not amplified. An expert's gradient is one grouped matmul over
+    # the few tokens routed to it, whose sum over the ranks' halves rounds differently from the
+    # whole batch's (measured up to 2.6e-6 for 5-6 experts); dense tensors stay within 1e-6
+    moments_rtol = 1e-5 if family in ("mixtral", "qwen3_moe") else 1e-6
+    for key in (k for k in oracle if k != "memory"):
         err = relative_error(got[f"opt/{key}"], oracle[key])
-        assert err <= 1e-6, f"{key}: relative difference {err:.3g}"
+        assert err <= moments_rtol, f"{key}: relative difference {err:.3g}"
 
 
 def test_sharding_halves_the_optimizer_memory_of_each_rank(tmp_path):
