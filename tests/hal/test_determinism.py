@@ -1,11 +1,10 @@
 """Every host kernel gives the same bits with 1 and 2 compute threads and at every SIMD level
 (DATAFLOW_SIMD=avx512 / avx2 / scalar). Each op test module's _run_all(handle, **shape) runs its
 ops; thread counts are compared in this process, SIMD levels in one child process per level."""
-import importlib
 
 import pytest
 
-from determinism import assert_simd_levels_agree, assert_thread_counts_agree
+from determinism import assert_simd_levels_agree, assert_thread_counts_agree, load_test_module
 
 pytestmark = pytest.mark.slow  # runs in subprocesses per SIMD level and thread count
 
@@ -24,7 +23,7 @@ SIMD_SHAPES = {
 
 @pytest.mark.parametrize("module", sorted(SIMD_SHAPES))
 def test_threads_bitwise_identical(module):
-    assert_thread_counts_agree(importlib.import_module(module)._run_all)
+    assert_thread_counts_agree(load_test_module(module)._run_all)
 
 
 @pytest.mark.parametrize("module", sorted(SIMD_SHAPES))

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from paths import test_file
+from paths import find_test_file
 
 pytestmark = pytest.mark.slow  # reruns the training comparisons under two ISA caps
 
@@ -33,7 +33,7 @@ def test_training_comparisons_under_capped_vector_paths(caps, header):
     if not info()["onednn"]:
         pytest.skip("this build has no oneDNN: its matmul order is the fallback's on every CPU")
     env = {**os.environ, **caps}
-    tests = [test_file(t.split("::")[0]) + "::" + t.split("::", 1)[1] for t in COMPARISONS]
+    tests = [find_test_file(t.split("::")[0]) + "::" + t.split("::", 1)[1] for t in COMPARISONS]
     p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *tests], env=env,
                        capture_output=True, text=True, timeout=1200)
     out = p.stdout + p.stderr

@@ -5,20 +5,20 @@ or the SIMD path.
 The SIMD path (DATAFLOW_SIMD=avx512|avx2|scalar) is chosen once per process, so each level runs in
 a fresh interpreter. A level the CPU lacks falls back to the best it has, which must agree too.
 """
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import dataflow as df
-from paths import HELPERS, TESTS, test_file
+from paths import HELPERS, TESTS, find_test_file
 
 LEVELS = ("avx512", "avx2", "scalar")
 
 _SCRIPT = r"""
 import hashlib, json, sys
 import dataflow as df
-from paths import HELPERS, TESTS, test_file
 sys.path[:0] = sys.argv[1].split(":")  # the test's folder, tests/helpers, tests (conftest)
 module = __import__(sys.argv[2])
 digest = hashlib.sha256()
@@ -29,9 +29,18 @@ print(digest.hexdigest())
 """
 
 
+def load_test_module(name):
+    """The test module `name` (which defines _run_all), as pytest imported it or from its folder."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, find_test_file(name + ".py"))
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
 def digests_by_level(module, **kwargs):
     """{level: sha256 of the module's _run_all outputs under that level}."""
-    here = ":".join([os.path.dirname(test_file(module + ".py")), HELPERS, TESTS])
+    here = ":".join([os.path.dirname(find_test_file(module + ".py")), HELPERS, TESTS])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(df.__file__)), env.get("PYTHONPATH", "")])
     digests = {}

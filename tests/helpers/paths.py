@@ -8,7 +8,7 @@ ROOT = os.path.dirname(TESTS)
 DATA = os.path.join(TESTS, "data")
 
 
-def test_file(name):
+def find_test_file(name):
     """tests/<folder>/<name>: the one test file of that name (test file names are unique)."""
     found = glob.glob(os.path.join(TESTS, "*", name))
     assert len(found) == 1, f"{name}: expected one test file, found {found}"
