@@ -118,3 +118,24 @@ def sharp_model(handle, name, dtype="fp32", seed=0):
 
 def prompt_for(model, n, seed=1):
     return np.random.default_rng(seed).integers(0, model.config.vocab_size, size=n)
+
+
+def assert_fp32_matches_hf(model, ref, tokens, hf_grads=lambda grads: {n: g.numpy() for n, g in grads.items()}):
+    """model against HF's ref (fp32) on tokens: the logits, then the loss with two targets ignored
+    and every gradient (hf_grads: HF's {name: grad tensor} under our names), at TOL["fp32"]."""
+    tol = TOL["fp32"]
+    with torch.no_grad():
+        want = ref(torch.from_numpy(tokens)).logits.numpy()
+    np.testing.assert_allclose(model.forward(tokens), want, rtol=tol["logits_rtol"], atol=tol["logits_atol"])
+    labels = tokens.copy()
+    labels[0, 4] = labels[1, 9] = -100
+    ref.zero_grad()
+    out = ref(torch.from_numpy(tokens), labels=torch.from_numpy(labels))
+    out.loss.backward()
+    loss, _ = model.loss_backward(tokens, labels)
+    np.testing.assert_allclose(loss, out.loss.item(), rtol=tol["loss_rtol"])
+    got, want_grads = model.gradients(), hf_grads({n: p.grad for n, p in ref.named_parameters()})
+    assert set(got) == set(want_grads)
+    for n, g in want_grads.items():
+        np.testing.assert_allclose(got[n], g, rtol=tol["grad_rtol"], atol=tol["grad_atol"] * np.abs(g).max(),
+                                   err_msg=n)

@@ -19,6 +19,7 @@ from dataflow.models import LlamaConfig
 from dataflow.training import Trainer
 from tolerances import LLAMA_TOLERANCES, TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 from conftest import handle_fixture
+from hf_llama import assert_fp32_matches_hf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -146,27 +147,10 @@ def test_fp32_logits_routing_loss_grads_match_hf(handle, tmp_path, name):
     ref = hf_random(name, seed=3)
     model = ours_from_hf(handle, ref, tmp_path)
     tokens = tokens_for(model.config, (2, 13))
-    tol = TOL["fp32"]
     # the routing first: HF's expert choice has no near-ties (sharpened routers), so logits
     # within 1e-4 mean every token met the experts HF chose
     assert all(len(np.unique(c)) > 1 for c in hf_routing(ref, tokens))
-    with torch.no_grad():
-        want = ref(torch.from_numpy(tokens)).logits.numpy()
-    np.testing.assert_allclose(model.forward(tokens), want, rtol=tol["logits_rtol"], atol=tol["logits_atol"])
-
-    labels = tokens.copy()
-    labels[0, 4] = labels[1, 9] = -100
-    ref.zero_grad()
-    out = ref(torch.from_numpy(tokens), labels=torch.from_numpy(labels))
-    out.loss.backward()
-    loss, _ = model.loss_backward(tokens, labels)
-    np.testing.assert_allclose(loss, out.loss.item(), rtol=tol["loss_rtol"])
-    got = model.gradients()
-    want_grads = per_expert({n: p.grad for n, p in ref.named_parameters()}, model.config.model_type)
-    assert set(got) == set(want_grads)
-    for n, g in want_grads.items():
-        np.testing.assert_allclose(got[n], g, rtol=tol["grad_rtol"], atol=tol["grad_atol"] * np.abs(g).max(),
-                                   err_msg=n)
+    assert_fp32_matches_hf(model, ref, tokens, lambda grads: per_expert(grads, model.config.model_type))
 
 
 @pytest.mark.slow

@@ -14,8 +14,8 @@ import dataflow as df
 from dataflow.models import Llama, LlamaConfig
 from tolerances import LLAMA_TOLERANCES
 from conftest import handle_fixture
-from hf_llama import (assert_adamw_matches_torch, assert_bf16_close_to_hf_fp32, hf_loss_and_grads, hf_model, rel,
-                        tokens_for)
+from hf_llama import (assert_adamw_matches_torch, assert_bf16_close_to_hf_fp32, assert_fp32_matches_hf,
+                      hf_loss_and_grads, hf_model, rel, tokens_for)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -96,26 +96,7 @@ def test_layouts_carry_the_families_tensors(handle):
 def test_fp32_logits_loss_grads_match_hf(handle, name):
     config, model = random_model(handle, name, seed=3)
     ref = hf_model(config, model.state_dict())
-    tokens = tokens_for(config, (2, 13))
-    tol = TOL["fp32"]
-
-    with torch.no_grad():
-        want = ref(torch.from_numpy(tokens)).logits.numpy()
-    np.testing.assert_allclose(model.forward(tokens), want, rtol=tol["logits_rtol"], atol=tol["logits_atol"])
-
-    labels = tokens.copy()
-    labels[0, 4] = labels[1, 9] = -100
-    ref.zero_grad()
-    out = ref(torch.from_numpy(tokens), labels=torch.from_numpy(labels))
-    out.loss.backward()
-    loss, _ = model.loss_backward(tokens, labels)
-    np.testing.assert_allclose(loss, out.loss.item(), rtol=tol["loss_rtol"])
-    got = model.gradients()
-    want_grads = {n: p.grad.numpy() for n, p in ref.named_parameters()}
-    assert set(got) == set(want_grads)
-    for n, g in want_grads.items():
-        np.testing.assert_allclose(got[n], g, rtol=tol["grad_rtol"], atol=tol["grad_atol"] * np.abs(g).max(),
-                                   err_msg=n)
+    assert_fp32_matches_hf(model, ref, tokens_for(config, (2, 13)))
 
 
 @pytest.mark.parametrize("name", ["mistral_window", "qwen2_window"])
