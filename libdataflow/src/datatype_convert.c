@@ -219,6 +219,21 @@ SIMD_EACH_ISA(ROUND_MAGNITUDE)
 	ENCODE_LOOP(isa, fmt, simd_store_##fmt##_##isa((uint16_t *)dst + i, vloadf_##isa(src + i)))   \
 	DECODE_LOOP(isa, fmt, vstoref_##isa(dst + i, simd_load_##fmt##_##isa((const uint16_t *)src + i)))
 
+/* An fp8 format with mbits mantissa bits and that exponent bias, widened: normal, the exponent
+ * rebiased (bias -> 127); subnormal, m * sub_scale (2^(1 - bias - mbits)), exact in fp32; the
+ * magnitude code inf is Inf (e4m3 has none: 0x80 matches no magnitude), codes above last are
+ * NaN (the canonical quiet NaN). */
+#define DECODE_FP8(isa, fmt, mbits, bias, sub_scale, inf, last)                                      \
+	DECODE_LOOP(isa, fmt, Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);                  \
+		    Vu_##isa mag = b & 0x7f;                                                         \
+		    Vu_##isa normal = (mag << (23 - (mbits))) + ((127u - (bias)) << 23);             \
+		    Vu_##isa m = b & ((1u << (mbits)) - 1);                                          \
+		    Vu_##isa sub = (Vu_##isa)(__builtin_convertvector(m, Vf_##isa) * (sub_scale));     \
+		    Vu_##isa r = USEL((Vu_##isa)(mag < (1u << (mbits))), sub, normal);               \
+		    r = USEL((Vu_##isa)(mag == (inf)), 0x7f800000, r);                               \
+		    r = USEL((Vu_##isa)(mag > (last)), 0x7fc00000, r) | ((b & 0x80) << 24);          \
+		    vstoref_##isa(dst + i, (Vf_##isa)r))
+
 #define BULK_CONVERSIONS(isa)                                                                        \
 	BULK_16BIT(isa, bf16)                                                                        \
 	BULK_16BIT(isa, fp16)                                                                        \
@@ -227,30 +242,14 @@ SIMD_EACH_ISA(ROUND_MAGNITUDE)
 		    Vu_##isa r = round_magnitude_##isa(u & 0x7fffffff, 7, 3);                        \
 		    r = USEL((Vu_##isa)(r > 0x7f), 0x7f, r) | ((u >> 24) & 0x80);                    \
 		    vstore_u8_##isa((uint8_t *)dst + i, r))                                          \
-	/* normal: rebias the exponent (7 -> 127); subnormal: m * 2^-9, exact in fp32 */             \
-	DECODE_LOOP(isa, fp8e4m3, Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);              \
-		    Vu_##isa mag = b & 0x7f;                                                         \
-		    Vu_##isa normal = (mag << 20) + (120u << 23);                                    \
-		    Vu_##isa sub = (Vu_##isa)(__builtin_convertvector(b & 7, Vf_##isa) * 0x1p-9f);     \
-		    Vu_##isa r = USEL((Vu_##isa)(mag < 8), sub, normal);                             \
-		    r = USEL((Vu_##isa)(mag == 0x7f), 0x7fc00000, r) | ((b & 0x80) << 24);           \
-		    vstoref_##isa(dst + i, (Vf_##isa)r))                                             \
+	DECODE_FP8(isa, fp8e4m3, 3, 7, 0x1p-9f, 0x80, 0x7e)                                          \
 	ENCODE_LOOP(isa, fp8e5m2, Vu_##isa u = (Vu_##isa)vloadf_##isa(src + i);                       \
 		    Vu_##isa a = u & 0x7fffffff;                                                     \
 		    Vu_##isa r = round_magnitude_##isa(a, 15, 2);                                    \
 		    r = USEL((Vu_##isa)(r > 0x7c), 0x7c, r);                                         \
 		    r = USEL((Vu_##isa)(a > 0x7f800000), 0x7e, r) | ((u >> 24) & 0x80);              \
 		    vstore_u8_##isa((uint8_t *)dst + i, r))                                          \
-	/* normal: rebias the exponent (15 -> 127); subnormal: m * 2^-16, exact in fp32; 0x7c is    \
-	 * Inf, above it NaN (the canonical quiet NaN) */                                            \
-	DECODE_LOOP(isa, fp8e5m2, Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);              \
-		    Vu_##isa mag = b & 0x7f;                                                         \
-		    Vu_##isa normal = (mag << 21) + (112u << 23);                                    \
-		    Vu_##isa sub = (Vu_##isa)(__builtin_convertvector(b & 3, Vf_##isa) * 0x1p-16f);    \
-		    Vu_##isa r = USEL((Vu_##isa)(mag < 4), sub, normal);                             \
-		    r = USEL((Vu_##isa)(mag == 0x7c), 0x7f800000, r);                                \
-		    r = USEL((Vu_##isa)(mag > 0x7c), 0x7fc00000, r) | ((b & 0x80) << 24);            \
-		    vstoref_##isa(dst + i, (Vf_##isa)r))
+	DECODE_FP8(isa, fp8e5m2, 2, 15, 0x1p-16f, 0x7c, 0x7c)
 SIMD_EACH_ISA(BULK_CONVERSIONS)
 
 /* ---------------------------------------------------------------------------------------
