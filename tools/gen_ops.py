@@ -47,7 +47,8 @@ SCALAR_ARG = re.compile(r"^(\w+)\s*:\s*(\w+)$")
 # the vector width), or "custom" (a hand-written launch function) or "external" (the backend
 # implements the op as an external op: function and init, no launch). The backends each class has
 # a standard form on: the macro of its generated line is defined there.
-LAUNCH_CLASSES = {"elementwise": (("items",), ("cuda", "vulkan")), "rows": (("rows", "row_elems", "vector_arg"), ("cuda", "vulkan")),
+LAUNCH_CLASSES = {"elementwise": (("items",), ("cuda", "vulkan")),
+                  "rows": (("rows", "row_elems", "vector_arg"), ("cuda", "vulkan")),
                   "warps": (("warps",), ("cuda",)), "block": (("threads",), ("cuda", "vulkan")),
                   "custom": ((), ("cuda", "vulkan")), "external": ((), ("cuda", "vulkan"))}
 LAUNCH_BACKENDS = ("cuda", "vulkan")
@@ -147,6 +148,7 @@ class Op:
         return {backend: self.parse_launch_class(backend, text) for backend, text in value.items()}
 
     def parse_launch_class(self, backend, text):
+        """(class, its parameters in C, the texts of those that are expressions)"""
         m = LAUNCH_CLASS.match(text.strip())
         if not m or m.group(1) not in LAUNCH_CLASSES:
             raise CatalogueError(f"{self.name}: launch: {backend}: '{text}' is none of {', '.join(LAUNCH_CLASSES)}")
@@ -161,7 +163,7 @@ class Op:
             if params[2] not in tensors:
                 raise CatalogueError(f"{self.name}: launch: rows: {params[2]} is not a tensor argument")
             return name, [self.c_expression(params[0]), self.c_expression(params[1]),
-                          f"DATAFLOW_{self.upper}_ARG_{params[2].upper()}"], params
+                          f"DATAFLOW_{self.upper}_ARG_{params[2].upper()}"], params[:2]
         return name, [self.c_expression(p) for p in params], params
 
     def c_expression(self, text):
@@ -406,7 +408,7 @@ def gen_launches(ops, backend):
         name, c_params, texts = op.launch.get(backend, ("external", [], []))
         if name in ("custom", "external"):
             continue
-        strings = [f'"{t}"' for t in texts if t not in {a.name for a in op.args if a.tensor}]
+        strings = [f'"{t}"' for t in texts]
         out.append(f"{backend.upper()}_{name.upper()}({', '.join([op.name, op.struct, *c_params, *strings])})")
     return "\n".join(out) + "\n"
 
