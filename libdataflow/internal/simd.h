@@ -290,4 +290,28 @@ SIMD_TARGET_AVX2 static inline void simd_store_fp16_avx2(uint16_t *p, __m256 x)
 	_mm_storeu_si128((__m128i *)p, h);
 }
 
+/* ---- bytes, both ISAs: VL_##isa bytes widened to uint32 lanes, and uint32 lanes (each
+ * < 2^8) narrowed to bytes (GCC 12 lowers __builtin_convertvector of bytes lane by lane) ---- */
+
+SIMD_ISA_INLINE(avx512) Vu_avx512 vload_u8_avx512(const uint8_t *p)
+{
+	return (Vu_avx512)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+
+SIMD_ISA_INLINE(avx2) Vu_avx2 vload_u8_avx2(const uint8_t *p)
+{
+	return (Vu_avx2)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+SIMD_ISA_INLINE(avx512) void vstore_u8_avx512(uint8_t *p, Vu_avx512 x)
+{
+	_mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8((__m512i)x));
+}
+
+SIMD_ISA_INLINE(avx2) void vstore_u8_avx2(uint8_t *p, Vu_avx2 x)
+{
+	__m128i w = simd_narrow16_avx2((__m256i)x);
+	_mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
+}
+
 #endif

@@ -178,41 +178,6 @@ int dataflow_simd_level(void)
 /* m ? yes : no per lane, m a compare's result (all ones or zero); yes or no may be a scalar */
 #define USEL(m, yes, no) (((m) & (yes)) | (~(m) & (no)))
 
-/* the per-ISA loads and stores the bodies need: bytes widened to lanes and back, and fp16
- * bits (one per lane) widened to fp32 by vcvtph2ps */
-SIMD_ISA_INLINE(avx512) Vu_avx512 vload_u8_avx512(const uint8_t *p)
-{
-	return (Vu_avx512)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-}
-
-SIMD_ISA_INLINE(avx2) Vu_avx2 vload_u8_avx2(const uint8_t *p)
-{
-	return (Vu_avx2)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-}
-
-/* lanes < 2^8 */
-SIMD_ISA_INLINE(avx512) void vstore_u8_avx512(uint8_t *p, Vu_avx512 x)
-{
-	_mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8((__m512i)x));
-}
-
-SIMD_ISA_INLINE(avx2) void vstore_u8_avx2(uint8_t *p, Vu_avx2 x)
-{
-	__m128i w = simd_narrow16_avx2((__m256i)x);
-	_mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
-}
-
-/* lanes < 2^16 */
-SIMD_ISA_INLINE(avx512) Vf_avx512 vwiden_fp16_avx512(Vu_avx512 bits)
-{
-	return _mm512_cvtph_ps(_mm512_cvtepi32_epi16((__m512i)bits));
-}
-
-SIMD_ISA_INLINE(avx2) Vf_avx2 vwiden_fp16_avx2(Vu_avx2 bits)
-{
-	return _mm256_cvtph_ps(simd_narrow16_avx2((__m256i)bits));
-}
-
 /* round_magnitude of the scalar reference, per lane. The subnormal shift is clamped to
  * [1, 25] (lanes outside it take the normal result, so the clamp changes no output and keeps
  * every vector shift count below 32). */
@@ -254,6 +219,21 @@ SIMD_EACH_ISA(ROUND_MAGNITUDE)
 	ENCODE_LOOP(isa, fmt, simd_store_##fmt##_##isa((uint16_t *)dst + i, vloadf_##isa(src + i)))   \
 	DECODE_LOOP(isa, fmt, vstoref_##isa(dst + i, simd_load_##fmt##_##isa((const uint16_t *)src + i)))
 
+/* An fp8 format with mbits mantissa bits and that exponent bias, widened: normal, the exponent
+ * rebiased (bias -> 127); subnormal, m * sub_scale (2^(1 - bias - mbits)), exact in fp32; the
+ * magnitude code inf is Inf (e4m3 has none: 0x80 matches no magnitude), codes above last are
+ * NaN (the canonical quiet NaN). */
+#define DECODE_FP8(isa, fmt, mbits, bias, sub_scale, inf, last)                                      \
+	DECODE_LOOP(isa, fmt, Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);                  \
+		    Vu_##isa mag = b & 0x7f;                                                         \
+		    Vu_##isa normal = (mag << (23 - (mbits))) + ((127u - (bias)) << 23);             \
+		    Vu_##isa m = b & ((1u << (mbits)) - 1);                                          \
+		    Vu_##isa sub = (Vu_##isa)(__builtin_convertvector(m, Vf_##isa) * (sub_scale));     \
+		    Vu_##isa r = USEL((Vu_##isa)(mag < (1u << (mbits))), sub, normal);               \
+		    r = USEL((Vu_##isa)(mag == (inf)), 0x7f800000, r);                               \
+		    r = USEL((Vu_##isa)(mag > (last)), 0x7fc00000, r) | ((b & 0x80) << 24);          \
+		    vstoref_##isa(dst + i, (Vf_##isa)r))
+
 #define BULK_CONVERSIONS(isa)                                                                        \
 	BULK_16BIT(isa, bf16)                                                                        \
 	BULK_16BIT(isa, fp16)                                                                        \
@@ -262,25 +242,14 @@ SIMD_EACH_ISA(ROUND_MAGNITUDE)
 		    Vu_##isa r = round_magnitude_##isa(u & 0x7fffffff, 7, 3);                        \
 		    r = USEL((Vu_##isa)(r > 0x7f), 0x7f, r) | ((u >> 24) & 0x80);                    \
 		    vstore_u8_##isa((uint8_t *)dst + i, r))                                          \
-	/* normal: rebias the exponent (7 -> 127); subnormal: m * 2^-9, exact in fp32 */             \
-	DECODE_LOOP(isa, fp8e4m3, Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);              \
-		    Vu_##isa mag = b & 0x7f;                                                         \
-		    Vu_##isa normal = (mag << 20) + (120u << 23);                                    \
-		    Vu_##isa sub = (Vu_##isa)(__builtin_convertvector(b & 7, Vf_##isa) * 0x1p-9f);     \
-		    Vu_##isa r = USEL((Vu_##isa)(mag < 8), sub, normal);                             \
-		    r = USEL((Vu_##isa)(mag == 0x7f), 0x7fc00000, r) | ((b & 0x80) << 24);           \
-		    vstoref_##isa(dst + i, (Vf_##isa)r))                                             \
+	DECODE_FP8(isa, fp8e4m3, 3, 7, 0x1p-9f, 0x80, 0x7e)                                          \
 	ENCODE_LOOP(isa, fp8e5m2, Vu_##isa u = (Vu_##isa)vloadf_##isa(src + i);                       \
 		    Vu_##isa a = u & 0x7fffffff;                                                     \
 		    Vu_##isa r = round_magnitude_##isa(a, 15, 2);                                    \
 		    r = USEL((Vu_##isa)(r > 0x7c), 0x7c, r);                                         \
 		    r = USEL((Vu_##isa)(a > 0x7f800000), 0x7e, r) | ((u >> 24) & 0x80);              \
 		    vstore_u8_##isa((uint8_t *)dst + i, r))                                          \
-	/* e5m2 widened to fp16 is exact; its NaNs become the canonical quiet NaN */                 \
-	DECODE_LOOP(isa, fp8e5m2, Vu_##isa b = vload_u8_##isa((const uint8_t *)src + i);              \
-		    Vu_##isa r = (Vu_##isa)vwiden_fp16_##isa(b << 8);                                \
-		    r = USEL((Vu_##isa)((b & 0x7f) > 0x7c), ((b & 0x80) << 24) | 0x7fc00000, r);      \
-		    vstoref_##isa(dst + i, (Vf_##isa)r))
+	DECODE_FP8(isa, fp8e5m2, 2, 15, 0x1p-16f, 0x7c, 0x7c)
 SIMD_EACH_ISA(BULK_CONVERSIONS)
 
 /* ---------------------------------------------------------------------------------------

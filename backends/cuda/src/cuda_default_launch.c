@@ -25,37 +25,30 @@ static int elem_size(const Op *op, int arg)
 	return (int)dataflow_datatype_size(op->skeleton.arg_dtypes[arg]);
 }
 
-/* Elementwise (grid-stride, one thread per element): add, scale, cast, set_mem, adamw_step (and
- * its bf16-state form) over
- * n, rope and rope_bwd over (token, pair), swiglu and swiglu_bwd, rms_norm_bwd_w_reduce over
- * columns. */
-LAUNCH_WITH(add, Dataflow_Add_Args, cuda_elementwise_config(a.n, c))
-LAUNCH_WITH(scale, Dataflow_Scale_Args, cuda_elementwise_config(a.n, c))
-LAUNCH_WITH(cast, Dataflow_Cast_Args, cuda_elementwise_config(a.n, c))
-LAUNCH_WITH(set_mem, Dataflow_Set_Mem_Args, cuda_elementwise_config(a.n, c))
-LAUNCH_WITH(adamw_step, Dataflow_Adamw_Step_Args, cuda_elementwise_config(a.n, c))
-LAUNCH_WITH(adamw_step_bf16_state, Dataflow_Adamw_Step_Bf16_State_Args, cuda_elementwise_config(a.n, c))
-/* adamw_step_8bit: a thread block per quantization block, so the elementwise grid of n */
-_Static_assert(CUDA_ELEMENTWISE_BLOCK == DATAFLOW_ADAMW_8BIT_BLOCK, "adamw_step_8bit: a thread per element of a block");
-LAUNCH_WITH(adamw_step_8bit, Dataflow_Adamw_Step_8bit_Args, cuda_elementwise_config(a.n, c))
-LAUNCH_WITH(rope, Dataflow_Rope_Args, cuda_elementwise_config(a.num_tokens * (a.head_dim / 2), c))
-LAUNCH_WITH(rope_bwd, Dataflow_Rope_Bwd_Args, cuda_elementwise_config(a.num_tokens * (a.head_dim / 2), c))
-LAUNCH_WITH(swiglu, Dataflow_Swiglu_Args, cuda_elementwise_config(a.rows * a.ffn, c))
-LAUNCH_WITH(swiglu_bwd, Dataflow_Swiglu_Bwd_Args, cuda_elementwise_config(a.rows * a.ffn, c))
-LAUNCH_WITH(paged_kv_write, Dataflow_Paged_Kv_Write_Args, cuda_elementwise_config(a.num_tokens * a.num_kv_heads * a.head_dim, c))
-LAUNCH_WITH(rms_norm_bwd_w_reduce, Dataflow_Rms_Norm_Bwd_W_Reduce_Args, cuda_elementwise_config(a.hidden, c))
-/* 16 threads per DATAFLOW_GRAD_NORM_BLOCK elements */
-LAUNCH_WITH(grad_norm_sq_partials, Dataflow_Grad_Norm_Sq_Partials_Args,
-	    cuda_elementwise_config((a.n + DATAFLOW_GRAD_NORM_BLOCK - 1) / DATAFLOW_GRAD_NORM_BLOCK * 16, c))
+/* The standard launch classes (the catalogue's `launch`; the last arguments, the catalogue's
+ * texts of the parameters, are for messages and unused here):
+ *   elementwise(items)                   grid-stride, one thread per item
+ *   rows(rows, row_elems, vector_arg)    one block per row, a 16-byte vector of vector_arg's
+ *                                        elements per thread
+ *   warps(warps)                         one warp per item, 8-warp blocks
+ *   block(threads)                       one block of that many threads */
+#define CUDA_ELEMENTWISE(OP, TYPE, ITEMS, ...) LAUNCH_WITH(OP, TYPE, cuda_elementwise_config(ITEMS, c))
+#define CUDA_ROWS(OP, TYPE, ROWS, ROW_ELEMS, VECTOR_ARG, ...) \
+	LAUNCH_WITH(OP, TYPE, cuda_rows_config(ROWS, ROW_ELEMS, elem_size(op, VECTOR_ARG), c))
+#define CUDA_WARPS(OP, TYPE, WARPS, ...) LAUNCH_WITH(OP, TYPE, cuda_warps_config(WARPS, c))
+#define CUDA_BLOCK(OP, TYPE, THREADS, ...)                                     \
+	LAUNCH(OP)                                                             \
+	{                                                                      \
+		(void)handle, (void)op_state, (void)op;                        \
+		*c = (Dataflow_Launch_Config){{1, 1, 1}, {THREADS, 1, 1}, 0, 1}; \
+		return DATAFLOW_OK;                                            \
+	}
+#include "dataflow/cuda_launches.inc"
 
-/* One block per row: embedding (rows of the table), rms_norm, rms_norm_bwd_x, cross_entropy. */
-LAUNCH_WITH(embedding, Dataflow_Embedding_Args,
-	    cuda_rows_config(a.num_tokens, a.hidden, elem_size(op, DATAFLOW_EMBEDDING_ARG_OUT), c))
-LAUNCH_WITH(rms_norm, Dataflow_Rms_Norm_Args, cuda_rows_config(a.rows, a.hidden, elem_size(op, DATAFLOW_RMS_NORM_ARG_X), c))
-LAUNCH_WITH(rms_norm_bwd_x, Dataflow_Rms_Norm_Bwd_X_Args,
-	    cuda_rows_config(a.rows, a.hidden, elem_size(op, DATAFLOW_RMS_NORM_BWD_X_ARG_X), c))
-LAUNCH_WITH(cross_entropy, Dataflow_Cross_Entropy_Args,
-	    cuda_rows_config(a.tokens, a.vocab, elem_size(op, DATAFLOW_CROSS_ENTROPY_ARG_LOGITS), c))
+/* adamw_step_8bit (elementwise over n): a thread block per quantization block */
+_Static_assert(CUDA_ELEMENTWISE_BLOCK == DATAFLOW_ADAMW_8BIT_BLOCK, "adamw_step_8bit: a thread per element of a block");
+
+/* The custom launches. */
 
 /* paged_attention: 4-warp blocks, one per (sequence, kv head, split) for the partials and
  * one per sequence for the combine (grid-stride past CUDA_MAX_GRID) */
@@ -67,9 +60,6 @@ static void paged_config(int64_t blocks, Dataflow_Launch_Config *c)
 LAUNCH_WITH(paged_attention_partial, Dataflow_Paged_Attention_Partial_Args,
 	    paged_config(a.batch * a.num_kv_heads * ((a.max_pages * a.page_size + a.split_size - 1) / a.split_size), c))
 LAUNCH_WITH(paged_attention_combine, Dataflow_Paged_Attention_Combine_Args, paged_config(a.batch, c))
-
-/* one warp per (token, query head) */
-LAUNCH_WITH(attention_bwd_delta, Dataflow_Attention_Bwd_Delta_Args, cuda_warps_config(a.total_tokens * a.num_q_heads, c))
 
 /* partials: one thread per (row block, column), grid (column groups, row blocks) */
 LAUNCH(rms_norm_bwd_w_partials)
@@ -84,22 +74,6 @@ LAUNCH(rms_norm_bwd_w_partials)
 	return DATAFLOW_OK;
 }
 
-/* one warp walks the partials in order */
-LAUNCH(grad_norm_sq_reduce)
-{
-	(void)handle, (void)op_state, (void)op;
-	*c = (Dataflow_Launch_Config){{1, 1, 1}, {32, 1, 1}, 0, 1};
-	return DATAFLOW_OK;
-}
-
-/* one thread: the input is one number */
-LAUNCH(clip_by_global_norm)
-{
-	(void)handle, (void)op_state, (void)op;
-	*c = (Dataflow_Launch_Config){{1, 1, 1}, {1, 1, 1}, 0, 1};
-	return DATAFLOW_OK;
-}
-
 /* qmatmul_int8 / qmatmul_int4: 16 threads per output channel and block of 4 rows of x, rounded
  * up to whole warps (qmatmul.cu) */
 static void qmatmul_config(int64_t M, int64_t N, Dataflow_Launch_Config *c)
@@ -110,31 +84,6 @@ LAUNCH_WITH(qmatmul_int8, Dataflow_Qmatmul_Int8_Args, qmatmul_config(a.M, a.N, c
 LAUNCH_WITH(qmatmul_int4, Dataflow_Qmatmul_Int4_Args, qmatmul_config(a.M, a.N, c))
 
 /* ---- mixture of experts (kernels/moe_*.cu) ---- */
-
-/* one thread per token: the router, its backward, the aux loss's backward; one per expert: the stats */
-LAUNCH_WITH(moe_router, Dataflow_Moe_Router_Args, cuda_elementwise_config(a.tokens, c))
-LAUNCH_WITH(moe_router_bwd, Dataflow_Moe_Router_Bwd_Args, cuda_elementwise_config(a.tokens, c))
-LAUNCH_WITH(moe_aux_loss_bwd, Dataflow_Moe_Aux_Loss_Bwd_Args, cuda_elementwise_config(a.tokens, c))
-LAUNCH_WITH(moe_router_stats, Dataflow_Moe_Router_Stats_Args, cuda_elementwise_config(a.experts, c))
-/* one element per thread; one warp per (token, j) */
-LAUNCH_WITH(moe_combine, Dataflow_Moe_Combine_Args, cuda_elementwise_config(a.tokens * a.hidden, c))
-LAUNCH_WITH(moe_combine_bwd, Dataflow_Moe_Combine_Bwd_Args, cuda_warps_config(a.tokens * a.top_k, c))
-
-/* one thread: the loss is one number */
-LAUNCH(moe_aux_loss)
-{
-	(void)handle, (void)op_state, (void)op;
-	*c = (Dataflow_Launch_Config){{1, 1, 1}, {1, 1, 1}, 0, 1};
-	return DATAFLOW_OK;
-}
-
-/* one block: each thread owns experts (moe_permute.cu) */
-LAUNCH(moe_permute_index)
-{
-	(void)handle, (void)op_state, (void)op;
-	*c = (Dataflow_Launch_Config){{1, 1, 1}, {256, 1, 1}, 0, 1};
-	return DATAFLOW_OK;
-}
 
 /* 16 x 16 output tiles (moe_grouped_matmul.cu): grid (columns, rows) for the forward, (k_in,
  * n_out, experts) for the weight gradient */

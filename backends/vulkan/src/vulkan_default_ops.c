@@ -98,33 +98,41 @@ static Dataflow_Status loops_fit(Dataflow_Handle *handle, const Op *op, double l
 		return DATAFLOW_OK;                                                                \
 	}
 
-/* elementwise: one invocation per element of n, GROUP per workgroup (FOR_EACH_INDEX) */
-VULKAN_LAUNCH(add, Dataflow_Add_Args, a.n, a.n, GROUP, LOOP(G, 0), "n = %lld", (long long)a.n)
-VULKAN_LAUNCH(scale, Dataflow_Scale_Args, a.n, a.n, GROUP, LOOP(G, 0), "n = %lld", (long long)a.n)
-VULKAN_LAUNCH(cast, Dataflow_Cast_Args, a.n, a.n, GROUP, LOOP(G, 0), "n = %lld", (long long)a.n)
-VULKAN_LAUNCH(set_mem, Dataflow_Set_Mem_Args, a.n, a.n, GROUP, LOOP(G, 0), "n = %lld", (long long)a.n)
-
-/* rms_norm forward and bwd_x: ROW_GROUP rows of 16 lanes per workgroup (shaders/row_sum.glsl:
- * ROW_SUM, then a pass over the row); bwd_w: one invocation per (block, column), then per column */
+/* The standard launch classes (the catalogue's `launch`), each with its loop count; the last
+ * arguments are the catalogue's texts of the parameters, which the messages name:
+ *   elementwise(items)                 one invocation per item, GROUP per workgroup (FOR_EACH_INDEX)
+ *   rows(rows, row_elems, vector_arg)  ROW_GROUP rows of 16 lanes per workgroup
+ *                                      (shaders/row_sum.glsl: ROW_SUM, then a pass over the row)
+ *   block(threads)                     one workgroup (the shader's size), no loops */
 #define ROW_GROUP 4
 #define ROW_LOOPS(h) (LOOP((h) / 16, 0) + LOOP(8, 0) + LOOP(4, 0) + LOOP((h) % 16, 0) + LOOP(CDIV(h, 16), 0))
+#define VULKAN_ELEMENTWISE(OP, Args, items, items_text) \
+	VULKAN_LAUNCH(OP, Args, items, items, GROUP, LOOP(G, 0), items_text " = %lld", (long long)(items))
+#define VULKAN_ROWS(OP, Args, rows, row_elems, vector_arg, rows_text, row_elems_text)                       \
+	VULKAN_LAUNCH(OP, Args, (rows) * (row_elems), rows, ROW_GROUP, LOOP(G, ROW_LOOPS(row_elems)),         \
+		      row_elems_text " = %lld, " rows_text " = %lld", (long long)(row_elems), (long long)(rows))
+#define VULKAN_BLOCK(OP, Args, threads, threads_text)                                                         \
+	Dataflow_Status dataflow_vulkan_##OP##_launch(Dataflow_Handle *handle, const Op *op, void *op_state,   \
+						      Dataflow_Launch_Config *config)                  \
+	{                                                                                                     \
+		(void)handle, (void)op, (void)op_state;                                                       \
+		groups_for(1, 1, config);                                                                     \
+		return DATAFLOW_OK;                                                                           \
+	}
+#include "dataflow/vulkan_launches.inc"
+
+/* The custom launches. */
+
+/* rms_norm's weight gradient: one invocation per (block, column), then per column */
 #define BWD_W_BLOCKS(a) CDIV((a).rows, DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS)
-VULKAN_LAUNCH(rms_norm, Dataflow_Rms_Norm_Args, a.rows * a.hidden, a.rows, ROW_GROUP, LOOP(G, ROW_LOOPS(a.hidden)),
-	      "hidden = %lld, rows = %lld", (long long)a.hidden, (long long)a.rows)
-VULKAN_LAUNCH(rms_norm_bwd_x, Dataflow_Rms_Norm_Bwd_X_Args, a.rows * a.hidden, a.rows, ROW_GROUP,
-	      LOOP(G, ROW_LOOPS(a.hidden)), "hidden = %lld, rows = %lld", (long long)a.hidden, (long long)a.rows)
 VULKAN_LAUNCH(rms_norm_bwd_w_partials, Dataflow_Rms_Norm_Bwd_W_Partials_Args, a.rows * a.hidden,
 	      BWD_W_BLOCKS(a) * a.hidden, GROUP, LOOP(G, LOOP(DATAFLOW_RMS_NORM_BWD_W_BLOCK_ROWS, 0)),
 	      "rows = %lld, hidden = %lld", (long long)a.rows, (long long)a.hidden)
 VULKAN_LAUNCH(rms_norm_bwd_w_reduce, Dataflow_Rms_Norm_Bwd_W_Reduce_Args, BWD_W_BLOCKS(a) * a.hidden, a.hidden, GROUP,
 	      LOOP(G, LOOP(BWD_W_BLOCKS(a), 0)), "rows = %lld", (long long)a.rows)
 
-/* swiglu: one invocation per element; rope: per (i, i + head_dim/2) pair of each token and
- * head; embedding: per element of out; embedding_bwd_w: per column (each walks the tokens) */
-VULKAN_LAUNCH(swiglu, Dataflow_Swiglu_Args, a.rows * a.ffn, a.rows * a.ffn, GROUP, LOOP(G, 0), "rows * ffn = %lld",
-	      (long long)(a.rows * a.ffn))
-VULKAN_LAUNCH(swiglu_bwd, Dataflow_Swiglu_Bwd_Args, a.rows * a.ffn, a.rows * a.ffn, GROUP, LOOP(G, 0),
-	      "rows * ffn = %lld", (long long)(a.rows * a.ffn))
+/* rope: one invocation per (i, i + head_dim/2) pair of each token and head; embedding: per
+ * element of out; embedding_bwd_w: per column (each walks the tokens) */
 #define ROPE_ITEMS(a) ((a).num_tokens * (a).num_heads * ((a).head_dim / 2))
 VULKAN_LAUNCH(rope, Dataflow_Rope_Args, a.num_tokens * a.num_heads * a.head_dim, ROPE_ITEMS(a), GROUP, LOOP(G, 0),
 	      "num_tokens * num_heads * head_dim / 2 = %lld", (long long)ROPE_ITEMS(a))
@@ -282,14 +290,6 @@ Dataflow_Status dataflow_vulkan_moe_grouped_matmul_bwd_w_launch(Dataflow_Handle 
 		      (long long)a.experts, (long long)a.rows) != DATAFLOW_OK)
 		return dataflow_last_status();
 	return moe_tiles(handle, op, a.k_in, a.n_out, a.experts, config);
-}
-
-Dataflow_Status dataflow_vulkan_clip_by_global_norm_launch(Dataflow_Handle *handle, const Op *op, void *op_state,
-							   Dataflow_Launch_Config *config)
-{
-	(void)handle, (void)op, (void)op_state;
-	groups_for(1, 1, config); /* no loops */
-	return DATAFLOW_OK;
 }
 
 /* ---- matmul: the variant's kernel, chosen at registration ---- */
