@@ -25,12 +25,10 @@ struct Dataflow_Llama {
 	Dataflow_Block_Memory *blocks;
 	int64_t last_tokens; /* of the last loss: how many token losses are valid */
 	Llama_Workspace ws;
-	Dataflow_Comm *grad_comm; /* the ranks shard_optimizer lays the state out over (NULL: none) */
-	int shard_optimizer; /* ZeRO-1 over grad_comm's ranks (llama_sharded_optimizer.c) */
+	/* elements of each block's m, v and master in a layout of the caller's (ZeRO-1's shards,
+	 * dataflow_llama_set_optimizer_state); NULL: the blocks' own */
+	int64_t *state_numel;
 };
-
-/* Elements of block b's m, v and master: the block's, or the rank's shard of them. */
-int64_t llama_optimizer_state_numel(const Dataflow_Llama *model, int block);
 
 static inline void *llama_resid(const Dataflow_Llama *m, int64_t layer)
 {

@@ -2,6 +2,7 @@
  * gradients, and AdamW m, v and fp32 master weights when asked for), plus the named-tensor
  * views into it. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "llama_internal.h"
 
@@ -70,6 +71,7 @@ void dataflow_llama_destroy(Dataflow_Llama *m)
 	}
 	dataflow_blocked_model_destroy(m->bm);
 	free(m->blocks);
+	free(m->state_numel);
 	free(m);
 }
 
@@ -116,10 +118,10 @@ Dataflow_Status dataflow_llama_tensor(const Dataflow_Llama *model, int index, Da
 					  "llama tensor: kind must be 0..4 (param, grad, m, v, master), got %d", (int)kind);
 	TRY(dataflow_blocked_model_tensor(model->bm, index, tensor));
 	void *base = block_ptr(&model->blocks[tensor->block], kind);
-	if (base && model->shard_optimizer && kind != DATAFLOW_BLOCK_PARAM && kind != DATAFLOW_BLOCK_GRAD)
+	if (base && model->state_numel && kind != DATAFLOW_BLOCK_PARAM && kind != DATAFLOW_BLOCK_GRAD)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama tensor: the optimizer state (kind %d) is sharded over the ranks; "
-					  "dataflow_llama_shard_optimizer(model, stream, 0) gathers it",
+					  "dataflow_ring_shard_optimizer_state(..., 0) gathers it",
 					  (int)kind);
 	if (kind != DATAFLOW_BLOCK_PARAM) /* a weight keeps the table's dtype (quantized codes, scales) */
 		tensor->dtype = DATAFLOW_FP32;
@@ -149,10 +151,10 @@ Dataflow_Status dataflow_llama_enable_master_weights(Dataflow_Llama *m, int stre
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama enable_master_weights: master weights are for bf16 models; this one is %s",
 					  dataflow_datatype_name(m->config->dtype));
-	if (m->shard_optimizer)
+	if (m->state_numel)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "llama enable_master_weights: the optimizer state is sharded; enable master weights "
-					  "before dataflow_llama_shard_optimizer");
+					  "before dataflow_ring_shard_optimizer_state");
 	for (int b = 0; b < m->num_blocks; b++) {
 		Dataflow_Block_Memory *blk = &m->blocks[b];
 		if (blk->master)
@@ -171,11 +173,35 @@ Dataflow_Status dataflow_llama_alloc_optimizer_state(Dataflow_Llama *m, int s)
 	TRY(llama_refuse_quantized(m->config, "alloc_optimizer_state"));
 	for (int b = 0; b < m->num_blocks; b++) {
 		Dataflow_Block_Memory *blk = &m->blocks[b];
-		int64_t bytes = llama_optimizer_state_numel(m, b) * 4;
+		int64_t bytes = (m->state_numel ? m->state_numel[b] : llama_block_numel(m->bm, b)) * 4;
 		float **state[] = {&blk->m, &blk->v};
 		for (int i = 0; i < 2; i++)
 			if (!*state[i])
 				TRY(alloc_zeroed(m->handle, s, bytes, (void **)state[i]));
 	}
+	return DATAFLOW_OK;
+}
+
+Dataflow_Status dataflow_llama_set_optimizer_state(Dataflow_Llama *m, const Dataflow_Block_Memory *blocks,
+						   const int64_t *state_numel)
+{
+	if (!m || !blocks)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "llama set_optimizer_state: model and blocks are required");
+	TRY(llama_refuse_quantized(m->config, "set_optimizer_state"));
+	int64_t *numel = NULL;
+	if (state_numel) {
+		if (!(numel = malloc((size_t)m->num_blocks * sizeof(*numel))))
+			return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
+						  "llama set_optimizer_state: host allocation failed");
+		memcpy(numel, state_numel, (size_t)m->num_blocks * sizeof(*numel));
+	}
+	for (int b = 0; b < m->num_blocks; b++) {
+		m->blocks[b].m = blocks[b].m;
+		m->blocks[b].v = blocks[b].v;
+		m->blocks[b].master = blocks[b].master;
+	}
+	free(m->state_numel);
+	m->state_numel = numel;
 	return DATAFLOW_OK;
 }

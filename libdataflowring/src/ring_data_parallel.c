@@ -1,7 +1,7 @@
 /* Data-parallel training in the executor: each block's gradient summed over the ranks on the
  * comm stream as soon as it is final, and ZeRO-1, the optimizer state sharded over the ranks.
  *
- * ZeRO-1 (the layout dataflow_llama_shard_optimizer gives a resident model's state): block b's n
+ * ZeRO-1 (the layout dataflow_ring_shard_optimizer_state gives a resident model's state): block b's n
  * elements split into N equal parts of q = n / N (rank r owns [r q, (r + 1) q)) and a tail
  * [N q, n) of fewer than N elements every rank updates alike; the rank's m, v (and master) of
  * the block are [its part | the tail]. The backward reduce-scatters each gradient (rank r
@@ -15,10 +15,15 @@ typedef struct {
 	int64_t part, own, tail, tail_len; /* q, r q, N q, n - N q */
 } Shard;
 
+static Shard shard_n(Dataflow_Comm *comm, int64_t n)
+{
+	int64_t ranks = dataflow_comm_size(comm), q = n / ranks;
+	return (Shard){q, dataflow_comm_rank(comm) * q, ranks * q, n - ranks * q};
+}
+
 static Shard shard_of(const Dataflow_Ring_Executor *x, int b)
 {
-	int64_t n = x->blocks[b].numel, ranks = dataflow_comm_size(x->comm), q = n / ranks;
-	return (Shard){q, dataflow_comm_rank(x->comm) * q, ranks * q, n - ranks * q};
+	return shard_n(x->comm, x->blocks[b].numel);
 }
 
 Dataflow_Status ring_sum_grad(Dataflow_Ring_Executor *x, int b, void *g, Track *track)
@@ -114,5 +119,57 @@ Dataflow_Status dataflow_ring_executor_set_comm(Dataflow_Ring_Executor *x, Dataf
 	x->comm = comm;
 	x->shard = comm && shard_optimizer;
 	x->s[RS_COMM] = comm ? stream : x->s[RS_COMPUTE];
+	return DATAFLOW_OK;
+}
+
+static Dataflow_Status copy_floats(Dataflow_Handle *h, int s, float *dst, const float *src, int64_t n)
+{
+	return n > 0 ? dataflow_submit_peer_transfer(h, s, dst, src, (uint64_t)n * 4) : DATAFLOW_OK;
+}
+
+/* One block's fp32 state of n elements between the layouts: full -> [part | tail], or back
+ * (all ranks); *state becomes the new memory, the old is freed after the copies. */
+static Dataflow_Status convert(Dataflow_Handle *h, Dataflow_Comm *comm, int s, int64_t n, float **state, int shard)
+{
+	Shard sh = shard_n(comm, n);
+	float *from = *state, *to = NULL;
+	TRY(dataflow_alloc_mem(h, (uint64_t)(shard ? sh.part + sh.tail_len : n) * 4, (void **)&to));
+	Dataflow_Status st;
+	if (shard) {
+		st = copy_floats(h, s, to, from + sh.own, sh.part);
+		if (st == DATAFLOW_OK)
+			st = copy_floats(h, s, to + sh.part, from + sh.tail, sh.tail_len);
+	} else {
+		st = sh.part > 0 ? dataflow_submit_all_gather(comm, s, DATAFLOW_FP32, sh.part, from, to) : DATAFLOW_OK;
+		if (st == DATAFLOW_OK)
+			st = copy_floats(h, s, to + sh.tail, from + sh.part, sh.tail_len);
+	}
+	if (st != DATAFLOW_OK) {
+		dataflow_free_mem(h, to);
+		return st;
+	}
+	*state = to;
+	return dataflow_free_mem(h, from); /* stream-ordered: after the copies */
+}
+
+Dataflow_Status dataflow_ring_shard_optimizer_state(Dataflow_Handle *h, Dataflow_Comm *comm, int stream,
+						    const Dataflow_Blocked_Model *model, Dataflow_Block_Memory *blocks,
+						    int shard, int64_t *state_numel)
+{
+	if (!h || !comm || !model || !blocks || !state_numel)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring shard_optimizer_state: handle, comm, model, blocks and state_numel are "
+					  "required");
+	int num_blocks = dataflow_blocked_model_num_blocks(model);
+	for (int b = 0; b < num_blocks; b++) {
+		Dataflow_Block_Sizes sizes;
+		TRY(dataflow_blocked_model_block_sizes(model, b, &sizes));
+		float **state[] = {&blocks[b].m, &blocks[b].v, &blocks[b].master};
+		for (int i = 0; i < 3; i++)
+			if (*state[i])
+				TRY(convert(h, comm, stream, sizes.numel, state[i], shard));
+		Shard sh = shard_n(comm, sizes.numel);
+		state_numel[b] = shard ? sh.part + sh.tail_len : sizes.numel;
+	}
 	return DATAFLOW_OK;
 }

@@ -40,7 +40,7 @@ CASES = {
         comm = df.distributed.init(h)
         t = df.Trainer(m, comm=comm)
         comm.close()
-        m.loss_backward(tokens)
+        df.training.loss_backward(m, tokens)
         print("local gradients", flush=True)
         t.step(tokens)
     """, "Communicator is closed"),
@@ -86,7 +86,7 @@ CASES = {
         small = df.Handle("host", device_memory="200KiB")
         m = df.models.Llama(small, CFG, placement="host")
         t = df.Trainer(m, host_memory="64MiB", seq_len=8, profile="h100-sxm")
-        x = t._ring.executor
+        x = t._engine.ring.executor
         x.close()
         x.read(0, 0)
     """, "RingExecutor is closed"),

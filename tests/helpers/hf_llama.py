@@ -3,7 +3,7 @@ the same weights, its loss and gradients, and the comparisons the model tests sh
 import numpy as np
 import pytest
 from dataflow.models import Llama, LlamaConfig
-from dataflow.training import Trainer
+from dataflow.training import Trainer, loss_backward
 from tolerances import LLAMA_TOLERANCES, TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 
 
@@ -71,7 +71,7 @@ def assert_bf16_close_to_hf_fp32(model, tokens, grad_rel=TOL["bf16"]["grad_rel"]
         want = ref(torch.from_numpy(tokens)).logits.numpy()
     assert rel(model.forward(tokens), want) < tol["logits_rel"]
     out, want_grads = hf_loss_and_grads(ref, tokens)
-    loss, _ = model.loss_backward(tokens)
+    loss, _ = loss_backward(model, tokens)
     assert abs(loss - out.loss.item()) / out.loss.item() < tol["loss_rel"]
     got = model.gradients()
     worst = max((rel(got[n], want_grads[n]), n) for n in want_grads)
@@ -132,7 +132,7 @@ def assert_fp32_matches_hf(model, ref, tokens, hf_grads=lambda grads: {n: g.nump
     ref.zero_grad()
     out = ref(torch.from_numpy(tokens), labels=torch.from_numpy(labels))
     out.loss.backward()
-    loss, _ = model.loss_backward(tokens, labels)
+    loss, _ = loss_backward(model, tokens, labels)
     np.testing.assert_allclose(loss, out.loss.item(), rtol=tol["loss_rtol"])
     got, want_grads = model.gradients(), hf_grads({n: p.grad for n, p in ref.named_parameters()})
     assert set(got) == set(want_grads)

@@ -7,6 +7,7 @@ from dataflow._ffi import ffi, lib, modelslib
 from dataflow.errors import OutOfMemoryError
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
+from dataflow.training import loss_backward
 from dataflow.training.executor import RingExecutor
 from resident_oracle import resident_adamw
 
@@ -71,7 +72,7 @@ def train_both(cfg, cap, dtype, master=False, steps=STEPS, trace=False, bandwidt
         ex.apply(params, 1.0, step)
         ex.wait()
         ring_losses.append(sum(ref._batch_loss(t, scale) for t in ex.token_losses([c.num_tokens for c in chunks])))
-        loss = sum(ref.loss_backward(tokens[i * T // SEQ:(i + 1) * T // SEQ], accumulate=i > 0, loss_scale=scale)[0]
+        loss = sum(loss_backward(ref, tokens[i * T // SEQ:(i + 1) * T // SEQ], accumulate=i > 0, loss_scale=scale)[0]
                    for i in range(len(chunks)))
         resident_adamw(ref, params, 1.0, step)
         ref_losses.append(loss)

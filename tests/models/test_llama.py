@@ -7,7 +7,7 @@ import pytest
 
 import dataflow as df
 from dataflow.models import Llama, LlamaConfig
-from dataflow.training import Trainer
+from dataflow.training import Trainer, loss_backward
 from tolerances import TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 from conftest import handle_fixture
 from hf_llama import (CONFIGS, TOL, assert_adamw_matches_torch, assert_bf16_close_to_hf_fp32, hf_loss_and_grads, hf_model,
@@ -45,7 +45,7 @@ def test_fp32_logits_loss_grads_match_hf(handle, name):
     labels[0, 4] = labels[1, 9] = -100
     out, want_grads = hf_loss_and_grads(ref, tokens, labels)
     np.testing.assert_allclose(model.loss(tokens, labels), out.loss.item(), rtol=tol["loss_rtol"])
-    loss, _ = model.loss_backward(tokens, labels)
+    loss, _ = loss_backward(model, tokens, labels)
     np.testing.assert_allclose(loss, out.loss.item(), rtol=tol["loss_rtol"])
     assert_grads_close(model.gradients(), want_grads, tol["grad_rtol"], tol["grad_atol"])
 
@@ -77,14 +77,14 @@ def test_packed_documents_equal_separate(handle):
     n_labels = sum(d.size - 1 for d in docs)
     tol = TOL["same_math"]
 
-    packed, _ = model.loss_backward(np.concatenate(docs), documents=[9, 14])
+    packed, _ = loss_backward(model, np.concatenate(docs), documents=[9, 14])
     packed_grads = model.gradients()
     model.zero_grads()
-    separate = sum(model.loss_backward(d, accumulate=True, loss_scale=1.0 / n_labels)[0] for d in docs)
+    separate = sum(loss_backward(model, d, accumulate=True, loss_scale=1.0 / n_labels)[0] for d in docs)
     np.testing.assert_allclose(packed, separate, rtol=tol["rtol"])
     assert_grads_close(model.gradients(), packed_grads, tol["rtol"], tol["grad_atol"])
     # a list of 1-D arrays is the same packing
-    as_list, _ = model.loss_backward(None, documents=docs)
+    as_list, _ = loss_backward(model, None, documents=docs)
     np.testing.assert_allclose(as_list, packed, rtol=tol["rtol"])
 
     # and both match HF on each document separately
@@ -117,10 +117,10 @@ def test_recompute_gives_identical_grads(handle):
     config = LlamaConfig.from_dict(CONFIGS["mqa_llama3_rope"])
     model = Llama(handle, config, seed=11)
     tokens = tokens_for(config, (2, 15), seed=3)
-    loss, _ = model.loss_backward(tokens)
+    loss, _ = loss_backward(model, tokens)
     saved = model.gradients()
     model.recompute = True
-    loss_rc, _ = model.loss_backward(tokens)
+    loss_rc, _ = loss_backward(model, tokens)
     assert loss_rc == loss
     for n, g in model.gradients().items():
         np.testing.assert_array_equal(g, saved[n], err_msg=n)

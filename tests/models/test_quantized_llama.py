@@ -9,6 +9,7 @@ import dataflow as df
 from dataflow import quantize as qz
 from dataflow.errors import BadArgumentError
 from dataflow.models import Llama
+from dataflow.training import loss_backward
 
 LLAMA = dict(model_type="llama", vocab_size=97, hidden_size=64, intermediate_size=150, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2)
@@ -79,7 +80,7 @@ def test_training_a_quantized_model_is_refused(h):
     with pytest.raises(BadArgumentError, match="quantized .*inference only"):
         df.Trainer(qm)
     with pytest.raises(df.DataflowError, match="loss_backward: the model's linear weights are quantized"):
-        qm.loss_backward(np.arange(8))
+        loss_backward(qm, np.arange(8))
     with pytest.raises(BadArgumentError, match="placement must be 'device'"):
         Llama(h, {**LLAMA, "quantization_config": QCONFIGS[0]}, placement="host")
 

@@ -13,6 +13,7 @@ import dataflow as df
 from dataflow.io import checkpoint
 from dataflow.cli import main as cli
 from dataflow.errors import BadArgumentError, OutOfMemoryError
+from dataflow.training import loss_backward
 from dataflow.training.adamw_hyperparameters import adamw_hyperparameters
 from resident_oracle import resident_adamw
 from ring_models import CFG, HOST, KW, PROFILE, ROWS, SEQ, batches
@@ -119,13 +120,13 @@ def test_ring_chunked_step_equals_resident_on_the_same_chunks(fraction, batch_ro
         ring_loss = t.step(b)
         scale, ref_loss = 1.0 / (batch_rows * (SEQ - 1)), 0.0
         for i in range(0, batch_rows, rows):
-            ref_loss += ref.model.loss_backward(b[i:i + rows], accumulate=i > 0, loss_scale=scale)[0]
+            ref_loss += loss_backward(ref.model, b[i:i + rows], accumulate=i > 0, loss_scale=scale)[0]
         ref_norm = model_adamw(ref)
         np.testing.assert_allclose(ring_loss, ref_loss, rtol=1e-6)
         np.testing.assert_allclose(t.last_grad_norm, ref_norm, rtol=1e-6)
     assert_weights_close(model.state_dict(), ref.model.state_dict())
     assert h.memory_peak() <= h.memory_capacity()
-    assert t._ring.executor.host_bytes() <= t.plan.host_capacity
+    assert t._engine.ring.executor.host_bytes() <= t.plan.host_capacity
 
 
 def test_ring_accumulate_apply_equals_resident():

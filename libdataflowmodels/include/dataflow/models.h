@@ -4,7 +4,6 @@
 #include <stdint.h>
 
 #include "dataflow/blocked_model.h"
-#include "dataflow/comm.h"
 #include "dataflow/handle.h"
 #include "dataflow/llama_config.h"
 
@@ -134,21 +133,14 @@ Dataflow_Status dataflow_llama_forward_paged(Dataflow_Llama *model, int stream, 
 					     int64_t num_seqs, const int64_t *seqs, const int64_t *num_new,
 					     const int32_t *tokens, void *logits_out);
 
-/* The communicator over whose ranks dataflow_llama_shard_optimizer lays the optimizer state
- * out (NULL: none), bound to the model's handle; the data-parallel training that sums the
- * gradients over it is the ring executor's (dataflow_ring_executor_set_comm). Refused while the
- * state is sharded. */
-Dataflow_Status dataflow_llama_set_grad_comm(Dataflow_Llama *model, Dataflow_Comm *comm);
-
-/* ZeRO-1's layout (shard = 1; 0 undoes it): the optimizer state (m, v, fp32 master weights)
- * sharded over the ranks of the gradient communicator. Of each block of n elements, rank r of N
- * keeps the part [r q, (r + 1) q), q = n / N, and the tail [N q, n). Existing state is converted
- * (unsharding all-gathers it); every rank must call it, in the same order as its other
- * collectives. Sharded training is the ring executor's over this state
- * (dataflow_ring_executor_adopt, then dataflow_ring_executor_set_comm with shard_optimizer).
- * While sharded, dataflow_llama_tensor of m, v and master fails, enable_master_weights and
- * set_grad_comm too: unshard first. */
-Dataflow_Status dataflow_llama_shard_optimizer(Dataflow_Llama *model, int stream, int shard);
+/* Installs m, v and fp32 master weights that the caller laid out anew (blocks[b].m, .v,
+ * .master of every block; the other kinds are ignored), e.g. ZeRO-1's shards
+ * (dataflow_ring_shard_optimizer_state, which frees the old memory): the model owns them from
+ * then on. state_numel[b]: the elements of block b's state in that layout (NULL: the block's
+ * own layout); while it is another, dataflow_llama_tensor of m, v and master and
+ * enable_master_weights fail, and alloc_optimizer_state allocates state_numel[b] elements. */
+Dataflow_Status dataflow_llama_set_optimizer_state(Dataflow_Llama *model, const Dataflow_Block_Memory *blocks,
+						   const int64_t *state_numel);
 
 /* Forward and the token losses only (gradients untouched). Asynchronous on stream. */
 Dataflow_Status dataflow_llama_loss(Dataflow_Llama *model, int stream, const Dataflow_Llama_Batch *batch);

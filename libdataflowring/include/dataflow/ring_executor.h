@@ -147,12 +147,24 @@ Dataflow_Status dataflow_ring_executor_outputs(const Dataflow_Ring_Executor *exe
  * on every rank. The caller scales the loss by 1 / the labelled tokens of every rank, and a
  * step's gradients must come from ONE accumulate call (a second call would sum the first's
  * already-summed gradients again). shard_optimizer (ZeRO-1, an adopting executor only): the
- * adopted m, v and master hold this rank's part of each block as dataflow_llama_shard_optimizer
- * lays them out (ring_data_parallel.c): gradients are reduce-scattered, each rank updates its
+ * adopted m, v and master hold this rank's part of each block as
+ * dataflow_ring_shard_optimizer_state lays them out (ring_data_parallel.c): gradients are reduce-scattered, each rank updates its
  * part and the weights are all-gathered. Waits for the queued work first. Errors:
  * INVALID_ARGUMENT for a stream out of range or sharding without adoption. */
 Dataflow_Status dataflow_ring_executor_set_comm(Dataflow_Ring_Executor *executor, Dataflow_Comm *comm, int stream,
 						int shard_optimizer);
+
+/* ZeRO-1's layout of a resident model's optimizer state, the one set_comm's shard_optimizer
+ * trains: blocks[b].m, .v and .master (fp32; NULL ones skipped) of each of model's blocks
+ * become this rank's part of the block, [r q, (r + 1) q) with q = n / N, followed by the tail
+ * [N q, n) every rank keeps (shard = 1), or whole again (0: the parts all-gathered; every rank
+ * must call it, in the same order as its other collectives). New memory replaces the pointers
+ * in blocks (the old is freed in stream order on `stream`); state_numel[b] receives the
+ * elements of block b's state in the new layout. The model takes them back with
+ * dataflow_llama_set_optimizer_state. */
+Dataflow_Status dataflow_ring_shard_optimizer_state(Dataflow_Handle *handle, Dataflow_Comm *comm, int stream,
+						    const Dataflow_Blocked_Model *model, Dataflow_Block_Memory *blocks,
+						    int shard, int64_t *state_numel);
 
 /* Trace (dataflow/trace.h): with a recorder attached, each unit of work the executor submits
  * is a span on its stream (Dataflow_Trace_Span.stream: the role, Dataflow_Ring_Streams order:

@@ -69,7 +69,8 @@ class Llama:
         if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise BadArgumentError(f"Llama: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
         self.handle, self.config, self.dtype = handle, config, dtype
-        self._c_model = self._store = self._mirror = self._layout = self._grad_comm = self._backward = None
+        self._c_model = self._store = self._mirror = self._layout = None
+        self._backward = None  # the executor of dataflow.training.loss_backward on this model
         self._closed = self._optimizer_sharded = False
         self._master = False  # host-held models: whether MASTER is kept
         if config.quantization and placement != "device":
@@ -145,25 +146,25 @@ class Llama:
         require_open(self._closed, self.handle, "Llama")
         return self._c_model
 
-    def _set_grad_comm(self, comm):
-        """The ranks a Trainer's ZeRO-1 shards the optimizer state over (its executor sums the
-        gradients over them)."""
-        check(modelslib.dataflow_llama_set_grad_comm(self._m, comm._comm()))
-        self._grad_comm = comm  # it lives as long as the model
-        comm._models.add(self)
+    def _optimizer_blocks(self):
+        """The all-resident model's block memory, a Dataflow_Block_Memory[num_blocks]."""
+        blocks = ffi.new("Dataflow_Block_Memory[]", len(self.layout.bytes))
+        for b in range(len(self.layout.bytes)):
+            check(modelslib.dataflow_llama_block(self._m, b, blocks + b))
+        return blocks
 
     def _forget_grad_comm(self):
-        """Called as comm closes: C forgets the communicator. A state sharded over it cannot be
-        detached (close() refuses then; only the finalizer at exit gets here with one)."""
-        if self._c_model is not None and not self._optimizer_sharded and self.handle._alive():
-            modelslib.dataflow_llama_set_grad_comm(self._c_model, ffi.NULL)
+        """Called as a communicator the state is sharded over closes: nothing to forget, the
+        model keeps no communicator (close() refuses while sharded; only the finalizer at exit
+        gets here with one)."""
 
     def _in_ring(self):
         """Whether a Trainer's ring executor holds the weights (see _hand_to)."""
         return self._m is None and not isinstance(self._store, HostBlocks)
 
     def _sharded(self):
-        """Whether the optimizer state is sharded over the ranks of the gradient communicator."""
+        """Whether the optimizer state is sharded over the ranks of a communicator (ZeRO-1,
+        dataflow.training.data_parallel)."""
         return self._c_model is not None and self._optimizer_sharded
 
     def close(self):
@@ -287,10 +288,7 @@ class Llama:
         self._on(stream)
         if fp32_state:
             check(modelslib.dataflow_llama_alloc_optimizer_state(self._m, stream))
-        blocks = ffi.new("Dataflow_Block_Memory[]", len(self.layout.bytes))
-        for b in range(len(self.layout.bytes)):
-            check(modelslib.dataflow_llama_block(self._m, b, blocks + b))
-        executor = make_executor((blocks, self._m))
+        executor = make_executor((self._optimizer_blocks(), self._m))
         self._adopters.add(executor)
         return executor
 
@@ -512,28 +510,6 @@ class Llama:
         losses = self._read_token_losses(stream)
         self.handle.sync(stream)
         return self._batch_loss(losses, 1.0 / packed.num_labels)
-
-    def loss_backward(self, tokens, labels=None, documents=None, accumulate=False, loss_scale=None, stream=0):
-        """Forward + loss + backward into the gradients (added to them with accumulate), with no
-        optimizer step: run by the training engine, an executor of the all-resident plan over the
-        model's own blocks (dataflow.training.ring_training.resident_training; like a Trainer's first step
-        it allocates AdamW's m and v, zeroed). loss_scale default 1 / labelled tokens (mean
-        loss). Returns (loss_scale * summed loss, number of labelled tokens)."""
-        self._host_held("loss_backward")
-        if self.config.quantization:
-            raise BadArgumentError(f"loss_backward: the model's linear weights are quantized "
-                                   f"(int{self.config.quantization['bits']}), for inference only")
-        packed = self._pack(tokens, labels, documents)
-        if loss_scale is None:
-            if packed.num_labels == 0:
-                raise BadArgumentError("loss_backward: no labelled tokens (every target is -100)")
-            loss_scale = 1.0 / packed.num_labels
-        from ..training.ring_training import resident_training
-        self._backward = resident_training(self, (tokens, labels, documents), stream, self._backward)
-        self._on(stream)
-        chunks = self._backward.chunks(tokens, labels, documents, "loss_backward")
-        losses = self._backward.run(chunks, accumulate, loss_scale)
-        return self._batch_loss(losses, loss_scale), packed.num_labels
 
     def zero_grads(self, stream=0):
         self._host_held("zero_grads")

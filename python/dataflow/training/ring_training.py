@@ -4,7 +4,20 @@ training steps through the ring executor (dataflow.training.executor) with the a
 Trainer's semantics: a step's documents are packed into chunks of whole documents (at most the
 plan's chunk_tokens each, in order; a document longer than that, when the plan has a K/V
 context, as consecutive pieces of one chunk each), every chunk's gradient scaled by 1 / the
-step's labelled tokens, so a step is one AdamW update on the mean loss of the whole batch."""
+step's labelled tokens, so a step is one AdamW update on the mean loss of the whole batch.
+
+Trainer(host_memory=..., seq_len, batch_size, profile, plan): with host_memory given ("8GiB" or
+bytes) or a host-held model (Llama placement "host"; host_memory then defaults to what the host
+has available), the Trainer plans (dataflow.ring.plan) for batches of batch_size sequences of
+seq_len tokens (default: max_position_embeddings) under the handle's free device memory and
+host_memory, with profile's speeds (default: this machine's, measured once,
+dataflow.training.calibrate). When all-resident training fits, it trains all-resident and
+.plan is None; else .plan is the plan and the model's weights move into the executor, which
+streams them through device slots (the model is host-held from then on: state_dict,
+save_pretrained and checkpoints read the executor; generate runs on a CPU copy, see Llama).
+plan: a dataflow.ring.plan to use as given. A step syncs once per chunks_per_round x
+rounds_per_step chunks; the executor runs on streams 0..3 of the handle. OutOfMemoryError (the
+planner's, naming the least device and host memory) when no plan fits."""
 import json
 
 import numpy as np

@@ -17,13 +17,13 @@ def state_dict(trainer):
     """{"step": int, "exp_avg": {name: float32 numpy}, "exp_avg_sq": {...}, "hyperparameters": {...}}
     (m and v as torch.optim.AdamW names them; empty dicts before the first step), and
     "master": {name: float32 numpy} when the model keeps fp32 master weights."""
-    trainer._shard(False)
+    trainer._ranks.shard(trainer.model, trainer._engine, False)
     if trainer.optimizer_state == "fp32":
         m, v = trainer.model._read_kind(ADAM_M), trainer.model._read_kind(ADAM_V)
     else:  # as trained: raw bytes per block (empty before the first step)
         m, v = (trainer._pending_state or {}).get(ADAM_M), (trainer._pending_state or {}).get(ADAM_V)
-        if trainer._ring is not None and trainer.step_count:
-            x = trainer._ring.executor
+        if trainer._engine.ring is not None and trainer.step_count:
+            x = trainer._engine.ring.executor
             m, v = ({f"block{b}": x.read(b, k) for b in range(x.num_blocks)} for k in (ADAM_M, ADAM_V))
     state = {"step": trainer.step_count, "exp_avg": m or {}, "exp_avg_sq": v or {},
              "hyperparameters": {"lr": trainer.lr, "weight_decay": trainer.weight_decay, "betas": list(trainer.betas),
@@ -33,7 +33,7 @@ def state_dict(trainer):
         state["master"] = masters
     if trainer.optimizer_state != "fp32":
         state["optimizer_state"] = trainer.optimizer_state
-    trainer._shard(True)
+    trainer._ranks.shard(trainer.model, trainer._engine, True)
     return state
 
 
@@ -64,12 +64,12 @@ def _moment_blocks(trainer, state, stored):
     return out
 
 
-def write_pending(trainer):
-    """Moves raw bf16 / 8-bit moments loaded before the executor existed into it."""
-    if trainer._pending_state and trainer._ring is not None:
+def write_pending(trainer, executor):
+    """Moves raw bf16 / 8-bit moments loaded before `executor` existed into it."""
+    if trainer._pending_state:
         for kind, blocks in trainer._pending_state.items():
             for b in range(len(blocks)):
-                trainer._ring.executor.write(b, kind, blocks[f"block{b}"])
+                executor.write(b, kind, blocks[f"block{b}"])
         trainer._pending_state = None
 
 
@@ -153,8 +153,8 @@ def load_state_dict(trainer, state, convert=False):
         trainer._pending_state = {kind: {f"block{b}": encode(trainer.optimizer_state, values, moment)
                                       for b, values in enumerate(blocks)}
                                for (kind, blocks), moment in zip(moments.items(), MOMENTS)}
-    trainer._shard(False)
-    if step > 0 and trainer._ring is None and trainer.optimizer_state == "fp32":
+    trainer._ranks.shard(trainer.model, trainer._engine, False)
+    if step > 0 and trainer._engine.ring is None and trainer.optimizer_state == "fp32":
         trainer.model._on(0)
         check(modelslib.dataflow_llama_alloc_optimizer_state(trainer.model._m, 0))
     for kind, arrays in kinds.items():  # MASTER first: writing it resets nothing else
@@ -163,5 +163,6 @@ def load_state_dict(trainer, state, convert=False):
         trainer.lr, trainer.weight_decay, trainer.betas = hp["lr"], hp["weight_decay"], betas_pair(hp["betas"])
         trainer.eps, trainer.grad_clip = hp["eps"], hp["grad_clip"]
     trainer.step_count = step
-    write_pending(trainer)
-    trainer._shard(True)
+    if trainer._engine.ring is not None:
+        write_pending(trainer, trainer._engine.ring.executor)
+    trainer._ranks.shard(trainer.model, trainer._engine, True)
