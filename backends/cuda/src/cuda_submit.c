@@ -69,9 +69,8 @@ static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, void *state, 
 Dataflow_Status cuda_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "submit_op");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "submit_op"));
+	Dataflow_Status st;
 	if (entry->record) {
 		st = launch_native(ch, entry->record, entry->state.data, op, stream_id);
 	} else if ((st = entry->external(h, stream_id, op, entry->state.data)) != DATAFLOW_OK) {
