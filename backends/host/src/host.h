@@ -93,37 +93,40 @@ void compute_pool_run(Compute_Pool *pool, Dataflow_Host_Kernel kernel, void **ar
 /* ---- tasks and streams (stream.c) ---- */
 typedef enum { TASK_KERNEL, TASK_EXTERNAL, TASK_HOST_FN, TASK_COPY, TASK_MEMSET, TASK_WAIT } Task_Kind;
 
+/* What a task does, by its kind. */
+typedef union {
+	struct {
+		Dataflow_Host_Kernel kernel;
+		int num_parts;
+	} kernel;
+	struct {
+		Dataflow_External_Fn func;
+		void *state;
+	} external;
+	struct {
+		Dataflow_Host_Fn func;
+		void *arg;
+	} host_fn;
+	struct {
+		void *dst;
+		const void *src;
+		uint64_t size;
+	} copy;
+	struct {
+		void *dst;
+		uint64_t size;
+		uint8_t value;
+	} memset;
+	struct {
+		Host_Stream *stream; /* of any host handle, kept alive by a reference */
+		uint64_t value;
+	} wait;
+} Task_Work;
+
 typedef struct Task {
 	struct Task *next;
 	Task_Kind kind;
-	union {
-		struct {
-			Dataflow_Host_Kernel kernel;
-			int num_parts;
-		} kernel;
-		struct {
-			Dataflow_External_Fn func;
-			void *state;
-		} external;
-		struct {
-			Dataflow_Host_Fn func;
-			void *arg;
-		} host_fn;
-		struct {
-			void *dst;
-			const void *src;
-			uint64_t size;
-		} copy;
-		struct {
-			void *dst;
-			uint64_t size;
-			uint8_t value;
-		} memset;
-		struct {
-			Host_Stream *stream; /* of any host handle, kept alive by a reference */
-			uint64_t value;
-		} wait;
-	} u;
+	Task_Work u;
 	/* Ops are copied at submission: the caller's Op and argument values may be gone by
 	 * the time the task runs. */
 	Op op;
@@ -157,6 +160,8 @@ void stream_wait(Host_Stream *stream, uint64_t value);
 /* 1 if this thread is the worker of one of h's streams. */
 int host_on_worker(Dataflow_Handle *h);
 Task *task_new(Task_Kind kind);
+/* submit.c: queues a task of this kind doing work (what names the call in the out-of-memory error). */
+Dataflow_Status host_enqueue_work(Dataflow_Handle *h, int stream_id, Task_Kind kind, Task_Work work, const char *what);
 
 /* ---- the handle's context ---- */
 typedef struct {
