@@ -190,26 +190,9 @@ void host_ref(Host_Handle *h);
 /* Frees the context with the last reference. */
 void host_unref(Host_Handle *h);
 
-/* interface entries: register.c, submit.c */
-Dataflow_Status host_load_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
-				      int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
-				      const char *const *launch_symbols, const char *const *init_symbols, void **records,
-				      Dataflow_Op_Init_Fn *inits);
-Dataflow_Status host_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry);
-Dataflow_Status host_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg);
-
-/* stream.c: events are counts of tasks queued (recorded) and run (done) */
-Dataflow_Status host_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event);
-int host_query_event(Dataflow_Handle *h, int stream_id, uint64_t event);
-Dataflow_Status host_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event);
-Dataflow_Status host_submit_dependency(Dataflow_Handle *h, int stream_id, Dataflow_Handle *other, int other_stream_id,
-				       uint64_t event);
-Dataflow_Status host_sync_stream(Dataflow_Handle *h, int stream_id);
-
-/* memory.c */
-Dataflow_Status host_mem_alloc(Dataflow_Handle *h, uint64_t size, void **ptr);
-void host_mem_release(Dataflow_Handle *h, void *ptr, uint64_t size);
-Dataflow_Status host_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size);
+/* interface entries: register.c, submit.c; stream.c (events are counts of tasks queued (recorded)
+ * and run (done)); memory.c */
+DATAFLOW_BACKEND_DECLARE_ENTRIES(host);
 
 /* transfer.c; inbound and outbound transfers are one copy task */
 Dataflow_Status host_submit_copy(Dataflow_Handle *h, int stream_id, void *dst, const void *src, uint64_t size);
