@@ -112,8 +112,6 @@ SIMD_INLINE int64_t adamw_fp32_state_scalar(const Adamw_Constants *a, DataflowDa
 		return adamw_fp32_state_##path(a, pt, gt, param, grad, master, m, v, j, len);        \
 	}
 
-/* the three paths of name (ADAMW_FP32_STATE_PATH), and the best one this CPU allows run over
- * [0, len) (adamw_fp32_state's arguments after a) */
 /* The start of every adamw kernel (void kernel(void **args, int part, int num_parts)): declares x,
  * the op's arguments (unpack(args)), this part's elements [i, end) in whole blocks of align, and
  * a, the step's constants. */
@@ -123,6 +121,8 @@ SIMD_INLINE int64_t adamw_fp32_state_scalar(const Adamw_Constants *a, DataflowDa
 	dataflow_part_range(x.n, part, num_parts, align, &i, &end);                                  \
 	Adamw_Constants a = adamw_constants(x.lr, x.beta1, x.beta2, x.eps, x.weight_decay, x.step, x.scale)
 
+/* the three paths of name (ADAMW_FP32_STATE_PATH), and the best one this CPU allows run over
+ * [0, len) (adamw_fp32_state's arguments after a) */
 #define ADAMW_FP32_STATE_PATHS(name, pt, gt)                                                         \
 	ADAMW_FP32_STATE_PATH(avx512, name, pt, gt)                                                  \
 	ADAMW_FP32_STATE_PATH(avx2, name, pt, gt)                                                    \
