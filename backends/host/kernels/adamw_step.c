@@ -15,10 +15,7 @@
 				     x.master ? x.master + i : NULL, x.m + i, x.v + i, end - i);             \
 	}
 
-ADAMW_VARIANT(adamw_step_fp32_fp32, DATAFLOW_FP32, DATAFLOW_FP32)
-ADAMW_VARIANT(adamw_step_fp32_bf16, DATAFLOW_FP32, DATAFLOW_BF16)
-ADAMW_VARIANT(adamw_step_bf16_fp32, DATAFLOW_BF16, DATAFLOW_FP32)
-ADAMW_VARIANT(adamw_step_bf16_bf16, DATAFLOW_BF16, DATAFLOW_BF16)
+ADAMW_EACH_VARIANT(ADAMW_VARIANT, adamw_step)
 
 DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_launch, Dataflow_Adamw_Step_Args, dataflow_adamw_step_args,
 				 PART_MIN)

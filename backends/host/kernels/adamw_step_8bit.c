@@ -97,10 +97,7 @@ static float requantize(const float *q, const float *s, int64_t len, uint8_t *co
 		}                                                                                    \
 	}
 
-Q8_VARIANT(adamw_step_8bit_fp32_fp32, DATAFLOW_FP32, DATAFLOW_FP32)
-Q8_VARIANT(adamw_step_8bit_fp32_bf16, DATAFLOW_FP32, DATAFLOW_BF16)
-Q8_VARIANT(adamw_step_8bit_bf16_fp32, DATAFLOW_BF16, DATAFLOW_FP32)
-Q8_VARIANT(adamw_step_8bit_bf16_bf16, DATAFLOW_BF16, DATAFLOW_BF16)
+ADAMW_EACH_VARIANT(Q8_VARIANT, adamw_step_8bit)
 
 DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_8bit_launch, Dataflow_Adamw_Step_8bit_Args,
 				 dataflow_adamw_step_8bit_args, PART_MIN)

@@ -142,10 +142,7 @@ SIMD_INLINE int64_t adamw_bf16_state_scalar(const Adamw_Constants *a, Sr_Keys k,
 		name##_scalar(&a, k, param, grad, master, m, v, i, j, len); /* the tail, or all */   \
 	}
 
-SR_VARIANT(adamw_step_bf16_state_fp32_fp32, DATAFLOW_FP32, DATAFLOW_FP32)
-SR_VARIANT(adamw_step_bf16_state_fp32_bf16, DATAFLOW_FP32, DATAFLOW_BF16)
-SR_VARIANT(adamw_step_bf16_state_bf16_fp32, DATAFLOW_BF16, DATAFLOW_FP32)
-SR_VARIANT(adamw_step_bf16_state_bf16_bf16, DATAFLOW_BF16, DATAFLOW_BF16)
+ADAMW_EACH_VARIANT(SR_VARIANT, adamw_step_bf16_state)
 
 DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_bf16_state_launch, Dataflow_Adamw_Step_Bf16_State_Args,
 				 dataflow_adamw_step_bf16_state_args, PART_MIN)
