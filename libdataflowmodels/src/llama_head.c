@@ -12,6 +12,7 @@ typedef struct {
 	void *act[HEAD_ACTS];
 	void *dxn;
 	void *ws[WS_COUNT];
+	int64_t T; /* tokens */
 } Head;
 
 static Head head_view(const Dataflow_Blocked_Model *m, const Dataflow_Block_Memory *mem, const Dataflow_Block_Args *a)
@@ -20,7 +21,7 @@ static Head head_view(const Dataflow_Blocked_Model *m, const Dataflow_Block_Memo
 	int64_t T = a->batch->num_tokens;
 	const Dataflow_Block_Memory *lm = m->config.tie_embeddings ? a->tied : mem;
 	int64_t lm_offset = m->config.tie_embeddings ? 0 : m->lm_head_offset;
-	Head hd = {0};
+	Head hd = {.T = T};
 	if (mem->param)
 		hd.norm = llama_at(mem->param, m->norm_offset, d);
 	if (lm->param)
@@ -42,7 +43,7 @@ Dataflow_Status llama_head_forward(const Dataflow_Blocked_Model *m, int s, const
 {
 	const Dataflow_Llama_Config *c = &m->config;
 	Head hd = head_view(m, mem, a);
-	int64_t T = a->batch->num_tokens;
+	int64_t T = hd.T;
 	void *logits = a->y ? a->y : hd.act[HEAD_LOGITS];
 	TRY(dataflow_submit_rms_norm(m->handle, s, c->dtype, T, c->hidden_size, c->rms_eps, a->x, hd.norm,
 				     hd.act[HEAD_XNF], hd.act[HEAD_RSTD]));
@@ -63,9 +64,9 @@ Dataflow_Status llama_head_backward_x(const Dataflow_Blocked_Model *m, int s, co
 	const Dataflow_Llama_Config *c = &m->config;
 	TRY(llama_refuse_quantized(c, "head backward_x"));
 	Head hd = head_view(m, mem, a);
-	int64_t T = a->batch->num_tokens;
-	TRY(llama_input_grad(m, s, hd.act[HEAD_LOGITS], hd.lm_head, hd.dxn, T, c->vocab_size, c->hidden_size, 0));
-	return dataflow_submit_rms_norm_bwd_x(m->handle, s, c->dtype, T, c->hidden_size, hd.dxn, a->x, hd.norm,
+	TRY(llama_input_grad(m, s, hd.act[HEAD_LOGITS], hd.lm_head, hd.dxn, hd.T, c->vocab_size, c->hidden_size,
+			     0));
+	return dataflow_submit_rms_norm_bwd_x(m->handle, s, c->dtype, hd.T, c->hidden_size, hd.dxn, a->x, hd.norm,
 					      hd.act[HEAD_RSTD], a->dx);
 }
 
@@ -75,8 +76,7 @@ Dataflow_Status llama_head_backward_w(const Dataflow_Blocked_Model *m, int s, co
 	const Dataflow_Llama_Config *c = &m->config;
 	TRY(llama_refuse_quantized(c, "head backward_w"));
 	Head hd = head_view(m, mem, a);
-	int64_t T = a->batch->num_tokens;
-	TRY(llama_weight_grad(m, s, hd.act[HEAD_LOGITS], hd.act[HEAD_XNF], hd.glm_head, T, c->vocab_size,
-			      c->hidden_size));
-	return llama_norm_weight_grad(m, s, T, m->config.hidden_size, hd.dxn, a->x, hd.act[HEAD_RSTD], hd.gnorm, hd.ws);
+	TRY(llama_weight_grad(m, s, hd.act[HEAD_LOGITS], hd.act[HEAD_XNF], hd.glm_head, hd.T,
+			      c->vocab_size, c->hidden_size));
+	return llama_norm_weight_grad(m, s, hd.T, c->hidden_size, hd.dxn, a->x, hd.act[HEAD_RSTD], hd.gnorm, hd.ws);
 }

@@ -15,6 +15,12 @@ from .array import Array
 from .c_strings import c_bytes, c_string
 from .errors import BadArgumentError, DataflowError, check
 
+# The C source of a small user op, y[i] += a * x[i] (data/axpy.c; symbols axpy and axpy_launch, argument
+# dtypes AXPY_DTYPES).
+with open(os.path.join(os.path.dirname(__file__), "data", "axpy.c"), encoding="utf-8") as _f:
+    AXPY_SOURCE = _f.read()
+AXPY_DTYPES = ("int64_scalar", "fp32_scalar", "fp32", "fp32")
+
 _SCALAR_CTYPES = {"fp32_scalar": "float", "fp64_scalar": "double", "int32_scalar": "int32_t",
                   "int64_scalar": "int64_t", "uint64_scalar": "uint64_t", "bool_scalar": "int32_t"}
 _INT_RANGES = {"int32_scalar": (-2**31, 2**31 - 1), "int64_scalar": (-2**63, 2**63 - 1),

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow.custom_ops import CustomOp, compile_c, skeleton
-from axpy_op import AXPY_DTYPES, AXPY_SOURCE
+from dataflow.custom_ops import AXPY_DTYPES, AXPY_SOURCE, CustomOp, compile_c, skeleton
 
 
 EXTERNAL_SOURCE = r"""

@@ -79,11 +79,13 @@ def assert_bf16_close_to_hf_fp32(model, tokens, grad_rel=TOL["bf16"]["grad_rel"]
     return want_grads
 
 
-def assert_adamw_matches_torch(model, steps):
+def assert_adamw_matches_torch(model, steps, ref=None, checkpoint_names=None):
     """`steps` Trainer steps (AdamW, weight decay, clipping) of `model` against torch.optim.AdamW on
-    transformers' model from the same weights: each step's loss, then the weights."""
+    transformers' model from the same weights (`ref`, else one built from `model`'s): each step's
+    loss, then the weights. checkpoint_names: HF's {name: tensor} as {checkpoint name: array}
+    (default: the same names)."""
     config = model.config
-    ref = hf_model(config, model.state_dict())
+    ref = hf_model(config, model.state_dict()) if ref is None else ref
     lr, betas, eps, wd, clip = 1e-2, (0.9, 0.95), 1e-8, 0.1, 0.5
     trainer = Trainer(model, lr=lr, weight_decay=wd, betas=betas, eps=eps, grad_clip=clip)
     opt = torch.optim.AdamW(ref.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd)
@@ -99,8 +101,9 @@ def assert_adamw_matches_torch(model, steps):
         got = trainer.step(tokens)
         np.testing.assert_allclose(got, want.item(), rtol=tol["loss_rtol"], err_msg=f"step {step}")
     assert trainer.step_count == steps
-    assert_trained_weights_close(model.state_dict(), {n: p.detach().numpy() for n, p in ref.named_parameters()},
-                                 TRAINED_WEIGHTS_RTOL["fp32"], lr, trainer.step_count)
+    trained = dict(ref.named_parameters())
+    want = checkpoint_names(trained) if checkpoint_names else {n: p.detach().numpy() for n, p in trained.items()}
+    assert_trained_weights_close(model.state_dict(), want, TRAINED_WEIGHTS_RTOL["fp32"], lr, trainer.step_count)
 
 
 

@@ -6,10 +6,18 @@ about one unit in the last place of each format. Ops whose oracle accumulates di
     np.testing.assert_allclose(got, want, **TOLERANCES["bf16"])
 """
 
+
+
+def one_rounding(fp32=1.3e-6, fp16=1e-3, bf16=1.6e-2, atol=1e-5):
+    """{dtype: assert_allclose kwargs} for fp32/fp16/bf16 outputs rounded once to the dtype: by
+    default rtol is about one ulp of each format (torch.testing's defaults); a table whose fp32
+    (or fp16) side has more error than that one rounding passes its own rtol."""
+    return {"fp32": dict(rtol=fp32, atol=atol), "fp16": dict(rtol=fp16, atol=atol),
+            "bf16": dict(rtol=bf16, atol=atol)}
+
+
 TOLERANCES = {
-    "fp32": dict(rtol=1.3e-6, atol=1e-5),
-    "fp16": dict(rtol=1e-3, atol=1e-5),
-    "bf16": dict(rtol=1.6e-2, atol=1e-5),
+    **one_rounding(),
     "fp8e4m3": dict(rtol=0.125, atol=2.0 ** -9),
     "fp8e5m2": dict(rtol=0.25, atol=2.0 ** -16),
 }
@@ -17,11 +25,7 @@ TOLERANCES = {
 # matmul, by output dtype: inputs exact in their dtype and in [-1, 1], fp32 accumulation,
 # one rounding to the output dtype. rtol covers that rounding (as above); atol covers the
 # fp32 accumulation error, which grows like sqrt(K) for random signs: use matmul_tolerance.
-MATMUL_TOLERANCES = {
-    "fp32": dict(rtol=1e-5, atol=1e-5),
-    "fp16": dict(rtol=1e-3, atol=1e-5),
-    "bf16": dict(rtol=1.6e-2, atol=1e-5),
-}
+MATMUL_TOLERANCES = one_rounding(fp32=1e-5)
 
 
 def matmul_tolerance(out_dtype, k):
@@ -33,21 +37,13 @@ def matmul_tolerance(out_dtype, k):
 # sums in fp64 from the same (already rounded) d_out. With at most a few hundred repeats of an
 # id and |d_out| ~ 1, the fp32 summation error stays far below these. (embedding forward is a
 # copy and is compared bit for bit.)
-EMBEDDING_BWD_TOLERANCES = {
-    "fp32": dict(rtol=1e-5, atol=1e-5),
-    "fp16": dict(rtol=1e-5, atol=1e-5),
-    "bf16": dict(rtol=1e-5, atol=1e-5),
-}
+EMBEDDING_BWD_TOLERANCES = one_rounding(fp32=1e-5, fp16=1e-5, bf16=1e-5)
 
 # rope / rope_bwd, by dtype: the oracle is HF's formulas in torch fp32 from the same rounded
 # inputs, rounded once to the dtype. cos/sin come from glibc sincosf in the kernel and from
 # torch's vectorized cos/sin in the oracle (either may be an ulp off), and x1*c - x2*s can
 # cancel, so fp32 gets an absolute slack of a few ulp of |x| ~ 4; fp16/bf16 are one rounding.
-ROPE_TOLERANCES = {
-    "fp32": dict(rtol=1e-5, atol=1e-5),
-    "fp16": dict(rtol=1e-3, atol=1e-5),
-    "bf16": dict(rtol=1.6e-2, atol=1e-5),
-}
+ROPE_TOLERANCES = one_rounding(fp32=1e-5)
 
 # adamw_step vs torch.optim.AdamW on CPU, after several steps. m and v follow torch's op
 # order (fma in lerp and addcmul), so for fp32 grads they match bit for bit; torch's
@@ -130,20 +126,12 @@ def attention_out_tolerance(dtype, max_abs_v, keys, p_rounded):
 # (rms_norm: to_dtype(x * rstd) before * w; swiglu: to_dtype(silu(gate)) before * up): a
 # one-ulp difference in the intermediate (from an fp32 sum or exp differing in the last bit)
 # can become two ulps in the result, which fp16's one-ulp rtol does not cover.
-TWO_ROUNDING_TOLERANCES = {
-    "fp32": dict(rtol=1.3e-6, atol=1e-5),
-    "fp16": dict(rtol=2e-3, atol=1e-5),
-    "bf16": dict(rtol=1.6e-2, atol=1e-5),
-}
+TWO_ROUNDING_TOLERANCES = one_rounding(fp16=2e-3)
 
 # Sums over n fp32 terms in an order other than the oracle's (rms_norm's row sums, its dw
 # over rows), rounded once to the dtype: rtol covers that rounding; atol, for outputs near
 # zero after cancellation, grows like sqrt(n) for random signs (as matmul_tolerance).
-SUM_TOLERANCES = {
-    "fp32": dict(rtol=1.3e-6, atol=1e-5),
-    "fp16": dict(rtol=1e-3, atol=1e-5),
-    "bf16": dict(rtol=1.6e-2, atol=1e-5),
-}
+SUM_TOLERANCES = one_rounding()
 
 
 def sum_tolerance(dtype, n):

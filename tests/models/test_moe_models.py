@@ -19,7 +19,7 @@ from dataflow.models import LlamaConfig
 from dataflow.training import Trainer, loss_backward
 from tolerances import LLAMA_TOLERANCES, TRAINED_WEIGHTS_RTOL, assert_trained_weights_close
 from conftest import handle_fixture
-from hf_llama import assert_fp32_matches_hf
+from hf_llama import assert_adamw_matches_torch, assert_fp32_matches_hf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -158,21 +158,7 @@ def test_fp32_logits_routing_loss_grads_match_hf(handle, tmp_path, name):
 def test_adamw_three_steps_with_clipping_match_torch(handle, tmp_path, name):
     ref = hf_random(name, seed=7)
     model = ours_from_hf(handle, ref, tmp_path)
-    lr, betas, eps, wd, clip = 1e-2, (0.9, 0.95), 1e-8, 0.1, 0.5
-    trainer = Trainer(model, lr=lr, weight_decay=wd, betas=betas, eps=eps, grad_clip=clip)
-    opt = torch.optim.AdamW(ref.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd)
-    for step in range(3):
-        tokens = tokens_for(model.config, (2, 12), seed=10 + step)
-        opt.zero_grad()
-        t = torch.from_numpy(tokens)
-        want = ref(t, labels=t).loss
-        want.backward()
-        torch.nn.utils.clip_grad_norm_(ref.parameters(), clip)
-        opt.step()
-        np.testing.assert_allclose(trainer.step(tokens), want.item(), rtol=TOL["adamw"]["loss_rtol"],
-                                   err_msg=f"step {step}")
-    assert_trained_weights_close(model.state_dict(), per_expert(dict(ref.named_parameters()), model.config.model_type),
-                                 TRAINED_WEIGHTS_RTOL["fp32"], lr, trainer.step_count)
+    assert_adamw_matches_torch(model, 3, ref, lambda named: per_expert(named, model.config.model_type))
 
 
 @pytest.mark.slow

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow.custom_ops import CustomOp, skeleton
-from axpy_op import AXPY_DTYPES, AXPY_SOURCE
+from dataflow.custom_ops import AXPY_DTYPES, AXPY_SOURCE, CustomOp, skeleton
 
 AXPY_SIGNATURE = "n; a; x: in[n]; y: inout[n]; require n > 0; require finite(a)"
 ADD_DTYPES = ["int64_scalar", "fp32_scalar", "fp32", "fp32_scalar", "fp32", "fp32"]  # n, alpha, a, beta, b, out

@@ -160,29 +160,18 @@ static Dataflow_Status init(Dataflow_Handle *handle, const Op_Skeleton *skeleton
 	return DATAFLOW_OK;
 }
 
-Dataflow_Status dataflow_cuda_attention_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
-					     Dataflow_Op_State *state)
-{
-	return init(handle, skeleton, state, OP_ATTENTION, DATAFLOW_ATTENTION_ARG_Q);
-}
-
-Dataflow_Status dataflow_cuda_attention_kv_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
-						Dataflow_Op_State *state)
-{
-	return init(handle, skeleton, state, OP_ATTENTION_KV, DATAFLOW_ATTENTION_KV_ARG_Q);
-}
-
-Dataflow_Status dataflow_cuda_attention_bwd_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
-						 Dataflow_Op_State *state)
-{
-	return init(handle, skeleton, state, OP_ATTENTION_BWD, DATAFLOW_ATTENTION_BWD_ARG_Q);
-}
-
-Dataflow_Status dataflow_cuda_attention_kv_bwd_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,
-						    Dataflow_Op_State *state)
-{
-	return init(handle, skeleton, state, OP_ATTENTION_KV_BWD, DATAFLOW_ATTENTION_KV_BWD_ARG_Q);
-}
+/* dataflow_cuda_<name>_init, the init the catalogue names for each attention op: the shared
+ * state, with q (the op's argument q_arg) fixing the dtype. */
+#define ATTENTION_INIT(name, op, q_arg)                                                                      \
+	Dataflow_Status dataflow_cuda_##name##_init(Dataflow_Handle *handle, const Op_Skeleton *skeleton,   \
+						    Dataflow_Op_State *state)                               \
+	{                                                                                                  \
+		return init(handle, skeleton, state, op, q_arg);                                           \
+	}
+ATTENTION_INIT(attention, OP_ATTENTION, DATAFLOW_ATTENTION_ARG_Q)
+ATTENTION_INIT(attention_kv, OP_ATTENTION_KV, DATAFLOW_ATTENTION_KV_ARG_Q)
+ATTENTION_INIT(attention_bwd, OP_ATTENTION_BWD, DATAFLOW_ATTENTION_BWD_ARG_Q)
+ATTENTION_INIT(attention_kv_bwd, OP_ATTENTION_KV_BWD, DATAFLOW_ATTENTION_KV_BWD_ARG_Q)
 
 /* ---- launches ---- */
 

@@ -114,24 +114,9 @@ extern const Cuda_Source cuda_kernel_sources[];
 extern const int cuda_num_kernel_sources;
 const Cuda_Source *cuda_find_source(const char *name);
 
-/* interface entries: cuda_register.c, cuda_submit.c, cuda_stream.c (with submit_host_op) */
-Dataflow_Status cuda_load_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
-				      int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
-				      const char *const *launch_symbols, const char *const *init_symbols, void **records,
-				      Dataflow_Op_Init_Fn *inits);
-Dataflow_Status cuda_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry);
-Dataflow_Status cuda_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg);
-
-Dataflow_Status cuda_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event);
-int cuda_query_event(Dataflow_Handle *h, int stream_id, uint64_t event);
-Dataflow_Status cuda_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event);
-Dataflow_Status cuda_submit_dependency(Dataflow_Handle *h, int stream_id, Dataflow_Handle *other, int other_stream_id,
-				       uint64_t event);
-Dataflow_Status cuda_sync_stream(Dataflow_Handle *h, int stream_id);
-
-Dataflow_Status cuda_mem_alloc(Dataflow_Handle *h, uint64_t size, void **ptr);
-void cuda_mem_release(Dataflow_Handle *h, void *ptr, uint64_t size);
-Dataflow_Status cuda_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size);
+/* interface entries: cuda_register.c, cuda_submit.c, cuda_stream.c (with submit_host_op), cuda_memory.c,
+ * cuda_transfer.c */
+DATAFLOW_BACKEND_DECLARE_ENTRIES(cuda);
 Dataflow_Status cuda_register_host_mem(Dataflow_Handle *h, void *ptr, uint64_t size, unsigned int flags);
 void cuda_unregister_host_mem(Dataflow_Handle *h, void *ptr);
 Dataflow_Status cuda_enable_peer(Dataflow_Handle *h, Dataflow_Handle *peer);

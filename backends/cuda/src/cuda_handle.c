@@ -68,20 +68,7 @@ static void cuda_destroy(Dataflow_Handle *h)
 }
 
 static const Dataflow_Backend_Interface cuda_iface = {
-	.version = DATAFLOW_BACKEND_INTERFACE_VERSION,
-	.destroy = cuda_destroy,
-	.on_worker = cuda_on_worker,
-	.load_native_code = cuda_load_native_code,
-	.submit_op = cuda_submit_op,
-	.submit_host_op = cuda_submit_host_op,
-	.record_event = cuda_record_event,
-	.query_event = cuda_query_event,
-	.wait_event = cuda_wait_event,
-	.submit_dependency = cuda_submit_dependency,
-	.sync_stream = cuda_sync_stream,
-	.mem_alloc = cuda_mem_alloc,
-	.mem_release = cuda_mem_release,
-	.set_mem = cuda_set_mem,
+	DATAFLOW_BACKEND_ENTRIES(cuda),
 	.register_host_mem = cuda_register_host_mem,
 	.unregister_host_mem = cuda_unregister_host_mem,
 	.enable_peer = cuda_enable_peer,

@@ -32,9 +32,8 @@ void cuda_free_cache_flush(Cuda_Handle *h)
 Dataflow_Status cuda_mem_alloc(Dataflow_Handle *h, uint64_t size, void **ptr)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "alloc_mem");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "alloc_mem"));
+	Dataflow_Status st = DATAFLOW_OK;
 	pthread_mutex_lock(&ch->cache_lock);
 	CUdeviceptr dptr = cuda_free_cache_take(&ch->free_cache, size);
 	if (!dptr) {
@@ -71,9 +70,7 @@ void cuda_mem_release(Dataflow_Handle *h, void *ptr, uint64_t size)
 Dataflow_Status cuda_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "set_mem");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "set_mem"));
 	return cuda_check(ch->cu->cuMemsetD8Async((CUdeviceptr)(uintptr_t)ptr, value, (size_t)size,
 						  ch->streams[stream_id].stream),
 			  h->device_index, "cuMemsetD8Async");
@@ -84,9 +81,7 @@ Dataflow_Status cuda_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8
 Dataflow_Status cuda_register_host_mem(Dataflow_Handle *h, void *ptr, uint64_t size, unsigned int flags)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "enable_access_to_host_mem");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "enable_access_to_host_mem"));
 	char what[96];
 	snprintf(what, sizeof(what), "cuMemHostRegister(%p, %llu bytes)", ptr, (unsigned long long)size);
 	return cuda_check(ch->cu->cuMemHostRegister(ptr, (size_t)size, flags), h->device_index, what);
@@ -106,9 +101,7 @@ Dataflow_Status cuda_enable_peer(Dataflow_Handle *h, Dataflow_Handle *peer)
 	Cuda_Handle *ch = cuda_of(h), *p = cuda_of(peer);
 	if (p->device == ch->device)
 		return DATAFLOW_OK;
-	Dataflow_Status st = cuda_enter(ch, "enable_access_to_peer_mem");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "enable_access_to_peer_mem"));
 	CUresult r = ch->cu->cuCtxEnablePeerAccess(p->ctx, 0);
 	char what[96];
 	snprintf(what, sizeof(what), "cuCtxEnablePeerAccess(to cuda:%d)", peer->device_index);

@@ -62,13 +62,12 @@ void cuda_streams_destroy(Cuda_Handle *h)
 Dataflow_Status cuda_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "record event");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "record event"));
 	Cuda_Stream *s = &ch->streams[stream_id];
 	pthread_mutex_lock(&s->lock);
 	uint64_t v = s->recorded + 1;
 	CUevent *ev = &s->events[v % CUDA_EVENT_RING];
+	Dataflow_Status st = DATAFLOW_OK;
 	if (!*ev)
 		st = cuda_check(ch->cu->cuEventCreate(ev, CU_EVENT_DISABLE_TIMING), h->device_index, "cuEventCreate");
 	if (st == DATAFLOW_OK)
@@ -99,9 +98,7 @@ Dataflow_Status cuda_wait_event(Dataflow_Handle *h, int stream_id, uint64_t even
 {
 	Cuda_Handle *ch = cuda_of(h);
 	Cuda_Stream *s = &ch->streams[stream_id];
-	Dataflow_Status st = cuda_enter(ch, "wait for event");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "wait for event"));
 	pthread_mutex_lock(&s->lock);
 	CUevent ev = event <= s->done || event > s->recorded ? NULL : s->events[event % CUDA_EVENT_RING];
 	uint64_t latest = ev ? cuda_slot_latest(event, s->recorded) : 0;
@@ -109,7 +106,7 @@ Dataflow_Status cuda_wait_event(Dataflow_Handle *h, int stream_id, uint64_t even
 	if (!ev)
 		return DATAFLOW_OK;
 	/* outside the lock: recording on the stream must not wait for the device */
-	st = cuda_check(ch->cu->cuEventSynchronize(ev), h->device_index, "cuEventSynchronize");
+	Dataflow_Status st = cuda_check(ch->cu->cuEventSynchronize(ev), h->device_index, "cuEventSynchronize");
 	pthread_mutex_lock(&s->lock);
 	if (st == DATAFLOW_OK && latest > s->done)
 		s->done = latest;
@@ -121,13 +118,12 @@ Dataflow_Status cuda_submit_dependency(Dataflow_Handle *h, int stream_id, Datafl
 				       uint64_t event)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "submit_dependency");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "submit_dependency"));
 	Cuda_Stream *self = &ch->streams[stream_id], *s = &cuda_of(other)->streams[other_stream_id];
 	pthread_mutex_lock(&s->lock);
 	uint64_t recorded = s->recorded;
 	CUevent slot = event ? s->events[event % CUDA_EVENT_RING] : NULL;
+	Dataflow_Status st = DATAFLOW_OK;
 	switch (cuda_dependency_of(event, recorded, s->done)) {
 	case CUDA_DEP_NEVER_RECORDED:
 		st = dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
@@ -160,9 +156,7 @@ Dataflow_Status cuda_submit_dependency(Dataflow_Handle *h, int stream_id, Datafl
 Dataflow_Status cuda_sync_stream(Dataflow_Handle *h, int stream_id)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "sync_stream");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "sync_stream"));
 	Cuda_Stream *s = &ch->streams[stream_id];
 	pthread_mutex_lock(&s->lock);
 	const uint64_t before = s->recorded; /* recorded before the sync: done after it */
@@ -202,15 +196,13 @@ static void run_host_call(void *data)
 Dataflow_Status cuda_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "submit_host_op");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "submit_host_op"));
 	Host_Call *call = malloc(sizeof(*call));
 	if (!call)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "submit_host_op: no memory");
 	*call = (Host_Call){ch, func, arg};
-	st = cuda_check(ch->cu->cuLaunchHostFunc(ch->streams[stream_id].stream, run_host_call, call), h->device_index,
-			"cuLaunchHostFunc");
+	Dataflow_Status st = cuda_check(ch->cu->cuLaunchHostFunc(ch->streams[stream_id].stream, run_host_call, call),
+					h->device_index, "cuLaunchHostFunc");
 	if (st != DATAFLOW_OK)
 		free(call);
 	return st;

@@ -43,9 +43,7 @@ Dataflow_Status cuda_op_function(Cuda_Handle *h, Cuda_Op *op)
 static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, void *state, const Op *op, int stream_id)
 {
 	Dataflow_Launch_Config c = {{0, 0, 0}, {0, 0, 0}, 0, 1};
-	Dataflow_Status st = rec->launch(h->handle, op, state, &c);
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(rec->launch(h->handle, op, state, &c));
 	if (c.grid[0] == 0)
 		return DATAFLOW_OK; /* the launch function found nothing to do (n == 0) */
 	for (int d = 0; d < 3; d++)
@@ -55,9 +53,7 @@ static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, void *state, 
 						  "every dimension must be >= 1",
 						  op->skeleton.nickname, c.grid[0], c.grid[1], c.grid[2], c.block[0],
 						  c.block[1], c.block[2]);
-	st = cuda_op_function(h, rec);
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_op_function(h, rec));
 	char what[sizeof(rec->kernel_name) + 32];
 	snprintf(what, sizeof(what), "cuLaunchKernel(%s)", rec->kernel_name);
 	return cuda_check_fault(h, h->cu->cuLaunchKernel(rec->function, c.grid[0], c.grid[1], c.grid[2], c.block[0],
@@ -69,9 +65,8 @@ static Dataflow_Status launch_native(Cuda_Handle *h, Cuda_Op *rec, void *state, 
 Dataflow_Status cuda_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "submit_op");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "submit_op"));
+	Dataflow_Status st;
 	if (entry->record) {
 		st = launch_native(ch, entry->record, entry->state.data, op, stream_id);
 	} else if ((st = entry->external(h, stream_id, op, entry->state.data)) != DATAFLOW_OK) {

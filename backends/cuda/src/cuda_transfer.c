@@ -8,9 +8,7 @@ Dataflow_Status cuda_submit_inbound_transfer(Dataflow_Handle *h, int stream_id, 
 					     uint64_t size)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "inbound transfer");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "inbound transfer"));
 	return cuda_check(ch->cu->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dev_dst, host_src, (size_t)size,
 						    ch->streams[stream_id].stream),
 			  h->device_index, "cuMemcpyHtoDAsync");
@@ -20,9 +18,7 @@ Dataflow_Status cuda_submit_outbound_transfer(Dataflow_Handle *h, int stream_id,
 					      uint64_t size)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "outbound transfer");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "outbound transfer"));
 	return cuda_check(ch->cu->cuMemcpyDtoHAsync(host_dst, (CUdeviceptr)(uintptr_t)dev_src, (size_t)size,
 						    ch->streams[stream_id].stream),
 			  h->device_index, "cuMemcpyDtoHAsync");
@@ -34,9 +30,7 @@ Dataflow_Status cuda_submit_peer_transfer(Dataflow_Handle *h, int stream_id, voi
 					  const void *dev_src, Dataflow_Handle *src_owner, uint64_t size)
 {
 	Cuda_Handle *ch = cuda_of(h);
-	Dataflow_Status st = cuda_enter(ch, "peer transfer");
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(cuda_enter(ch, "peer transfer"));
 	CUcontext dst_ctx = cuda_of(dst_owner)->ctx, src_ctx = cuda_of(src_owner)->ctx;
 	CUdeviceptr dst = (CUdeviceptr)(uintptr_t)dev_dst, src = (CUdeviceptr)(uintptr_t)dev_src;
 	CUstream stream = ch->streams[stream_id].stream;

@@ -218,24 +218,36 @@ static void cache_path(const char *name, const char *source, int arch, char *pat
 			 arch, nv.major, nv.minor);
 }
 
-static int read_cached(const char *path, void **cubin, size_t *size)
+/* The whole file at path, malloc'ed, with a NUL after its *size bytes; NULL (errno set) when it
+ * cannot be opened or read. */
+static char *read_file(const char *path, size_t *size)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
-		return 0;
+		return NULL;
 	fseek(f, 0, SEEK_END);
 	long n = ftell(f);
 	fseek(f, 0, SEEK_SET);
-	*cubin = n > 0 ? malloc((size_t)n) : NULL;
-	int ok = *cubin && fread(*cubin, 1, (size_t)n, f) == (size_t)n;
+	char *data = n >= 0 ? malloc((size_t)n + 1) : NULL;
+	int ok = data && fread(data, 1, (size_t)n, f) == (size_t)n;
 	fclose(f);
 	if (!ok) {
+		free(data);
+		return NULL;
+	}
+	data[n] = '\0';
+	*size = (size_t)n;
+	return data;
+}
+
+static int read_cached(const char *path, void **cubin, size_t *size)
+{
+	*cubin = read_file(path, size);
+	if (*cubin && *size == 0) { /* an empty file is no cubin */
 		free(*cubin);
 		*cubin = NULL;
-		return 0;
 	}
-	*size = (size_t)n;
-	return 1;
+	return *cubin != NULL;
 }
 
 static void mkdirs(char *path)
@@ -268,20 +280,10 @@ static void write_cached(const char *path, const void *cubin, size_t size)
 
 Dataflow_Status cuda_read_source(const char *path, char **text, char *dir, size_t dir_size)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED, "cannot open CUDA source %s: %s", path, strerror(errno));
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	*text = n >= 0 ? malloc((size_t)n + 1) : NULL;
-	int ok = *text && fread(*text, 1, (size_t)n, f) == (size_t)n;
-	fclose(f);
-	if (!ok) {
-		free(*text);
-		return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED, "cannot read CUDA source %s", path);
-	}
-	(*text)[n] = '\0';
+	size_t size;
+	*text = read_file(path, &size);
+	if (!*text)
+		return dataflow_set_error(DATAFLOW_ERR_LOAD_FAILED, "cannot read CUDA source %s: %s", path, strerror(errno));
 	snprintf(dir, dir_size, "%s", path);
 	char *slash = strrchr(dir, '/');
 	if (slash)

@@ -10,18 +10,12 @@
 	ADAMW_FP32_STATE_PATHS(name, pt, gt)                                                         \
 	void dataflow_host_##name(void **args, int part, int num_parts)                              \
 	{                                                                                            \
-		int64_t i, end;                                                                      \
-		Dataflow_Adamw_Step_Args x = dataflow_adamw_step_args(args);                         \
-		dataflow_part_range(x.n, part, num_parts, PART_ALIGN, &i, &end);                     \
-		Adamw_Constants a = adamw_constants(x.lr, x.beta1, x.beta2, x.eps, x.weight_decay, x.step, x.scale); \
+		ADAMW_PART_BEGIN(Dataflow_Adamw_Step_Args, dataflow_adamw_step_args, PART_ALIGN);    \
 		ADAMW_FP32_STATE_RUN(name, &a, adamw_at(x.param, i, pt), adamw_at(x.grad, i, gt),         \
 				     x.master ? x.master + i : NULL, x.m + i, x.v + i, end - i);             \
 	}
 
-ADAMW_VARIANT(adamw_step_fp32_fp32, DATAFLOW_FP32, DATAFLOW_FP32)
-ADAMW_VARIANT(adamw_step_fp32_bf16, DATAFLOW_FP32, DATAFLOW_BF16)
-ADAMW_VARIANT(adamw_step_bf16_fp32, DATAFLOW_BF16, DATAFLOW_FP32)
-ADAMW_VARIANT(adamw_step_bf16_bf16, DATAFLOW_BF16, DATAFLOW_BF16)
+ADAMW_EACH_VARIANT(ADAMW_VARIANT, adamw_step)
 
 DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_launch, Dataflow_Adamw_Step_Args, dataflow_adamw_step_args,
 				 PART_MIN)

@@ -82,10 +82,7 @@ static float requantize(const float *q, const float *s, int64_t len, uint8_t *co
 	ADAMW_FP32_STATE_PATHS(name, pt, gt)                                                         \
 	void dataflow_host_##name(void **args, int part, int num_parts)                              \
 	{                                                                                            \
-		int64_t i, end;                                                                      \
-		Dataflow_Adamw_Step_8bit_Args x = dataflow_adamw_step_8bit_args(args);               \
-		dataflow_part_range(x.n, part, num_parts, BLOCK, &i, &end);                          \
-		Adamw_Constants a = adamw_constants(x.lr, x.beta1, x.beta2, x.eps, x.weight_decay, x.step, x.scale); \
+		ADAMW_PART_BEGIN(Dataflow_Adamw_Step_8bit_Args, dataflow_adamw_step_8bit_args, BLOCK); \
 		float m[BLOCK], v[BLOCK];                                                            \
 		for (; i < end; i += BLOCK) {                                                        \
 			int64_t k = i / BLOCK, len = end - i < BLOCK ? end - i : BLOCK;              \
@@ -100,10 +97,7 @@ static float requantize(const float *q, const float *s, int64_t len, uint8_t *co
 		}                                                                                    \
 	}
 
-Q8_VARIANT(adamw_step_8bit_fp32_fp32, DATAFLOW_FP32, DATAFLOW_FP32)
-Q8_VARIANT(adamw_step_8bit_fp32_bf16, DATAFLOW_FP32, DATAFLOW_BF16)
-Q8_VARIANT(adamw_step_8bit_bf16_fp32, DATAFLOW_BF16, DATAFLOW_FP32)
-Q8_VARIANT(adamw_step_8bit_bf16_bf16, DATAFLOW_BF16, DATAFLOW_BF16)
+ADAMW_EACH_VARIANT(Q8_VARIANT, adamw_step_8bit)
 
 DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_8bit_launch, Dataflow_Adamw_Step_8bit_Args,
 				 dataflow_adamw_step_8bit_args, PART_MIN)

@@ -127,10 +127,7 @@ SIMD_INLINE int64_t adamw_bf16_state_scalar(const Adamw_Constants *a, Sr_Keys k,
 	SR_PATH(scalar, name, pt, gt)                                                                \
 	void dataflow_host_##name(void **args, int part, int num_parts)                              \
 	{                                                                                            \
-		int64_t i, end;                                                                      \
-		Dataflow_Adamw_Step_Bf16_State_Args x = dataflow_adamw_step_bf16_state_args(args);   \
-		dataflow_part_range(x.n, part, num_parts, PART_ALIGN, &i, &end);                     \
-		Adamw_Constants a = adamw_constants(x.lr, x.beta1, x.beta2, x.eps, x.weight_decay, x.step, x.scale); \
+		ADAMW_PART_BEGIN(Dataflow_Adamw_Step_Bf16_State_Args, dataflow_adamw_step_bf16_state_args, PART_ALIGN); \
 		Sr_Keys k = sr_keys(x.seed, x.step);                                                 \
 		void *param = adamw_at(x.param, i, pt);                                              \
 		const void *grad = adamw_at(x.grad, i, gt);                                          \
@@ -145,10 +142,7 @@ SIMD_INLINE int64_t adamw_bf16_state_scalar(const Adamw_Constants *a, Sr_Keys k,
 		name##_scalar(&a, k, param, grad, master, m, v, i, j, len); /* the tail, or all */   \
 	}
 
-SR_VARIANT(adamw_step_bf16_state_fp32_fp32, DATAFLOW_FP32, DATAFLOW_FP32)
-SR_VARIANT(adamw_step_bf16_state_fp32_bf16, DATAFLOW_FP32, DATAFLOW_BF16)
-SR_VARIANT(adamw_step_bf16_state_bf16_fp32, DATAFLOW_BF16, DATAFLOW_FP32)
-SR_VARIANT(adamw_step_bf16_state_bf16_bf16, DATAFLOW_BF16, DATAFLOW_BF16)
+ADAMW_EACH_VARIANT(SR_VARIANT, adamw_step_bf16_state)
 
 DATAFLOW_HOST_ELEMENTWISE_LAUNCH(dataflow_host_adamw_step_bf16_state_launch, Dataflow_Adamw_Step_Bf16_State_Args,
 				 dataflow_adamw_step_bf16_state_args, PART_MIN)

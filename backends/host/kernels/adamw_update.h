@@ -112,6 +112,23 @@ SIMD_INLINE int64_t adamw_fp32_state_scalar(const Adamw_Constants *a, DataflowDa
 		return adamw_fp32_state_##path(a, pt, gt, param, grad, master, m, v, j, len);        \
 	}
 
+/* VARIANT(op_<param>_<grad>, param dtype, grad dtype) for each of the variants every adamw op
+ * has (param fp32 or bf16, grad fp32 or bf16). */
+#define ADAMW_EACH_VARIANT(VARIANT, op)                                                              \
+	VARIANT(op##_fp32_fp32, DATAFLOW_FP32, DATAFLOW_FP32)                                        \
+	VARIANT(op##_fp32_bf16, DATAFLOW_FP32, DATAFLOW_BF16)                                        \
+	VARIANT(op##_bf16_fp32, DATAFLOW_BF16, DATAFLOW_FP32)                                        \
+	VARIANT(op##_bf16_bf16, DATAFLOW_BF16, DATAFLOW_BF16)
+
+/* The start of every adamw kernel (void kernel(void **args, int part, int num_parts)): declares x,
+ * the op's arguments (unpack(args)), this part's elements [i, end) in whole blocks of align, and
+ * a, the step's constants. */
+#define ADAMW_PART_BEGIN(Args, unpack, align)                                                        \
+	Args x = unpack(args);                                                                       \
+	int64_t i, end;                                                                              \
+	dataflow_part_range(x.n, part, num_parts, align, &i, &end);                                  \
+	Adamw_Constants a = adamw_constants(x.lr, x.beta1, x.beta2, x.eps, x.weight_decay, x.step, x.scale)
+
 /* the three paths of name (ADAMW_FP32_STATE_PATH), and the best one this CPU allows run over
  * [0, len) (adamw_fp32_state's arguments after a) */
 #define ADAMW_FP32_STATE_PATHS(name, pt, gt)                                                         \

@@ -48,15 +48,6 @@ static void router_row(const Router_Args *a, int64_t t)
 			w[j] /= s;
 }
 
-void dataflow_host_moe_router_fp32(void **args, int part, int num_parts)
-{
-	Router_Args a = dataflow_moe_router_args(args);
-	int64_t t, end;
-	dataflow_part_range(a.tokens, part, num_parts, 1, &t, &end);
-	for (; t < end; t++)
-		router_row(&a, t);
-}
-
 static void router_bwd_row(const Router_Bwd_Args *a, int64_t t)
 {
 	const float *p = (const float *)a->probs + t * a->experts, *dw = a->d_topk_weights + t * a->top_k;
@@ -80,14 +71,18 @@ static void router_bwd_row(const Router_Bwd_Args *a, int64_t t)
 		dl[e] = p[e] * (dl[e] - pdp);
 }
 
-void dataflow_host_moe_router_bwd_fp32(void **args, int part, int num_parts)
-{
-	Router_Bwd_Args a = dataflow_moe_router_bwd_args(args);
-	int64_t t, end;
-	dataflow_part_range(a.tokens, part, num_parts, 1, &t, &end);
-	for (; t < end; t++)
-		router_bwd_row(&a, t);
-}
+/* The kernel dataflow_host_<name>: row(&a, t) for each token t of the part. */
+#define ROW_KERNEL(name, Args, unpack, row)                                                          \
+	void dataflow_host_##name(void **args, int part, int num_parts)                              \
+	{                                                                                            \
+		Args a = unpack(args);                                                               \
+		int64_t t, end;                                                                      \
+		dataflow_part_range(a.tokens, part, num_parts, 1, &t, &end);                         \
+		for (; t < end; t++)                                                                 \
+			row(&a, t);                                                                  \
+	}
+ROW_KERNEL(moe_router_fp32, Router_Args, dataflow_moe_router_args, router_row)
+ROW_KERNEL(moe_router_bwd_fp32, Router_Bwd_Args, dataflow_moe_router_bwd_args, router_bwd_row)
 
 DATAFLOW_HOST_LAUNCH(dataflow_host_moe_router_launch, Router_Args, dataflow_moe_router_args,
 		     dataflow_elementwise_parts(a.tokens, MIN_TOKENS))

@@ -93,37 +93,40 @@ void compute_pool_run(Compute_Pool *pool, Dataflow_Host_Kernel kernel, void **ar
 /* ---- tasks and streams (stream.c) ---- */
 typedef enum { TASK_KERNEL, TASK_EXTERNAL, TASK_HOST_FN, TASK_COPY, TASK_MEMSET, TASK_WAIT } Task_Kind;
 
+/* What a task does, by its kind. */
+typedef union {
+	struct {
+		Dataflow_Host_Kernel kernel;
+		int num_parts;
+	} kernel;
+	struct {
+		Dataflow_External_Fn func;
+		void *state;
+	} external;
+	struct {
+		Dataflow_Host_Fn func;
+		void *arg;
+	} host_fn;
+	struct {
+		void *dst;
+		const void *src;
+		uint64_t size;
+	} copy;
+	struct {
+		void *dst;
+		uint64_t size;
+		uint8_t value;
+	} memset;
+	struct {
+		Host_Stream *stream; /* of any host handle, kept alive by a reference */
+		uint64_t value;
+	} wait;
+} Task_Work;
+
 typedef struct Task {
 	struct Task *next;
 	Task_Kind kind;
-	union {
-		struct {
-			Dataflow_Host_Kernel kernel;
-			int num_parts;
-		} kernel;
-		struct {
-			Dataflow_External_Fn func;
-			void *state;
-		} external;
-		struct {
-			Dataflow_Host_Fn func;
-			void *arg;
-		} host_fn;
-		struct {
-			void *dst;
-			const void *src;
-			uint64_t size;
-		} copy;
-		struct {
-			void *dst;
-			uint64_t size;
-			uint8_t value;
-		} memset;
-		struct {
-			Host_Stream *stream; /* of any host handle, kept alive by a reference */
-			uint64_t value;
-		} wait;
-	} u;
+	Task_Work u;
 	/* Ops are copied at submission: the caller's Op and argument values may be gone by
 	 * the time the task runs. */
 	Op op;
@@ -157,6 +160,8 @@ void stream_wait(Host_Stream *stream, uint64_t value);
 /* 1 if this thread is the worker of one of h's streams. */
 int host_on_worker(Dataflow_Handle *h);
 Task *task_new(Task_Kind kind);
+/* submit.c: queues a task of this kind doing work (what names the call in the out-of-memory error). */
+Dataflow_Status host_enqueue_work(Dataflow_Handle *h, int stream_id, Task_Kind kind, Task_Work work, const char *what);
 
 /* ---- the handle's context ---- */
 typedef struct {
@@ -185,26 +190,9 @@ void host_ref(Host_Handle *h);
 /* Frees the context with the last reference. */
 void host_unref(Host_Handle *h);
 
-/* interface entries: register.c, submit.c */
-Dataflow_Status host_load_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
-				      int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
-				      const char *const *launch_symbols, const char *const *init_symbols, void **records,
-				      Dataflow_Op_Init_Fn *inits);
-Dataflow_Status host_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry);
-Dataflow_Status host_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg);
-
-/* stream.c: events are counts of tasks queued (recorded) and run (done) */
-Dataflow_Status host_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event);
-int host_query_event(Dataflow_Handle *h, int stream_id, uint64_t event);
-Dataflow_Status host_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event);
-Dataflow_Status host_submit_dependency(Dataflow_Handle *h, int stream_id, Dataflow_Handle *other, int other_stream_id,
-				       uint64_t event);
-Dataflow_Status host_sync_stream(Dataflow_Handle *h, int stream_id);
-
-/* memory.c */
-Dataflow_Status host_mem_alloc(Dataflow_Handle *h, uint64_t size, void **ptr);
-void host_mem_release(Dataflow_Handle *h, void *ptr, uint64_t size);
-Dataflow_Status host_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size);
+/* interface entries: register.c, submit.c; stream.c (events are counts of tasks queued (recorded)
+ * and run (done)); memory.c */
+DATAFLOW_BACKEND_DECLARE_ENTRIES(host);
 
 /* transfer.c; inbound and outbound transfers are one copy task */
 Dataflow_Status host_submit_copy(Dataflow_Handle *h, int stream_id, void *dst, const void *src, uint64_t size);

@@ -57,20 +57,7 @@ static void host_destroy(Dataflow_Handle *h)
 }
 
 static const Dataflow_Backend_Interface host_iface = {
-	.version = DATAFLOW_BACKEND_INTERFACE_VERSION,
-	.destroy = host_destroy,
-	.on_worker = host_on_worker,
-	.load_native_code = host_load_native_code,
-	.submit_op = host_submit_op,
-	.submit_host_op = host_submit_host_op,
-	.record_event = host_record_event,
-	.query_event = host_query_event,
-	.wait_event = host_wait_event,
-	.submit_dependency = host_submit_dependency,
-	.sync_stream = host_sync_stream,
-	.mem_alloc = host_mem_alloc,
-	.mem_release = host_mem_release,
-	.set_mem = host_set_mem,
+	DATAFLOW_BACKEND_ENTRIES(host),
 	/* host memory is reachable already, and every host handle's memory is this process's:
 	 * registering host ranges and peers is the ledger's bookkeeping alone */
 	.submit_inbound_transfer = host_submit_copy,

@@ -15,12 +15,6 @@ void host_mem_release(Dataflow_Handle *h, void *ptr, uint64_t size)
 
 Dataflow_Status host_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size)
 {
-	Task *t = task_new(TASK_MEMSET);
-	if (!t)
-		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "set_mem: no memory for a task");
-	t->u.memset.dst = ptr;
-	t->u.memset.value = value;
-	t->u.memset.size = size;
-	stream_enqueue(&host_of(h)->streams[stream_id], t);
-	return DATAFLOW_OK;
+	return host_enqueue_work(h, stream_id, TASK_MEMSET, (Task_Work){.memset = {.dst = ptr, .size = size, .value = value}},
+				 "set_mem");
 }

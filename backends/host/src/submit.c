@@ -49,11 +49,16 @@ Dataflow_Status host_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, 
 
 Dataflow_Status host_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg)
 {
-	Task *t = task_new(TASK_HOST_FN);
+	return host_enqueue_work(h, stream_id, TASK_HOST_FN, (Task_Work){.host_fn = {.func = func, .arg = arg}},
+				 "submit_host_op");
+}
+
+Dataflow_Status host_enqueue_work(Dataflow_Handle *h, int stream_id, Task_Kind kind, Task_Work work, const char *what)
+{
+	Task *t = task_new(kind);
 	if (!t)
-		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "submit_host_op: no memory for a task");
-	t->u.host_fn.func = func;
-	t->u.host_fn.arg = arg;
+		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "%s: no memory for a task", what);
+	t->u = work;
 	stream_enqueue(&host_of(h)->streams[stream_id], t);
 	return DATAFLOW_OK;
 }

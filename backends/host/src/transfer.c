@@ -44,14 +44,8 @@ void host_run_copy(Host_Handle *h, void *dst, const void *src, uint64_t size)
 
 Dataflow_Status host_submit_copy(Dataflow_Handle *h, int stream_id, void *dst, const void *src, uint64_t size)
 {
-	Task *t = task_new(TASK_COPY);
-	if (!t)
-		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "transfer: no memory for a task");
-	t->u.copy.dst = dst;
-	t->u.copy.src = src;
-	t->u.copy.size = size;
-	stream_enqueue(&host_of(h)->streams[stream_id], t);
-	return DATAFLOW_OK;
+	return host_enqueue_work(h, stream_id, TASK_COPY, (Task_Work){.copy = {.dst = dst, .src = src, .size = size}},
+				 "transfer");
 }
 
 /* Every host handle's memory is this process's: a peer copy is a plain copy. */

@@ -63,18 +63,26 @@ uint f32_to_bf16(float x)
 #define load_bf16(x) bf16_to_f32(uint(x))
 #define store_bf16(x) uint16_t(f32_to_bf16(x))
 
+// A finite value of a small float format (exponent bias, mbits mantissa bits) from its fields:
+// sign already at bit 31, biased exponent e, mantissa m (round_magnitude's inverse).
+float finite_to_f32(uint sign, uint e, uint m, int bias, int mbits)
+{
+	if (e == 0u) { // subnormal: normalized in integers (float math could flush it)
+		if (m == 0u)
+			return uintBitsToFloat(sign);
+		int shift = mbits - findMSB(m);
+		return uintBitsToFloat(sign | (uint(128 - bias - shift) << 23) |
+				       (((m << shift) & ((1u << mbits) - 1u)) << (23 - mbits)));
+	}
+	return uintBitsToFloat(sign | ((e + uint(127 - bias)) << 23) | (m << (23 - mbits)));
+}
+
 float fp16_to_f32(uint x)
 {
 	uint sign = (x & 0x8000u) << 16, e = (x >> 10) & 0x1fu, m = x & 0x3ffu;
 	if (e == 0x1fu)
 		return uintBitsToFloat(sign | 0x7f800000u | (m << 13));
-	if (e == 0u) { // subnormal: normalized in integers (float math could flush it)
-		if (m == 0u)
-			return uintBitsToFloat(sign);
-		int shift = 10 - findMSB(m);
-		return uintBitsToFloat(sign | (uint(113 - shift) << 23) | (((m << shift) & 0x3ffu) << 13));
-	}
-	return uintBitsToFloat(sign | ((e + 112u) << 23) | (m << 13));
+	return finite_to_f32(sign, e, m, 15, 10);
 }
 uint f32_to_fp16(float x)
 {
@@ -93,13 +101,7 @@ float fp8e4m3_to_f32(uint x)
 	uint sign = (x & 0x80u) << 24, e = (x >> 3) & 0xfu, m = x & 0x7u;
 	if ((x & 0x7fu) == 0x7fu)
 		return uintBitsToFloat(sign | 0x7fc00000u);
-	if (e == 0u) {
-		if (m == 0u)
-			return uintBitsToFloat(sign);
-		int shift = 3 - findMSB(m);
-		return uintBitsToFloat(sign | (uint(121 - shift) << 23) | (((m << shift) & 0x7u) << 20));
-	}
-	return uintBitsToFloat(sign | ((e + 120u) << 23) | (m << 20));
+	return finite_to_f32(sign, e, m, 7, 3);
 }
 // Anything rounding past 448 lands on 0x7f, which is NaN; so do Inf and NaN.
 uint f32_to_fp8e4m3(float x)

@@ -190,26 +190,10 @@ Dataflow_Status vulkan_dispatch(Vulkan_Handle *h, int stream_id, Vulkan_Op *rec,
 void vulkan_pipelines_destroy(Vulkan_Handle *h);
 
 /* interface entries */
-Dataflow_Status vulkan_load_native_code(Dataflow_Handle *h, const char *code_path, const char *launch_library_path,
-					int num_ops, const Op_Skeleton *skeletons, const char *const *kernel_symbols,
-					const char *const *launch_symbols, const char *const *init_symbols,
-					void **records, Dataflow_Op_Init_Fn *inits);
-Dataflow_Status vulkan_submit_op(Dataflow_Handle *h, int stream_id, const Op *op, const Dataflow_Op_Entry *entry);
-Dataflow_Status vulkan_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg);
+DATAFLOW_BACKEND_DECLARE_ENTRIES(vulkan);
 int vulkan_on_worker(Dataflow_Handle *h);
-
-Dataflow_Status vulkan_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event);
-int vulkan_query_event(Dataflow_Handle *h, int stream_id, uint64_t event);
-Dataflow_Status vulkan_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event);
-Dataflow_Status vulkan_submit_dependency(Dataflow_Handle *h, int stream_id, Dataflow_Handle *other,
-					 int other_stream_id, uint64_t event);
-Dataflow_Status vulkan_sync_stream(Dataflow_Handle *h, int stream_id);
-
-Dataflow_Status vulkan_mem_alloc(Dataflow_Handle *h, uint64_t size, void **ptr);
-void vulkan_mem_release(Dataflow_Handle *h, void *ptr, uint64_t size);
 Dataflow_Status vulkan_enable_peer(Dataflow_Handle *h, Dataflow_Handle *peer);
 
-Dataflow_Status vulkan_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size);
 Dataflow_Status vulkan_submit_inbound_transfer(Dataflow_Handle *h, int stream_id, void *dev_dst,
 					       const void *host_src, uint64_t size);
 Dataflow_Status vulkan_submit_outbound_transfer(Dataflow_Handle *h, int stream_id, void *host_dst,

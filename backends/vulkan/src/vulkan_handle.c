@@ -28,20 +28,7 @@ static void vulkan_destroy(Dataflow_Handle *h)
 }
 
 static const Dataflow_Backend_Interface vulkan_iface = {
-	.version = DATAFLOW_BACKEND_INTERFACE_VERSION,
-	.destroy = vulkan_destroy,
-	.on_worker = vulkan_on_worker,
-	.load_native_code = vulkan_load_native_code,
-	.submit_op = vulkan_submit_op,
-	.submit_host_op = vulkan_submit_host_op,
-	.record_event = vulkan_record_event,
-	.query_event = vulkan_query_event,
-	.wait_event = vulkan_wait_event,
-	.submit_dependency = vulkan_submit_dependency,
-	.sync_stream = vulkan_sync_stream,
-	.mem_alloc = vulkan_mem_alloc,
-	.mem_release = vulkan_mem_release,
-	.set_mem = vulkan_set_mem,
+	DATAFLOW_BACKEND_ENTRIES(vulkan),
 	.register_host_mem = vulkan_register_host_mem,
 	.unregister_host_mem = NULL,
 	.enable_peer = vulkan_enable_peer,

@@ -130,9 +130,7 @@ Dataflow_Status vulkan_dispatch(Vulkan_Handle *h, int stream_id, Vulkan_Op *rec,
 static Dataflow_Status launch_native(Vulkan_Handle *h, Vulkan_Op *rec, void *state, const Op *op, int stream_id)
 {
 	Dataflow_Launch_Config c = {{0, 0, 0}, {0, 0, 0}, 0, 1};
-	Dataflow_Status st = rec->launch(h->handle, op, state, &c);
-	if (st != DATAFLOW_OK)
-		return st;
+	DATAFLOW_TRY(rec->launch(h->handle, op, state, &c));
 	if (c.grid[0] == 0)
 		return DATAFLOW_OK; /* the launch function found nothing to do */
 	uint32_t *max = h->dev->props.limits.maxComputeWorkGroupCount;

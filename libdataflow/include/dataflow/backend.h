@@ -152,6 +152,38 @@ typedef Dataflow_Status (*Dataflow_Backend_Init_Fn)(Dataflow_Handle *handle, con
 
 /* ---- helpers for backends ---- */
 
+/* A backend names its entries <prefix>_<entry>. The entries every in-tree backend defines
+ * (compute, dependencies, device memory), declared once for its headers and listed once for its
+ * interface: static const Dataflow_Backend_Interface iface = {DATAFLOW_BACKEND_ENTRIES(host), ...};
+ * (<prefix>_destroy and <prefix>_on_worker too; the host-memory, peer and transfer entries
+ * differ between backends and are named there). */
+#define DATAFLOW_BACKEND_DECLARE_ENTRIES(prefix)                                                                       \
+	Dataflow_Status prefix##_load_native_code(                                                                     \
+		Dataflow_Handle *h, const char *code_path, const char *launch_library_path, int num_ops,               \
+		const Op_Skeleton *skeletons, const char *const *kernel_symbols, const char *const *launch_symbols,    \
+		const char *const *init_symbols, void **records, Dataflow_Op_Init_Fn *inits);                          \
+	Dataflow_Status prefix##_submit_op(Dataflow_Handle *h, int stream_id, const Op *op,                            \
+					   const Dataflow_Op_Entry *entry);                                            \
+	Dataflow_Status prefix##_submit_host_op(Dataflow_Handle *h, int stream_id, Dataflow_Host_Fn func, void *arg); \
+	Dataflow_Status prefix##_record_event(Dataflow_Handle *h, int stream_id, uint64_t *event);                     \
+	int prefix##_query_event(Dataflow_Handle *h, int stream_id, uint64_t event);                                  \
+	Dataflow_Status prefix##_wait_event(Dataflow_Handle *h, int stream_id, uint64_t event);                        \
+	Dataflow_Status prefix##_submit_dependency(Dataflow_Handle *h, int stream_id, Dataflow_Handle *other,          \
+						   int other_stream_id, uint64_t event);                               \
+	Dataflow_Status prefix##_sync_stream(Dataflow_Handle *h, int stream_id);                                       \
+	Dataflow_Status prefix##_mem_alloc(Dataflow_Handle *h, uint64_t size_bytes, void **ptr);                       \
+	void prefix##_mem_release(Dataflow_Handle *h, void *ptr, uint64_t size_bytes);                                 \
+	Dataflow_Status prefix##_set_mem(Dataflow_Handle *h, int stream_id, void *ptr, uint8_t value, uint64_t size_bytes)
+
+#define DATAFLOW_BACKEND_ENTRIES(prefix)                                                                               \
+	.version = DATAFLOW_BACKEND_INTERFACE_VERSION, .destroy = prefix##_destroy, .on_worker = prefix##_on_worker,  \
+	.load_native_code = prefix##_load_native_code, .submit_op = prefix##_submit_op,                               \
+	.submit_host_op = prefix##_submit_host_op, .record_event = prefix##_record_event,                             \
+	.query_event = prefix##_query_event, .wait_event = prefix##_wait_event,                                       \
+	.submit_dependency = prefix##_submit_dependency, .sync_stream = prefix##_sync_stream,                         \
+	.mem_alloc = prefix##_mem_alloc, .mem_release = prefix##_mem_release, .set_mem = prefix##_set_mem
+
+
 /* One option a backend accepts: its key, accepted range and where the value goes (holding the
  * default on entry). */
 typedef struct {

@@ -37,25 +37,8 @@ from ..handle import Handle, parse_bytes
 from ..io.pretrained import CONFIG_NAME, from_pretrained, model_from_config, read_config, validate_config
 from .progress import mib
 from ..io.tokenizer import StreamDecoder
+from ..custom_ops import AXPY_DTYPES, AXPY_SOURCE
 from .train import DEFAULT_STEPS, INTERRUPTED, RUN_DEFAULTS, TRACE_STEPS, open_handle, train
-
-SCALE_SOURCE = r"""
-#include "dataflow/host_kernel.h"
-/* y[i] = alpha * x[i] + 1 over this part's slice */
-void scale_shift(void **args, int part, int num_parts) {
-    int64_t n = DATAFLOW_ARG(args, 0, int64_t), begin, end;
-    float alpha = DATAFLOW_ARG(args, 1, float);
-    const float *x = DATAFLOW_ARG(args, 2, const float *);
-    float *y = DATAFLOW_ARG(args, 3, float *);
-    dataflow_part_range(n, part, num_parts, 1024, &begin, &end);
-    for (int64_t i = begin; i < end; i++) y[i] = alpha * x[i] + 1.0f;
-}
-Dataflow_Status scale_shift_launch(Dataflow_Handle *h, const Op *op, void *state, Dataflow_Launch_Config *c) {
-    (void)h; (void)state;
-    c->num_parts = dataflow_elementwise_parts(*(int64_t *)op->op_args[0], 1 << 16);
-    return DATAFLOW_OK;
-}
-"""
 
 
 def _best_time(fn, repeats):
@@ -89,10 +72,9 @@ def demo(args):
     ref = xb @ xb.T
     results["matmul_bf16_max_rel_err"] = float(np.max(np.abs(out.numpy() - ref)) / np.max(np.abs(ref)))
 
-    op = h.register_native_op("scale_shift", ["int64_scalar", "fp32_scalar", "fp32", "fp32"],
-                              source=SCALE_SOURCE, symbol="scale_shift", launch="scale_shift_launch")
+    op = h.register_native_op("axpy", AXPY_DTYPES, source=AXPY_SOURCE, symbol="axpy", launch="axpy_launch")
     xs = h.from_numpy(x)
-    ys = h.empty(x.shape, "fp32")
+    ys = h.from_numpy(np.ones_like(x))
     op(x.size, 2.0, xs, ys)
     ok = bool(np.allclose(ys.numpy(), 2 * x + 1))
     results["custom_op_fingerprint"] = op.fingerprint
