@@ -533,7 +533,7 @@ class Llama:
         self._on(stream)
         chunks = self._backward.chunks(tokens, labels, documents, "loss_backward")
         losses = self._backward.run(chunks, accumulate, loss_scale)
-        return self._batch_loss(losses, loss_scale), packed.num_labels
+        return self._batch_loss(losses, loss_scale) + self._backward.aux_loss, packed.num_labels
 
     def zero_grads(self, stream=0):
         self._host_held("zero_grads")

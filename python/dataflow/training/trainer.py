@@ -222,8 +222,8 @@ class Trainer:
         self._norm_pending = "waited"  # run() waited after the update: the norm is on the host
         self.last_grad_norm
         if self.comm is None:  # the summed loss scaled in C, as the golden trajectory recorded it
-            return self.model._batch_loss(losses, 1.0 / num_labels)
-        return float(self.comm.sum_host([self.model._batch_loss(losses, 1.0)], stream)[0] / num_labels)
+            return self.model._batch_loss(losses, 1.0 / num_labels) + ring.aux_loss
+        return float(self.comm.sum_host([self.model._batch_loss(losses, 1.0)], stream)[0] / num_labels) + ring.aux_loss
 
     def accumulate(self, tokens, labels=None, documents=None, stream=0):
         """Adds one chunk's gradients (of its summed loss; apply() divides by the labelled
@@ -231,6 +231,9 @@ class Trainer:
         Returns this chunk's mean loss."""
         if self.comm is not None:
             raise BadArgumentError("accumulate: not supported with comm (data-parallel); use step()")
+        if self.model.config.output_router_logits and self.model.config.router_aux_loss_coef > 0:
+            raise BadArgumentError("accumulate: the load-balancing loss (output_router_logits) is one forward "
+                                   "pass's, not a sum over accumulated chunks; use step()")
         first = self._acc_labels == 0
         ring = self._training((tokens, labels, documents), stream)
         chunks = ring.chunks(tokens, labels, documents, "accumulate")
