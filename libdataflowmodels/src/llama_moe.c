@@ -63,11 +63,6 @@ Dataflow_Status llama_moe_forward(const Layer_View *L, int s, const Dataflow_Blo
 Dataflow_Status llama_moe_backward_x(const Layer_View *L, int s, const Dataflow_Block_Args *a)
 {
 	const Dataflow_Llama_Config *c = &L->m->config;
-	if (c->router_aux_loss_coef > 0 && !a->router) /* without it the gradient would differ from HF's silently */
-		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
-					  "llama layer backward_x: router_aux_loss_coef %g (HF's output_router_logits) needs "
-					  "args->router, the pass's router statistics for the load-balancing loss",
-					  c->router_aux_loss_coef);
 	const void *dy = a->dy;
 	int64_t E = c->num_experts, k = c->num_experts_per_tok, I = c->moe_intermediate_size, rows = L->T * k;
 	void *const *act = L->act, *const *da = L->da;

@@ -262,6 +262,23 @@ def test_ring_training_under_a_quarter_of_the_state_equals_all_resident(aux):
     assert h.memory_peak() <= h.memory_capacity()
 
 
+def test_the_load_balancing_loss_stays_one_forward_pass():
+    """HF's loss is a product of means over a forward pass, not a sum over its parts: accumulate()
+    and a step larger than one executor call are refused before any work."""
+    from dataflow.models.host_blocks import Layout
+    config = LlamaConfig.from_dict({**CONFIGS["qwen3_moe_top2_raw"], **AUX})
+    tokens = tokens_for(config, (4, 16))
+    with pytest.raises(df.BadArgumentError, match=r"accumulate: the load-balancing loss .* use step\(\)"):
+        Trainer(df.models.Llama(df.Handle("host"), config, seed=1, placement="device")).accumulate(tokens)
+    h = df.Handle("host", device_memory=Layout(config, "fp32").total((0, 1, 2, 3)) * 3 // 4)  # the ring's
+    ring = Trainer(df.models.Llama(h, config, seed=1), host_memory="64MiB", seq_len=16, batch_size=4,
+                   profile="h100-sxm")
+    before = ring.step(tokens)
+    with pytest.raises(df.BadArgumentError, match=r"must fit one executor call of 4 chunks .* got 8"):
+        ring.step(np.concatenate([tokens, tokens]))
+    assert ring.step_count == 1 and ring.step(tokens) != before  # nothing half-done: it trains on
+
+
 @pytest.mark.slow
 def test_greedy_generation_matches_transformers(handle, tmp_path):
     """The KV-cached decode runs the experts one token at a time: HF's greedy continuation."""

@@ -176,7 +176,7 @@ class RingTraining:
             raise BadArgumentError(f"Trainer: plan must be a dataflow.ring.Plan (from dataflow.ring.plan), got "
                                    f"{type(plan).__name__}")
         self.plan, self.vocab = plan, model.config.vocab_size
-        self.router_coef = model.config.router_aux_loss_coef
+        self.router_coef = model.config.router_loss_coef
         self.max_chunks = plan.chunks_per_round * plan.rounds_per_step
         if stream is not None:
             self.stream = stream
@@ -253,6 +253,10 @@ class RingTraining:
         trained with HF's load-balancing loss: .aux_loss, router_aux_loss_coef times that loss of
         the call (0.0 without one)."""
         losses, first, self.aux_loss = [], 0, 0.0
+        if self.router_coef and len(chunks) > self.max_chunks:
+            raise BadArgumentError(f"a step with the load-balancing loss (output_router_logits) must fit one "
+                                   f"executor call of {self.max_chunks} chunks (its forward passes), got "
+                                   f"{len(chunks)}; plan for the batch (Trainer(seq_len=..., batch_size=...))")
         while first < len(chunks):
             end = min(first + self.max_chunks, len(chunks))
             while end < len(chunks) and chunks[end].past:  # a document's pieces stay in one call
@@ -264,10 +268,6 @@ class RingTraining:
             self.executor.wait()
             losses += self.executor.token_losses([c.num_tokens for c in group])
             router_loss = self.executor.router_loss()
-            if router_loss is not None and (first > 0 or end < len(chunks)):
-                raise BadArgumentError(f"a step with the load-balancing loss (output_router_logits) must fit one "
-                                       f"executor call of {self.max_chunks} chunks (its forward passes), got "
-                                       f"{len(chunks)}; plan for the batch (Trainer(seq_len=..., batch_size=...))")
             self.aux_loss = 0.0 if router_loss is None else self.router_coef * router_loss
             first = end
         return np.concatenate(losses)

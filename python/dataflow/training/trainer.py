@@ -231,7 +231,7 @@ class Trainer:
         Returns this chunk's mean loss."""
         if self.comm is not None:
             raise BadArgumentError("accumulate: not supported with comm (data-parallel); use step()")
-        if self.model.config.output_router_logits and self.model.config.router_aux_loss_coef > 0:
+        if self.model.config.router_loss_coef:
             raise BadArgumentError("accumulate: the load-balancing loss (output_router_logits) is one forward "
                                    "pass's, not a sum over accumulated chunks; use step()")
         first = self._acc_labels == 0
