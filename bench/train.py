@@ -3,6 +3,7 @@ LlamaForCausalLM on torch eager, same config, dtype, thread count and batch.
 
     python bench/train.py [--quick] [--backend host] [--model reference|qwen3|qwen3_moe|1b] [--threads N]
                           [--dtypes fp32,bf16] [--steps 5] [--compile] [--experts eager|grouped_mm]
+                          [--router-aux-loss]
 
 --model qwen3: the reference sizes as a Qwen3 (per-head q/k RMSNorm; model_type qwen3), against
 transformers' Qwen3ForCausalLM. --model qwen3_moe: the same with every layer's SwiGLU a mixture
@@ -10,6 +11,8 @@ of 8 experts of 352 (top-2, renormalized), against Qwen3MoeForCausalLM; --expert
 transformers' experts implementation (eager: a Python loop over the experts that got tokens;
 grouped_mm: torch's grouped matmul; default: transformers' own choice, grouped_mm where it can). --compile: also torch.compile(model) (default inductor backend;
 its compilation runs in its longer warm-up, WARMUP_COMPILE untimed steps) as a third peer.
+--router-aux-loss (qwen3_moe): both train with output_router_logits, the loss + 0.001 x HF's
+load-balancing loss over every layer's router logits.
 
 --backend cuda[:N]: dataflow on that GPU and torch on the same GPU (model built there, tokens
 there; each step ends with loss.item(), a sync, as Trainer.step returns the loss). --model 1b:
@@ -79,6 +82,8 @@ def peak_rss_mib():
 def config(args):
     if args.quick:
         return QUICK, QUICK_BATCH
+    if args.router_aux_loss:  # both libraries add HF's load-balancing loss (its default weight)
+        return dict(QWEN3_MOE, output_router_logits=True), REFERENCE_BATCH
     return {"1b": (LLAMA_1B, LLAMA_1B_BATCH), "qwen3": (QWEN3, REFERENCE_BATCH),
             "qwen3_moe": (QWEN3_MOE, REFERENCE_BATCH)}.get(args.model, (REFERENCE, REFERENCE_BATCH))
 
@@ -167,7 +172,8 @@ class Worker:
     def __init__(self, args, lib, dtype, env):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", lib, "--dtype", dtype, "--backend", args.backend,
                "--model", args.model, "--threads", str(args.threads)] + (["--quick"] if args.quick else []) + (
-                   ["--experts", args.experts] if args.experts else [])
+                   ["--experts", args.experts] if args.experts else []) + (
+                   ["--router-aux-loss"] if args.router_aux_loss else [])
         self.name, self.err = f"{lib} {dtype}", tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                      text=True)
@@ -234,6 +240,8 @@ def main():
     p.add_argument("--compile", action="store_true", help="also time torch.compile(model)")
     p.add_argument("--experts", choices=["eager", "grouped_mm"],
                    help="transformers' experts implementation (--model qwen3_moe; default: its own choice)")
+    p.add_argument("--router-aux-loss", action="store_true",
+                   help="--model qwen3_moe: train with output_router_logits (the load-balancing loss) in both")
     p.add_argument("--worker", choices=["dataflow", "torch", "torch_compile"], help=argparse.SUPPRESS)
     p.add_argument("--dtype", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -244,6 +252,8 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from harness import machine_info, require_peers
     require_peers("torch", "transformers")
+    if args.router_aux_loss and (args.model != "qwen3_moe" or args.quick):
+        p.error("--router-aux-loss: only with --model qwen3_moe (not --quick)")
     for name in ("steps", "rounds"):
         if getattr(args, name) < 1:
             p.error(f"--{name}: must be at least 1, got {getattr(args, name)}")
@@ -269,7 +279,8 @@ def main():
         for lib in ("dataflow", "torch") + (("torch_compile",) if args.compile else ()):
             r[lib]["mfu"] = round(r[lib]["gflops"] * 1e9 / peak, 4) if peak else None
     print(json.dumps(dict(bench="train", backend=args.backend, threads=args.threads, quick=args.quick,
-                          model=args.model, experts_implementation=args.experts, config=cfg, batch=batch, seq=seq, steps=args.steps, seconds=args.seconds,
+                          model=args.model, experts_implementation=args.experts, config=cfg,
+                          router_aux_loss=args.router_aux_loss, batch=batch, seq=seq, steps=args.steps, seconds=args.seconds,
                           rounds=args.rounds, machine=machine,
                           peak_bf16_flops=peak, mfu_formula="step_flops(cfg, batch, seq) / median step s / peak_bf16_flops",
                           rows=rows), indent=1))

@@ -79,6 +79,19 @@ static Dataflow_Status check_kv(Call call, int block, const Dataflow_Block_Args 
 	return DATAFLOW_OK;
 }
 
+/* The load-balancing loss's statistics and the pass's tokens (at least this chunk's). */
+static Dataflow_Status check_router(Call call, int block, const Dataflow_Block_Args *a)
+{
+	TRY(need(call, block, "args->router->stats", a->router->stats));
+	if (a->router->tokens < a->batch->num_tokens)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "%s (block %d): args->router->tokens (the pass's) must be >= the chunk's %lld, got "
+					  "%lld",
+					  call_names[call], block, (long long)a->batch->num_tokens,
+					  (long long)a->router->tokens);
+	return DATAFLOW_OK;
+}
+
 Dataflow_Status dataflow_block_forward(const Dataflow_Blocked_Model *m, int block, int stream,
 				       const Dataflow_Block_Memory *mem, const Dataflow_Block_Args *a)
 {
@@ -90,6 +103,8 @@ Dataflow_Status dataflow_block_forward(const Dataflow_Blocked_Model *m, int bloc
 	case DATAFLOW_BLOCK_LAYER:
 		TRY(need(CALL_FORWARD, block, "args->y", a->y));
 		TRY(check_kv(CALL_FORWARD, block, a));
+		if (a->router)
+			TRY(check_router(CALL_FORWARD, block, a));
 		return llama_layer_forward(m, stream, mem, a, 0);
 	case DATAFLOW_BLOCK_HEAD:
 		if (a->token_losses) {
@@ -127,6 +142,12 @@ static Dataflow_Status check_backward(const Dataflow_Blocked_Model *m, int block
 		TRY(need(call, block, "args->dacts", a->dacts));
 	if (role != DATAFLOW_BLOCK_EMBEDDING && call == CALL_BACKWARD_X)
 		TRY(need(call, block, "args->dx", a->dx));
+	if (role == DATAFLOW_BLOCK_LAYER && call == CALL_BACKWARD_X && m->config.router_aux_loss_coef > 0)
+		/* without the load-balancing loss the gradient would differ from HF's silently */
+		TRY(need(call, block, "args->router (router_aux_loss_coef > 0: the pass's router statistics)",
+			 a->router));
+	if (role == DATAFLOW_BLOCK_LAYER && call == CALL_BACKWARD_X && a->router)
+		TRY(check_router(call, block, a));
 	return DATAFLOW_OK;
 }
 

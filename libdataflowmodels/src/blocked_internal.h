@@ -121,8 +121,8 @@ typedef struct {
 /* The mixture-of-experts feed-forward of a layer (llama_moe.c): forward from act[ACT_XN2] to
  * y = act[ACT_HMID] + experts (recompute: every activation the backward reads, no y);
  * backward_x from dy to da[DA_DXN2]; backward_w the router's and experts' gradients. */
-Dataflow_Status llama_moe_forward(const Layer_View *L, int s, void *y, int recompute);
-Dataflow_Status llama_moe_backward_x(const Layer_View *L, int s, const void *dy);
+Dataflow_Status llama_moe_forward(const Layer_View *L, int s, const Dataflow_Block_Args *a, int recompute);
+Dataflow_Status llama_moe_backward_x(const Layer_View *L, int s, const Dataflow_Block_Args *a);
 Dataflow_Status llama_moe_backward_w(const Layer_View *L, int s); /* reads dacts only */
 
 /* per-role implementations of the per-block calls (args checked by the caller) */

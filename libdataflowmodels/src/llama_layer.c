@@ -125,7 +125,7 @@ Dataflow_Status llama_layer_forward(const Dataflow_Blocked_Model *m, int s, cons
 	TRY(dataflow_submit_rms_norm(L.h, s, L.d, L.T, L.H, eps, act[ACT_HMID], L.w[LLAMA_LN2], act[ACT_XN2],
 				     act[ACT_RSTD2]));
 	if (m->config.num_experts)
-		return llama_moe_forward(&L, s, a->y, recompute);
+		return llama_moe_forward(&L, s, a, recompute);
 	TRY(layer_linear(&L, s, act[ACT_XN2], LLAMA_GATE, NULL, act[ACT_GATE], L.F, L.H));
 	TRY(layer_linear(&L, s, act[ACT_XN2], LLAMA_UP, NULL, act[ACT_UP], L.F, L.H));
 	if (recompute) /* the backward needs neither swiglu's output (rebuilt by backward_w) nor y */
@@ -184,7 +184,7 @@ Dataflow_Status llama_layer_backward_x(const Dataflow_Blocked_Model *m, int s, c
 
 	/* MLP */
 	if (m->config.num_experts) {
-		TRY(llama_moe_backward_x(&L, s, a->dy));
+		TRY(llama_moe_backward_x(&L, s, a));
 	} else {
 		TRY(llama_input_grad(m, s, a->dy, L.w[LLAMA_DOWN], da[DA_DGATE], L.T, L.H, L.F, 0));
 		TRY(dataflow_submit_swiglu_bwd(L.h, s, L.d, L.T, L.F, da[DA_DGATE], act[ACT_GATE], act[ACT_UP],

@@ -10,6 +10,8 @@
  * The backward runs it in reverse: moe_combine_bwd (d yp, d w), the grouped matmuls' input
  * gradients, swiglu_bwd, d xn2 = combine(d xp) (the permutation's backward) + d logits Wr with
  * d logits = moe_router_bwd(d w); backward_w: the grouped weight gradients and d logits^T xn2.
+ * Training with HF's load-balancing loss (args->router): the forward adds the routing to the
+ * pass's statistics, backward_x adds the loss's share to d logits before both their matmuls.
  * Every array is laid out by block_layout.c (ACT_RLOGITS .. ACT_YPERM, DA_DXPERM .. DA_DTOPW). */
 #include "blocked_internal.h"
 
@@ -25,7 +27,7 @@ static Dataflow_Status router_rows(const Layer_View *L, int s, const float *fp32
 	return dataflow_submit_cast(L->h, s, DATAFLOW_FP32, L->d, n, fp32, L->ws[WS_ROUTER]);
 }
 
-Dataflow_Status llama_moe_forward(const Layer_View *L, int s, void *y, int recompute)
+Dataflow_Status llama_moe_forward(const Layer_View *L, int s, const Dataflow_Block_Args *a, int recompute)
 {
 	const Dataflow_Llama_Config *c = &L->m->config;
 	int64_t E = c->num_experts, k = c->num_experts_per_tok, I = c->moe_intermediate_size, rows = L->T * k;
@@ -38,6 +40,9 @@ Dataflow_Status llama_moe_forward(const Layer_View *L, int s, void *y, int recom
 	}
 	TRY(dataflow_submit_moe_router(L->h, s, DATAFLOW_FP32, L->T, E, k, c->norm_topk_prob, act[ACT_RLOGITS],
 				       act[ACT_PROBS], act[ACT_TOPW], act[ACT_TOPI]));
+	if (a->router && !recompute) /* a recompute would count the chunk twice */
+		TRY(dataflow_submit_moe_router_stats(L->h, s, DATAFLOW_FP32, L->T, E, k, act[ACT_PROBS], act[ACT_TOPI],
+						     a->router->stats));
 	TRY(dataflow_submit_moe_permute(L->h, s, L->d, L->T, E, k, L->H, act[ACT_TOPI], act[ACT_XN2], act[ACT_OFFSETS],
 					act[ACT_ROWS], act[ACT_SLOTS], act[ACT_XPERM]));
 	TRY(dataflow_submit_moe_grouped_matmul(L->h, s, L->d, rows, E, I, L->H, 1, act[ACT_XPERM], L->w[LLAMA_EGATE],
@@ -52,18 +57,13 @@ Dataflow_Status llama_moe_forward(const Layer_View *L, int s, void *y, int recom
 		return DATAFLOW_OK;
 	TRY(dataflow_submit_moe_combine(L->h, s, L->d, L->T, k, L->H, act[ACT_YPERM], act[ACT_SLOTS], act[ACT_TOPW],
 					L->ws[WS_DTMP]));
-	return dataflow_submit_add(L->h, s, L->d, L->T * L->H, 1.0f, act[ACT_HMID], 1.0f, L->ws[WS_DTMP], y);
+	return dataflow_submit_add(L->h, s, L->d, L->T * L->H, 1.0f, act[ACT_HMID], 1.0f, L->ws[WS_DTMP], a->y);
 }
 
-Dataflow_Status llama_moe_backward_x(const Layer_View *L, int s, const void *dy)
+Dataflow_Status llama_moe_backward_x(const Layer_View *L, int s, const Dataflow_Block_Args *a)
 {
 	const Dataflow_Llama_Config *c = &L->m->config;
-	if (c->router_aux_loss_coef > 0) /* training without it would differ from HF's loss silently */
-		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
-					  "llama layer backward_x: router_aux_loss_coef %g (HF's output_router_logits): the "
-					  "load-balancing loss is not part of the training step yet; train with "
-					  "output_router_logits false",
-					  c->router_aux_loss_coef);
+	const void *dy = a->dy;
 	int64_t E = c->num_experts, k = c->num_experts_per_tok, I = c->moe_intermediate_size, rows = L->T * k;
 	void *const *act = L->act, *const *da = L->da;
 	TRY(dataflow_submit_moe_combine_bwd(L->h, s, L->d, L->T, k, L->H, dy, act[ACT_YPERM], act[ACT_SLOTS],
@@ -84,6 +84,9 @@ Dataflow_Status llama_moe_backward_x(const Layer_View *L, int s, const void *dy)
 					da[DA_DXN2]));
 	TRY(dataflow_submit_moe_router_bwd(L->h, s, DATAFLOW_FP32, L->T, E, k, c->norm_topk_prob, act[ACT_PROBS],
 					   act[ACT_TOPI], da[DA_DTOPW], da[DA_DLOGITS]));
+	if (a->router)
+		TRY(dataflow_submit_moe_aux_loss_bwd(L->h, s, DATAFLOW_FP32, L->T, E, a->router->tokens * c->num_layers,
+						     a->router->d_loss, a->router->stats, act[ACT_PROBS], da[DA_DLOGITS]));
 	const void *dlogits;
 	TRY(router_rows(L, s, da[DA_DLOGITS], &dlogits));
 	return llama_input_grad(L->m, s, dlogits, L->w[LLAMA_ROUTER], da[DA_DXN2], L->T, E, L->H, 1);
@@ -104,4 +107,17 @@ Dataflow_Status llama_moe_backward_w(const Layer_View *L, int s)
 	const void *dlogits;
 	TRY(router_rows(L, s, da[DA_DLOGITS], &dlogits));
 	return llama_weight_grad(L->m, s, dlogits, act[ACT_XN2], L->g[LLAMA_ROUTER], L->T, E, L->H);
+}
+
+Dataflow_Status dataflow_blocked_model_router_loss(const Dataflow_Blocked_Model *m, int stream,
+						   const Dataflow_Block_Router_Loss *router, float *loss)
+{
+	if (!m || !router || !router->stats || !loss)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "blocked model router loss: model, router, router->stats and loss are required");
+	if (m->config.num_experts == 0)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "blocked model router loss: the model has no experts (num_experts 0)");
+	return dataflow_submit_moe_aux_loss(m->handle, stream, DATAFLOW_FP32, m->config.num_experts,
+					    router->tokens * m->config.num_layers, router->stats, loss);
 }

@@ -83,6 +83,9 @@ struct Dataflow_Ring_Executor {
 	float *ctx_dk, *ctx_dv;  /* plan.kv_context: a document's dK, dV [seq_len, kvd] fp32 */
 	float *dev_losses;       /* [K * T] */
 	Track losses_track;
+	float *router_stats;     /* HF's load-balancing loss: a round's router statistics [2, E] (NULL: none), */
+	float *router_loss;      /* its loss [1] and the call's mean over rounds [1] */
+	Track router_track;
 	void *opt_slot[2];       /* streamed optimizer */
 	Track opt_track[2];
 	void *norm_ws;
@@ -99,6 +102,7 @@ struct Dataflow_Ring_Executor {
 	int64_t batch_numel;
 	float *host_losses;      /* [rounds * K * T] */
 	float *host_norm;
+	float *host_router_loss; /* the call's router loss (NULL: none) */
 	int64_t last_chunks;
 	Dataflow_Trace *trace;   /* the attached recorder (NULL: none) */
 	Dataflow_Comm *comm;     /* data-parallel: gradients summed over its ranks (NULL: none) */

@@ -194,6 +194,10 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 	for (int64_t k = 0; k < x->K; k++)
 		x->dev_batch[k] = carve(&training, x->batch_numel * 4);
 	x->dev_losses = carve(&training, x->K * x->T * 4);
+	const Dataflow_Llama_Config *cfg = dataflow_blocked_model_config(x->model);
+	int router_loss = cfg->num_experts > 0 && cfg->router_aux_loss_coef > 0;
+	x->router_stats = router_loss ? carve(&training, 2 * cfg->num_experts * 4) : NULL;
+	x->router_loss = router_loss ? carve(&training, 2 * 4) : NULL;
 	/* the optimizer's slots: in the training phase (overlapped) or their own (streamed) */
 	Carver optimizer = {base, phase_start};
 	int64_t slot = 0;
@@ -338,6 +342,7 @@ static Dataflow_Status host_arrays(Dataflow_Ring_Executor *x)
 	x->host_batches = host_alloc(x, chunks * x->batch_numel * 4, &st);
 	x->host_losses = host_alloc(x, chunks * x->T * 4, &st);
 	x->host_norm = host_alloc(x, 4, &st);
+	x->host_router_loss = x->router_stats ? host_alloc(x, 4, &st) : NULL;
 	return st;
 }
 
@@ -628,5 +633,6 @@ Dataflow_Status dataflow_ring_executor_outputs(const Dataflow_Ring_Executor *x, 
 	out->num_chunks = x->last_chunks;
 	out->chunk_tokens = x->T;
 	out->grad_norm = x->host_norm;
+	out->router_loss = x->host_router_loss;
 	return DATAFLOW_OK;
 }

@@ -83,7 +83,8 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 		(c->device_layers < L ? 3 * max_stage : 0) + (offloading < 2 ? offloading : 2) * max_kv;
 	/* one chunk's recomputed, dacts, workspace and head activations; every chunk of the round's
 	 * last hidden state, dy and dx (layer-major: a layer's backward runs all chunks); the
-	 * round's packed batches and token losses; the fp32 dK, dV of one sequence (K/V context) */
+	 * round's packed batches and token losses; the fp32 dK, dV of one sequence (K/V context);
+	 * a mixture of experts' router statistics and load-balancing loss (counted with or without it) */
 	double kv = 0;
 	for (int l = 0; l < L && ring_kv_context(x->req, c); l++)
 		if (x->kv_grad_ratio * (double)ring_layer(x, l)->kv_bytes_per_token * (double)x->req->seq_len + 2 * 64 > kv)
@@ -91,7 +92,7 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 	dev[DATAFLOW_RING_DEV_CHUNK_WORKING] =
 		(max_recomputed + max_dacts + (double)head->sizes.saved_bytes_per_token[c->level]) * T +
 		(double)m->workspace_fixed_bytes + (double)m->workspace_bytes_per_token * T + 3 * K * H * T +
-		K * (4 * 4 * T + 64 * 4) + kv;
+		K * (4 * 4 * T + 64 * 4) + kv + (m->num_experts ? 8.0 * (double)m->num_experts + 2 * 64 : 0);
 	if (c->opt == DATAFLOW_RING_OPT_DEVICE_STREAMED || c->opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED)
 		dev[DATAFLOW_RING_DEV_OPTIMIZER_SLOTS] = 2 * max_opt_block; /* one block updating, one in flight */
 

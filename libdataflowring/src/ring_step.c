@@ -28,6 +28,8 @@ typedef struct {
 	int zero_grads;                       /* first round of a call that does not accumulate */
 	int first_round, last_round;          /* of the call */
 	float loss_scale;
+	int64_t rounds;                       /* of the call */
+	Dataflow_Block_Router_Loss router;    /* HF's load-balancing loss of the round (x->router_stats) */
 	int dcur;                             /* the hidden set holding dy of the next layer down */
 } Round;
 
@@ -168,7 +170,8 @@ static Dataflow_Block_Args args_for(Round *r, int64_t c, Dataflow_Save_Level lev
 {
 	Dataflow_Ring_Executor *x = r->x;
 	return (Dataflow_Block_Args){.batch = &r->batch[c], .level = level, .recomputed = x->recomputed,
-				     .dacts = x->dacts, .workspace = x->workspace};
+				     .dacts = x->dacts, .workspace = x->workspace,
+				     .router = x->router_stats ? &r->router : NULL};
 }
 
 /* Whether the round's chunk after c continues c's document (so c is not its last piece) */
@@ -432,6 +435,40 @@ static Dataflow_Status embedding(Round *r, int backward)
 	return backward ? grad_end(r, 0) : DATAFLOW_OK;
 }
 
+/* HF's load-balancing loss is one forward pass's (a round's): its statistics start at zero
+ * (begin) and, once every layer's forward added its chunks' routing, give the round's loss,
+ * added into the call's mean over rounds, which the last round sends home. */
+static Dataflow_Status router_loss(Round *r, int begin)
+{
+	Dataflow_Ring_Executor *x = r->x;
+	int s = x->s[RS_COMPUTE];
+	const Dataflow_Llama_Config *cfg = dataflow_blocked_model_config(x->model);
+	if (begin) {
+		r->router = (Dataflow_Block_Router_Loss){.stats = x->router_stats,
+							 .d_loss = cfg->router_aux_loss_coef / (float)r->rounds};
+		for (int64_t c = 0; c < r->num; c++)
+			r->router.tokens += r->chunks[c].num_tokens;
+		if (x->comm) /* data-parallel: the global batch's, every rank's round of as many tokens */
+			r->router.tokens *= dataflow_comm_size(x->comm);
+		TRY(track_before(x, &x->router_track, RS_COMPUTE)); /* the last call's mean went home */
+		TRY(dataflow_set_mem(x->h, s, x->router_stats, 0, (uint64_t)(2 * cfg->num_experts * 4)));
+		if (r->first_round)
+			TRY(dataflow_set_mem(x->h, s, x->router_loss + 1, 0, 4));
+		return DATAFLOW_OK;
+	}
+	if (x->comm) /* each rank adds its share of the global loss's gradient: the sums over ranks are HF's */
+		TRY(dataflow_submit_all_reduce(x->comm, s, DATAFLOW_FP32, 2 * cfg->num_experts, x->router_stats,
+					       x->router_stats, DATAFLOW_REDUCE_SUM));
+	TRY(dataflow_blocked_model_router_loss(x->model, s, &r->router, x->router_loss));
+	TRY(dataflow_submit_add(x->h, s, DATAFLOW_FP32, 1, 1.0f, x->router_loss + 1, 1.0f / (float)r->rounds,
+				x->router_loss, x->router_loss + 1));
+	TRY(track_after(x, &x->router_track, RS_COMPUTE));
+	if (!r->last_round)
+		return DATAFLOW_OK;
+	return copy_out(x, x->host_router_loss, &x->router_track, (Buf){x->router_loss + 1, &x->router_track}, 4,
+			DATAFLOW_RING_WORK_LOSSES_OUT, x->N - 1, -1);
+}
+
 static Dataflow_Status run_round(Round *r, Prefetch *p)
 {
 	Dataflow_Ring_Executor *x = r->x;
@@ -446,6 +483,8 @@ static Dataflow_Status run_round(Round *r, Prefetch *p)
 		TRY(dataflow_batch_from_buffer(dev.ptr, ch->num_tokens, ch->num_docs, 1, &r->batch[c]));
 		TRY(track_before(x, dev.track, RS_COMPUTE));
 	}
+	if (x->router_stats)
+		TRY(router_loss(r, 1));
 	TRY(embedding(r, 0));
 	for (int l = 0; l < x->L; l++) {
 		TRY(forward_layer(r, l));
@@ -454,6 +493,8 @@ static Dataflow_Status run_round(Round *r, Prefetch *p)
 			TRY(param_of(x, 1 + l + x->W, &next));
 		}
 	}
+	if (x->router_stats)
+		TRY(router_loss(r, 0));
 	TRY(head(r));
 	for (int64_t c = 0, end = 0; c < r->num; c = ++end) { /* each document's pieces in reverse */
 		while (continued(r, end))
@@ -598,6 +639,9 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, con
 	p.chunk = malloc((size_t)items * sizeof(int64_t));
 	Dataflow_Llama_Batch *batches = malloc((size_t)x->K * sizeof(Dataflow_Llama_Batch));
 	int64_t *doc_first = malloc((size_t)x->K * sizeof(int64_t)), *order = malloc((size_t)x->K * sizeof(int64_t));
+	int64_t rounds = 0;
+	for (int64_t first = 0; first < num_chunks; rounds++)
+		first += round_size(chunks + first, num_chunks - first, x->K);
 	Dataflow_Status st = p.layer && p.chunk && batches && doc_first && order
 				     ? DATAFLOW_OK
 				     : dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring accumulate: host allocation failed");
@@ -605,7 +649,8 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, con
 		num = round_size(chunks + first, num_chunks - first, x->K);
 		Round r = {.x = x, .first_chunk = first, .num = num, .chunks = chunks + first, .batch = batches,
 			   .doc_first = doc_first, .order = order, .zero_grads = !accumulate_grads && first == 0,
-			   .first_round = first == 0, .last_round = first + num >= num_chunks, .loss_scale = loss_scale};
+			   .first_round = first == 0, .last_round = first + num >= num_chunks, .loss_scale = loss_scale,
+			   .rounds = rounds};
 		st = run_round(&r, &p);
 	}
 	free(p.layer);

@@ -583,6 +583,27 @@ static int bad_arguments(void)
 	ok &= dataflow_block_backward_x(bm, 1, 0, &mem1, &b) == DATAFLOW_ERR_INVALID_ARGUMENT &&
 	      strstr(dataflow_last_error(), "one-document chunk");
 	dataflow_blocked_model_destroy(bm);
+	/* a mixture of experts trained with the load-balancing loss: backward_x needs the pass's
+	 * router statistics, and a pass of at least the chunk's tokens */
+	c.num_experts = 3;
+	c.num_experts_per_tok = 2;
+	c.moe_intermediate_size = 8;
+	c.router_aux_loss_coef = 0.01f;
+	CHECK(dataflow_llama_blocked_model_create(h, &c, &bm));
+	chunk.num_docs = 1;
+	b.kv = NULL;
+	ok &= dataflow_block_backward_x(bm, 1, 0, &mem1, &b) == DATAFLOW_ERR_INVALID_ARGUMENT &&
+	      strstr(dataflow_last_error(), "args->router (router_aux_loss_coef > 0");
+	Dataflow_Block_Router_Loss router = {.tokens = 4, .d_loss = 0.01f};
+	b.router = &router;
+	ok &= dataflow_block_backward_x(bm, 1, 0, &mem1, &b) == DATAFLOW_ERR_INVALID_ARGUMENT &&
+	      strstr(dataflow_last_error(), "args->router->stats");
+	router.stats = (float *)dummy;
+	router.tokens = 3;
+	b.y = dummy;
+	ok &= dataflow_block_forward(bm, 1, 0, &mem1, &b) == DATAFLOW_ERR_INVALID_ARGUMENT &&
+	      strstr(dataflow_last_error(), "must be >= the chunk's 4, got 3");
+	dataflow_blocked_model_destroy(bm);
 	if (!ok)
 		fprintf(stderr, "bad arguments: accepted or unclear: %s\n", dataflow_last_error());
 	return ok;

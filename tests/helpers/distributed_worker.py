@@ -23,13 +23,15 @@ CONFIG = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_la
               num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5)
 BATCH, SEQ, STEPS, LR = 4, 12, 5, 1e-3
 # each family's own tensors and attention: Qwen2's q/k/v biases, Qwen3's per-head q/k norms and
-# explicit head_dim, Mistral's window (shorter than SEQ), Mixtral's and Qwen3-MoE's experts
+# explicit head_dim, Mistral's window (shorter than SEQ), Mixtral's and Qwen3-MoE's experts (and
+# HF's load-balancing loss, over the global batch: every rank's router statistics summed)
 FAMILIES = {"llama": CONFIG, "qwen2": dict(CONFIG, model_type="qwen2", tie_word_embeddings=True),
             "qwen3": dict(CONFIG, model_type="qwen3", head_dim=12), "mistral": dict(CONFIG, model_type="mistral",
                                                                                   sliding_window=5),
             "mixtral": dict(CONFIG, model_type="mixtral", num_local_experts=5, num_experts_per_tok=2),
             "qwen3_moe": dict(CONFIG, model_type="qwen3_moe", num_experts=6, num_experts_per_tok=3,
                               moe_intermediate_size=20, norm_topk_prob=True)}
+FAMILIES["qwen3_moe_aux"] = dict(FAMILIES["qwen3_moe"], output_router_logits=True, router_aux_loss_coef=0.05)
 
 
 def batches():

@@ -3,7 +3,9 @@ MixtralForCausalLM / Qwen3MoeForCausalLM (fp32, eager attention), each built by 
 with its own random init from a small odd config (GQA, head_dim not hidden / heads, 5+ experts,
 top-2 and top-3, Qwen3-MoE's norm_topk_prob both ways) and handed to us through its
 save_pretrained: logits, loss, every gradient, three AdamW steps with clipping (dataflow.Trainer),
-and transformers loading our save_pretrained. HF keeps the experts fused in memory
+and transformers loading our save_pretrained; training with HF's load-balancing loss
+(output_router_logits, router_aux_loss_coef AUX_COEF: loss = ce + coef * load_balancing_loss_func
+over the batch) likewise, all-resident and in the ring. HF keeps the experts fused in memory
 (gate_up_proj [E, 2I, H], down_proj [E, H, I]) and writes one tensor per expert (Mixtral's w1 /
 w3 / w2, Qwen3-MoE's gate_proj / up_proj / down_proj): per_expert() maps the first onto the
 second. Tolerances: tests/tolerances.py LLAMA_TOLERANCES."""
@@ -39,15 +41,19 @@ CONFIGS = {
                                num_experts=6, num_experts_per_tok=2, norm_topk_prob=False, **_ODD),
 }
 TOL = LLAMA_TOLERANCES
+# the load-balancing loss's weight in the aux cases: HF's default 0.001 would hide it under the
+# tolerances (each aux case checks that its share shows)
+AUX = {"output_router_logits": True, "router_aux_loss_coef": 0.05}
 
 handle = handle_fixture("handle", streams=2, device_memory="1GiB")
 
 
-def hf_random(name, seed):
+def hf_random(name, seed, aux=False):
     """transformers' model of CONFIGS[name] with its own random init (router weights sharpened so
-    that the top-k choice has no near-ties), fp32, eager attention."""
+    that the top-k choice has no near-ties), fp32, eager attention; aux: trained with the
+    load-balancing loss (AUX)."""
     torch.manual_seed(seed)
-    cfg = transformers.AutoConfig.for_model(**CONFIGS[name])
+    cfg = transformers.AutoConfig.for_model(**CONFIGS[name], **(AUX if aux else {}))
     cfg._attn_implementation = "eager"
     model = transformers.AutoModelForCausalLM.from_config(cfg).float()
     with torch.no_grad():
@@ -142,21 +148,36 @@ def test_layout_is_hf_checkpoint(handle, tmp_path, name):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("aux", [False, True], ids=["ce", "aux"])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_fp32_logits_routing_loss_grads_match_hf(handle, tmp_path, name):
-    ref = hf_random(name, seed=3)
+def test_fp32_logits_routing_loss_grads_match_hf(handle, tmp_path, name, aux):
+    ref = hf_random(name, seed=3, aux=aux)
     model = ours_from_hf(handle, ref, tmp_path)
+    assert model.config.output_router_logits == aux
     tokens = tokens_for(model.config, (2, 13))
     # the routing first: HF's expert choice has no near-ties (sharpened routers), so logits
     # within 1e-4 mean every token met the experts HF chose
     assert all(len(np.unique(c)) > 1 for c in hf_routing(ref, tokens))
     assert_fp32_matches_hf(model, ref, tokens, lambda grads: per_expert(grads, model.config.model_type))
+    if aux:  # its share shows: the loss and the routers' gradients without it are out of tolerance
+        t = torch.from_numpy(tokens)
+        out = ref(t, labels=t)
+        assert AUX["router_aux_loss_coef"] * out.aux_loss.item() > 100 * TOL["fp32"]["loss_rtol"] * out.loss.item()
+        ref.zero_grad()
+        ref(t, labels=t, output_router_logits=False).loss.backward()
+        model.zero_grads()
+        loss_backward(model, tokens)
+        router = next(n for n in model.gradients() if n.endswith("gate.weight"))
+        without = per_expert({n: p.grad for n, p in ref.named_parameters()}, model.config.model_type)[router]
+        assert not np.allclose(model.gradients()[router], without, rtol=TOL["fp32"]["grad_rtol"],
+                               atol=TOL["fp32"]["grad_atol"] * np.abs(without).max())
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mixtral_top2", "qwen3_moe_top3_norm"])
-def test_adamw_three_steps_with_clipping_match_torch(handle, tmp_path, name):
-    ref = hf_random(name, seed=7)
+@pytest.mark.parametrize("name, aux", [("mixtral_top2", False), ("qwen3_moe_top3_norm", False),
+                                       ("mixtral_top2", True), ("qwen3_moe_top2_raw", True)])
+def test_adamw_three_steps_with_clipping_match_torch(handle, tmp_path, name, aux):
+    ref = hf_random(name, seed=7, aux=aux)
     model = ours_from_hf(handle, ref, tmp_path)
     assert_adamw_matches_torch(model, 3, ref, lambda named: per_expert(named, model.config.model_type))
 
@@ -195,13 +216,16 @@ def test_presets_are_the_published_models(preset, experts, top_k):
 
 
 @pytest.mark.slow
-def test_ring_training_under_a_quarter_of_the_state_equals_all_resident():
+@pytest.mark.parametrize("aux", [False, True], ids=["ce", "aux"])
+def test_ring_training_under_a_quarter_of_the_state_equals_all_resident(aux):
     """The ring (weights streamed through device slots, activations in chunks) on a device capped
     at a quarter of the training state (weights, gradients, AdamW moments) against the all-resident
-    Trainer from the same weights: losses and norms within 1e-5 (the order of sums differs)."""
+    Trainer from the same weights: losses and norms within 1e-5 (the order of sums differs). With
+    the load-balancing loss, the ring's recompute must not count a chunk's routing twice."""
     from dataflow.models.host_blocks import Layout
     name, seq, rows = "qwen3_moe_top3_norm", 16, 4
-    config = LlamaConfig.from_dict({**CONFIGS[name], "num_hidden_layers": 6, "tie_word_embeddings": False})
+    config = LlamaConfig.from_dict({**CONFIGS[name], "num_hidden_layers": 6, "tie_word_embeddings": False,
+                                    **(AUX if aux else {})})
     state_bytes = Layout(config, "fp32").total((0, 1, 2, 3))
     kw = {"lr": 1e-3, "weight_decay": 0.1}
     resident = df.models.Llama(df.Handle("host"), config, seed=1, placement="device")
@@ -211,6 +235,9 @@ def test_ring_training_under_a_quarter_of_the_state_equals_all_resident():
     model.load_state_dict(state)
     ring = Trainer(model, **kw, host_memory="64MiB", seq_len=seq, batch_size=rows, profile="h100-sxm")
     assert model.placement == "host" and ring.plan is not None and ring.plan.weight_slots < 6, ring.plan.describe()
+    # several chunks in the step's one forward pass, some layers recomputed
+    assert ring.plan.chunks_per_round > 1 and ring.plan.rounds_per_step == 1, ring.plan.describe()
+    assert min(ring.plan.save_levels) < 2, ring.plan.describe()  # some layer recomputes (2: save all)
     base = Trainer(resident, **kw)
     rng = np.random.default_rng(3)
     for step in range(3):
@@ -219,6 +246,23 @@ def test_ring_training_under_a_quarter_of_the_state_equals_all_resident():
         np.testing.assert_allclose(ring.last_grad_norm, base.last_grad_norm, rtol=1e-5)
     assert_trained_weights_close(model.state_dict(), resident.state_dict(), TRAINED_WEIGHTS_RTOL["fp32"], kw["lr"], 3)
     assert h.memory_peak() <= h.memory_capacity()
+
+
+def test_the_load_balancing_loss_stays_one_forward_pass():
+    """HF's loss is a product of means over a forward pass, not a sum over its parts: accumulate()
+    and a step larger than one executor call are refused before any work."""
+    from dataflow.models.host_blocks import Layout
+    config = LlamaConfig.from_dict({**CONFIGS["qwen3_moe_top2_raw"], **AUX})
+    tokens = tokens_for(config, (4, 16))
+    with pytest.raises(df.BadArgumentError, match=r"accumulate: the load-balancing loss .* use step\(\)"):
+        Trainer(df.models.Llama(df.Handle("host"), config, seed=1, placement="device")).accumulate(tokens)
+    h = df.Handle("host", device_memory=Layout(config, "fp32").total((0, 1, 2, 3)) * 3 // 4)  # the ring's
+    ring = Trainer(df.models.Llama(h, config, seed=1), host_memory="64MiB", seq_len=16, batch_size=4,
+                   profile="h100-sxm")
+    before = ring.step(tokens)
+    with pytest.raises(df.BadArgumentError, match=r"must fit one executor call of 4 chunks .* got 8"):
+        ring.step(np.concatenate([tokens, tokens]))
+    assert ring.step_count == 1 and ring.step(tokens) != before  # nothing half-done: it trains on
 
 
 @pytest.mark.slow

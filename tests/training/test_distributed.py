@@ -48,7 +48,7 @@ def relative_error(got, want):
 
 @pytest.mark.parametrize("mode, family", [("train", "llama"), ("zero", "llama"), ("train", "qwen2"), ("train", "qwen3"),
                                           ("zero", "qwen3"), ("train", "mistral"), ("train", "mixtral"),
-                                          ("zero", "qwen3_moe")])
+                                          ("zero", "qwen3_moe"), ("train", "qwen3_moe_aux")])
 def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path, mode, family):
     """train: plain data-parallel; zero: the optimizer state sharded (ZeRO-1), gathered for the
     check; each model family (its own tensors: biases, q/k norms, a window, experts) likewise."""

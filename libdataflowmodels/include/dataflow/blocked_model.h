@@ -236,6 +236,24 @@ typedef struct {
 	int64_t workspace_bytes;
 } Dataflow_Block_Paged_KV;
 
+/* HF's load-balancing loss of a forward pass (load_balancing_loss_func over every layer's router
+ * logits; a pass = the chunks whose forwards run before their backwards, e.g. a ring round).
+ * It is a product of means over the pass's tokens x layers, not a sum over chunks, so the
+ * forwards gather statistics first: each layer forward (not recompute) adds its chunk's routing
+ * into stats (moe_router_stats); once the pass's forwards are in,
+ * dataflow_blocked_model_router_loss turns them into the loss, and each layer's backward_x adds
+ * d_loss times its gradient into the router's (moe_aux_loss_bwd; the counts have none). */
+typedef struct {
+	float *stats;   /* fp32 [2, num_experts], zeroed before the pass's first forward */
+	int64_t tokens; /* the pass's tokens (every chunk's; data-parallel: every rank's) */
+	float d_loss;   /* backward_x: the loss's weight (router_aux_loss_coef; 0 in forwards) */
+} Dataflow_Block_Router_Loss;
+
+/* The load-balancing loss (fp32 [1], device) of a pass from router->stats and router->tokens
+ * (moe_aux_loss with rows = tokens x layers), on stream; not a mixture of experts: an error. */
+Dataflow_Status dataflow_blocked_model_router_loss(const Dataflow_Blocked_Model *model, int stream,
+						   const Dataflow_Block_Router_Loss *router, float *loss);
+
 /* The activations and data of one call (see the top of this header); which fields a call
  * reads or writes:
  *                forward                 recompute        backward_x            backward_w
@@ -263,6 +281,9 @@ typedef struct {
 	const Dataflow_Block_Memory *tied;  /* tied head: the embedding block's memory */
 	const Dataflow_Block_KV *kv;        /* layer forward, recompute, backward_x: context (NULL: the chunk alone) */
 	const Dataflow_Block_Paged_KV *paged; /* layer forward: a paged cache instead (kv is then NULL) */
+	const Dataflow_Block_Router_Loss *router; /* layers of a mixture of experts trained with HF's
+						   * load-balancing loss (NULL: none; backward_x then refuses
+						   * a config with router_aux_loss_coef > 0) */
 } Dataflow_Block_Args;
 
 Dataflow_Status dataflow_block_forward(const Dataflow_Blocked_Model *model, int block, int stream,

@@ -132,11 +132,16 @@ Dataflow_Status dataflow_ring_executor_wait(Dataflow_Ring_Executor *executor);
 
 /* Host results, valid after dataflow_ring_executor_wait: the token losses of the last
  * accumulate (fp32, unscaled, 0 where unlabelled; chunk i's at i * plan.chunk_tokens) and the
- * pre-clip gradient norm of the last apply. */
+ * pre-clip gradient norm of the last apply; a mixture of experts trained with HF's
+ * load-balancing loss (router_aux_loss_coef > 0): router_loss, that loss of the last accumulate
+ * (fp32, unweighted: the mean over its rounds, each round being one forward pass as HF's
+ * model call is, of load_balancing_loss_func; NULL otherwise). The step's loss is the token
+ * losses' mean + router_aux_loss_coef * router_loss. */
 typedef struct {
 	const float *token_losses;
 	int64_t num_chunks, chunk_tokens;
 	const float *grad_norm;
+	const float *router_loss;
 } Dataflow_Ring_Outputs;
 Dataflow_Status dataflow_ring_executor_outputs(const Dataflow_Ring_Executor *executor, Dataflow_Ring_Outputs *outputs);
 

@@ -224,6 +224,12 @@ class LlamaConfig:
         return out
 
     @property
+    def router_loss_coef(self):
+        """The load-balancing loss's weight in training: router_aux_loss_coef for a mixture of
+        experts that outputs its router logits (HF adds the loss only then), else 0."""
+        return self.router_aux_loss_coef if self.num_local_experts and self.output_router_logits else 0.0
+
+    @property
     def quantization(self):
         """The checked quantization_config (dataflow.quantize) of a quantized model, else None."""
         return self.extra.get("quantization_config")
@@ -247,8 +253,7 @@ class LlamaConfig:
         if self.num_local_experts:
             c.num_experts, c.num_experts_per_tok = self.num_local_experts, self.num_experts_per_tok
             c.moe_intermediate_size, c.norm_topk_prob = self.moe_intermediate_size, int(bool(self.norm_topk_prob))
-            # HF adds the load-balancing loss to the loss only when the model outputs the router logits
-            c.router_aux_loss_coef = self.router_aux_loss_coef if self.output_router_logits else 0.0
+            c.router_aux_loss_coef = self.router_loss_coef
             c.mixtral_names = int(self.model_type == "mixtral")
         if not isinstance(dtype, str) or dtype not in ("fp32", "bf16"):
             raise BadArgumentError(f"Llama: dtype must be 'fp32' or 'bf16', got {dtype!r}")

@@ -192,3 +192,10 @@ class RingExecutor:
         out = ffi.new("Dataflow_Ring_Outputs *")
         check(ringlib.dataflow_ring_executor_outputs(self._ptr(), out))
         return float(out.grad_norm[0])
+
+    def router_loss(self):
+        """HF's load-balancing loss of the last accumulate, unweighted (after wait()); None for a
+        model trained without it."""
+        out = ffi.new("Dataflow_Ring_Outputs *")
+        check(ringlib.dataflow_ring_executor_outputs(self._ptr(), out))
+        return None if out.router_loss == ffi.NULL else float(out.router_loss[0])

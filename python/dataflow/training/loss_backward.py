@@ -23,4 +23,4 @@ def loss_backward(model, tokens, labels=None, documents=None, accumulate=False, 
     model._on(stream)
     chunks = model._backward.chunks(tokens, labels, documents, "loss_backward")
     losses = model._backward.run(chunks, accumulate, loss_scale)
-    return model._batch_loss(losses, loss_scale), packed.num_labels
+    return model._batch_loss(losses, loss_scale) + model._backward.aux_loss, packed.num_labels

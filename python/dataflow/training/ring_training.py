@@ -189,6 +189,7 @@ class RingTraining:
             raise BadArgumentError(f"Trainer: plan must be a dataflow.ring.Plan (from dataflow.ring.plan), got "
                                    f"{type(plan).__name__}")
         self.plan, self.vocab = plan, model.config.vocab_size
+        self.router_coef = model.config.router_loss_coef
         self.max_chunks = plan.chunks_per_round * plan.rounds_per_step
         if stream is not None:
             self.stream = stream
@@ -261,8 +262,14 @@ class RingTraining:
     def run(self, chunks, accumulate, loss_scale, then=None):
         """Forward, loss and backward of the chunks (max_chunks per executor call, gradients
         added after the first), then `then()` (e.g. the optimizer step) before the last wait;
-        returns the token losses of every chunk, in order, as one array."""
-        losses, first = [], 0
+        returns the token losses of every chunk, in order, as one array. A mixture of experts
+        trained with HF's load-balancing loss: .aux_loss, router_aux_loss_coef times that loss of
+        the call (0.0 without one)."""
+        losses, first, self.aux_loss = [], 0, 0.0
+        if self.router_coef and len(chunks) > self.max_chunks:
+            raise BadArgumentError(f"a step with the load-balancing loss (output_router_logits) must fit one "
+                                   f"executor call of {self.max_chunks} chunks (its forward passes), got "
+                                   f"{len(chunks)}; plan for the batch (Trainer(seq_len=..., batch_size=...))")
         while first < len(chunks):
             end = min(first + self.max_chunks, len(chunks))
             while end < len(chunks) and chunks[end].past:  # a document's pieces stay in one call
@@ -273,5 +280,7 @@ class RingTraining:
                 then()
             self.executor.wait()
             losses += self.executor.token_losses([c.num_tokens for c in group])
+            router_loss = self.executor.router_loss()
+            self.aux_loss = 0.0 if router_loss is None else self.router_coef * router_loss
             first = end
         return np.concatenate(losses)

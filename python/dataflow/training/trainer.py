@@ -113,13 +113,16 @@ class Trainer:
             raise BadArgumentError("step: no labelled tokens (every target is -100)")
         losses = ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(hyperparameters))
         self._engine.grad_norm(waited=True)  # run() waited after the update: read with the loss
-        return self._ranks.mean_loss(self.model, losses, num_labels, stream)
+        return self._ranks.mean_loss(self.model, losses, num_labels, stream) + ring.aux_loss
 
     def accumulate(self, tokens, labels=None, documents=None, stream=0):
         """Adds one chunk's gradients (of its summed loss; apply() divides by the labelled
         tokens of all chunks, so k chunks then apply() equal one step on all of them).
         Returns this chunk's mean loss."""
         self._ranks.refuse_accumulate()
+        if self.model.config.router_loss_coef:
+            raise BadArgumentError("accumulate: the load-balancing loss (output_router_logits) is one forward "
+                                   "pass's, not a sum over accumulated chunks; use step()")
         first = self._acc_labels == 0
         ring = self._engine.for_batch((tokens, labels, documents), stream)
         chunks = ring.chunks(tokens, labels, documents, "accumulate")
