@@ -8,6 +8,7 @@ from ..errors import BadArgumentError, DataflowError, check
 from ..ring import Plan, optimizer_state_enum
 from . import trainer_state
 from .adamw_hyperparameters import adamw_hyperparameters, betas_pair
+from .disk_tier import disk_tier
 from .ring_training import ResidentTraining, RingTraining, choose_plan
 
 
@@ -69,12 +70,16 @@ class Trainer:
     are the executor's own, in all-resident and ring training alike, and the planner counts
     their bytes. Not with shard_optimizer. state_dict() keeps them as trained (raw bytes per
     block, "optimizer_state" naming the precision); load_state_dict(..., convert=True) loads a
-    state of another precision."""
+    state of another precision.
+
+    disk (a directory), disk_memory (default: its free space), disk_throttle (bytes/s): a disk
+    tier the plan may use when host memory runs out (optimizer state first; the executor runs
+    optimizer state there, dataflow.training.disk_tier); implies planning, as host_memory does."""
 
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
                  seq_len=None, batch_size=1, profile=None, plan=None, trace=False, optimizer_state="fp32",
-                 optimizer_seed=0):
+                 optimizer_seed=0, disk=None, disk_memory=None, disk_throttle=None):
         if model.config.quantization:
             raise BadArgumentError(f"Trainer: the model's linear weights are quantized "
                                    f"(int{model.config.quantization['bits']}), for inference only; train the "
@@ -105,13 +110,13 @@ class Trainer:
         self._norm, self._norm_pending = None, None  # last grad norm; "queued" / "waited": not yet read
         self._acc_loss, self._acc_labels = 0.0, 0
         self.shard_optimizer, self._ring, self._trace = bool(shard_optimizer), None, None
-        self.plan = plan
-        if plan is None and (host_memory is not None or model.placement == "host"):
-            self.plan = choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state)
+        self.plan, disk = plan, disk_tier(disk, disk_memory, disk_throttle)
+        if plan is None and (host_memory is not None or model.placement == "host" or disk is not None):
+            self.plan = choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state, disk)
         if self.plan is not None and self.shard_optimizer:
             raise BadArgumentError("Trainer: shard_optimizer (ZeRO-1) trains all-resident models only; drop "
                                    "host_memory and plan, and place the model on the device")
-        self._engine = ResidentTraining(model, optimizer_state) if self.plan is None else RingTraining(model, self.plan)
+        self._engine = ResidentTraining(model, optimizer_state) if self.plan is None else RingTraining(model, self.plan, disk=disk)
         self.comm = None if comm is None else comm.on(model.handle)
         self.comm_stream = None if comm is None else comm_stream if comm_stream is not None else int(
             model.handle.num_streams > 1)

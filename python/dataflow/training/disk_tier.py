@@ -1,0 +1,42 @@
+"""The ring's disk tier as a Trainer asks for it (Trainer(disk=..., disk_memory=...), dataflow
+train --disk): the directory checked and the size parsed once, here, before anything is planned."""
+import os
+import shutil
+
+from ..errors import BadArgumentError
+from ..handle import parse_bytes
+
+
+class DiskTier:
+    """A directory for the executor's working copy of the optimizer state (ring_executor.h,
+    Dataflow_Ring_Disk), the bytes the planner may put there (default: the file system's free
+    space) and an optional throttle in bytes/s (a slower disk, for tests and benchmarks)."""
+
+    def __init__(self, directory, memory=None, throttle=None):
+        if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+            raise BadArgumentError(f"Trainer: disk must be a directory path, got {directory!r:.80}")
+        self.directory = os.path.abspath(os.fspath(directory))
+        if not os.path.exists(self.directory):
+            raise BadArgumentError(f"Trainer: disk directory {self.directory} does not exist")
+        if not os.path.isdir(self.directory):
+            raise BadArgumentError(f"Trainer: disk directory {self.directory} is not a directory")
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise BadArgumentError(f"Trainer: disk directory {self.directory} is not writable")
+        self.bytes = (shutil.disk_usage(self.directory).free if memory is None
+                      else parse_bytes(memory, "Trainer: disk_memory"))
+        self.throttle = 0.0 if throttle is None else float(parse_bytes(throttle, "Trainer: disk_throttle"))
+
+    def streams(self, handle):
+        """The handle's stream for disk reads and writes: its own (4) when the handle has one
+        more than the ring's four, else the outbound stream's (2), which it then shares."""
+        return 4 if handle.num_streams > 4 else 2
+
+
+def disk_tier(disk, disk_memory, disk_throttle):
+    """A DiskTier, or None without one; disk_memory or disk_throttle without disk is an error."""
+    if disk is None:
+        for name, value in (("disk_memory", disk_memory), ("disk_throttle", disk_throttle)):
+            if value is not None:
+                raise BadArgumentError(f"Trainer: {name} sizes a disk tier; add disk=DIRECTORY")
+        return None
+    return DiskTier(disk, disk_memory, disk_throttle)
