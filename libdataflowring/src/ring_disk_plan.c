@@ -10,9 +10,9 @@ int ring_disk_place(const Ring_Context *x, double host[DATAFLOW_RING_HOST_NUM], 
 	static const struct {
 		Dataflow_Ring_Host_Purpose purpose;
 		int bit;
-	} order[3] = {{DATAFLOW_RING_HOST_OPTIMIZER_STATE, DISK_OPTIMIZER_STATE},
-		      {DATAFLOW_RING_HOST_PARAMS, DISK_PARAMS},
-		      {DATAFLOW_RING_HOST_GRADS, DISK_GRADS}};
+	} order[3] = {{DATAFLOW_RING_HOST_OPTIMIZER_STATE, DATAFLOW_RING_DISK_OPTIMIZER_STATE},
+		      {DATAFLOW_RING_HOST_PARAMS, DATAFLOW_RING_DISK_PARAMS},
+		      {DATAFLOW_RING_HOST_GRADS, DATAFLOW_RING_DISK_GRADS}};
 	int bits = 0;
 	for (int i = 0; i < 3 && x->req->disk_bytes > 0; i++) {
 		double sum = 0;
@@ -21,6 +21,8 @@ int ring_disk_place(const Ring_Context *x, double host[DATAFLOW_RING_HOST_NUM], 
 		Dataflow_Ring_Host_Purpose p = order[i].purpose;
 		if (sum <= (double)x->req->host_bytes)
 			break;
+		if (x->req->disk_kinds && !(x->req->disk_kinds & order[i].bit))
+			continue;
 		if (host[p] <= 2 * (largest[p] + 2 * 4096)) /* nothing to gain: staging would take as much */
 			continue;
 		disk[p] = host[p];

@@ -16,11 +16,10 @@ typedef struct {
 	int edge_resident;   /* EDGE_* bits */
 	int weight_slots, grad_slots;
 	int device_layers;   /* the last device_layers layers keep activations on the device */
-	int disk;            /* DISK_* bits: the host kinds kept in files (set by ring_memory) */
+	int disk;            /* DATAFLOW_RING_DISK_* bits: the host kinds kept in files (set by ring_memory) */
 	double disk_bytes;   /* their bytes (set by ring_memory) */
 } Ring_Candidate;
 
-enum { DISK_OPTIMIZER_STATE = 1, DISK_PARAMS = 2, DISK_GRADS = 4 };
 
 /* Chunks are pieces of sequences attending over a K/V context: each layer's keys and values of
  * the round are kept (on the device, or offloaded with the layer's other activations). */
@@ -82,7 +81,7 @@ int ring_memory(const Ring_Context *x, Ring_Candidate *c, Dataflow_Ring_Plan *pl
 		double *host_total);
 /* ring_disk_plan.c: while the host map is over the host capacity and the request has a disk,
  * moves host kinds into files (optimizer state, then weights, then gradients, each whole),
- * the host keeping two of its largest blocks of each as staging; returns the DISK_* bits and
+ * the host keeping two of its largest blocks of each as staging; returns the DATAFLOW_RING_DISK_* bits and
  * fills disk[] (by host purpose). largest[]: a block's largest bytes per host purpose. */
 int ring_disk_place(const Ring_Context *x, double host[DATAFLOW_RING_HOST_NUM], double disk[DATAFLOW_RING_HOST_NUM],
 		    const double largest[DATAFLOW_RING_HOST_NUM]);

@@ -101,6 +101,8 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 		st = check_rate("host_adamw_bytes_per_sec", r->host_adamw_bytes_per_sec);
 	if (st == DATAFLOW_OK)
 		st = check_rate("disk_bytes_per_sec", r->disk_bytes_per_sec);
+	if (st == DATAFLOW_OK && (r->disk_kinds < 0 || r->disk_kinds > 7))
+		st = bad("disk_kinds", "DATAFLOW_RING_DISK_* bits (0: all)", r->disk_kinds);
 	if (st == DATAFLOW_OK)
 		st = dataflow_device_profile_check(r->profile);
 	if (st != DATAFLOW_OK)

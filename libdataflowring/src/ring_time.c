@@ -111,7 +111,8 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 	int weights_resident = c->weight_slots >= L, grads_resident = c->grad_slots >= L;
 	int emb_res = (c->edge_resident & EDGE_EMBEDDING) != 0, head_res = (c->edge_resident & EDGE_HEAD) != 0;
 	double in_bytes = 0, out_bytes = 0, disk_read = 0, disk_write = 0;
-	int dp = (c->disk & DISK_PARAMS) != 0, dg = (c->disk & DISK_GRADS) != 0, ds = (c->disk & DISK_OPTIMIZER_STATE) != 0;
+	int dp = (c->disk & DATAFLOW_RING_DISK_PARAMS) != 0, dg = (c->disk & DATAFLOW_RING_DISK_GRADS) != 0;
+	int ds = (c->disk & DATAFLOW_RING_DISK_OPTIMIZER_STATE) != 0;
 #define IN(bytes) (in_bytes += R * (bytes), (bytes) / x->h2d)
 #define OUT(bytes) (out_bytes += R * (bytes), (bytes) / x->d2h)
 	/* disk reads and writes of a round (their seconds) */

@@ -167,6 +167,7 @@ class Plan:
 
 
 OPTIMIZER_STATES = ("fp32", "bf16", "8bit")  # Dataflow_Optimizer_State, in its order
+DISK_KINDS = ("optimizer state", "weights", "gradients")  # DATAFLOW_RING_DISK_* bits, in the order the disk takes them
 
 
 def optimizer_state_enum(optimizer_state, what="plan"):
@@ -179,7 +180,7 @@ def optimizer_state_enum(optimizer_state, what="plan"):
 
 def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
              h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None, optimizer_state="fp32",
-             disk_memory=None, disk_bandwidth=None):
+             disk_memory=None, disk_bandwidth=None, disk_kinds=None):
     """The checked Dataflow_Ring_Request and what it points at (kept alive with it)."""
     cfg = model_config(config)
     for name, value in (("seq_len", seq_len), ("tokens_per_step", tokens_per_step)):
@@ -203,6 +204,10 @@ def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profi
     req.d2h_bytes_per_sec = _rate(d2h_bandwidth, "d2h_bandwidth")
     req.host_adamw_bytes_per_sec = _rate(host_adamw_bandwidth, "host_adamw_bandwidth")
     req.disk_bytes_per_sec = _rate(disk_bandwidth, "disk_bandwidth")
+    if disk_kinds is not None:
+        if not disk_kinds or any(k not in DISK_KINDS for k in disk_kinds):
+            raise BadArgumentError(f"plan: disk_kinds must name some of {', '.join(DISK_KINDS)}, got {disk_kinds!r}")
+        req.disk_kinds = sum(1 << DISK_KINDS.index(k) for k in set(disk_kinds))
     req.profile = prof._c
     return req, (ring_model, blocks, prof)
 
@@ -219,18 +224,19 @@ def _planned(plan_fn, req, *args):
 
 def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, profile="h100-sxm", dtype="bf16",
          master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None,
-         optimizer_state="fp32", disk_memory=None, disk_bandwidth=None):
+         optimizer_state="fp32", disk_memory=None, disk_bandwidth=None, disk_kinds=None):
     """The fastest plan for training `config` (a dataflow.models.presets spec, an HF config dict or a LlamaConfig)
     on sequences of seq_len tokens, tokens_per_step per optimizer step (default one sequence),
     within device_memory and host_memory ("24GiB" or bytes). profile: a name or a Profile;
     bandwidths (bytes/s or "50GB") override the profile's link. optimizer_state: how AdamW's m
     and v are stored (OPTIMIZER_STATES; the planner counts their bytes). disk_memory: a disk tier
     ("1TiB"; None: none) taking optimizer state, then weights, then gradients when host memory
-    runs out, at disk_bandwidth bytes/s (None: DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC). Raises OutOfMemoryError naming
+    runs out, at disk_bandwidth bytes/s (None: DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC); disk_kinds:
+    which of DISK_KINDS it may take (None: all; the executor runs "optimizer state" only). Raises OutOfMemoryError naming
     the least device and host memory a plan needs (also as .min_device_bytes, .min_host_bytes)."""
     req, keep = _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
                          h2d_bandwidth, d2h_bandwidth, host_adamw_bandwidth, optimizer_state, disk_memory,
-                         disk_bandwidth)
+                         disk_bandwidth, disk_kinds)
     return _planned(ringlib.dataflow_ring_plan, req)
 
 

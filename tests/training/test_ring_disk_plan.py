@@ -77,3 +77,17 @@ def test_cli_plan_shows_the_disk_tier(capsys):
     assert "--disk-bandwidth: the rate of a disk tier; add --disk-memory" in capsys.readouterr().err
     assert cli.main(args + ["--disk-memory=-5GiB"]) == 2
     assert "--disk-memory" in capsys.readouterr().err
+
+
+def test_disk_kinds_limit_what_the_disk_takes():
+    """The Trainer asks for what its executor runs on disk (optimizer state): the planner then
+    never puts weights or gradients there, and says so when the host is short."""
+    p = df.ring.plan("llama3-8b", 8192, 24 * GiB, 96 * GiB, tokens_per_step=524288, optimizer_state="fp32",
+                     disk_memory="1TiB", disk_kinds=("optimizer state",))
+    assert set(p.disk_memory) == {"optimizer state"}
+    with pytest.raises(OutOfMemoryError, match="host"):
+        df.ring.plan("llama3-8b", 8192, 24 * GiB, 32 * GiB, tokens_per_step=524288, optimizer_state="fp32",
+                     disk_memory="1TiB", disk_kinds=("optimizer state",))
+    for bad in ((), ("activations",), "weights"):
+        with pytest.raises(BadArgumentError, match="disk_kinds"):
+            df.ring.plan("llama3-8b", 8192, 24 * GiB, 32 * GiB, disk_memory="1TiB", disk_kinds=bad)

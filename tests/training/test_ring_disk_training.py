@@ -5,6 +5,7 @@ bit for bit, also after the process is killed (SIGKILL) in the middle of a disk 
 directories and sizes are clear errors."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 import dataflow as df
 from dataflow._ffi import ffi, ringlib
+from dataflow.cli import main as cli
 from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.io import checkpoint
 from ring_models import CFG, HOST, KW, PROFILE, ROWS, SEQ, batches
@@ -87,7 +89,7 @@ def test_bad_disk_arguments_are_clear_errors(tmp_path):
         trainer(cap, disk_plan, disk=tmp_path / "missing")
     with pytest.raises(BadArgumentError, match="not writable"):
         trainer(cap, disk_plan, disk="/proc")  # even root cannot make a file there
-    with pytest.raises(BadArgumentError, match="disk_memory sizes a disk tier"):
+    with pytest.raises(BadArgumentError, match="disk_memory: sizes a disk tier; add disk"):
         trainer(cap, disk_plan, disk_memory="1GiB")
     for size in ("-1", "1e999TiB", 2**64, "lots", 0):
         with pytest.raises(BadArgumentError, match="disk_memory"):
@@ -167,3 +169,24 @@ def test_sigkill_during_a_disk_write_loses_nothing(tmp_path):
     assert [t.step(b) for b in data[3:]] == straight
     a, b = t.model.state_dict(), ref.model.state_dict()
     assert all(np.array_equal(a[n], b[n]) for n in a)
+
+
+def test_cli_train_with_a_disk_tier(tmp_path, capsys):
+    """`dataflow train --disk DIR`: with less host memory than the host tier's plan needs, the
+    optimizer state goes to the disk tier; the run trains, checkpoints and says where it is."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**CFG, "model_type": "llama", "vocab_size": 260}))
+    cfg = {**CFG, "vocab_size": 260}
+    host = df.ring.plan(cfg, SEQ, 1 << 20, HOST, tokens_per_step=SEQ * ROWS, profile=PROFILE, dtype="fp32")
+    (tmp_path / "disk").mkdir()
+    args = ["train", "--config", str(config), "--tokenizer", "bytes", "--batch", str(ROWS), "--seq-len", str(SEQ),
+            "--steps", "2", "--dtype", "fp32", "--device-memory", "1MiB", "--host-memory",
+            str(host.host_total_bytes - 1), "--out", str(tmp_path / "run")]
+    assert cli.main(args + ["--disk", str(tmp_path / "disk"), "--disk-memory", "64MiB"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"disk tier: optimizer state [\d.]+ MiB in .*disk \((O_DIRECT|buffered)\)", out), out
+    assert checkpoint.load(tmp_path / "run" / "checkpoint").state["step"] == 2
+    assert cli.main(["train", "--config", str(config), "--disk-memory", "1GiB", "--out", str(tmp_path / "r2")]) == 2
+    assert "--disk-memory: sizes a disk tier; add --disk" in capsys.readouterr().err
+    assert cli.main(["train", "--config", str(config), "--disk", str(config), "--out", str(tmp_path / "r3")]) == 2
+    assert "is not a directory" in capsys.readouterr().err

@@ -76,6 +76,8 @@
 /* A disk's read and write rate when the request gives none: a PCIe 3.0 x4 NVMe's sequential
  * rate, conservative for newer drives (measure yours: dataflow plan --disk-bandwidth) */
 #define DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC 2e9
+/* What the disk tier may hold, in the order it takes them (Dataflow_Ring_Request.disk_kinds) */
+enum { DATAFLOW_RING_DISK_OPTIMIZER_STATE = 1, DATAFLOW_RING_DISK_PARAMS = 2, DATAFLOW_RING_DISK_GRADS = 4 };
 
 typedef enum {
 	DATAFLOW_RING_OPT_DEVICE_RESIDENT = 0,
@@ -119,6 +121,8 @@ typedef struct {
 	 * through host staging on a disk stream. Rate 0: DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC. */
 	uint64_t disk_bytes;
 	double disk_bytes_per_sec;
+	int disk_kinds; /* DATAFLOW_RING_DISK_* bits the disk may take (0: all; the executor runs
+			 * DATAFLOW_RING_DISK_OPTIMIZER_STATE only, so a Trainer asks for that) */
 	const Dataflow_Device_Profile *profile;
 } Dataflow_Ring_Request;
 

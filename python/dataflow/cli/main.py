@@ -377,6 +377,11 @@ def _add_train(sub):
                    help="host memory the ring may use when training does not fit --device-memory (weights, "
                         "gradients and optimizer state streamed through the device), e.g. 4GiB (default: what the "
                         "host has available)")
+    p.add_argument("--disk", metavar="DIR",
+                   help="a directory for a disk tier: the ring keeps optimizer state in a file there when host "
+                        "memory runs out (a working copy; checkpoints stay in --out)")
+    p.add_argument("--disk-memory", dest="disk_memory", type=_bytes, metavar="SIZE",
+                   help="bytes the disk tier may use, e.g. 1TiB (default: the directory's free space)")
     p.add_argument("--out", default="dataflow-train", help="output directory (default ./dataflow-train)")
     p.add_argument("--resume", nargs="?", const="", metavar="CHECKPOINT",
                    help="continue a run: model, optimizer, data position, losses (default CHECKPOINT: "

@@ -7,24 +7,27 @@ from ..errors import BadArgumentError
 from ..handle import parse_bytes
 
 
+TRAINER_NAMES = ("Trainer: disk", "Trainer: disk_memory", "Trainer: disk_throttle")
+
+
 class DiskTier:
     """A directory for the executor's working copy of the optimizer state (ring_executor.h,
     Dataflow_Ring_Disk), the bytes the planner may put there (default: the file system's free
-    space) and an optional throttle in bytes/s (a slower disk, for tests and benchmarks)."""
+    space) and an optional throttle in bytes/s (a slower disk, for tests and benchmarks).
+    names: how errors name the three (the Trainer's arguments, or dataflow train's flags)."""
 
-    def __init__(self, directory, memory=None, throttle=None):
+    def __init__(self, directory, memory=None, throttle=None, names=TRAINER_NAMES):
         if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
-            raise BadArgumentError(f"Trainer: disk must be a directory path, got {directory!r:.80}")
+            raise BadArgumentError(f"{names[0]}: must be a directory path, got {directory!r:.80}")
         self.directory = os.path.abspath(os.fspath(directory))
         if not os.path.exists(self.directory):
-            raise BadArgumentError(f"Trainer: disk directory {self.directory} does not exist")
+            raise BadArgumentError(f"{names[0]}: directory {self.directory} does not exist")
         if not os.path.isdir(self.directory):
-            raise BadArgumentError(f"Trainer: disk directory {self.directory} is not a directory")
+            raise BadArgumentError(f"{names[0]}: directory {self.directory} is not a directory")
         if not os.access(self.directory, os.W_OK | os.X_OK):
-            raise BadArgumentError(f"Trainer: disk directory {self.directory} is not writable")
-        self.bytes = (shutil.disk_usage(self.directory).free if memory is None
-                      else parse_bytes(memory, "Trainer: disk_memory"))
-        self.throttle = 0.0 if throttle is None else float(parse_bytes(throttle, "Trainer: disk_throttle"))
+            raise BadArgumentError(f"{names[0]}: directory {self.directory} is not writable")
+        self.bytes = shutil.disk_usage(self.directory).free if memory is None else parse_bytes(memory, names[1])
+        self.throttle = 0.0 if throttle is None else float(parse_bytes(throttle, names[2]))
 
     def streams(self, handle):
         """The handle's stream for disk reads and writes: its own (4) when the handle has one
@@ -32,11 +35,12 @@ class DiskTier:
         return 4 if handle.num_streams > 4 else 2
 
 
-def disk_tier(disk, disk_memory, disk_throttle):
+def disk_tier(disk, disk_memory, disk_throttle, names=TRAINER_NAMES):
     """A DiskTier, or None without one; disk_memory or disk_throttle without disk is an error."""
     if disk is None:
-        for name, value in (("disk_memory", disk_memory), ("disk_throttle", disk_throttle)):
+        for name, value in zip(names[1:], (disk_memory, disk_throttle)):
             if value is not None:
-                raise BadArgumentError(f"Trainer: {name} sizes a disk tier; add disk=DIRECTORY")
+                raise BadArgumentError(f"{name}: sizes a disk tier; add {names[0].replace('Trainer: ', '')} "
+                                       f"(a directory)")
         return None
-    return DiskTier(disk, disk_memory, disk_throttle)
+    return disk if isinstance(disk, DiskTier) else DiskTier(disk, disk_memory, disk_throttle, names)

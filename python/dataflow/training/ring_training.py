@@ -69,6 +69,9 @@ def _resident_plan(model, seq_len, tokens, free, optimizer_state):
                               optimizer_state=optimizer_state)
 
 
+RUN_ON_DISK = ("optimizer state",)  # what the executor keeps on a disk tier (ring_executor.h)
+
+
 def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None,
               optimizer_state="fp32", disk_bytes=None):
     """ring.plan of training `config` on `tokens` per step within device_bytes and host_bytes.
@@ -78,7 +81,8 @@ def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_w
     try:
         return ring.plan(config, seq_len, device_bytes, host_bytes, tokens_per_step=tokens,
                          profile=profile or ring.profile_names()[0], dtype=dtype, master_weights=master_weights,
-                         optimizer_state=optimizer_state, disk_memory=disk_bytes)
+                         optimizer_state=optimizer_state, disk_memory=disk_bytes,
+                         disk_kinds=RUN_ON_DISK if disk_bytes else None)
     except OutOfMemoryError as e:  # the planner's figures are rounded: add the exact bytes
         raise OutOfMemoryError(f"{e} (in bytes: {parse_bytes(device_bytes, 'device'):,} device free, "
                                f"{parse_bytes(host_bytes, 'host'):,} host; the smallest plan needs "
