@@ -151,6 +151,19 @@ class Plan:
                 "bytes_per_second": self._c.disk_bytes_per_sec, "memory": self.disk_memory,
                 "read_per_step": self._c.disk_read_bytes, "written_per_step": self._c.disk_write_bytes}
 
+    def without_disk(self):
+        """This plan with what it keeps on disk in host memory instead (its host capacity grown
+        by those bytes): the host tier's run of the same shape, e.g. to compare the tiers."""
+        c = ffi.new("Dataflow_Ring_Plan *", self._c[0])
+        c.host_capacity += c.disk_total_bytes
+        for i in range(ringlib.DATAFLOW_RING_HOST_NUM):
+            c.host_bytes[i] += c.disk_bytes[i]
+            c.disk_bytes[i] = 0
+        c.host_bytes[ringlib.DATAFLOW_RING_HOST_DISK_STAGING] = 0
+        c.host_total_bytes = sum(c.host_bytes)
+        c.disk_total_bytes = c.disk_capacity = c.disk_read_bytes = c.disk_write_bytes = 0
+        return Plan(c)
+
     @property
     def phases(self):
         """[{name, start, seconds, inbound, compute, outbound, disk}] in seconds."""

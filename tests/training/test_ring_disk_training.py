@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow._ffi import ffi, ringlib
 from dataflow.cli import main as cli
 from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.io import checkpoint
@@ -32,12 +31,7 @@ def plans(state="fp32"):
     host = df.ring.plan(CFG, SEQ, cap, HOST, **kw)
     disk = df.ring.plan(CFG, SEQ, cap, host.host_total_bytes - 1, disk_memory="64MiB", **kw)
     assert set(disk.disk_memory) == {"optimizer state"}
-    c = ffi.new("Dataflow_Ring_Plan *", disk._c[0])
-    opt, staging = ringlib.DATAFLOW_RING_HOST_OPTIMIZER_STATE, ringlib.DATAFLOW_RING_HOST_DISK_STAGING
-    c.host_bytes[opt], c.disk_bytes[opt], c.host_bytes[staging] = c.disk_bytes[opt], 0, 0
-    c.host_total_bytes, c.host_capacity = sum(c.host_bytes), 1 << 40
-    c.disk_total_bytes = c.disk_capacity = 0
-    return cap, df.ring.Plan(c), disk
+    return cap, disk.without_disk(), disk
 
 
 def trainer(cap, plan, state="fp32", **disk):
@@ -122,7 +116,6 @@ KILLED_RUN = """
 import sys, time
 import numpy as np
 import dataflow as df
-from dataflow._ffi import ffi, ringlib
 from dataflow.io import checkpoint
 sys.path.insert(0, {helpers!r})
 from ring_models import CFG, KW, PROFILE, ROWS, SEQ, batches
