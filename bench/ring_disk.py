@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
@@ -72,8 +71,11 @@ def main():
            "same_losses": losses["host tier"] == losses["disk tier"] == losses["disk tier, throttled"],
            "median_step_seconds": {name: statistics.median(v) for name, v in times.items()},
            "step_seconds": times}
-    json.dump(out, sys.stdout, indent=1)
-    print()
+    print(json.dumps(out, indent=1))
+    med = out["median_step_seconds"]
+    print(f"ring_disk ({out['disk_mode']}, load {out['uptime'][0]:.1f}): median step host tier {med['host tier']:.3f} s, "
+          f"disk tier {med['disk tier']:.3f} s, throttled to {throttle:.3g} B/s {med['disk tier, throttled']:.3f} s "
+          f"(the throttle alone: {out['throttle_seconds_per_step']:.3f} s); same losses: {out['same_losses']}")
 
 
 if __name__ == "__main__":
