@@ -91,3 +91,18 @@ def test_disk_kinds_limit_what_the_disk_takes():
     for bad in ((), ("activations",), "weights"):
         with pytest.raises(BadArgumentError, match="disk_kinds"):
             df.ring.plan("llama3-8b", 8192, 24 * GiB, 32 * GiB, disk_memory="1TiB", disk_kinds=bad)
+
+
+def test_timeline_picture_has_a_disk_row(tmp_path, capsys):
+    from dataflow.cli import plan_timeline
+    phases = [{"name": "a", "start": 0.0, "inbound": 1.0, "compute": 1.0, "outbound": 0.0, "disk": 0.0},
+              {"name": "b", "start": 1.0, "inbound": 0.0, "compute": 0.5, "outbound": 0.0, "disk": 1.0}]
+    rows = plan_timeline.bars(phases)
+    assert rows["disk"] == [(1, 1.0, 1.0, -0.4, 0.8)] and rows["inbound"] == [(0, 0.0, 1.0, 2.6, 0.8)]
+    ax = plan_timeline.figure(phases, 2.0).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["disk", "outbound", "compute", "inbound"]
+    path = tmp_path / "t.png"
+    assert cli.main(["plan", "--config", "llama3-8b", "--seq-len", "8192", "--tokens-per-step", "524288",
+                     "--device-memory", "24GiB", "--host-memory", "24GiB", "--disk-memory", "1TiB",
+                     "--optimizer-state", "8bit", "--timeline", str(path)]) == 0
+    assert path.read_bytes().startswith(b"\x89PNG")
