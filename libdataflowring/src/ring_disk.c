@@ -1,4 +1,5 @@
-/* The ring's disk tier: every block's AdamW m and v in one file under a directory, a working
+/* The ring's disk tier: every block's AdamW m and v (and fp32 master weights) in one file
+ * under a directory, a working
  * copy (unlinked as soon as it is made: a crash leaves nothing behind, and checkpoints, written
  * atomically elsewhere, read it through dataflow_ring_executor_read). The optimizer streams it
  * through two aligned host staging buffers: reads and writes are host work on the disk stream,
@@ -31,8 +32,9 @@ struct Ring_Disk {
 	int fd, direct;
 	double rate;             /* bytes/s each read and write is held to (0: none) */
 	int num_blocks;
-	int64_t *offset;         /* block b's region [m | v] in the file */
+	int64_t *offset;         /* block b's region [m | v | master] in the file */
 	int64_t *v_offset;       /* v within the region */
+	int64_t *master_offset;  /* master weights within the region (with master weights) */
 	int64_t *region;         /* the region's bytes (a multiple of DISK_ALIGN) */
 	char *stage[2];          /* block b's state is staged in stage[b % 2] */
 	Track stage_track[2];
@@ -99,7 +101,14 @@ static void run_job(void *arg)
 
 int ring_disk_holds(const Dataflow_Ring_Executor *x, Dataflow_Block_Kind kind)
 {
-	return x->disk && (kind == DATAFLOW_BLOCK_ADAM_M || kind == DATAFLOW_BLOCK_ADAM_V);
+	return x->disk && (kind == DATAFLOW_BLOCK_ADAM_M || kind == DATAFLOW_BLOCK_ADAM_V ||
+			   (kind == DATAFLOW_BLOCK_MASTER && x->master));
+}
+
+/* where a kind of block b starts in its region */
+static int64_t kind_offset(const Ring_Disk *d, int b, Dataflow_Block_Kind kind)
+{
+	return kind == DATAFLOW_BLOCK_ADAM_V ? d->v_offset[b] : kind == DATAFLOW_BLOCK_MASTER ? d->master_offset[b] : 0;
 }
 
 static Dataflow_Status check_request(const Dataflow_Ring_Executor *x, const Dataflow_Ring_Disk *disk)
@@ -109,9 +118,6 @@ static Dataflow_Status check_request(const Dataflow_Ring_Executor *x, const Data
 		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
 					  "ring executor: the plan keeps weights or gradients on disk; the executor keeps "
 					  "only optimizer state there yet (give more host memory)");
-	if (x->master)
-		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
-					  "ring executor: fp32 master weights with a disk tier are not run yet");
 	if (p->optimizer == DATAFLOW_RING_OPT_DEVICE_RESIDENT)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring executor: the plan keeps optimizer state both on the device and on disk");
@@ -178,16 +184,18 @@ Dataflow_Status ring_disk_open(Dataflow_Ring_Executor *x, const Dataflow_Ring_Di
 	d->num_blocks = x->N;
 	d->offset = calloc((size_t)x->N, sizeof(int64_t));
 	d->v_offset = calloc((size_t)x->N, sizeof(int64_t));
+	d->master_offset = calloc((size_t)x->N, sizeof(int64_t));
 	d->region = calloc((size_t)x->N, sizeof(int64_t));
 	d->jobs = calloc((size_t)(2 * x->N), sizeof(Disk_Job));
-	if (!d->offset || !d->v_offset || !d->region || !d->jobs)
+	if (!d->offset || !d->v_offset || !d->master_offset || !d->region || !d->jobs)
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring executor: host allocation failed");
 	int64_t total = 0, largest = DISK_ALIGN;
 	for (int b = 0; b < x->N; b++) {
 		const Ring_Block *blk = &x->blocks[b];
 		d->offset[b] = total;
 		d->v_offset[b] = align_disk(blk->bytes[DATAFLOW_BLOCK_ADAM_M]);
-		d->region[b] = d->v_offset[b] + align_disk(blk->bytes[DATAFLOW_BLOCK_ADAM_V]);
+		d->master_offset[b] = d->v_offset[b] + align_disk(blk->bytes[DATAFLOW_BLOCK_ADAM_V]);
+		d->region[b] = d->master_offset[b] + (x->master ? align_disk(blk->bytes[DATAFLOW_BLOCK_MASTER]) : 0);
 		total += d->region[b];
 		largest = d->region[b] > largest ? d->region[b] : largest;
 		for (int w = 0; w < 2; w++)
@@ -234,6 +242,7 @@ void ring_disk_close(Dataflow_Ring_Executor *x)
 		}
 	free(d->offset);
 	free(d->v_offset);
+	free(d->master_offset);
 	free(d->region);
 	free(d->jobs);
 	free(d);
@@ -270,6 +279,8 @@ Dataflow_Status ring_disk_before(Dataflow_Ring_Executor *x, int b)
 	Ring_Block *blk = &x->blocks[b];
 	blk->host[DATAFLOW_BLOCK_ADAM_M] = d->stage[b % 2];
 	blk->host[DATAFLOW_BLOCK_ADAM_V] = d->stage[b % 2] + d->v_offset[b];
+	if (x->master)
+		blk->host[DATAFLOW_BLOCK_MASTER] = d->stage[b % 2] + d->master_offset[b];
 	TRY(track_before(x, &d->stage_track[b % 2], RS_IN));
 	return track_before(x, &d->stage_track[b % 2], RS_OPT);
 }
@@ -285,7 +296,7 @@ Dataflow_Status ring_disk_after(Dataflow_Ring_Executor *x, int b)
 	TRY(track_after(x, t, RS_OUT));
 	TRY(queue(x, b, 1));
 	Ring_Block *blk = &x->blocks[b]; /* no home outside the apply: reads go through the file */
-	blk->host[DATAFLOW_BLOCK_ADAM_M] = blk->host[DATAFLOW_BLOCK_ADAM_V] = NULL;
+	blk->host[DATAFLOW_BLOCK_ADAM_M] = blk->host[DATAFLOW_BLOCK_ADAM_V] = blk->host[DATAFLOW_BLOCK_MASTER] = NULL;
 	return DATAFLOW_OK;
 }
 
@@ -300,17 +311,27 @@ Dataflow_Status ring_disk_copy(Dataflow_Ring_Executor *x, int b, Dataflow_Block_
 {
 	Ring_Disk *d = x->disk; /* the caller waited: staging is free */
 	int64_t bytes = x->blocks[b].bytes[kind], span = align_disk(bytes);
-	int64_t off = d->offset[b] + (kind == DATAFLOW_BLOCK_ADAM_V ? d->v_offset[b] : 0);
+	int64_t off = d->offset[b] + kind_offset(d, b, kind);
 	char *stage = d->stage[0];
 	if (write) {
-		memcpy(stage, buffer, (size_t)bytes);
+		memmove(stage, buffer, (size_t)bytes); /* buffer may be the staging (ring_disk_set_master) */
 		memset(stage + bytes, 0, (size_t)(span - bytes));
 	}
 	int err = transfer(d, stage, span, off, write);
 	if (err)
 		return dataflow_set_error(DATAFLOW_ERR_BACKEND, "ring disk: %s of block %d's %s failed: %s",
-					  write ? "write" : "read", b, kind == DATAFLOW_BLOCK_ADAM_M ? "m" : "v", strerror(err));
+					  write ? "write" : "read", b,
+					  kind == DATAFLOW_BLOCK_ADAM_M ? "m" : kind == DATAFLOW_BLOCK_ADAM_V ? "v" : "master weights",
+					  strerror(err));
 	if (!write)
 		memcpy(buffer, stage, (size_t)bytes);
 	return DATAFLOW_OK;
+}
+
+Dataflow_Status ring_disk_set_master(Dataflow_Ring_Executor *x, int b, const void *param)
+{
+	void *stage = x->disk->stage[0]; /* the caller waited: staging is free */
+	TRY(dataflow_submit_cast(x->h, x->s[RS_OPT], DATAFLOW_BF16, DATAFLOW_FP32, x->blocks[b].numel, param, stage));
+	TRY(dataflow_sync_stream(x->h, x->s[RS_OPT]));
+	return ring_disk_copy(x, b, DATAFLOW_BLOCK_MASTER, stage, 1);
 }

@@ -23,12 +23,12 @@ int ring_disk_place(const Ring_Context *x, double host[DATAFLOW_RING_HOST_NUM], 
 			break;
 		if (x->req->disk_kinds && !(x->req->disk_kinds & order[i].bit))
 			continue;
-		if (host[p] <= 2 * (largest[p] + 2 * 4096)) /* nothing to gain: staging would take as much */
+		if (host[p] <= 2 * (largest[p] + 3 * 4096)) /* nothing to gain: staging would take as much */
 			continue;
 		disk[p] = host[p];
 		host[p] = 0;
-		/* O_DIRECT: each of a staged block's moments (or its one kind) rounds up to 4 KiB */
-		host[DATAFLOW_RING_HOST_DISK_STAGING] += 2 * (largest[p] + 2 * 4096);
+		/* O_DIRECT: each of a staged block's m, v, master (or its one kind) rounds up to 4 KiB */
+		host[DATAFLOW_RING_HOST_DISK_STAGING] += 2 * (largest[p] + 3 * 4096);
 		bits |= order[i].bit;
 	}
 	return bits;

@@ -114,10 +114,11 @@ Dataflow_Status ring_adamw(Dataflow_Ring_Executor *x, int b, int s, const Datafl
 			   const Dataflow_AdamW_Params *params, const float *scale, int64_t step);
 
 /* The disk tier (ring_disk.c). open: the file under disk->directory and the staging (after the
- * blocks' sizes are known, before host arrays: m and v get no host home). before(b): makes
+ * blocks' sizes are known, before host arrays: m, v and master get no host home). before(b): makes
  * blocks b (first block only) and b + 1 read into staging and points block b's host m and v at
  * its staging, the inbound and optimizer streams waiting for the read; after(b): writes block
- * b's back once the outbound and optimizer streams are done with it. status: the first failure
+ * b's back once the outbound and optimizer streams are done with it (with master weights, the
+ * same for them). status: the first failure
  * of a read or write (a host op cannot return one). read/write_state: synchronous copies of a
  * block's m or v for dataflow_ring_executor_read / write. */
 Dataflow_Status ring_disk_open(Dataflow_Ring_Executor *x, const Dataflow_Ring_Disk *disk);
@@ -127,6 +128,8 @@ Dataflow_Status ring_disk_before(Dataflow_Ring_Executor *x, int b);
 Dataflow_Status ring_disk_after(Dataflow_Ring_Executor *x, int b);
 Dataflow_Status ring_disk_status(Dataflow_Ring_Executor *x);
 Dataflow_Status ring_disk_copy(Dataflow_Ring_Executor *x, int b, Dataflow_Block_Kind kind, void *buffer, int write);
+/* block b's master weights on disk set to the exact fp32 value of its bf16 parameters at param */
+Dataflow_Status ring_disk_set_master(Dataflow_Ring_Executor *x, int b, const void *param);
 
 /* every stream waits for every other's queued work: phase changes of shared memory */
 Dataflow_Status ring_barrier(Dataflow_Ring_Executor *x);

@@ -607,7 +607,10 @@ Dataflow_Status dataflow_ring_executor_write(Dataflow_Ring_Executor *x, int bloc
 	else
 		memcpy(at, src, (size_t)blk->bytes[kind]);
 	if (kind == DATAFLOW_BLOCK_PARAM) {
-		if (x->master) {
+		if (ring_disk_holds(x, DATAFLOW_BLOCK_MASTER)) {
+			TRY(dataflow_sync_stream(x->h, x->s[RS_IN])); /* the param is in place */
+			TRY(ring_disk_set_master(x, block, at));
+		} else if (x->master) {
 			void *master = blk->dev[DATAFLOW_BLOCK_MASTER] ? blk->dev[DATAFLOW_BLOCK_MASTER]
 								       : blk->host[DATAFLOW_BLOCK_MASTER];
 			TRY(dataflow_sync_stream(x->h, x->s[RS_IN])); /* the param is in place */

@@ -1,5 +1,6 @@
 """Training with the ring's disk tier (Trainer(disk=..., disk_memory=...)): the optimizer state
-in a file under the directory equals the host tier bit for bit (fp32 and 8-bit state), under
+in a file under the directory equals the host tier bit for bit (fp32 and 8-bit state; a bf16
+model's fp32 master weights too), under
 the device cap, throttled or not; checkpoints read the state through the executor and resume
 bit for bit, also after the process is killed (SIGKILL) in the middle of a disk write; bad
 directories and sizes are clear errors."""
@@ -21,10 +22,10 @@ from dataflow.io import checkpoint
 from ring_models import CFG, HOST, KW, PROFILE, ROWS, SEQ, batches
 
 
-def plans(state="fp32"):
+def plans(state="fp32", dtype="fp32", master=False):
     """The smallest cap, a plan at it with too little host memory for its optimizer state and a
     disk tier taking it, and the same plan with the state on the host (the host tier)."""
-    kw = dict(tokens_per_step=SEQ * ROWS, profile=PROFILE, optimizer_state=state, dtype="fp32")
+    kw = dict(tokens_per_step=SEQ * ROWS, profile=PROFILE, optimizer_state=state, dtype=dtype, master_weights=master)
     with pytest.raises(OutOfMemoryError) as e:
         df.ring.plan(CFG, SEQ, 1024, HOST, **kw)
     cap = e.value.min_device_bytes
@@ -34,16 +35,17 @@ def plans(state="fp32"):
     return cap, disk.without_disk(), disk
 
 
-def trainer(cap, plan, state="fp32", **disk):
-    model = df.models.Llama(df.Handle("host", device_memory=cap, streams=5), CFG, seed=1)
-    return df.Trainer(model, **KW, plan=plan, optimizer_state=state, **disk)
+def trainer(cap, plan, state="fp32", dtype="fp32", master=False, **disk):
+    model = df.models.Llama(df.Handle("host", device_memory=cap, streams=5), CFG, dtype=dtype, seed=1)
+    return df.Trainer(model, **KW, plan=plan, optimizer_state=state, master_weights=master or None, **disk)
 
 
-@pytest.mark.parametrize("state", ["fp32", "8bit"])
-def test_disk_tier_equals_host_tier_bit_for_bit(tmp_path, state):
-    cap, host_plan, disk_plan = plans(state)
-    ref = trainer(cap, host_plan, state)
-    t = trainer(cap, disk_plan, state, disk=tmp_path, disk_throttle="200MB")
+@pytest.mark.parametrize("state, dtype, master", [("fp32", "fp32", False), ("8bit", "fp32", False),
+                                                  ("fp32", "bf16", True)])
+def test_disk_tier_equals_host_tier_bit_for_bit(tmp_path, state, dtype, master):
+    cap, host_plan, disk_plan = plans(state, dtype, master)
+    ref = trainer(cap, host_plan, state, dtype, master)
+    t = trainer(cap, disk_plan, state, dtype, master, disk=tmp_path, disk_throttle="200MB")
     assert t._engine.executor.disk_mode in ("O_DIRECT", "buffered")
     for b in batches(4, seed=3):
         assert t.step(b) == ref.step(b)
@@ -52,7 +54,7 @@ def test_disk_tier_equals_host_tier_bit_for_bit(tmp_path, state):
     for name in b:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     sa, sb = t.state_dict(), ref.state_dict()
-    for key in ("exp_avg", "exp_avg_sq"):
+    for key in ("exp_avg", "exp_avg_sq") + (("master",) if master else ()):
         for name in sb[key]:
             np.testing.assert_array_equal(sa[key][name], sb[key][name], err_msg=f"{key} {name}")
     h = t.model.handle
@@ -98,18 +100,22 @@ def test_bad_disk_arguments_are_clear_errors(tmp_path):
                    disk=tmp_path, disk_memory=4096)
 
 
-def test_checkpoint_of_a_disk_tier_resumes_bit_for_bit(tmp_path):
-    cap, _, disk_plan = plans()
+@pytest.mark.parametrize("dtype, master", [("fp32", False), ("bf16", True)])
+def test_checkpoint_of_a_disk_tier_resumes_bit_for_bit(tmp_path, dtype, master):
+    cap, _, disk_plan = plans("fp32", dtype, master)
     data = batches(6, seed=5)
-    t = trainer(cap, disk_plan, disk=tmp_path)
+    t = trainer(cap, disk_plan, "fp32", dtype, master, disk=tmp_path)
     for b in data[:3]:
         t.step(b)
     checkpoint.save_training(tmp_path / "ck", t.model, t)
     straight = [t.step(b) for b in data[3:]]
     ck = checkpoint.load(tmp_path / "ck")
-    t2 = trainer(cap, disk_plan, disk=tmp_path)
+    t2 = trainer(cap, disk_plan, "fp32", dtype, master, disk=tmp_path)
     checkpoint.restore_training(ck, t2.model, t2)
     assert [t2.step(b) for b in data[3:]] == straight
+    a, b = t.state_dict(), t2.state_dict()
+    for key in ("exp_avg", "exp_avg_sq") + (("master",) if master else ()):
+        assert all(np.array_equal(a[key][n], b[key][n]) for n in a[key]), key
 
 
 KILLED_RUN = """

@@ -94,15 +94,14 @@ Dataflow_Status dataflow_ring_executor_adopt(Dataflow_Handle *handle, const Data
 					     const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
 					     const Dataflow_Block_Memory *blocks, Dataflow_Ring_Executor **executor);
 /* The disk tier (plan.disk_bytes[DATAFLOW_RING_HOST_OPTIMIZER_STATE] > 0): the optimizer state
- * (m, v) lives in one file under `directory`, a working copy made at create (unlinked at once,
+ * (m, v, and fp32 master weights when the plan keeps them) lives in one file under `directory`, a working copy made at create (unlinked at once,
  * so nothing outlives the executor or a crash; checkpoints read it through
  * dataflow_ring_executor_read). The optimizer's apply reads each block's state into one of two
  * aligned host staging buffers on `stream` (block b + 1's read runs while block b updates)
  * and writes it back after the update, both as host work on that stream ordered by events;
  * O_DIRECT where the file system allows it, else buffered (dataflow_ring_executor_disk_mode).
  * bytes_per_sec > 0 throttles every read and write to that rate (a slower disk in tests).
- * Weights or gradients on disk, and master weights with a disk tier, are not run yet
- * (UNSUPPORTED). Errors: INVALID_ARGUMENT for a directory that is missing, not a directory or
+ * Weights or gradients on disk are not run yet (UNSUPPORTED). Errors: INVALID_ARGUMENT for a directory that is missing, not a directory or
  * not writable, or a stream out of range; OUT_OF_MEMORY when the file system has no room. */
 typedef struct {
 	const char *directory;
