@@ -28,17 +28,18 @@ typedef struct {
 	int block, write;
 } Disk_Job;
 
+/* a block's region [m | v | master] in the file, each part starting 4 KiB-aligned */
+typedef struct {
+	int64_t offset, v_offset, master_offset, bytes;
+	Disk_Job jobs[2]; /* read, write */
+} Disk_Block;
+
 struct Ring_Disk {
 	int fd, direct;
 	double rate;             /* bytes/s each read and write is held to (0: none) */
-	int num_blocks;
-	int64_t *offset;         /* block b's region [m | v | master] in the file */
-	int64_t *v_offset;       /* v within the region */
-	int64_t *master_offset;  /* master weights within the region (with master weights) */
-	int64_t *region;         /* the region's bytes (a multiple of DISK_ALIGN) */
+	Disk_Block *blocks;
 	char *stage[2];          /* block b's state is staged in stage[b % 2] */
 	Track stage_track[2];
-	Disk_Job *jobs;          /* per block: read, write */
 	atomic_int failed;
 	char message[512];
 	uint64_t stage_bytes;
@@ -94,9 +95,10 @@ static void run_job(void *arg)
 	Ring_Disk *d = j->disk;
 	if (atomic_load(&d->failed)) /* the state is already lost: leave the file as it is */
 		return;
-	int err = transfer(d, d->stage[j->block % 2], d->region[j->block], d->offset[j->block], j->write);
+	const Disk_Block *blk = &d->blocks[j->block];
+	int err = transfer(d, d->stage[j->block % 2], blk->bytes, blk->offset, j->write);
 	if (err)
-		fail(d, j->write ? "write" : "read", j->block, d->region[j->block], d->offset[j->block], err);
+		fail(d, j->write ? "write" : "read", j->block, blk->bytes, blk->offset, err);
 }
 
 int ring_disk_holds(const Dataflow_Ring_Executor *x, Dataflow_Block_Kind kind)
@@ -108,7 +110,8 @@ int ring_disk_holds(const Dataflow_Ring_Executor *x, Dataflow_Block_Kind kind)
 /* where a kind of block b starts in its region */
 static int64_t kind_offset(const Ring_Disk *d, int b, Dataflow_Block_Kind kind)
 {
-	return kind == DATAFLOW_BLOCK_ADAM_V ? d->v_offset[b] : kind == DATAFLOW_BLOCK_MASTER ? d->master_offset[b] : 0;
+	const Disk_Block *blk = &d->blocks[b];
+	return kind == DATAFLOW_BLOCK_ADAM_V ? blk->v_offset : kind == DATAFLOW_BLOCK_MASTER ? blk->master_offset : 0;
 }
 
 static Dataflow_Status check_request(const Dataflow_Ring_Executor *x, const Dataflow_Ring_Disk *disk)
@@ -181,25 +184,20 @@ Dataflow_Status ring_disk_open(Dataflow_Ring_Executor *x, const Dataflow_Ring_Di
 	x->disk = d;
 	d->fd = -1;
 	d->rate = disk->bytes_per_sec;
-	d->num_blocks = x->N;
-	d->offset = calloc((size_t)x->N, sizeof(int64_t));
-	d->v_offset = calloc((size_t)x->N, sizeof(int64_t));
-	d->master_offset = calloc((size_t)x->N, sizeof(int64_t));
-	d->region = calloc((size_t)x->N, sizeof(int64_t));
-	d->jobs = calloc((size_t)(2 * x->N), sizeof(Disk_Job));
-	if (!d->offset || !d->v_offset || !d->master_offset || !d->region || !d->jobs)
+	if (!(d->blocks = calloc((size_t)x->N, sizeof(Disk_Block))))
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring executor: host allocation failed");
 	int64_t total = 0, largest = DISK_ALIGN;
 	for (int b = 0; b < x->N; b++) {
 		const Ring_Block *blk = &x->blocks[b];
-		d->offset[b] = total;
-		d->v_offset[b] = align_disk(blk->bytes[DATAFLOW_BLOCK_ADAM_M]);
-		d->master_offset[b] = d->v_offset[b] + align_disk(blk->bytes[DATAFLOW_BLOCK_ADAM_V]);
-		d->region[b] = d->master_offset[b] + (x->master ? align_disk(blk->bytes[DATAFLOW_BLOCK_MASTER]) : 0);
-		total += d->region[b];
-		largest = d->region[b] > largest ? d->region[b] : largest;
+		Disk_Block *r = &d->blocks[b];
+		r->offset = total;
+		r->v_offset = align_disk(blk->bytes[DATAFLOW_BLOCK_ADAM_M]);
+		r->master_offset = r->v_offset + align_disk(blk->bytes[DATAFLOW_BLOCK_ADAM_V]);
+		r->bytes = r->master_offset + (x->master ? align_disk(blk->bytes[DATAFLOW_BLOCK_MASTER]) : 0);
+		total += r->bytes;
+		largest = r->bytes > largest ? r->bytes : largest;
 		for (int w = 0; w < 2; w++)
-			d->jobs[2 * b + w] = (Disk_Job){d, b, w};
+			r->jobs[w] = (Disk_Job){d, b, w};
 	}
 	for (int k = 0; k < 2; k++) {
 		if (!(d->stage[k] = aligned_alloc(DISK_ALIGN, (size_t)largest)))
@@ -240,11 +238,7 @@ void ring_disk_close(Dataflow_Ring_Executor *x)
 			dataflow_disable_access_to_host_mem(x->h, d->stage[k]);
 			free(d->stage[k]);
 		}
-	free(d->offset);
-	free(d->v_offset);
-	free(d->master_offset);
-	free(d->region);
-	free(d->jobs);
+	free(d->blocks);
 	free(d);
 	x->disk = NULL;
 }
@@ -261,8 +255,8 @@ static Dataflow_Status queue(Dataflow_Ring_Executor *x, int b, int write)
 	Dataflow_Trace_Span *span;
 	TRY(track_before(x, t, RS_DISK));
 	TRY(ring_span_begin(x, RS_DISK, write ? DATAFLOW_RING_WORK_DISK_WRITE : DATAFLOW_RING_WORK_DISK_READ, b, -1,
-			    (uint64_t)d->region[b], &span));
-	TRY(dataflow_submit_host_op(x->h, run_job, &d->jobs[2 * b + write], x->s[RS_DISK]));
+			    (uint64_t)d->blocks[b].bytes, &span));
+	TRY(dataflow_submit_host_op(x->h, run_job, &d->blocks[b].jobs[write], x->s[RS_DISK]));
 	TRY(ring_span_end(x, span));
 	return track_after(x, t, RS_DISK);
 }
@@ -278,9 +272,9 @@ Dataflow_Status ring_disk_before(Dataflow_Ring_Executor *x, int b)
 		TRY(queue(x, b + 1, 0));
 	Ring_Block *blk = &x->blocks[b];
 	blk->host[DATAFLOW_BLOCK_ADAM_M] = d->stage[b % 2];
-	blk->host[DATAFLOW_BLOCK_ADAM_V] = d->stage[b % 2] + d->v_offset[b];
+	blk->host[DATAFLOW_BLOCK_ADAM_V] = d->stage[b % 2] + d->blocks[b].v_offset;
 	if (x->master)
-		blk->host[DATAFLOW_BLOCK_MASTER] = d->stage[b % 2] + d->master_offset[b];
+		blk->host[DATAFLOW_BLOCK_MASTER] = d->stage[b % 2] + d->blocks[b].master_offset;
 	TRY(track_before(x, &d->stage_track[b % 2], RS_IN));
 	return track_before(x, &d->stage_track[b % 2], RS_OPT);
 }
@@ -311,7 +305,7 @@ Dataflow_Status ring_disk_copy(Dataflow_Ring_Executor *x, int b, Dataflow_Block_
 {
 	Ring_Disk *d = x->disk; /* the caller waited: staging is free */
 	int64_t bytes = x->blocks[b].bytes[kind], span = align_disk(bytes);
-	int64_t off = d->offset[b] + kind_offset(d, b, kind);
+	int64_t off = d->blocks[b].offset + kind_offset(d, b, kind);
 	char *stage = d->stage[0];
 	if (write) {
 		memmove(stage, buffer, (size_t)bytes); /* buffer may be the staging (ring_disk_set_master) */
