@@ -139,6 +139,13 @@ print("finished", flush=True)
 """
 
 
+def disk_bytes_written(pid):
+    """Bytes the process has passed to write calls (/proc/PID/io wchar; after "saved" only the disk
+    tier's pwrite calls write: stdout waits for the step)."""
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+
+
 @pytest.mark.slow
 def test_sigkill_during_a_disk_write_loses_nothing(tmp_path):
     """A process killed while the optimizer writes its state to disk leaves the last checkpoint
@@ -152,7 +159,13 @@ def test_sigkill_during_a_disk_write_loses_nothing(tmp_path):
                                throttle=throttle, ck=str(tmp_path / "ck"))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=os.environ)
     assert proc.stdout.readline().strip() == "saved"
-    time.sleep(0.5)  # into the fourth step's disk reads and writes
+    # the fourth step's optimizer writes its first block back (the bytes written grow; its reads
+    # came first): kill it there, the file half old state, half new
+    written = disk_bytes_written(proc.pid)
+    deadline = time.monotonic() + 60
+    while disk_bytes_written(proc.pid) == written and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert disk_bytes_written(proc.pid) > written, "no disk write seen"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL

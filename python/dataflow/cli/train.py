@@ -448,7 +448,9 @@ def _model_and_trainer(spec, handle, Trainer, weights, comm):
                           "--config, or drop --shard-optimizer to train in the ring")
     else:
         options.update(host_memory=host_memory_available() if spec.host_memory is None else spec.host_memory,
-                       seq_len=run["seq_len"], batch_size=run["batch"] // ranks, disk=spec.disk)
+                       seq_len=run["seq_len"], batch_size=run["batch"] // ranks)
+        if spec.disk is not None:
+            options["disk"] = spec.disk
     hint = "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
     try:
         if not sharded:
