@@ -202,3 +202,16 @@ def test_cli_train_with_a_disk_tier(tmp_path, capsys):
     assert "--disk-memory: sizes a disk tier; add --disk" in capsys.readouterr().err
     assert cli.main(["train", "--config", str(config), "--disk", str(config), "--out", str(tmp_path / "r3")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_the_trainer_plans_with_the_disks_measured_rate(tmp_path):
+    """A Trainer's plan counts the directory's measured rate (disk_tier.measured_rate: written
+    and read back, the probe file gone after) or the throttle when that is slower."""
+    from dataflow.training.disk_tier import DiskTier, measured_rate
+    assert measured_rate(tmp_path) > 1e6 and os.listdir(tmp_path) == []
+    cap, _, disk_plan = plans()
+    model = df.models.Llama(df.Handle("host", device_memory=cap + 1024, streams=5), CFG, seed=1)
+    t = df.Trainer(model, **KW, host_memory=disk_plan.host_capacity, seq_len=SEQ, batch_size=ROWS, profile=PROFILE,
+                   disk=tmp_path, disk_memory="64MiB", disk_throttle="1MB")
+    assert t.plan.disk["bytes_per_second"] == 1e6 and t.plan.disk_memory
+    assert DiskTier(tmp_path).bytes_per_second > 1e6

@@ -73,7 +73,7 @@ RUN_ON_DISK = ("optimizer state",)  # what the executor keeps on a disk tier (ri
 
 
 def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None,
-              optimizer_state="fp32", disk_bytes=None):
+              optimizer_state="fp32", disk_bytes=None, disk_bandwidth=None):
     """ring.plan of training `config` on `tokens` per step within device_bytes and host_bytes.
     profile None: only whether some plan fits, which depends on sizes, not speeds (a named
     profile's plan), so it is known before measuring this machine or building the model.
@@ -81,7 +81,7 @@ def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_w
     try:
         return ring.plan(config, seq_len, device_bytes, host_bytes, tokens_per_step=tokens,
                          profile=profile or ring.profile_names()[0], dtype=dtype, master_weights=master_weights,
-                         optimizer_state=optimizer_state, disk_memory=disk_bytes,
+                         optimizer_state=optimizer_state, disk_memory=disk_bytes, disk_bandwidth=disk_bandwidth,
                          disk_kinds=RUN_ON_DISK if disk_bytes else None)
     except OutOfMemoryError as e:  # the planner's figures are rounded: add the exact bytes
         raise OutOfMemoryError(f"{e} (in bytes: {parse_bytes(device_bytes, 'device'):,} device free, "
@@ -123,7 +123,7 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_stat
     the handle's free device memory (what an all-resident model frees included) and host_memory
     (default: what the host has available). OutOfMemoryError (the planner's, with the least
     device and host memory a plan needs) when none fits. disk: a DiskTier the plan may use when
-    host memory runs out (the planner then reads its bytes)."""
+    host memory runs out (its bytes, and its measured rate, DiskTier.bytes_per_second)."""
     h, config = model.handle, model.config
     seq_len = _positive(config.max_position_embeddings if seq_len is None else seq_len, "seq_len")
     tokens = seq_len * _positive(batch_size, "batch_size")
@@ -137,10 +137,11 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_stat
     host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
     args = (config, seq_len, free, host, tokens, model.dtype, model.master_weights)
     disk_bytes = None if disk is None else disk.bytes
-    if profile is None:
+    if profile is None:  # whether some plan fits: sizes only, no disk probe yet
         ring_plan(*args, optimizer_state=optimizer_state, disk_bytes=disk_bytes)
         profile = measured_profile(h.backend, config, seq_len, tokens, model.dtype)
-    return ring_plan(*args, profile=profile, optimizer_state=optimizer_state, disk_bytes=disk_bytes)
+    return ring_plan(*args, profile=profile, optimizer_state=optimizer_state, disk_bytes=disk_bytes,
+                     disk_bandwidth=None if disk is None else disk.bytes_per_second)
 
 
 def resident_shape(lengths):
