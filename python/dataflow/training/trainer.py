@@ -116,7 +116,8 @@ class Trainer:
         if self.plan is not None and self.shard_optimizer:
             raise BadArgumentError("Trainer: shard_optimizer (ZeRO-1) trains all-resident models only; drop "
                                    "host_memory and plan, and place the model on the device")
-        self._engine = ResidentTraining(model, optimizer_state) if self.plan is None else RingTraining(model, self.plan, disk=disk)
+        self._engine = (ResidentTraining(model, optimizer_state) if self.plan is None
+                        else RingTraining(model, self.plan, disk=disk))
         self.comm = None if comm is None else comm.on(model.handle)
         self.comm_stream = None if comm is None else comm_stream if comm_stream is not None else int(
             model.handle.num_streams > 1)
