@@ -73,7 +73,8 @@ def main():
            "step_seconds": times}
     print(json.dumps(out, indent=1))
     med = out["median_step_seconds"]
-    print(f"ring_disk ({out['disk_mode']}, load {out['uptime'][0]:.1f}): median step host tier {med['host tier']:.3f} s, "
+    print(f"ring_disk ({out['disk_mode']}, load {out['uptime'][0]:.1f}): median step host tier "
+          f"{med['host tier']:.3f} s, "
           f"disk tier {med['disk tier']:.3f} s, throttled to {throttle:.3g} B/s {med['disk tier, throttled']:.3f} s "
           f"(the throttle alone: {out['throttle_seconds_per_step']:.3f} s); same losses: {out['same_losses']}")
 

@@ -244,9 +244,10 @@ def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, prof
     bandwidths (bytes/s or "50GB") override the profile's link. optimizer_state: how AdamW's m
     and v are stored (OPTIMIZER_STATES; the planner counts their bytes). disk_memory: a disk tier
     ("1TiB"; None: none) taking optimizer state, then weights, then gradients when host memory
-    runs out, at disk_bandwidth bytes/s (None: DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC); disk_kinds:
-    which of DISK_KINDS it may take (None: all; the executor runs "optimizer state" only). Raises OutOfMemoryError naming
-    the least device and host memory a plan needs (also as .min_device_bytes, .min_host_bytes)."""
+    runs out, at disk_bandwidth bytes/s (None: DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC);
+    disk_kinds: which of DISK_KINDS it may take (None: all; the executor runs "optimizer state"
+    only). Raises OutOfMemoryError naming the least device and host memory a plan needs (also as
+    .min_device_bytes, .min_host_bytes)."""
     req, keep = _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
                          h2d_bandwidth, d2h_bandwidth, host_adamw_bandwidth, optimizer_state, disk_memory,
                          disk_bandwidth, disk_kinds)
