@@ -34,7 +34,7 @@ const char *dataflow_ring_device_purpose_name(Dataflow_Ring_Device_Purpose p)
 const char *dataflow_ring_host_purpose_name(Dataflow_Ring_Host_Purpose p)
 {
 	static const char *names[DATAFLOW_RING_HOST_NUM] = {"weights", "gradients", "optimizer state",
-							    "offloaded activations"};
+							    "offloaded activations", "disk staging"};
 	return (int)p >= 0 && p < DATAFLOW_RING_HOST_NUM ? names[p] : "?";
 }
 
@@ -107,16 +107,32 @@ int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *p, char *out, int6
 		if (p->host_bytes[i])
 			put(&t, "  %-22s %10s\n", dataflow_ring_host_purpose_name((Dataflow_Ring_Host_Purpose)i),
 			    ring_bytes_text((double)p->host_bytes[i]).text);
-	put(&t, "per step: %s inbound, %s outbound\n", ring_bytes_text((double)p->inbound_bytes).text,
+	if (p->disk_capacity) {
+		put(&t, "disk (capacity %s, used %s, %s/s):\n", ring_bytes_text((double)p->disk_capacity).text,
+		    ring_bytes_text((double)p->disk_total_bytes).text, ring_bytes_text(p->disk_bytes_per_sec).text);
+		for (int i = 0; i < DATAFLOW_RING_HOST_NUM; i++)
+			if (p->disk_bytes[i])
+				put(&t, "  %-22s %10s\n", dataflow_ring_host_purpose_name((Dataflow_Ring_Host_Purpose)i),
+				    ring_bytes_text((double)p->disk_bytes[i]).text);
+	}
+	put(&t, "per step: %s inbound, %s outbound", ring_bytes_text((double)p->inbound_bytes).text,
 	    ring_bytes_text((double)p->outbound_bytes).text);
+	if (p->disk_total_bytes)
+		put(&t, ", %s disk read, %s disk written", ring_bytes_text((double)p->disk_read_bytes).text,
+		    ring_bytes_text((double)p->disk_write_bytes).text);
+	put(&t, "\n");
 	double scale;
 	const char *unit = ring_seconds_unit(p->step_seconds, &scale);
 	put(&t, "predicted timeline (%s; phases summed over rounds; busy time per stream):\n", unit);
-	put(&t, "  %-26s %9s %9s %9s %9s %9s\n", "phase", "start", "length", "inbound", "compute", "outbound");
+	put(&t, "  %-26s %9s %9s %9s %9s %9s%s\n", "phase", "start", "length", "inbound", "compute", "outbound",
+	    p->disk_total_bytes ? "      disk" : "");
 	for (int i = 0; i < p->num_phases; i++) {
 		const Dataflow_Ring_Phase *f = &p->phases[i];
-		put(&t, "  %-26s %9.4g %9.4g %9.4g %9.4g %9.4g\n", f->name, f->start_seconds * scale, f->seconds * scale,
+		put(&t, "  %-26s %9.4g %9.4g %9.4g %9.4g %9.4g", f->name, f->start_seconds * scale, f->seconds * scale,
 		    f->inbound_seconds * scale, f->compute_seconds * scale, f->outbound_seconds * scale);
+		if (p->disk_total_bytes)
+			put(&t, " %9.4g", f->disk_seconds * scale);
+		put(&t, "\n");
 	}
 	put(&t, "step %.4g %s, %.0f tokens/s, MFU %.3f (%.3g model flops per step at %.4g flop/s peak)\n",
 	    p->step_seconds * scale, unit, p->tokens_per_second, p->mfu, p->model_flops, p->peak_flops);

@@ -10,7 +10,10 @@
 
 #define TRY(expr) DATAFLOW_TRY(expr)
 
-enum { RS_COMPUTE, RS_IN, RS_OUT, RS_OPT, RS_COMM, RS_NUM }; /* RS_COMM: data-parallel sums */
+/* RS_COMM: data-parallel sums; RS_DISK: the disk tier's reads and writes */
+enum { RS_COMPUTE, RS_IN, RS_OUT, RS_OPT, RS_COMM, RS_DISK, RS_NUM };
+
+typedef struct Ring_Disk Ring_Disk;
 
 /* The last point of each stream that used a buffer (handle_id 0: none). A stream about to use
  * it waits for the other streams' points (track_before), then records its own (track_after). */
@@ -107,11 +110,30 @@ struct Dataflow_Ring_Executor {
 	Dataflow_Trace *trace;   /* the attached recorder (NULL: none) */
 	Dataflow_Comm *comm;     /* data-parallel: gradients summed over its ranks (NULL: none) */
 	int shard;               /* ZeRO-1: the optimizer state holds this rank's part of each block */
+	Ring_Disk *disk;         /* the disk tier holding m and v (NULL: none) */
 };
 
 /* block b's AdamW step over mem on stream s, with m and v stored as the plan says */
 Dataflow_Status ring_adamw(Dataflow_Ring_Executor *x, int b, int s, const Dataflow_Block_Memory *mem,
 			   const Dataflow_AdamW_Params *params, const float *scale, int64_t step);
+
+/* The disk tier (ring_disk.c). open: the file under disk->directory and the staging (after the
+ * blocks' sizes are known, before host arrays: m, v and master get no host home). before(b): makes
+ * blocks b (first block only) and b + 1 read into staging and points block b's host m and v at
+ * its staging, the inbound and optimizer streams waiting for the read; after(b): writes block
+ * b's back once the outbound and optimizer streams are done with it (with master weights, the
+ * same for them). status: the first failure
+ * of a read or write (a host op cannot return one). read/write_state: synchronous copies of a
+ * block's m or v for dataflow_ring_executor_read / write. */
+Dataflow_Status ring_disk_open(Dataflow_Ring_Executor *x, const Dataflow_Ring_Disk *disk);
+void ring_disk_close(Dataflow_Ring_Executor *x);
+int ring_disk_holds(const Dataflow_Ring_Executor *x, Dataflow_Block_Kind kind);
+Dataflow_Status ring_disk_before(Dataflow_Ring_Executor *x, int b);
+Dataflow_Status ring_disk_after(Dataflow_Ring_Executor *x, int b);
+Dataflow_Status ring_disk_status(Dataflow_Ring_Executor *x);
+Dataflow_Status ring_disk_copy(Dataflow_Ring_Executor *x, int b, Dataflow_Block_Kind kind, void *buffer, int write);
+/* block b's master weights on disk set to the exact fp32 value of its bf16 parameters at param */
+Dataflow_Status ring_disk_set_master(Dataflow_Ring_Executor *x, int b, const void *param);
 
 /* every stream waits for every other's queued work: phase changes of shared memory */
 Dataflow_Status ring_barrier(Dataflow_Ring_Executor *x);

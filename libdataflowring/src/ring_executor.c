@@ -302,13 +302,13 @@ static Dataflow_Status check_adopted(const Dataflow_Ring_Executor *x, const Data
 
 static Dataflow_Status check_streams(Dataflow_Ring_Executor *x, const Dataflow_Ring_Streams *s)
 {
-	int ids[RS_NUM] = {0, 1, 2, 3, 0};
+	int ids[RS_NUM] = {0, 1, 2, 3, 0, 0};
 	if (s) {
 		ids[RS_COMPUTE] = s->compute;
 		ids[RS_IN] = s->inbound;
 		ids[RS_OUT] = s->outbound;
 		ids[RS_OPT] = s->optimizer;
-		ids[RS_COMM] = s->compute; /* until dataflow_ring_executor_set_comm names one */
+		ids[RS_COMM] = ids[RS_DISK] = s->compute; /* until set_comm (a disk tier) names one */
 	}
 	int n = dataflow_handle_num_streams(x->h);
 	for (int i = 0; i < RS_NUM; i++) {
@@ -327,7 +327,8 @@ static Dataflow_Status host_arrays(Dataflow_Ring_Executor *x)
 	for (int b = 0; b < x->N; b++) {
 		Ring_Block *blk = &x->blocks[b];
 		for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
-			if (!blk->dev[k] && blk->bytes[k] && (k != DATAFLOW_BLOCK_MASTER || x->master))
+			if (!blk->dev[k] && blk->bytes[k] && (k != DATAFLOW_BLOCK_MASTER || x->master) &&
+			    !ring_disk_holds(x, (Dataflow_Block_Kind)k))
 				blk->host[k] = host_alloc(x, blk->bytes[k], &st);
 	}
 	for (int l = 0; l < x->L; l++)
@@ -372,7 +373,8 @@ static Dataflow_Status zero_device_state(Dataflow_Ring_Executor *x)
 }
 
 static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan *plan,
-			     const Dataflow_Ring_Streams *streams, const Dataflow_Block_Memory *adopted)
+			     const Dataflow_Ring_Streams *streams, const Dataflow_Block_Memory *adopted,
+			     const Dataflow_Ring_Disk *disk)
 {
 	const Dataflow_Llama_Config *cfg = dataflow_blocked_model_config(x->model);
 	x->N = dataflow_blocked_model_num_blocks(x->model);
@@ -404,6 +406,7 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	for (int b = 0; b < x->N; b++) /* m and v as stored */
 		x->blocks[b].bytes[DATAFLOW_BLOCK_ADAM_M] = x->blocks[b].bytes[DATAFLOW_BLOCK_ADAM_V] =
 			dataflow_optimizer_state_bytes(x->state, x->blocks[b].numel);
+	TRY(ring_disk_open(x, disk));
 	x->T = plan->chunk_tokens;
 	x->K = plan->chunks_per_round;
 	x->W = plan->weight_slots;
@@ -464,7 +467,7 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 
 static Dataflow_Status make(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model, const Dataflow_Ring_Plan *plan,
 			    const Dataflow_Ring_Streams *streams, const Dataflow_Block_Memory *adopted,
-			    Dataflow_Ring_Executor **executor)
+			    const Dataflow_Ring_Disk *disk, Dataflow_Ring_Executor **executor)
 {
 	*executor = NULL;
 	Dataflow_Ring_Executor *x = calloc(1, sizeof(*x));
@@ -472,7 +475,7 @@ static Dataflow_Status make(Dataflow_Handle *handle, const Dataflow_Blocked_Mode
 		return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY, "ring executor: host allocation failed");
 	x->h = handle;
 	x->model = model;
-	Dataflow_Status st = build(x, plan, streams, adopted);
+	Dataflow_Status st = build(x, plan, streams, adopted, disk);
 	if (st != DATAFLOW_OK) {
 		char message[1024];
 		strncpy(message, dataflow_last_error(), sizeof(message) - 1);
@@ -491,7 +494,17 @@ Dataflow_Status dataflow_ring_executor_create(Dataflow_Handle *handle, const Dat
 	if (!handle || !model || !plan || !executor)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring executor create: handle, model, plan and executor are required");
-	return make(handle, model, plan, streams, NULL, executor);
+	return make(handle, model, plan, streams, NULL, NULL, executor);
+}
+
+Dataflow_Status dataflow_ring_executor_create_with_disk(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
+							const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
+							const Dataflow_Ring_Disk *disk, Dataflow_Ring_Executor **executor)
+{
+	if (!handle || !model || !plan || !executor)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring executor create: handle, model, plan and executor are required");
+	return make(handle, model, plan, streams, NULL, disk, executor);
 }
 
 Dataflow_Status dataflow_ring_executor_adopt(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
@@ -501,7 +514,7 @@ Dataflow_Status dataflow_ring_executor_adopt(Dataflow_Handle *handle, const Data
 	if (!handle || !model || !plan || !blocks || !executor)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring executor adopt: handle, model, plan, blocks and executor are required");
-	return make(handle, model, plan, streams, blocks, executor);
+	return make(handle, model, plan, streams, blocks, NULL, executor);
 }
 
 void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *x)
@@ -511,6 +524,7 @@ void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *x)
 	dataflow_sync_handle(x->h);
 	if (x->arena)
 		dataflow_free_mem(x->h, x->arena);
+	ring_disk_close(x);
 	for (int i = 0; i < x->num_host_allocs; i++) {
 		dataflow_disable_access_to_host_mem(x->h, x->host_allocs[i]);
 		free(x->host_allocs[i]);
@@ -574,6 +588,8 @@ Dataflow_Status dataflow_ring_executor_read(Dataflow_Ring_Executor *x, int block
 	TRY(check_kind(x, block, kind, dst, "read"));
 	TRY(dataflow_ring_executor_wait(x));
 	const Ring_Block *blk = &x->blocks[block];
+	if (ring_disk_holds(x, kind))
+		return ring_disk_copy(x, block, kind, dst, 0);
 	if (!blk->dev[kind]) {
 		memcpy(dst, blk->host[kind], (size_t)blk->bytes[kind]);
 		return DATAFLOW_OK;
@@ -588,13 +604,18 @@ Dataflow_Status dataflow_ring_executor_write(Dataflow_Ring_Executor *x, int bloc
 	TRY(check_kind(x, block, kind, src, "write"));
 	TRY(dataflow_ring_executor_wait(x));
 	Ring_Block *blk = &x->blocks[block];
+	if (ring_disk_holds(x, kind))
+		return ring_disk_copy(x, block, kind, (void *)src, 1);
 	void *at = blk->dev[kind] ? blk->dev[kind] : blk->host[kind];
 	if (blk->dev[kind])
 		TRY(dataflow_submit_inbound_transfer(x->h, x->s[RS_IN], at, src, (uint64_t)blk->bytes[kind]));
 	else
 		memcpy(at, src, (size_t)blk->bytes[kind]);
 	if (kind == DATAFLOW_BLOCK_PARAM) {
-		if (x->master) {
+		if (ring_disk_holds(x, DATAFLOW_BLOCK_MASTER)) {
+			TRY(dataflow_sync_stream(x->h, x->s[RS_IN])); /* the param is in place */
+			TRY(ring_disk_set_master(x, block, at));
+		} else if (x->master) {
 			void *master = blk->dev[DATAFLOW_BLOCK_MASTER] ? blk->dev[DATAFLOW_BLOCK_MASTER]
 								       : blk->host[DATAFLOW_BLOCK_MASTER];
 			TRY(dataflow_sync_stream(x->h, x->s[RS_IN])); /* the param is in place */
@@ -622,6 +643,7 @@ Dataflow_Status dataflow_ring_executor_wait(Dataflow_Ring_Executor *x)
 			TRY(dataflow_sync_stream(x->h, x->s[r]));
 	}
 	x->batches_in_flight = 0;
+	TRY(ring_disk_status(x));
 	return dataflow_trace_sample(x->trace, x->h, x->host_bytes);
 }
 

@@ -16,7 +16,10 @@ typedef struct {
 	int edge_resident;   /* EDGE_* bits */
 	int weight_slots, grad_slots;
 	int device_layers;   /* the last device_layers layers keep activations on the device */
+	int disk;            /* DATAFLOW_RING_DISK_* bits: the host kinds kept in files (set by ring_memory) */
+	double disk_bytes;   /* their bytes (set by ring_memory) */
 } Ring_Candidate;
+
 
 /* Chunks are pieces of sequences attending over a K/V context: each layer's keys and values of
  * the round are kept (on the device, or offloaded with the layer's other activations). */
@@ -31,6 +34,7 @@ typedef struct {
 	const Dataflow_Ring_Model *model;
 	int num_layers;
 	double h2d, d2h, host_adamw;
+	double disk_rate;            /* the disk tier's bytes/s (reads and writes share it) */
 	double matmul_rate, attention_rate, memory_rate, peak;
 	double max_param, max_grad;  /* of a layer: a slot's bytes */
 	int master;                  /* the MASTER kind counts */
@@ -72,9 +76,17 @@ static inline double ring_causal_pairs(double S, int64_t window)
 	return window <= 0 || S <= w ? S * (S + 1) / 2 : w * (w + 1) / 2 + (S - w) * w;
 }
 
-/* Fills plan's memory maps for c; returns 1 when it fits both capacities. */
-int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *device_peak,
+/* Fills plan's memory maps for c and sets c->disk; returns 1 when it fits every capacity. */
+int ring_memory(const Ring_Context *x, Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *device_peak,
 		double *host_total);
+/* ring_disk_plan.c: while the host map is over the host capacity and the request has a disk,
+ * moves host kinds into files (optimizer state, then weights, then gradients, each whole),
+ * the host keeping two of its largest blocks of each as staging; returns the DATAFLOW_RING_DISK_* bits and
+ * fills disk[] (by host purpose). largest[]: a block's largest bytes per host purpose. */
+int ring_disk_place(const Ring_Context *x, double host[DATAFLOW_RING_HOST_NUM], double disk[DATAFLOW_RING_HOST_NUM],
+		    const double largest[DATAFLOW_RING_HOST_NUM]);
+/* OUT_OF_MEMORY: the request's disk is short of `need` bytes (device and host would do). */
+Dataflow_Status ring_disk_short(const Dataflow_Ring_Request *r, double need);
 /* Fills plan's timeline, transfer totals, step time, tokens/s and MFU for c (plan may be NULL);
  * returns the step time, and the bytes a step moves over the link (in + out) in *link_bytes. */
 double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *link_bytes);

@@ -13,14 +13,15 @@ static double layer_chunk_acts(const Ring_Context *x, const Dataflow_Ring_Block 
 		       (double)c->chunk + 16 * 64;
 }
 
-int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *device_peak,
+int ring_memory(const Ring_Context *x, Ring_Candidate *c, Dataflow_Ring_Plan *plan, double *device_peak,
 		double *host_total)
 {
 	const Dataflow_Ring_Model *m = x->model;
 	const Dataflow_Ring_Block *emb = &m->blocks[0], *head = &m->blocks[m->num_blocks - 1];
 	int L = x->num_layers;
 	double T = (double)c->chunk, K = (double)c->chunks_per_round, H = (double)m->hidden_bytes_per_token;
-	double dev[DATAFLOW_RING_DEV_NUM] = {0}, host[DATAFLOW_RING_HOST_NUM] = {0};
+	double dev[DATAFLOW_RING_DEV_NUM] = {0}, host[DATAFLOW_RING_HOST_NUM] = {0}, disk[DATAFLOW_RING_HOST_NUM] = {0};
+	double largest[DATAFLOW_RING_HOST_NUM] = {0};
 	int weights_resident = c->weight_slots >= L, grads_resident = c->grad_slots >= L;
 	int host_copies = c->opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT;
 
@@ -52,6 +53,10 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 			host[DATAFLOW_RING_HOST_GRADS] += kind_bytes(blk, DATAFLOW_BLOCK_GRAD);
 		if (host_copies)
 			host[DATAFLOW_RING_HOST_OPTIMIZER_STATE] += ring_opt_state_bytes(x, blk);
+		double kinds[3] = {kind_bytes(blk, DATAFLOW_BLOCK_PARAM), kind_bytes(blk, DATAFLOW_BLOCK_GRAD),
+				   ring_opt_state_bytes(x, blk)};
+		for (int k = 0; k < 3; k++) /* host purposes 0..2: weights, gradients, optimizer state */
+			largest[k] = kinds[k] > largest[k] ? kinds[k] : largest[k];
 		double streamed = ring_opt_state_bytes(x, blk) + (param_res ? 0 : kind_bytes(blk, DATAFLOW_BLOCK_PARAM)) +
 				  (grad_res ? 0 : kind_bytes(blk, DATAFLOW_BLOCK_GRAD));
 		if (streamed > max_opt_block)
@@ -96,7 +101,9 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 	if (c->opt == DATAFLOW_RING_OPT_DEVICE_STREAMED || c->opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED)
 		dev[DATAFLOW_RING_DEV_OPTIMIZER_SLOTS] = 2 * max_opt_block; /* one block updating, one in flight */
 
-	double both = 0, training = 0, optimizer = 0, host_sum = 0;
+	c->disk = ring_disk_place(x, host, disk, largest);
+
+	double both = 0, training = 0, optimizer = 0, host_sum = 0, disk_sum = 0;
 	for (int p = 0; p < DATAFLOW_RING_DEV_NUM; p++) {
 		Dataflow_Ring_Phase_Kind kind = p == DATAFLOW_RING_DEV_OPTIMIZER_SLOTS
 							? (c->opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED ? DATAFLOW_RING_TRAINING
@@ -117,14 +124,20 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 	}
 	for (int p = 0; p < DATAFLOW_RING_HOST_NUM; p++) {
 		host_sum += host[p];
-		if (plan)
+		disk_sum += disk[p];
+		if (plan) {
 			plan->host_bytes[p] = ring_clamp_bytes(host[p]);
+			plan->disk_bytes[p] = ring_clamp_bytes(disk[p]);
+		}
 	}
 	*device_peak = both + (training > optimizer ? training : optimizer);
 	*host_total = host_sum;
 	if (plan) {
 		plan->device_peak_bytes = ring_clamp_bytes(*device_peak);
 		plan->host_total_bytes = ring_clamp_bytes(host_sum);
+		plan->disk_total_bytes = ring_clamp_bytes(disk_sum);
 	}
-	return *device_peak <= (double)x->req->device_bytes && host_sum <= (double)x->req->host_bytes;
+	c->disk_bytes = disk_sum;
+	return *device_peak <= (double)x->req->device_bytes && host_sum <= (double)x->req->host_bytes &&
+	       disk_sum <= (double)x->req->disk_bytes;
 }

@@ -120,9 +120,11 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 		TRY(ring_sharded_adamw(x, b, params, scale, step));
 	for (int b = 0; b < x->N && !x->shard; b++) {
 		Ring_Block *blk = &x->blocks[b];
+		TRY(ring_disk_before(x, b)); /* m and v on disk: into staging (the disk tier) */
 		if (x->plan.optimizer == DATAFLOW_RING_OPT_DEVICE_STREAMED ||
 		    x->plan.optimizer == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED) {
 			TRY(adamw_streamed(x, b, params, scale, step));
+			TRY(ring_disk_after(x, b));
 			continue;
 		}
 		/* resident state, or every kind on the host */
@@ -135,6 +137,7 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 		TRY(ring_adamw(x, b, s, &mem, params, scale, step));
 		TRY(ring_span_end(x, span));
 		blk->param_stale = blk->train_param && !blk->dev[DATAFLOW_BLOCK_PARAM];
+		TRY(ring_disk_after(x, b));
 	}
 	for (int i = 0; i < x->W; i++) /* slots and staging hold the old weights */
 		x->wslot_layer[i] = -1;

@@ -100,6 +100,10 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 	if (st == DATAFLOW_OK)
 		st = check_rate("host_adamw_bytes_per_sec", r->host_adamw_bytes_per_sec);
 	if (st == DATAFLOW_OK)
+		st = check_rate("disk_bytes_per_sec", r->disk_bytes_per_sec);
+	if (st == DATAFLOW_OK && (r->disk_kinds < 0 || r->disk_kinds > 7))
+		st = bad("disk_kinds", "DATAFLOW_RING_DISK_* bits (0: all)", r->disk_kinds);
+	if (st == DATAFLOW_OK)
 		st = dataflow_device_profile_check(r->profile);
 	if (st != DATAFLOW_OK)
 		return st;
@@ -114,6 +118,7 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 	x->h2d = r->h2d_bytes_per_sec > 0 ? r->h2d_bytes_per_sec : p->h2d_bytes_per_sec;
 	x->d2h = r->d2h_bytes_per_sec > 0 ? r->d2h_bytes_per_sec : p->d2h_bytes_per_sec;
 	x->host_adamw = r->host_adamw_bytes_per_sec > 0 ? r->host_adamw_bytes_per_sec : 20e9;
+	x->disk_rate = r->disk_bytes_per_sec > 0 ? r->disk_bytes_per_sec : DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC;
 	x->peak = dataflow_device_profile_peak(p, bf16 ? DATAFLOW_BF16 : DATAFLOW_FP32);
 	x->matmul_rate = x->peak * p->matmul_fraction;
 	x->attention_rate = x->peak * p->attention_fraction;
@@ -189,6 +194,7 @@ typedef struct {
 	double seconds, bytes; /* the best's predicted step and link bytes (in + out) */
 	Ring_Candidate best;
 	double min_device, min_device_host, min_host_fitting_device;
+	double min_disk_fitting_host; /* least disk of plans fitting the device and host (disk tier) */
 } Search;
 
 /* Whether a candidate taking t seconds and moving bytes over the link beats the best so far.
@@ -239,6 +245,8 @@ static int try_candidate(const Ring_Context *x, Ring_Candidate c, Search *s)
 	int fits = ring_memory(x, &c, NULL, &dev, &host);
 	if (host < s->min_host_fitting_device)
 		s->min_host_fitting_device = host;
+	if (!fits && host <= (double)x->req->host_bytes && c.disk_bytes < s->min_disk_fitting_host)
+		s->min_disk_fitting_host = c.disk_bytes; /* only the disk is short */
 	if (!fits)
 		return 1;
 	double bytes, t = ring_time(x, &c, NULL, &bytes);
@@ -270,7 +278,7 @@ static void search_shape(const Ring_Context *x, Search *s, int64_t C, int64_t K,
 					if (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && w < L)
 						continue;
 					Ring_Candidate c = {C, K, x->req->tokens_per_step / C / K, (Dataflow_Save_Level)level,
-							    (Dataflow_Ring_Optimizer)opt, edge, w, w >= L ? L : 2, 0};
+							    (Dataflow_Ring_Optimizer)opt, edge, w, w >= L ? L : 2, 0, 0, 0};
 					int fits = try_candidate(x, c, s);
 					/* resident weights, streamed grads (resident optimizer state needs both) */
 					if (w >= L && L > 2 && opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
@@ -299,10 +307,12 @@ static void search(const Ring_Context *x, Search *s)
 }
 
 /* Fills `plan` for candidate c: shape, placement, memory maps, timeline, step time and MFU. */
-static void fill_plan(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Plan *plan)
+static void fill_plan(const Ring_Context *x, Ring_Candidate *c, Dataflow_Ring_Plan *plan)
 {
 	double dev, host;
 	ring_memory(x, c, plan, &dev, &host);
+	plan->disk_capacity = x->req->disk_bytes;
+	plan->disk_bytes_per_sec = x->req->disk_bytes ? x->disk_rate : 0;
 	plan->seq_len = x->req->seq_len;
 	plan->tokens_per_step = x->req->tokens_per_step;
 	plan->chunk_tokens = c->chunk;
@@ -353,7 +363,7 @@ Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflo
 	Dataflow_Status st = setup(request, &x);
 	if (st != DATAFLOW_OK)
 		return st;
-	Search s = {0, 0, 0, {0}, INFINITY, INFINITY, INFINITY};
+	Search s = {0, 0, 0, {0}, INFINITY, INFINITY, INFINITY, INFINITY};
 	search(&x, &s);
 	plan->device_capacity = request->device_bytes;
 	plan->host_capacity = request->host_bytes;
@@ -361,6 +371,8 @@ Dataflow_Status dataflow_ring_plan(const Dataflow_Ring_Request *request, Dataflo
 	plan->min_host_bytes = ring_clamp_bytes(isfinite(s.min_host_fitting_device) ? s.min_host_fitting_device
 										    : s.min_device_host);
 	if (!s.found) {
+		if (isfinite(s.min_disk_fitting_host))
+			return ring_disk_short(request, s.min_disk_fitting_host);
 		if (isfinite(s.min_host_fitting_device))
 			return dataflow_set_error(DATAFLOW_ERR_OUT_OF_MEMORY,
 						  "ring plan: nothing fits in %s host memory: plans that fit the %s device "
@@ -394,7 +406,7 @@ Dataflow_Status dataflow_ring_plan_resident(const Dataflow_Ring_Request *request
 		return st;
 	int L = x.num_layers;
 	Ring_Candidate c = {request->tokens_per_step, 1, 1, save_level, DATAFLOW_RING_OPT_DEVICE_RESIDENT,
-			    EDGE_EMBEDDING | EDGE_HEAD, L, L, L};
+			    EDGE_EMBEDDING | EDGE_HEAD, L, L, L, 0, 0};
 	double dev, host;
 	int fits = ring_memory(&x, &c, NULL, &dev, &host);
 	plan->device_capacity = request->device_bytes;

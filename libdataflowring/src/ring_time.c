@@ -6,13 +6,17 @@
  * The first layer's fetch is not hidden. Phases are summed over rounds. The optimizer runs
  * after the backward, as the executor runs it (its apply ends with every stream waiting for the
  * update, so no optimizer overlaps the next step's forward yet): per block, its transfers in
- * and out and its update (device or host AdamW) run concurrently, blocks one after another. */
+ * and out and its update (device or host AdamW) run concurrently, blocks one after another.
+ * The disk tier is a fourth stream at the disk's rate (reads and writes share it): the bytes of
+ * a kind in files move between disk and host staging as they move over the link (weights
+ * read where they are fetched, gradients written where they go home and read where they come
+ * back), and the optimizer reads and writes the state in files, block by block. */
 #include <string.h>
 
 #include "ring_internal.h"
 
 typedef struct {
-	double in, compute, out, seconds;
+	double in, compute, out, disk, seconds;
 } Span;
 
 /* one forward of a block over `tokens` tokens (whole sequences of S) in chunks of T: matmul,
@@ -67,12 +71,21 @@ static double max3(double a, double b, double c)
 	return m > c ? m : c;
 }
 
-static void add(Span *s, double in, double compute, double out)
+static void add(Span *s, double in, double compute, double out, double disk)
 {
 	s->in += in;
 	s->compute += compute;
 	s->out += out;
-	s->seconds += max3(in, compute, out);
+	s->disk += disk;
+	double m = max3(in, compute, out);
+	s->seconds += m > disk ? m : disk;
+}
+
+/* bytes a round moves on the disk (counted for the step's R rounds); returns their seconds */
+static double disk_moved(double *step_total, double R, double bytes, double rate)
+{
+	*step_total += R * bytes;
+	return bytes / rate;
 }
 
 static void phase(Dataflow_Ring_Plan *plan, const char *name, const Span *s, double *clock)
@@ -85,6 +98,7 @@ static void phase(Dataflow_Ring_Plan *plan, const char *name, const Span *s, dou
 	p->inbound_seconds = s->in;
 	p->compute_seconds = s->compute;
 	p->outbound_seconds = s->out;
+	p->disk_seconds = s->disk;
 	*clock += s->seconds;
 }
 
@@ -96,64 +110,82 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 	double R = (double)c->rounds, tokens = (double)(c->chunk * c->chunks_per_round);
 	int weights_resident = c->weight_slots >= L, grads_resident = c->grad_slots >= L;
 	int emb_res = (c->edge_resident & EDGE_EMBEDDING) != 0, head_res = (c->edge_resident & EDGE_HEAD) != 0;
-	double in_bytes = 0, out_bytes = 0;
+	double in_bytes = 0, out_bytes = 0, disk_read = 0, disk_write = 0;
+	int dp = (c->disk & DATAFLOW_RING_DISK_PARAMS) != 0, dg = (c->disk & DATAFLOW_RING_DISK_GRADS) != 0;
+	int ds = (c->disk & DATAFLOW_RING_DISK_OPTIMIZER_STATE) != 0;
 #define IN(bytes) (in_bytes += R * (bytes), (bytes) / x->h2d)
 #define OUT(bytes) (out_bytes += R * (bytes), (bytes) / x->d2h)
+	/* disk reads and writes of a round (their seconds) */
+#define DREAD(bytes) disk_moved(&disk_read, R, (bytes), x->disk_rate)
+#define DWRITE(bytes) disk_moved(&disk_write, R, (bytes), x->disk_rate)
 	/* from the second round on, a streamed gradient comes back in to keep accumulating */
 	double partial = (R - 1) / R;
 
 	Span fwd = {0}, turn = {0}, bwd = {0}, opt = {0};
 	double parts[3];
 	forward_parts(x, emb, c, parts);
-	add(&fwd, emb_res ? 0 : IN((double)emb->sizes.bytes[DATAFLOW_BLOCK_PARAM]), parts[2], 0);
-	if (!weights_resident) /* the first layer's weights: nothing to hide behind */
-		add(&fwd, IN((double)ring_layer(x, 0)->sizes.bytes[DATAFLOW_BLOCK_PARAM]), 0, 0);
+	double emb_p = emb_res ? 0 : (double)emb->sizes.bytes[DATAFLOW_BLOCK_PARAM];
+	add(&fwd, IN(emb_p), parts[2], 0, dp ? DREAD(emb_p) : 0);
+	if (!weights_resident) { /* the first layer's weights: nothing to hide behind */
+		double first = (double)ring_layer(x, 0)->sizes.bytes[DATAFLOW_BLOCK_PARAM];
+		add(&fwd, IN(first), 0, 0, dp ? DREAD(first) : 0);
+	}
 	for (int l = 0; l < L; l++) {
 		const Dataflow_Ring_Block *b = ring_layer(x, l);
 		int on_device = l >= L - c->device_layers;
 		double acts = tokens * ring_kept_bytes_per_token(x, c, b);
 		forward_parts(x, b, c, parts);
 		double next = !weights_resident && l + 1 < L ? (double)ring_layer(x, l + 1)->sizes.bytes[DATAFLOW_BLOCK_PARAM] : 0;
-		add(&fwd, IN(next), parts[0] + parts[1] + parts[2], on_device ? 0 : OUT(acts));
+		add(&fwd, IN(next), parts[0] + parts[1] + parts[2], on_device ? 0 : OUT(acts), dp ? DREAD(next) : 0);
 	}
 	/* the head: forward, loss and backward back to back on each chunk */
 	forward_parts(x, head, c, parts);
-	double head_in = head_res ? 0 : (double)head->sizes.bytes[DATAFLOW_BLOCK_PARAM] +
-						partial * (double)head->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+	double head_p = head_res ? 0 : (double)head->sizes.bytes[DATAFLOW_BLOCK_PARAM];
+	double head_g = head_res ? 0 : partial * (double)head->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+	double head_in = head_p + head_g;
 	/* meanwhile the last layer's offloaded activations and partial gradient come in */
 	const Dataflow_Ring_Block *last = ring_layer(x, L - 1);
 	if (c->device_layers == 0)
 		head_in += tokens * ring_kept_bytes_per_token(x, c, last);
 	if (!grads_resident)
+		head_g += partial * (double)last->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+	if (!grads_resident)
 		head_in += partial * (double)last->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-	add(&turn, IN(head_in), 3 * parts[0] + 3 * parts[2],
-	    head_res ? 0 : OUT((double)head->sizes.bytes[DATAFLOW_BLOCK_GRAD]));
+	double head_out = head_res ? 0 : (double)head->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+	add(&turn, IN(head_in), 3 * parts[0] + 3 * parts[2], OUT(head_out),
+	    (dp ? DREAD(head_p) : 0) + (dg ? DREAD(head_g) + DWRITE(head_out) : 0));
 	for (int l = L - 1; l >= 0; l--) {
 		const Dataflow_Ring_Block *b = ring_layer(x, l);
 		forward_parts(x, b, c, parts);
 		double recompute = c->level == DATAFLOW_SAVE_INPUT ? parts[0] + parts[1] + parts[2]
 				   : c->level == DATAFLOW_SAVE_ATTENTION ? parts[0] + parts[2] : 0;
 		double compute = backward_seconds(parts) + recompute;
-		double in = 0;
+		double in = 0, in_p = 0, in_g = 0;
 		if (l > 0) { /* prefetch for the layer below: weights not kept over the turn, activations */
 			const Dataflow_Ring_Block *p = ring_layer(x, l - 1);
 			if (!weights_resident && l - 1 < L - c->weight_slots)
-				in += (double)p->sizes.bytes[DATAFLOW_BLOCK_PARAM];
+				in_p = (double)p->sizes.bytes[DATAFLOW_BLOCK_PARAM];
 			if (l - 1 < L - c->device_layers)
 				in += tokens * ring_kept_bytes_per_token(x, c, p);
 			if (!grads_resident)
-				in += partial * (double)p->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+				in_g = partial * (double)p->sizes.bytes[DATAFLOW_BLOCK_GRAD];
 		}
-		add(&bwd, IN(in), compute, grads_resident ? 0 : OUT((double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD]));
+		double out = grads_resident ? 0 : (double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+		add(&bwd, IN(in + in_p + in_g), compute, OUT(out),
+		    (dp ? DREAD(in_p) : 0) + (dg ? DREAD(in_g) + DWRITE(out) : 0));
 	}
 	forward_parts(x, emb, c, parts);
-	add(&bwd, emb_res ? 0 : IN(partial * (double)emb->sizes.bytes[DATAFLOW_BLOCK_GRAD]), 2 * parts[2],
-	    emb_res ? 0 : OUT((double)emb->sizes.bytes[DATAFLOW_BLOCK_GRAD]));
-	fwd.in *= R, fwd.compute *= R, fwd.out *= R, fwd.seconds *= R;
-	turn.in *= R, turn.compute *= R, turn.out *= R, turn.seconds *= R;
-	bwd.in *= R, bwd.compute *= R, bwd.out *= R, bwd.seconds *= R;
+	double emb_g = emb_res ? 0 : (double)emb->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+	add(&bwd, IN(partial * emb_g), 2 * parts[2], OUT(emb_g), dg ? DREAD(partial * emb_g) + DWRITE(emb_g) : 0);
+	Span *passes[3] = {&fwd, &turn, &bwd};
+	for (int i = 0; i < 3; i++) {
+		Span *s = passes[i];
+		s->in *= R, s->compute *= R, s->out *= R, s->disk *= R, s->seconds *= R;
+	}
 #undef IN
 #undef OUT
+#undef DREAD
+#undef DWRITE
 
 	/* AdamW reads param, grad, m, v (master) and writes param, m, v (master) */
 	for (int b = 0; b < m->num_blocks; b++) {
@@ -171,7 +203,12 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 			in = state + (res ? 0 : p) + (gres ? 0 : g), out = state + (res ? 0 : p);
 		}
 		in_bytes += in, out_bytes += out;
-		add(&opt, in / x->h2d, compute, out / x->d2h);
+		/* from files: the state; weights and gradients on disk as the optimizer reads them */
+		int host_reads = c->opt == DATAFLOW_RING_OPT_HOST;
+		double rd = (ds ? state : 0) + (dp && (host_reads || !res) ? p : 0) + (dg && (host_reads || !gres) ? g : 0);
+		double wr = (ds ? state : 0) + (dp && (host_reads || !res) ? p : 0);
+		disk_read += rd, disk_write += wr;
+		add(&opt, in / x->h2d, compute, out / x->d2h, (rd + wr) / x->disk_rate);
 	}
 	if (plan) {
 		double clock = 0;
@@ -182,6 +219,8 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 		phase(plan, "optimizer", &opt, &clock);
 		plan->inbound_bytes = ring_clamp_bytes(in_bytes);
 		plan->outbound_bytes = ring_clamp_bytes(out_bytes);
+		plan->disk_read_bytes = ring_clamp_bytes(disk_read);
+		plan->disk_write_bytes = ring_clamp_bytes(disk_write);
 	}
 	*link_bytes = in_bytes + out_bytes;
 	return fwd.seconds + turn.seconds + bwd.seconds + opt.seconds;

@@ -11,7 +11,8 @@ static const char *const work_names[DATAFLOW_RING_NUM_WORK] = {
 	[DATAFLOW_RING_WORK_LOSSES_OUT] = "losses out",	  [DATAFLOW_RING_WORK_SCALE_GRADS] = "scale grads",
 	[DATAFLOW_RING_WORK_GRAD_NORM] = "grad norm",	  [DATAFLOW_RING_WORK_ADAMW] = "adamw",
 	[DATAFLOW_RING_WORK_OPT_IN] = "optimizer in",	  [DATAFLOW_RING_WORK_OPT_OUT] = "optimizer out",
-	[DATAFLOW_RING_WORK_ALL_REDUCE] = "grad all-reduce",
+	[DATAFLOW_RING_WORK_ALL_REDUCE] = "grad all-reduce", [DATAFLOW_RING_WORK_DISK_READ] = "disk read",
+	[DATAFLOW_RING_WORK_DISK_WRITE] = "disk write",
 };
 
 const char *dataflow_ring_work_name(Dataflow_Ring_Work what)

@@ -139,10 +139,37 @@ class Plan:
                 for i in range(ringlib.DATAFLOW_RING_HOST_NUM)}
 
     @property
+    def disk_memory(self):
+        """{host purpose: bytes} kept in files under the disk directory (the disk tier)."""
+        return {ffi.string(ringlib.dataflow_ring_host_purpose_name(i)).decode(): self._c.disk_bytes[i]
+                for i in range(ringlib.DATAFLOW_RING_HOST_NUM) if self._c.disk_bytes[i]}
+
+    @property
+    def disk(self):
+        """The disk tier: capacity, bytes used by purpose, rate, and a step's reads and writes."""
+        return {"capacity": self._c.disk_capacity, "used": self._c.disk_total_bytes,
+                "bytes_per_second": self._c.disk_bytes_per_sec, "memory": self.disk_memory,
+                "read_per_step": self._c.disk_read_bytes, "written_per_step": self._c.disk_write_bytes}
+
+    def without_disk(self):
+        """This plan with what it keeps on disk in host memory instead (its host capacity grown
+        by those bytes): the host tier's run of the same shape, e.g. to compare the tiers."""
+        c = ffi.new("Dataflow_Ring_Plan *", self._c[0])
+        c.host_capacity += c.disk_total_bytes
+        for i in range(ringlib.DATAFLOW_RING_HOST_NUM):
+            c.host_bytes[i] += c.disk_bytes[i]
+            c.disk_bytes[i] = 0
+        c.host_bytes[ringlib.DATAFLOW_RING_HOST_DISK_STAGING] = 0
+        c.host_total_bytes = sum(c.host_bytes)
+        c.disk_total_bytes = c.disk_capacity = c.disk_read_bytes = c.disk_write_bytes = 0
+        return Plan(c)
+
+    @property
     def phases(self):
-        """[{name, start, seconds, inbound, compute, outbound}] in seconds."""
+        """[{name, start, seconds, inbound, compute, outbound, disk}] in seconds."""
         return [{"name": ffi.string(p.name).decode(), "start": p.start_seconds, "seconds": p.seconds,
-                 "inbound": p.inbound_seconds, "compute": p.compute_seconds, "outbound": p.outbound_seconds}
+                 "inbound": p.inbound_seconds, "compute": p.compute_seconds, "outbound": p.outbound_seconds,
+                 "disk": p.disk_seconds}
                 for p in self._c.phases[0:self._c.num_phases]]
 
     def describe(self):
@@ -153,6 +180,7 @@ class Plan:
 
 
 OPTIMIZER_STATES = ("fp32", "bf16", "8bit")  # Dataflow_Optimizer_State, in its order
+DISK_KINDS = ("optimizer state", "weights", "gradients")  # DATAFLOW_RING_DISK_* bits, in the order the disk takes them
 
 
 def optimizer_state_enum(optimizer_state, what="plan"):
@@ -164,7 +192,8 @@ def optimizer_state_enum(optimizer_state, what="plan"):
 
 
 def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
-             h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None, optimizer_state="fp32"):
+             h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None, optimizer_state="fp32",
+             disk_memory=None, disk_bandwidth=None, disk_kinds=None):
     """The checked Dataflow_Ring_Request and what it points at (kept alive with it)."""
     cfg = model_config(config)
     for name, value in (("seq_len", seq_len), ("tokens_per_step", tokens_per_step)):
@@ -181,14 +210,17 @@ def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profi
     req.tokens_per_step = int(seq_len if tokens_per_step is None else tokens_per_step)
     req.master_weights = int(master_weights)
     req.optimizer_state = optimizer_state_enum(optimizer_state)
-    for name, value in (("device_memory", device_memory), ("host_memory", host_memory)):
-        n = parse_bytes(value, name)
-        if n >= 1 << 64:
-            raise BadArgumentError(f"plan: {name} must be below 2^64 bytes, got {value!r}")
-        setattr(req, name.replace("memory", "bytes"), n)
+    for name, value in (("device_memory", device_memory), ("host_memory", host_memory), ("disk_memory", disk_memory)):
+        if value is not None or name != "disk_memory":  # no disk tier: 0 bytes
+            setattr(req, name.replace("memory", "bytes"), parse_bytes(value, name))
     req.h2d_bytes_per_sec = _rate(h2d_bandwidth, "h2d_bandwidth")
     req.d2h_bytes_per_sec = _rate(d2h_bandwidth, "d2h_bandwidth")
     req.host_adamw_bytes_per_sec = _rate(host_adamw_bandwidth, "host_adamw_bandwidth")
+    req.disk_bytes_per_sec = _rate(disk_bandwidth, "disk_bandwidth")
+    if disk_kinds is not None:
+        if not disk_kinds or any(k not in DISK_KINDS for k in disk_kinds):
+            raise BadArgumentError(f"plan: disk_kinds must name some of {', '.join(DISK_KINDS)}, got {disk_kinds!r}")
+        req.disk_kinds = sum(1 << DISK_KINDS.index(k) for k in set(disk_kinds))
     req.profile = prof._c
     return req, (ring_model, blocks, prof)
 
@@ -205,15 +237,20 @@ def _planned(plan_fn, req, *args):
 
 def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, profile="h100-sxm", dtype="bf16",
          master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None,
-         optimizer_state="fp32"):
+         optimizer_state="fp32", disk_memory=None, disk_bandwidth=None, disk_kinds=None):
     """The fastest plan for training `config` (a dataflow.models.presets spec, an HF config dict or a LlamaConfig)
     on sequences of seq_len tokens, tokens_per_step per optimizer step (default one sequence),
     within device_memory and host_memory ("24GiB" or bytes). profile: a name or a Profile;
     bandwidths (bytes/s or "50GB") override the profile's link. optimizer_state: how AdamW's m
-    and v are stored (OPTIMIZER_STATES; the planner counts their bytes). Raises OutOfMemoryError naming
-    the least device and host memory a plan needs (also as .min_device_bytes, .min_host_bytes)."""
+    and v are stored (OPTIMIZER_STATES; the planner counts their bytes). disk_memory: a disk tier
+    ("1TiB"; None: none) taking optimizer state, then weights, then gradients when host memory
+    runs out, at disk_bandwidth bytes/s (None: DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC);
+    disk_kinds: which of DISK_KINDS it may take (None: all; the executor runs "optimizer state"
+    only). Raises OutOfMemoryError naming the least device and host memory a plan needs (also as
+    .min_device_bytes, .min_host_bytes)."""
     req, keep = _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
-                         h2d_bandwidth, d2h_bandwidth, host_adamw_bandwidth, optimizer_state)
+                         h2d_bandwidth, d2h_bandwidth, host_adamw_bandwidth, optimizer_state, disk_memory,
+                         disk_bandwidth, disk_kinds)
     return _planned(ringlib.dataflow_ring_plan, req)
 
 

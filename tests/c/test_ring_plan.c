@@ -83,7 +83,7 @@ static void expect_within_capacity(const Dataflow_Ring_Plan *p, const char *what
 		EXPECT_THAT(under ? f->start_seconds == 0 : fabs(f->start_seconds - clock) <= 1e-12 * (1 + clock),
 		       "%s: phase %s starts at %g, not %g", what, f->name, f->start_seconds, under ? 0 : clock);
 		EXPECT_THAT(f->seconds >= f->compute_seconds * (1 - 1e-12) && f->seconds >= f->inbound_seconds * (1 - 1e-12) &&
-			       f->seconds >= f->outbound_seconds * (1 - 1e-12),
+			       f->seconds >= f->outbound_seconds * (1 - 1e-12) && f->seconds >= f->disk_seconds * (1 - 1e-12),
 		       "%s: phase %s no shorter than any stream in it", what, f->name);
 		clock += under ? 0 : f->seconds;
 		end = f->start_seconds + f->seconds > end ? f->start_seconds + f->seconds : end;
@@ -246,6 +246,40 @@ static void test_state_precision(const Model *m, const Dataflow_Device_Profile *
 	free(p);
 }
 
+/* The disk tier: issue 28's llama3-8b at 8k, 8-bit state, 24 GiB device and 24 GiB host fits with
+ * a 1 TiB disk (optimizer state first); limited to optimizer state it does not; a disk too small
+ * names what it needs; bad disk fields are named. */
+static void test_disk_tier(const Model *m, const Dataflow_Device_Profile *prof)
+{
+	Dataflow_Ring_Plan *p = malloc(sizeof(*p));
+	Dataflow_Ring_Request r = request(m, prof, 8192, 64 * 8192, 24 * GIB, 24 * GIB);
+	r.optimizer_state = DATAFLOW_OPTIMIZER_STATE_8BIT;
+	expect_error(dataflow_ring_plan(&r, p), DATAFLOW_ERR_OUT_OF_MEMORY, "GiB host", __LINE__);
+	r.disk_bytes = 1024 * GIB;
+	CHECK(dataflow_ring_plan(&r, p));
+	expect_within_capacity(p, "disk tier");
+	uint64_t disk = 0;
+	for (int i = 0; i < DATAFLOW_RING_HOST_NUM; i++)
+		disk += p->disk_bytes[i];
+	EXPECT_THAT(disk == p->disk_total_bytes && disk <= p->disk_capacity && p->disk_bytes[DATAFLOW_RING_HOST_OPTIMIZER_STATE] > 0 &&
+			    p->host_bytes[DATAFLOW_RING_HOST_OPTIMIZER_STATE] == 0 && p->host_bytes[DATAFLOW_RING_HOST_DISK_STAGING] > 0,
+		    "disk tier: %llu bytes on disk, optimizer state there", (unsigned long long)disk);
+	EXPECT_THAT(p->disk_read_bytes >= p->disk_bytes[DATAFLOW_RING_HOST_OPTIMIZER_STATE] &&
+			    p->disk_bytes_per_sec == DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC,
+		    "disk reads %llu, rate %g", (unsigned long long)p->disk_read_bytes, p->disk_bytes_per_sec);
+	r.disk_kinds = DATAFLOW_RING_DISK_OPTIMIZER_STATE;
+	expect_error(dataflow_ring_plan(&r, p), DATAFLOW_ERR_OUT_OF_MEMORY, "host", __LINE__);
+	r.disk_kinds = 0;
+	r.disk_bytes = GIB;
+	expect_error(dataflow_ring_plan(&r, p), DATAFLOW_ERR_OUT_OF_MEMORY, "on disk", __LINE__);
+	r.disk_kinds = 8;
+	expect_error(dataflow_ring_plan(&r, p), DATAFLOW_ERR_INVALID_ARGUMENT, "disk_kinds", __LINE__);
+	r.disk_kinds = 0;
+	r.disk_bytes_per_sec = NAN;
+	expect_error(dataflow_ring_plan(&r, p), DATAFLOW_ERR_INVALID_ARGUMENT, "disk_bytes_per_sec", __LINE__);
+	free(p);
+}
+
 /* A hand-made model: embedding, `layers` identical layers, head. */
 static void synthetic(Model *m, int layers, int64_t bytes)
 {
@@ -391,6 +425,7 @@ int main(void)
 	test_shrinking_device(llama3_8b, &h100);
 	test_host_too_small(llama3_8b, &h100);
 	test_state_precision(llama3_8b, &h100);
+	test_disk_tier(llama3_8b, &h100);
 	free(llama3_8b);
 	test_hostile();
 	test_profiles();

@@ -141,3 +141,10 @@ def test_generate_quick():
     assert all(b["decode_tok_s"] > 0 and b["peak_bytes_per_seq"] > 0 for b in result["batched"])
     assert summary.startswith("generate host (2 threads)")
     assert ("vs llama.cpp fp32" in summary) == llama_cpp and "vs transformers fp32" in summary
+
+
+def test_ring_disk_quick(tmp_path):
+    result, summary = run_bench("ring_disk.py", "--steps", "1", "--dir", str(tmp_path))
+    assert result["disk_mode"] in ("O_DIRECT", "buffered") and result["same_losses"] is True
+    assert all(v > 0 for v in result["median_step_seconds"].values())
+    assert summary.startswith("ring_disk (")

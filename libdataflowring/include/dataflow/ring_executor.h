@@ -93,6 +93,29 @@ Dataflow_Status dataflow_ring_executor_create(Dataflow_Handle *handle, const Dat
 Dataflow_Status dataflow_ring_executor_adopt(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
 					     const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
 					     const Dataflow_Block_Memory *blocks, Dataflow_Ring_Executor **executor);
+/* The disk tier (plan.disk_bytes[DATAFLOW_RING_HOST_OPTIMIZER_STATE] > 0): the optimizer state
+ * (m, v, and fp32 master weights when the plan keeps them) lives in one file under `directory`, a working copy made at create (unlinked at once,
+ * so nothing outlives the executor or a crash; checkpoints read it through
+ * dataflow_ring_executor_read). The optimizer's apply reads each block's state into one of two
+ * aligned host staging buffers on `stream` (block b + 1's read runs while block b updates)
+ * and writes it back after the update, both as host work on that stream ordered by events;
+ * O_DIRECT where the file system allows it, else buffered (dataflow_ring_executor_disk_mode).
+ * bytes_per_sec > 0 throttles every read and write to that rate (a slower disk in tests).
+ * Weights or gradients on disk are not run yet (UNSUPPORTED). Errors: INVALID_ARGUMENT for a directory that is missing, not a directory or
+ * not writable, or a stream out of range; OUT_OF_MEMORY when the file system has no room. */
+typedef struct {
+	const char *directory;
+	double bytes_per_sec;  /* 0: the disk's own speed */
+	int stream;            /* the handle's stream for disk reads and writes */
+} Dataflow_Ring_Disk;
+
+/* As create, with a disk tier (disk NULL: as create; a plan with a disk tier then fails). */
+Dataflow_Status dataflow_ring_executor_create_with_disk(Dataflow_Handle *handle, const Dataflow_Blocked_Model *model,
+							const Dataflow_Ring_Plan *plan, const Dataflow_Ring_Streams *streams,
+							const Dataflow_Ring_Disk *disk, Dataflow_Ring_Executor **executor);
+/* "O_DIRECT" or "buffered" (how the disk file is accessed); NULL without a disk tier. */
+const char *dataflow_ring_executor_disk_mode(const Dataflow_Ring_Executor *executor);
+
 /* Waits for the queued work, unregisters and frees everything (NULL: no-op). */
 void dataflow_ring_executor_destroy(Dataflow_Ring_Executor *executor);
 
@@ -173,7 +196,7 @@ Dataflow_Status dataflow_ring_shard_optimizer_state(Dataflow_Handle *handle, Dat
 
 /* Trace (dataflow/trace.h): with a recorder attached, each unit of work the executor submits
  * is a span on its stream (Dataflow_Trace_Span.stream: the role, Dataflow_Ring_Streams order:
- * 0 compute, 1 inbound, 2 outbound, 3 optimizer, 4 comm; .what: a Dataflow_Ring_Work), the step
+ * 0 compute, 1 inbound, 2 outbound, 3 optimizer, 4 comm, 5 disk; .what: a Dataflow_Ring_Work), the step
  * advances at each apply, and memory is sampled (host_in_use: the executor's host arrays) when
  * dataflow_ring_executor_wait returns. A step of L layers and K chunks per round records about
  * 3 L K + 4 L spans per round. trace NULL detaches; the caller keeps the recorder alive while
@@ -198,6 +221,8 @@ typedef enum {
 	DATAFLOW_RING_WORK_OPT_IN,        /* inbound: a block's optimizer state into its slot */
 	DATAFLOW_RING_WORK_OPT_OUT,       /* outbound: a block's updated state sent home */
 	DATAFLOW_RING_WORK_ALL_REDUCE,    /* comm: a block's gradient summed over the ranks */
+	DATAFLOW_RING_WORK_DISK_READ,     /* disk: a block's optimizer state read into staging */
+	DATAFLOW_RING_WORK_DISK_WRITE,    /* disk: a block's optimizer state written back */
 	DATAFLOW_RING_NUM_WORK
 } Dataflow_Ring_Work;
 

@@ -73,6 +73,11 @@
 #define DATAFLOW_RING_TIE_MARGIN 0.02
 #define DATAFLOW_RING_MAX_LAYERS 1024
 #define DATAFLOW_RING_NAME_MAX 48
+/* A disk's read and write rate when the request gives none: a PCIe 3.0 x4 NVMe's sequential
+ * rate, conservative for newer drives (measure yours: dataflow plan --disk-bandwidth) */
+#define DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC 2e9
+/* What the disk tier may hold, in the order it takes them (Dataflow_Ring_Request.disk_kinds) */
+enum { DATAFLOW_RING_DISK_OPTIMIZER_STATE = 1, DATAFLOW_RING_DISK_PARAMS = 2, DATAFLOW_RING_DISK_GRADS = 4 };
 
 typedef enum {
 	DATAFLOW_RING_OPT_DEVICE_RESIDENT = 0,
@@ -111,6 +116,13 @@ typedef struct {
 	double h2d_bytes_per_sec; /* 0: the profile's */
 	double d2h_bytes_per_sec; /* 0: the profile's */
 	double host_adamw_bytes_per_sec; /* host optimizer's memory speed; 0: 20e9 (DDR5 server, threaded) */
+	/* The disk tier (0: none): files under a directory holding, when host memory runs out,
+	 * optimizer state first, then weights, then gradients (each kind whole), read and written
+	 * through host staging on a disk stream. Rate 0: DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC. */
+	uint64_t disk_bytes;
+	double disk_bytes_per_sec;
+	int disk_kinds; /* DATAFLOW_RING_DISK_* bits the disk may take (0: all; the executor runs
+			 * DATAFLOW_RING_DISK_OPTIMIZER_STATE only, so a Trainer asks for that) */
 	const Dataflow_Device_Profile *profile;
 } Dataflow_Ring_Request;
 
@@ -136,6 +148,7 @@ typedef enum {
 	DATAFLOW_RING_HOST_GRADS,
 	DATAFLOW_RING_HOST_OPTIMIZER_STATE, /* m, v (and master) */
 	DATAFLOW_RING_HOST_ACTIVATIONS,     /* offloaded activations of one round */
+	DATAFLOW_RING_HOST_DISK_STAGING,    /* two blocks' worth of each kind on disk, moving through */
 	DATAFLOW_RING_HOST_NUM
 } Dataflow_Ring_Host_Purpose;
 
@@ -144,6 +157,7 @@ typedef struct {
 	char name[DATAFLOW_RING_NAME_MAX];
 	double start_seconds, seconds;
 	double inbound_seconds, compute_seconds, outbound_seconds;
+	double disk_seconds; /* the disk stream's reads and writes */
 } Dataflow_Ring_Phase;
 
 enum { DATAFLOW_RING_MAX_PHASES = 8 };
@@ -171,6 +185,12 @@ typedef struct {
 	uint64_t device_capacity, host_capacity;
 	uint64_t device_peak_bytes;  /* the larger of the two phases' sums */
 	uint64_t host_total_bytes;
+	/* the disk tier: bytes in files by host purpose (weights, gradients, optimizer state; the
+	 * host keeps their staging instead), capacity, rate, and what a step reads and writes */
+	uint64_t disk_bytes[DATAFLOW_RING_HOST_NUM];
+	uint64_t disk_capacity, disk_total_bytes;
+	double disk_bytes_per_sec;
+	uint64_t disk_read_bytes, disk_write_bytes;
 	/* per step */
 	uint64_t inbound_bytes, outbound_bytes;
 	double model_flops;          /* the MFU numerator */

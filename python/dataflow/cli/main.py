@@ -244,10 +244,14 @@ def plan(args):
     tokens = _positive(args.tokens_per_step, "--tokens-per-step")
     if tokens is not None and tokens % seq_len:
         raise BadArgumentError(f"--tokens-per-step: must be a multiple of --seq-len ({seq_len}), got {tokens}")
-    sizes = {flag: parse_bytes(value, flag) for flag, value in
-             (("--device-memory", args.device_memory), ("--host-memory", args.host_memory))}
+    sizes = {flag: parse_bytes(value, flag) if value is not None else None for flag, value in
+             (("--device-memory", args.device_memory), ("--host-memory", args.host_memory),
+              ("--disk-memory", args.disk_memory))}
     rates = {flag: parse_bytes(value, flag) if value is not None else None for flag, value in
-             (("--h2d-bandwidth", args.h2d_bandwidth), ("--d2h-bandwidth", args.d2h_bandwidth))}
+             (("--h2d-bandwidth", args.h2d_bandwidth), ("--d2h-bandwidth", args.d2h_bandwidth),
+              ("--disk-bandwidth", args.disk_bandwidth))}
+    if rates["--disk-bandwidth"] is not None and sizes["--disk-memory"] is None:
+        raise BadArgumentError("--disk-bandwidth: the rate of a disk tier; add --disk-memory SIZE")
     if args.timeline is not None and os.path.isdir(args.timeline):
         raise BadArgumentError(f"--timeline: {args.timeline} is a directory; name a file, e.g. "
                                f"{os.path.join(args.timeline, 'plan.png')}")
@@ -270,7 +274,8 @@ def plan(args):
     p = ring.plan(config, seq_len, sizes["--device-memory"], sizes["--host-memory"], tokens_per_step=tokens,
                   profile=profile, dtype=args.dtype, master_weights=args.master_weights,
                   h2d_bandwidth=rates["--h2d-bandwidth"], d2h_bandwidth=rates["--d2h-bandwidth"],
-                  optimizer_state=args.optimizer_state)
+                  optimizer_state=args.optimizer_state, disk_memory=sizes["--disk-memory"],
+                  disk_bandwidth=rates["--disk-bandwidth"])
     if args.json:
         print(json.dumps({"step_seconds": p.predicted_step_seconds, "tokens_per_second": p.tokens_per_second,
                           "mfu": p.mfu, "chunk_tokens": p.chunk_tokens, "chunks_per_round": p.chunks_per_round,
@@ -278,7 +283,7 @@ def plan(args):
                           "grad_slots": p.grad_slots, "optimizer": p.optimizer,
                           "optimizer_state": p.optimizer_state, "save_levels": p.save_levels,
                           "activations_on_device": p.activations_on_device, "device_memory": p.device_memory,
-                          "host_memory": p.host_memory, "phases": p.phases,
+                          "host_memory": p.host_memory, "disk": p.disk, "phases": p.phases,
                           "profile": profile.source if isinstance(profile, ring.Profile) else profile}, indent=2))
     else:
         print(p.describe(), end="")
@@ -305,6 +310,11 @@ def _add_plan(sub):
     p.add_argument("--optimizer-state", dest="optimizer_state", choices=ring.OPTIMIZER_STATES, default="fp32",
                    help="how AdamW's m and v are stored: fp32, bf16 (stochastic rounding) or 8bit (blockwise, "
                         "Dettmers et al. 2021); default fp32")
+    p.add_argument("--disk-memory", dest="disk_memory",
+                   help="a disk tier of this size (e.g. 1TiB) for optimizer state, then weights, then gradients "
+                        "when host memory runs out (default: none)")
+    p.add_argument("--disk-bandwidth", dest="disk_bandwidth",
+                   help="the disk's read/write bytes/s, e.g. 3GB (default 2GB: a PCIe 3.0 NVMe)")
     p.add_argument("--h2d-bandwidth", dest="h2d_bandwidth", help="host->device bytes/s (default: the profile's)")
     p.add_argument("--d2h-bandwidth", dest="d2h_bandwidth", help="device->host bytes/s (default: the profile's)")
     p.add_argument("--threads", type=int, help="host threads for --profile host (default: all cores)")
@@ -349,6 +359,11 @@ def _add_train(sub):
                    help="host memory the ring may use when training does not fit --device-memory (weights, "
                         "gradients and optimizer state streamed through the device), e.g. 4GiB (default: what the "
                         "host has available)")
+    p.add_argument("--disk", metavar="DIR",
+                   help="a directory for a disk tier: the ring keeps optimizer state in a file there when host "
+                        "memory runs out (a working copy; checkpoints stay in --out)")
+    p.add_argument("--disk-memory", dest="disk_memory", type=_bytes, metavar="SIZE",
+                   help="bytes the disk tier may use, e.g. 1TiB (default: the directory's free space)")
     p.add_argument("--out", default="dataflow-train", help="output directory (default ./dataflow-train)")
     p.add_argument("--resume", nargs="?", const="", metavar="CHECKPOINT",
                    help="continue a run: model, optimizer, data position, losses (default CHECKPOINT: "

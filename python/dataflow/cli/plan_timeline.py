@@ -1,5 +1,5 @@
 """A plan's predicted timeline drawn with matplotlib: one row per stream (inbound, compute,
-outbound, top to bottom), one colour per phase, each bar as long as the stream is busy in that
+outbound, top to bottom, and disk below them when the plan has a disk tier), one colour per phase, each bar as long as the stream is busy in that
 phase, on a labelled time axis with a legend of the phases."""
 from ..io import atomic
 
@@ -13,26 +13,31 @@ def seconds_unit(seconds):
     return ("ms", 1e3) if seconds >= 1e-3 else ("µs", 1e6)
 
 
+def streams(phases):
+    """The rows drawn, top to bottom: STREAMS, and "disk" when a phase uses the disk tier."""
+    return STREAMS + (("disk",) if any(p.get("disk", 0) > 0 for p in phases) else ())
+
+
 def bars(phases):
     """{stream: [(phase index, start, seconds, y, height)]}: the busy part of each phase on each
     stream's row (row r spans y in [r - 0.4, r + 0.4], inbound at the top). Phases that start
     together and are both busy on a stream (an optimizer under the forward) split its row: the
     first takes the lower half."""
-    out = {}
-    for row, stream in enumerate(STREAMS):
-        y = len(STREAMS) - 1 - row
+    out, rows = {}, streams(phases)
+    for row, stream in enumerate(rows):
+        y = len(rows) - 1 - row
         out[stream] = []
         for i, phase in enumerate(phases):
-            if phase[stream] <= 0:
+            if phase.get(stream, 0) <= 0:
                 continue
-            together = [j for j, q in enumerate(phases) if q["start"] == phase["start"] and q[stream] > 0]
+            together = [j for j, q in enumerate(phases) if q["start"] == phase["start"] and q.get(stream, 0) > 0]
             y0, height = (y - 0.4, 0.8) if len(together) == 1 else (y - 0.4 if i == together[0] else y, 0.4)
             out[stream].append((i, phase["start"], phase[stream], y0, height))
     return out
 
 
 def figure(phases, step_seconds, title="predicted step timeline"):
-    """A matplotlib Figure of the phases ([{name, start, inbound, compute, outbound}]), built
+    """A matplotlib Figure of the phases ([{name, start, inbound, compute, outbound[, disk]}]), built
     without pyplot (nothing global changes, no display)."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -43,9 +48,10 @@ def figure(phases, step_seconds, title="predicted step timeline"):
     for stream_bars in bars(phases).values():
         for i, start, seconds, y0, height in stream_bars:
             ax.broken_barh([(start * scale, seconds * scale)], (y0, height), color=colours[i])
-    ax.set_yticks(range(len(STREAMS)), labels=list(reversed(STREAMS)))
+    rows = streams(phases)
+    ax.set_yticks(range(len(rows)), labels=list(reversed(rows)))
     ax.set_xlim(0, step_seconds * scale if step_seconds > 0 else 1.0)
-    ax.set_ylim(-0.6, len(STREAMS) - 0.4)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel(f"time within the step ({unit})")
     ax.set_ylabel("stream")
     ax.set_title(title)

@@ -42,6 +42,7 @@ from ..models.host_blocks import host_memory_available
 from ..io.pretrained import (CONFIG_NAME, check_memory, check_weights, copy_weights, model_from_config, model_memory,
                              parameter_shapes, validate_config)
 from .progress import Progress, duration, mib
+from ..training.disk_tier import disk_tier
 from ..training.ring_training import ring_plan
 from ..io.safetensors import read_directory
 
@@ -131,6 +132,8 @@ def prepare(args, ranks=1):
     spec = RunSpec()
     spec.nproc, spec.shard_optimizer = args.nproc, args.shard_optimizer
     spec.backend, spec.device_memory, spec.host_memory = args.backend, args.device_memory, args.host_memory
+    spec.disk_flags = (args.disk, args.disk_memory)
+    spec.disk = disk_tier(args.disk, args.disk_memory, None, names=("--disk", "--disk-memory", "--disk-throttle"))
     spec.init_dir = None
     spec.out = args.out
     spec.ckpt_dir = os.path.join(args.out, "checkpoint")
@@ -186,6 +189,9 @@ def prepare(args, ranks=1):
     if args.shard_optimizer and ranks == 1:
         raise BadArgumentError("--shard-optimizer: shards the optimizer state over several ranks; add --nproc N "
                                "(N >= 2) or run under mpirun -n N")
+    if spec.disk is not None and args.shard_optimizer:
+        raise BadArgumentError("--disk: --shard-optimizer (ZeRO-1) trains all-resident, with no disk tier; drop one "
+                               "of them")
     if args.host_memory is not None and args.shard_optimizer:
         raise BadArgumentError("--host-memory: --shard-optimizer (ZeRO-1) trains all-resident and uses no host "
                                "memory budget; drop one of them (data-parallel ranks without --shard-optimizer "
@@ -275,7 +281,8 @@ def resume_command(spec, remaining):
     if remaining > 0:
         parts += ["--steps", str(remaining)]
     for flag, value in (("--backend", spec.backend), ("--device-memory", spec.device_memory),
-                        ("--host-memory", spec.host_memory)):
+                        ("--host-memory", spec.host_memory), ("--disk", spec.disk_flags[0]),
+                        ("--disk-memory", spec.disk_flags[1])):
         if value is not None and (flag, value) != ("--backend", "host"):
             parts += [flag, value]
     if spec.nproc:
@@ -341,6 +348,9 @@ def _banner(spec, trainer, handle, engine, ranks):
                         f"layers' weights on the device at a time, {p.rounds_per_step} round(s) of "
                         f"{p.chunks_per_round} chunk(s) of {p.chunk_tokens} tokens per step, optimizer {p.optimizer}; "
                         f"predicted {p.predicted_step_seconds:.3g} s per step")
+        if p.disk["used"]:
+            lines.insert(5, f"  disk tier: {', '.join(f'{k} {mib(v)}' for k, v in p.disk_memory.items())} in "
+                            f"{spec.disk.directory} ({trainer._engine.executor.disk_mode})")
     if ranks > 1:
         lines.insert(-1, f"  data-parallel: {ranks} ranks (mpirun), {run['batch'] // ranks} sequences each per step"
                      + (", optimizer state sharded (ZeRO-1)" if spec.shard_optimizer else ""))
@@ -439,6 +449,8 @@ def _model_and_trainer(spec, handle, Trainer, weights, comm):
     else:
         options.update(host_memory=host_memory_available() if spec.host_memory is None else spec.host_memory,
                        seq_len=run["seq_len"], batch_size=run["batch"] // ranks)
+        if spec.disk is not None:
+            options["disk"] = spec.disk
     hint = "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
     try:
         if not sharded:
@@ -448,7 +460,8 @@ def _model_and_trainer(spec, handle, Trainer, weights, comm):
             except OutOfMemoryError:  # not all-resident: does the ring fit, before building a large model?
                 ring_plan(spec.config, run["seq_len"], handle.memory_capacity() - handle.memory_in_use(),
                           options["host_memory"], options["batch_size"] * run["seq_len"], run["dtype"],
-                          run["master_weights"], optimizer_state=run["optimizer_state"])
+                          run["master_weights"], optimizer_state=run["optimizer_state"],
+                          disk_bytes=spec.disk.bytes if spec.disk else None)
         model = model_from_config(spec.config, handle, run["dtype"], seed=run["seed"], where=spec.config_source)
         if weights:
             copy_weights(model, weights)

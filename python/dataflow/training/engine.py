@@ -34,14 +34,15 @@ class Engine:
     """.ring: the RingTraining of the last batch (None before the first step of all-resident
     training, and after forget())."""
 
-    def __init__(self, model, plan, planning, optimizer_state, ranks, on_new):
+    def __init__(self, model, plan, planning, optimizer_state, ranks, on_new, disk=None):
         """plan: a dataflow.ring.Plan, or None to choose one (choose_plan) when planning
-        ((host_memory, seq_len, batch_size, profile)) asks for it or the model is host-held."""
-        if plan is None and (planning[0] is not None or model.placement == "host"):
-            plan = choose_plan(model, *planning, optimizer_state)
+        ((host_memory, seq_len, batch_size, profile)) or a disk tier (disk_tier.DiskTier) asks
+        for it or the model is host-held."""
+        if plan is None and (planning[0] is not None or model.placement == "host" or disk is not None):
+            plan = choose_plan(model, *planning, optimizer_state, disk)
         ranks.check_plan(plan)
         self.model, self.plan, self._ranks, self._on_new = model, plan, ranks, on_new
-        self._source = ResidentTraining(model, optimizer_state) if plan is None else RingTraining(model, plan)
+        self._source = ResidentTraining(model, optimizer_state) if plan is None else RingTraining(model, plan, disk=disk)
         self.ring, self._trace, self._norm, self._norm_pending = None, None, None, False
         if self._source.current is not None:
             self._use(self._source.current)

@@ -6,7 +6,8 @@ from .. import trace as traces
 from .._ffi import ffi, modelslib, ringlib
 from ..errors import BadArgumentError, DataflowError, check, open_pointer
 
-STREAMS = ("compute", "inbound", "outbound", "optimizer", "comm")  # roles: Dataflow_Ring_Streams order, then comm
+# roles: Dataflow_Ring_Streams order, then comm (data-parallel) and disk (the disk tier)
+STREAMS = ("compute", "inbound", "outbound", "optimizer", "comm", "disk")
 
 
 class RingExecutor:
@@ -15,9 +16,10 @@ class RingExecutor:
     optimizer; roles may share a stream. adopt: for an all-resident plan (dataflow.ring.resident_plan),
     a cdata Dataflow_Block_Memory[num_blocks] of a resident model's own memory, trained in place
     (its owner keeps it alive and closes the executor before freeing it).
-    trace=True records a trace from the start (start_trace(); written by trace(path))."""
+    trace=True records a trace from the start (start_trace(); written by trace(path)).
+    disk: a dataflow.training.disk_tier.DiskTier for a plan keeping optimizer state on disk."""
 
-    def __init__(self, handle, config, plan, dtype, trace=False, streams=None, adopt=None):
+    def __init__(self, handle, config, plan, dtype, trace=False, streams=None, adopt=None, disk=None):
         self.handle, self.plan = handle, plan
         if adopt is None:
             model = ffi.new("Dataflow_Blocked_Model **")
@@ -32,7 +34,13 @@ class RingExecutor:
             roles = ffi.new("Dataflow_Ring_Streams *")
             roles.compute, roles.inbound, roles.outbound, roles.optimizer = streams
         try:
-            if adopt is None:
+            if adopt is None and disk is not None:
+                spec = ffi.new("Dataflow_Ring_Disk *")
+                directory = ffi.new("char[]", disk.directory.encode())
+                spec.directory, spec.bytes_per_sec, spec.stream = directory, disk.throttle, disk.streams(handle)
+                check(ringlib.dataflow_ring_executor_create_with_disk(handle._ptr(), self._bm, plan._c, roles, spec,
+                                                                      out))
+            elif adopt is None:
                 check(ringlib.dataflow_ring_executor_create(handle._ptr(), self._bm, plan._c, roles, out))
             else:
                 check(ringlib.dataflow_ring_executor_adopt(handle._ptr(), self._bm, plan._c, roles, adopt, out))
@@ -52,6 +60,12 @@ class RingExecutor:
         self._trace, self._comm = None, None
         if trace:
             self.start_trace()
+
+    @property
+    def disk_mode(self):
+        """How the disk tier's file is accessed: "O_DIRECT", "buffered", or None (no disk tier)."""
+        mode = ringlib.dataflow_ring_executor_disk_mode(self._ptr())
+        return None if mode == ffi.NULL else ffi.string(mode).decode()
 
     @property
     def blocked_model(self):
@@ -179,7 +193,8 @@ class RingExecutor:
         Perfetto): a track per stream, counter tracks for device and host memory; returns the dict."""
         spans, samples = self.trace_events()
         plan = self.plan
-        roles = STREAMS if any(s["stream"] == "comm" for s in spans) else STREAMS[:-1]
+        used = {s["stream"] for s in spans}
+        roles = tuple(r for i, r in enumerate(STREAMS) if i < 4 or r in used)
         trace = traces.chrome(spans, samples, roles, self.num_blocks, "dataflow ring executor", metadata={
             "plan": {"chunk_tokens": plan.chunk_tokens, "chunks_per_round": plan.chunks_per_round,
                      "rounds_per_step": plan.rounds_per_step, "weight_slots": plan.weight_slots,

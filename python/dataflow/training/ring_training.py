@@ -82,8 +82,11 @@ def _resident_plan(model, seq_len, tokens, free, optimizer_state):
                               optimizer_state=optimizer_state)
 
 
+RUN_ON_DISK = ("optimizer state",)  # what the executor keeps on a disk tier (ring_executor.h)
+
+
 def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None,
-              optimizer_state="fp32"):
+              optimizer_state="fp32", disk_bytes=None, disk_bandwidth=None):
     """ring.plan of training `config` on `tokens` per step within device_bytes and host_bytes.
     profile None: only whether some plan fits, which depends on sizes, not speeds (a named
     profile's plan), so it is known before measuring this machine or building the model.
@@ -91,7 +94,8 @@ def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_w
     try:
         return ring.plan(config, seq_len, device_bytes, host_bytes, tokens_per_step=tokens,
                          profile=profile or ring.profile_names()[0], dtype=dtype, master_weights=master_weights,
-                         optimizer_state=optimizer_state)
+                         optimizer_state=optimizer_state, disk_memory=disk_bytes, disk_bandwidth=disk_bandwidth,
+                         disk_kinds=RUN_ON_DISK if disk_bytes else None)
     except OutOfMemoryError as e:  # the planner's figures are rounded: add the exact bytes
         raise OutOfMemoryError(f"{e} (in bytes: {parse_bytes(device_bytes, 'device'):,} device free, "
                                f"{parse_bytes(host_bytes, 'host'):,} host; the smallest plan needs "
@@ -126,12 +130,13 @@ def resident_training(model, batch, stream, current, optimizer_state="fp32"):
     return training
 
 
-def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state="fp32"):
+def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state="fp32", disk=None):
     """None when `model` is all-resident and its training on batch_size sequences of seq_len
     tokens (default: max_position_embeddings) fits its handle; else the fastest ring plan within
     the handle's free device memory (what an all-resident model frees included) and host_memory
     (default: what the host has available). OutOfMemoryError (the planner's, with the least
-    device and host memory a plan needs) when none fits."""
+    device and host memory a plan needs) when none fits. disk: a DiskTier the plan may use when
+    host memory runs out (its bytes, and its measured rate, DiskTier.bytes_per_second)."""
     h, config = model.handle, model.config
     seq_len = _positive(config.max_position_embeddings if seq_len is None else seq_len, "seq_len")
     tokens = seq_len * _positive(batch_size, "batch_size")
@@ -144,10 +149,12 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_stat
             pass
     host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
     args = (config, seq_len, free, host, tokens, model.dtype, model.master_weights)
-    if profile is None:
-        ring_plan(*args, optimizer_state=optimizer_state)
+    disk_bytes = None if disk is None else disk.bytes
+    if profile is None:  # whether some plan fits: sizes only, no disk probe yet
+        ring_plan(*args, optimizer_state=optimizer_state, disk_bytes=disk_bytes)
         profile = measured_profile(h.backend, config, seq_len, tokens, model.dtype)
-    return ring_plan(*args, profile=profile, optimizer_state=optimizer_state)
+    return ring_plan(*args, profile=profile, optimizer_state=optimizer_state, disk_bytes=disk_bytes,
+                     disk_bandwidth=None if disk is None else disk.bytes_per_second)
 
 
 def resident_shape(lengths):
@@ -184,7 +191,7 @@ class RingTraining:
     whose own device blocks an executor of the all-resident `plan` trains in place, every role
     on `stream` (the model keeps them: forward and generate run on the device as before)."""
 
-    def __init__(self, model, plan, stream=None):
+    def __init__(self, model, plan, stream=None, disk=None):
         if not isinstance(plan, ring.Plan):
             raise BadArgumentError(f"Trainer: plan must be a dataflow.ring.Plan (from dataflow.ring.plan), got "
                                    f"{type(plan).__name__}")
@@ -204,7 +211,7 @@ class RingTraining:
             raise BadArgumentError(f"Trainer: the plan was made {'with' if plan.master_weights else 'without'} fp32 "
                                    f"master weights, but the model keeps {'them' if model.master_weights else 'none'}")
         self.stream = None
-        self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype),
+        self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype, disk=disk),
                                        fp32_state=plan.optimizer_state == "fp32")
 
     @property

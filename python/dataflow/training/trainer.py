@@ -6,6 +6,7 @@ from ..ring import Plan, optimizer_state_enum
 from . import trainer_state
 from .adamw_hyperparameters import adamw_hyperparameters, betas_pair
 from .data_parallel import ranks_of
+from .disk_tier import disk_tier
 from .engine import Engine, refuse_untrainable
 
 
@@ -41,12 +42,16 @@ class Trainer:
     gives the same bits) or "8bit" (blockwise, Dettmers et al. 2021); the bf16 and 8-bit ones
     are the executor's own, and the planner counts their bytes. Not with shard_optimizer.
     state_dict() keeps them as trained; load_state_dict(..., convert=True) loads a state of
-    another precision."""
+    another precision.
+
+    disk (a directory), disk_memory (default: its free space), disk_throttle (bytes/s): a disk
+    tier the plan may use when host memory runs out (optimizer state first; the executor runs
+    optimizer state there, dataflow.training.disk_tier); implies planning, as host_memory does."""
 
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
                  seq_len=None, batch_size=1, profile=None, plan=None, trace=False, optimizer_state="fp32",
-                 optimizer_seed=0):
+                 optimizer_seed=0, disk=None, disk_memory=None, disk_throttle=None):
         refuse_untrainable(model)
         self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, betas_pair(betas), eps
         self.grad_clip = 0.0 if grad_clip is None else grad_clip
@@ -63,7 +68,8 @@ class Trainer:
             raise BadArgumentError("Trainer: master_weights=False, but the model already keeps master weights")
         self.step_count, self._acc_loss, self._acc_labels = 0, 0.0, 0
         self._engine = Engine(model, plan, (host_memory, seq_len, batch_size, profile), optimizer_state, self._ranks,
-                              lambda executor: trainer_state.write_pending(self, executor))
+                              lambda executor: trainer_state.write_pending(self, executor),
+                              disk_tier(disk, disk_memory, disk_throttle))
         self.plan = self._engine.plan
         self._ranks.shard(model, self._engine, True)
         if trace:
