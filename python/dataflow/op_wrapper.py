@@ -10,8 +10,11 @@ expression is checked once the names in it are bound), allocates the out tensors
 (inout ones must be given), fills the int scalars that are dims, and submits.
 An array's shape is read as k dims for a shape of k: more leading dimensions multiply into the
 first (rows over the last dimension, as torch's linear layers take them), fewer are 1s; arrays
-declared with the same shape must have the same shape, which an output not given copies. The C layer checks the submit again against the op's signature."""
+declared with the same shape must have the same shape, which an output not given copies.
+Errors name the op and the argument (as the calling function names it: renamed()); the C layer
+checks the submit again against the op's signature."""
 import ast
+import copy
 import math
 
 from . import dtypes
@@ -81,9 +84,26 @@ class _Wrapper:
         self.computed = {name for name, dims in self.dims.items() if any(d.name is None for d in dims)}
         self.outputs = [a.name for a in self.tensors if a.role != "in"]
         self.allowed = {s: tuple(dict.fromkeys(v[i] for v in info.variants)) for i, s in enumerate(info.slots)}
-        self.typed_by = {s: "/".join(a.name for a in self.tensors if a.dtype == s) for s in info.slots}
+
         self.known = set(info.slots) | {a.name for a in info.args}
-        self.what = {a.name: f"{info.name}: {a.name}" for a in self.tensors}
+        self._label({})
+
+    def _label(self, python_names):
+        """Errors name the arguments as the caller's function does (python_names: catalogue name:
+        Python name, for those that differ)."""
+        self.label = {a.name: python_names.get(a.name, a.name) for a in self.info.args}
+        self.label["given"] = "given"
+        self.what = {a.name: f"{self.name}: {self.label[a.name]}" for a in self.tensors}
+        self.typed_by = {s: "/".join(self.label[a.name] for a in self.tensors if a.dtype == s) for s in self.info.slots}
+
+    def renamed(self, **python_names):
+        """This wrapper with errors naming the arguments python_names gives (catalogue name=Python name)."""
+        unknown = python_names.keys() - self.label.keys()
+        if unknown:
+            raise ValueError(f"{self.name} has no arguments {sorted(unknown)}")
+        other = copy.copy(self)
+        other._label(python_names)
+        return other
 
     def __call__(self, h, stream, **given):
         op = self.name
@@ -98,7 +118,8 @@ class _Wrapper:
             if a.name in arrays or a.nullable:
                 continue
             if a.role != "out":
-                raise BadArgumentError(f"{op}: {a.name} is required ({a.dtype}{_shape_text(self.dims[a.name])})")
+                raise BadArgumentError(f"{op}: {self.label[a.name]} is required ({a.dtype}"
+                                       f"{_shape_text(self.dims[a.name])})")
             like = first.get(self.shape_of[a.name])
             shape = arrays[like].shape if like else self.shape(a.name, bound)
             arrays[a.name] = h.empty(shape, slots.get(a.dtype, a.dtype))
@@ -120,11 +141,11 @@ class _Wrapper:
                                            f"{{{', '.join(self.allowed[a.dtype])}}}, got {x.dtype}")
                 expected = slots.setdefault(a.dtype, x.dtype)
                 source.setdefault(a.dtype, a.name)
-                like = f" (like {source[a.dtype]})" if source[a.dtype] not in (a.name, "given") else ""
+                like = f" (like {self.label[source[a.dtype]]})" if source[a.dtype] not in (a.name, "given") else ""
             else:
                 expected, like = a.dtype, ""
             if x.dtype != expected:
-                raise BadArgumentError(f"{self.name}: {a.name} must be {expected}{like}, got {x.dtype}")
+                raise BadArgumentError(f"{self.name}: {self.label[a.name]} must be {expected}{like}, got {x.dtype}")
         for s, dtype in slots.items():
             if dtype not in self.allowed[s]:
                 raise BadArgumentError(f"{self.name}: {s} must be one of {{{', '.join(self.allowed[s])}}}, got {dtype}")
@@ -138,7 +159,8 @@ class _Wrapper:
     def _bind_dims(self, given, arrays):
         """(dim values, the first array given for each distinct shape), checking each array."""
         op = self.name
-        bound = {a.name: given[a.name] for a in self.scalars if self.kind[a.name] in _INTS and given.get(a.name) is not None}
+        bound = {a.name: given[a.name] for a in self.scalars
+                 if self.kind[a.name] in _INTS and given.get(a.name) is not None}
         source = dict.fromkeys(bound, "given")
         first = {}
         for name, x in arrays.items():
@@ -149,14 +171,16 @@ class _Wrapper:
                 if dim.name not in bound:
                     bound[dim.name], source[dim.name] = size, name
                 elif bound[dim.name] != size:
-                    raise BadArgumentError(f"{op}: {name} must have shape {_shape_text(dims)} with {dim.name} = "
-                                           f"{bound[dim.name]} (from {source[dim.name]}), got {x.shape}")
+                    raise BadArgumentError(f"{op}: {self.label[name]} must have shape {_shape_text(dims)} with "
+                                           f"{dim.name} = {bound[dim.name]} (from {self.label[source[dim.name]]}), "
+                                           f"got {x.shape}")
         for name, x in arrays.items():
             if name in self.computed:  # numbers and expressions, once every array has bound its dims
                 self.shape(name, bound, x.shape)
             like = first.setdefault(self.shape_of[name], name)
             if like != name and x.shape != arrays[like].shape:
-                raise BadArgumentError(f"{op}: {name} must have the shape of {like}, {arrays[like].shape}, "
+                raise BadArgumentError(f"{op}: {self.label[name]} must have the shape of {self.label[like]}, "
+                                       f"{arrays[like].shape}, "
                                        f"got {x.shape}")
         return bound, first
 
@@ -167,16 +191,18 @@ class _Wrapper:
         if missing:
             if got is not None:
                 return None
-            raise BadArgumentError(f"{self.name}: give {name} or {', '.join(missing)}: no array fixes its shape "
+            raise BadArgumentError(f"{self.name}: give {self.label[name]} or {', '.join(missing)}: no array fixes "
+                                   f"its shape "
                                    f"{_shape_text(dims)}")
         shape = tuple(d.value(bound) for d in dims)
         if got is not None and _flat(got, len(dims)) != shape:
-            raise BadArgumentError(f"{self.name}: {name} must have shape {_shape_text(dims)} = {shape}, got {got}")
+            raise BadArgumentError(f"{self.name}: {self.label[name]} must have shape {_shape_text(dims)} = {shape}, "
+                                   f"got {got}")
         return shape
 
     def _scalar(self, a, value):
         if value is None:
-            raise BadArgumentError(f"{self.name}: give {a.name} ({self.kind[a.name]}): no array fixes it")
+            raise BadArgumentError(f"{self.name}: give {self.label[a.name]} ({self.kind[a.name]}): no array fixes it")
         try:
             kind = self.kind[a.name]
             if kind == "bool":
@@ -188,7 +214,8 @@ class _Wrapper:
                 return int(value)
             return float(value)
         except (TypeError, ValueError, OverflowError):
-            raise BadArgumentError(f"{self.name}: {a.name} must be {self.kind[a.name]}, got {value!r}") from None
+            raise BadArgumentError(f"{self.name}: {self.label[a.name]} must be {self.kind[a.name]}, got {value!r}") \
+                from None
 
 
 WRAPPERS = {name: _Wrapper(info) for name, info in OPS.items() if info.submit}

@@ -16,6 +16,9 @@ from .op_wrapper import WRAPPERS as _op
 from .op_wrapper import check_array
 
 
+_MATMUL = _op["matmul"].renamed(A="a", B="b", C="c", D="out", trans_a="transpose_a", trans_b="transpose_b")
+
+
 def matmul(h, a, b, out=None, c=None, transpose_a=False, transpose_b=False, alpha=1.0, beta=0.0,
            out_dtype=None, stream=0):
     """out = alpha * op(a) @ op(b) + beta * c, 2-D row-major; fp32 accumulation. out and c
@@ -30,7 +33,7 @@ def matmul(h, a, b, out=None, c=None, transpose_a=False, transpose_b=False, alph
     if beta != 0 and c is None:
         raise BadArgumentError("matmul: beta != 0 needs c")
     out_dtype = out_dtype or (check_array(h, out, "matmul: out").dtype if out is not None else a.dtype)
-    return _op["matmul"](h, stream, in_dtype=a.dtype, out_dtype=out_dtype, A=a, B=b, C=c, D=out, M=m, N=n, K=k,
+    return _MATMUL(h, stream, in_dtype=a.dtype, out_dtype=out_dtype, A=a, B=b, C=c, D=out, M=m, N=n, K=k,
                          trans_a=transpose_a, trans_b=transpose_b, alpha=alpha, beta=beta)
 
 
@@ -464,6 +467,9 @@ def _check_rstd(h, rstd, rows, op):
     return rstd
 
 
+_RMS_NORM = _op["rms_norm"].renamed(y="out")
+
+
 def rms_norm(h, x, w, eps=1e-6, out=None, rstd=None, stream=0):
     """RMSNorm over the last dimension as Hugging Face LlamaRMSNorm: in fp32,
     rstd = 1 / sqrt(mean(x^2) + eps), out = w * to_dtype(x * rstd). x, w (shape (hidden,))
@@ -471,7 +477,7 @@ def rms_norm(h, x, w, eps=1e-6, out=None, rstd=None, stream=0):
     with one value per row (shape x.shape[:-1]), for the backward."""
     if rstd is None:
         rstd = h.empty(check_array(h, x, "rms_norm: x").shape[:-1] or (1,), "fp32")
-    return _op["rms_norm"](h, stream, x=x, w=w, y=out, rstd=rstd, eps=eps)
+    return _RMS_NORM(h, stream, x=x, w=w, y=out, rstd=rstd, eps=eps)
 
 
 def rms_norm_bwd_x(h, dy, x, w, rstd, dx=None, stream=0):
@@ -624,13 +630,17 @@ def paged_attention(h, q, k_pages, v_pages, page_table, seq_lens, cu_seqlens_q, 
     return out, lse
 
 
+_QMATMUL_INT8 = _op["qmatmul_int8"].renamed(W="w", C="c")
+_QMATMUL_INT4 = _op["qmatmul_int4"].renamed(W="w", C="c")
+
+
 def qmatmul_int8(h, x, w, scales, out=None, c=None, out_dtype=None, stream=0):
     """out = x @ (w * scales[:, None])^T (+ c): x [M, K] fp32/bf16, w int8 [N, K] (a Linear's
     layout), scales [N] fp32/bf16, out and c [M, N]; fp32 accumulation (the catalogue's
     qmatmul_int8). c may be out. Returns out."""
     if out_dtype is None and out is None and c is None:
         out_dtype = check_array(h, x, "qmatmul_int8: x").dtype
-    return _op["qmatmul_int8"](h, stream, out_dtype=out_dtype, x=x, W=w, scales=scales, C=c, out=out)
+    return _QMATMUL_INT8(h, stream, out_dtype=out_dtype, x=x, W=w, scales=scales, C=c, out=out)
 
 
 def qmatmul_int4(h, x, w, scales, group_size, zeros=None, out=None, c=None, out_dtype=None, stream=0):
@@ -642,7 +652,7 @@ def qmatmul_int4(h, x, w, scales, group_size, zeros=None, out=None, c=None, out_
     group_size = check_group_size(group_size, "qmatmul_int4: group_size")
     if out_dtype is None and out is None and c is None:
         out_dtype = check_array(h, x, "qmatmul_int4: x").dtype
-    return _op["qmatmul_int4"](h, stream, out_dtype=out_dtype, group_size=group_size, x=x, W=w, scales=scales,
+    return _QMATMUL_INT4(h, stream, out_dtype=out_dtype, group_size=group_size, x=x, W=w, scales=scales,
                                zeros=zeros, C=c, out=out)
 
 def _moe_ids(h, topk_ids, op):

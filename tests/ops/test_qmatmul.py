@@ -192,8 +192,9 @@ def test_bad_group_size_is_refused_in_c_and_python(h, group_size):
 def test_bad_shapes_and_dtypes_name_the_argument(h):
     x, q, s = h.empty((2, 64)), h.empty((5, 64), "int8"), h.empty(5)
     cases = [
-        (lambda: ops.qmatmul_int8(h, h.empty((2, 63)), q, s), r"W must have shape \[N, K\] with K = 63 \(from x\)"),
-        (lambda: ops.qmatmul_int8(h, x, h.empty((5, 64), "uint8"), s), "qmatmul_int8: W must be int8, got uint8"),
+        (lambda: ops.qmatmul_int8(h, h.empty((2, 63)), q, s),
+         r"qmatmul_int8: w must have shape \[N, K\] with K = 63 \(from x\)"),
+        (lambda: ops.qmatmul_int8(h, x, h.empty((5, 64), "uint8"), s), "qmatmul_int8: w must be int8, got uint8"),
         (lambda: ops.qmatmul_int8(h, h.empty((2, 64), "fp16"), q, s),
          r"qmatmul_int8: x dtype must be one of \{fp32, bf16\}, got fp16"),
         (lambda: ops.qmatmul_int8(h, x, q, h.empty(4)), r"scales must have shape \[N\] with N = 5"),

@@ -291,5 +291,5 @@ def test_bad_input(h):
         df.ops.rms_norm_bwd_w(h, d_dy, d_x, rstd, dw_dtype="fp16")
     with pytest.raises(df.BadArgumentError, match="workspace"):
         df.ops.rms_norm_bwd_w(h, d_dy, d_x, rstd, workspace=h.empty((70,), "fp32"))  # needs 2 blocks
-    with pytest.raises(df.BadArgumentError, match="x/w/y dtype must be one of"):
+    with pytest.raises(df.BadArgumentError, match="rms_norm: x/w/out dtype must be one of"):
         df.ops.rms_norm(h, h.from_numpy(np.ones((2, 3), np.int32)), h.from_numpy(np.ones(3, np.int32)))
