@@ -17,7 +17,6 @@ import ast
 import copy
 import math
 
-from . import dtypes
 from .array import Array
 from .catalogue import OPS
 from .errors import BadArgumentError
@@ -84,7 +83,6 @@ class _Wrapper:
         self.computed = {name for name, dims in self.dims.items() if any(d.name is None for d in dims)}
         self.outputs = [a.name for a in self.tensors if a.role != "in"]
         self.allowed = {s: tuple(dict.fromkeys(v[i] for v in info.variants)) for i, s in enumerate(info.slots)}
-
         self.known = set(info.slots) | {a.name for a in info.args}
         self._label({})
 
