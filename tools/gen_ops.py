@@ -60,13 +60,28 @@ class CatalogueError(Exception):
     pass
 
 
+def split_dims(shape):
+    """A tensor's shape text "rows, cdiv(n, 2)" as its dims ["rows", "cdiv(n, 2)"]: split at the
+    commas outside parentheses."""
+    dims, depth, start = [], 0, 0
+    for i, c in enumerate(shape + ","):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            dims.append(shape[start:i].strip())
+            start = i + 1
+    return dims
+
+
 class Arg:
     def __init__(self, op, line):
         self.op_slots = op.slots
         m = TENSOR_ARG.match(line)
         if m:
-            self.name, self.role, nullable, self.type, self.extent, aliases = m.groups()
+            self.name, self.role, nullable, self.type, shape, aliases = m.groups()
             self.nullable = bool(nullable)
+            self.dims = split_dims(shape)
+            self.extent = "*".join(f"({d})" if len(self.dims) > 1 and re.search(r"[-+/%]", d) else d
+                                   for d in self.dims)
             self.aliases = [a.strip() for a in aliases.split(",")] if aliases else []
             if self.type not in op.slots and self.type not in TENSORS:
                 raise CatalogueError(f"{op.name}: {self.name}: {self.type} is neither a dtype slot nor a tensor datatype")
@@ -75,7 +90,7 @@ class Arg:
         if not m or m.group(2) not in SCALARS:
             raise CatalogueError(f"{op.name}: cannot read argument line '{line}'")
         self.name, self.type = m.groups()
-        self.role, self.nullable, self.extent, self.aliases = None, False, None, []
+        self.role, self.nullable, self.dims, self.extent, self.aliases = None, False, [], None, []
 
     @property
     def tensor(self):
@@ -295,12 +310,18 @@ def gen_source(ops):
         n = op.name
         slots = ", ".join(f'"{s}"' for s in op.slots)
         out.append(f"static const char *const {n}_slots[] = {{{slots}}};")
+        for a in op.args:
+            if a.tensor:
+                dims = ", ".join(f'"{op.substitute(d)}"' for d in a.dims)
+                out.append(f"static const char *const {n}_{a.name}_dims[] = {{{dims}}};")
         out.append(f"static const Dataflow_Op_Arg_Info {n}_args[] = {{")
         for a in op.args:
             slot = list(op.slots).index(a.slot) if a.slot else -1
             role = ROLES[a.role] if a.tensor else "DATAFLOW_ARG_SCALAR"
             extent = f'"{op.substitute(a.extent)}"' if a.tensor else "NULL"
-            out.append(f'\t{{"{a.name}", {role}, {int(a.nullable)}, {op.arg_dtype(a)}, {slot}, {extent}}},')
+            dims = f"{n}_{a.name}_dims" if a.tensor else "NULL"
+            out.append(f'\t{{"{a.name}", {role}, {int(a.nullable)}, {op.arg_dtype(a)}, {slot}, {extent}, '
+                       f'{len(a.dims)}, {dims}}},')
         out.append("};")
         out.append(c_array(f"static const DataflowDatatype {n}_variants[]",
                            [TENSORS[d][0] for v in op.variants for d in v]))

@@ -1,4 +1,5 @@
-"""The default op catalogue as Python sees it: each op's dtype slots and named arguments, read
+"""The default op catalogue as Python sees it: each op's dtype slots and named arguments (tensors
+with their shapes), read
 from libdataflowops' table (dataflow/op_catalogue.h, generated from
 libdataflowops/catalogue.toml). OPS[name].submit(h, stream, **by_name) calls the op's
 dataflow_submit_<op> with its dtype slots and arguments given by name, so no wrapper repeats an
@@ -12,7 +13,7 @@ from .errors import check
 
 class OpInfo:
     """One catalogue entry: name, doc, signature, dtype slots, arguments (name, role, dtype or
-    slot, extent), variants, its C submit function and `submit` by name (None for the halves
+    slot, extent, shape dims), variants, its C submit function and `submit` by name (None for the halves
     of a composite)."""
 
     def __init__(self, info):
@@ -24,7 +25,8 @@ class OpInfo:
         roles = {opslib.DATAFLOW_ARG_SCALAR: None, opslib.DATAFLOW_ARG_IN: "in", opslib.DATAFLOW_ARG_OUT: "out",
                  opslib.DATAFLOW_ARG_INOUT: "inout"}
         self.args = tuple(Arg(text(a.name), roles[a.role], bool(a.nullable),
-                              self.slots[a.slot] if a.slot >= 0 else dtypes.name_of(a.dtype), text(a.extent))
+                              self.slots[a.slot] if a.slot >= 0 else dtypes.name_of(a.dtype), text(a.extent),
+                              tuple(text(a.dims[d]) for d in range(a.num_dims)))
                           for a in (info.args[i] for i in range(info.num_args)))
         self.variants = tuple(tuple(dtypes.name_of(info.variants[v * info.num_slots + s]) for s in range(info.num_slots))
                               for v in range(info.num_variants))
@@ -36,13 +38,17 @@ class OpInfo:
 
 
 class Arg:
-    __slots__ = ("name", "role", "nullable", "dtype", "extent")
+    """A tensor's extent is its element count, the product of its shape's dims (expressions
+    over the op's scalars, outermost first); a scalar has neither."""
+    __slots__ = ("name", "role", "nullable", "dtype", "extent", "dims")
 
-    def __init__(self, name, role, nullable, dtype, extent):
-        self.name, self.role, self.nullable, self.dtype, self.extent = name, role, nullable, dtype, extent
+    def __init__(self, name, role, nullable, dtype, extent, dims):
+        self.name, self.role, self.nullable, self.dtype, self.extent, self.dims = \
+            name, role, nullable, dtype, extent, dims
 
     def __repr__(self):
-        kind = f"{self.role}{'?' if self.nullable else ''} {self.dtype}[{self.extent}]" if self.role else self.dtype
+        kind = f"{self.role}{'?' if self.nullable else ''} {self.dtype}[{', '.join(self.dims)}]" if self.role \
+            else self.dtype
         return f"{self.name}: {kind}"
 
 

@@ -1,100 +1,61 @@
-"""The default ops on device arrays. Shapes are checked here; dtypes, pointers and buffer
-extents are checked again in C against each op's signature, which has the last word.
-Catalogue ops are submitted by argument name (catalogue.OPS[op].submit); the composite ops
-(grad_norm_sq, rms_norm_bwd_w, attention_bwd, attention_kv_bwd, paged_attention, moe_permute) are
-hand-written C functions."""
+"""The default ops on device arrays. Each public function names its arguments and defaults;
+the checks, the output allocation and the submit of a catalogue op are its generated wrapper's
+(op_wrapper.WRAPPERS: shapes and dtypes from the catalogue), and dtypes, pointers and extents
+are checked again in C against the op's signature, which has the last word. Written here by
+hand: what the catalogue cannot say (numpy index inputs checked against the sizes, matmul's
+transposes, defaults such as attention's scale) and the composite ops (grad_norm_sq,
+rms_norm_bwd_w, attention_bwd, attention_kv_bwd, paged_attention, moe_permute), which call
+their C functions after check_array."""
 import numpy as np
 
 from . import dtypes
 from ._ffi import ffi, opslib
 from .array import Array
-from .catalogue import OPS
 from .errors import BadArgumentError, check
+from .op_wrapper import WRAPPERS as _op
+from .op_wrapper import check_array
 
 
-def _array(x, what):
-    if not isinstance(x, Array):
-        raise BadArgumentError(f"{what}: expected a dataflow Array, got {type(x).__name__}")
-    if not x.ptr:
-        raise BadArgumentError(f"{what}: array has been freed")
-    return x
-
-
-def _same_handle(h, *arrays):
-    for a in arrays:
-        if a is not None and a.handle is not h:
-            raise BadArgumentError("arrays must belong to the handle the op runs on")
+_MATMUL = _op["matmul"].renamed(A="a", B="b", C="c", D="out", trans_a="transpose_a", trans_b="transpose_b")
 
 
 def matmul(h, a, b, out=None, c=None, transpose_a=False, transpose_b=False, alpha=1.0, beta=0.0,
            out_dtype=None, stream=0):
     """out = alpha * op(a) @ op(b) + beta * c, 2-D row-major; fp32 accumulation. out and c
     have out_dtype (fp32 or a's dtype; default: out's dtype, else a's). Returns out."""
-    a, b = _array(a, "matmul a"), _array(b, "matmul b")
-    if a.dtype != b.dtype:
-        raise BadArgumentError(f"matmul: a and b must share a dtype, got {a.dtype} and {b.dtype}")
+    a, b = check_array(h, a, "matmul: a"), check_array(h, b, "matmul: b")
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise BadArgumentError(f"matmul: a and b must be 2-D, got shapes {a.shape} and {b.shape}")
     m, k = a.shape[::-1] if transpose_a else a.shape
     kb, n = b.shape[::-1] if transpose_b else b.shape
     if k != kb:
         raise BadArgumentError(f"matmul: inner dimensions differ: op(a) is {m}x{k}, op(b) is {kb}x{n}")
-    out_dtype = out_dtype or (out.dtype if out is not None else a.dtype)
-    if out is None:
-        out = h.empty((m, n), out_dtype)
-    for name, x in (("out", out), ("c", c)):
-        if x is not None and (_array(x, f"matmul {name}").shape != (m, n) or x.dtype != out_dtype):
-            raise BadArgumentError(f"matmul: {name} must be {out_dtype} of shape {(m, n)}, got {x.dtype} {x.shape}")
     if beta != 0 and c is None:
         raise BadArgumentError("matmul: beta != 0 needs c")
-    _same_handle(h, a, b, out, c)
-    OPS["matmul"].submit(h, stream, in_dtype=a.dtype, out_dtype=out_dtype, A=a, B=b, C=c, D=out, M=m, N=n, K=k,
-           trans_a=bool(transpose_a), trans_b=bool(transpose_b), alpha=alpha, beta=beta)
-    return out
+    out_dtype = out_dtype or (check_array(h, out, "matmul: out").dtype if out is not None else a.dtype)
+    return _MATMUL(h, stream, in_dtype=a.dtype, out_dtype=out_dtype, A=a, B=b, C=c, D=out, M=m, N=n, K=k,
+                         trans_a=transpose_a, trans_b=transpose_b, alpha=alpha, beta=beta)
 
 
 def add(h, a, b, out=None, alpha=1.0, beta=1.0, stream=0):
     """out = alpha * a + beta * b elementwise (same shape and dtype); out may be a or b."""
-    a, b = _array(a, "add a"), _array(b, "add b")
-    if a.shape != b.shape or a.dtype != b.dtype:
-        raise BadArgumentError(f"add: a and b must match, got {a.dtype}{a.shape} and {b.dtype}{b.shape}")
-    out = out if out is not None else h.empty(a.shape, a.dtype)
-    if _array(out, "add out").shape != a.shape or out.dtype != a.dtype:
-        raise BadArgumentError(f"add: out must be {a.dtype}{a.shape}, got {out.dtype}{out.shape}")
-    _same_handle(h, a, b, out)
-    OPS["add"].submit(h, stream, dtype=a.dtype, n=a.size, alpha=alpha, a=a, beta=beta, b=b, out=out)
-    return out
+    return _op["add"](h, stream, a=a, b=b, out=out, alpha=alpha, beta=beta)
 
 
 def scale(h, x, alpha, out=None, stream=0):
     """out = alpha * x elementwise: one fp32 product rounded once to x's dtype (fp32, fp16,
     bf16), as torch.mul(x, alpha) with a Python float. out may be x. Returns out."""
-    x = _array(x, "scale x")
-    out = out if out is not None else h.empty(x.shape, x.dtype)
-    if _array(out, "scale out").shape != x.shape or out.dtype != x.dtype:
-        raise BadArgumentError(f"scale: out must be {x.dtype}{x.shape}, got {out.dtype}{out.shape}")
-    _same_handle(h, x, out)
-    OPS["scale"].submit(h, stream, dtype=x.dtype, n=x.size, alpha=float(alpha), x=x, out=out)
-    return out
+    return _op["scale"](h, stream, x=x, out=out, alpha=alpha)
 
 
 def cast(h, x, dtype, out=None, stream=0):
     """out = x converted to dtype (round to nearest even)."""
-    x = _array(x, "cast x")
-    out = out if out is not None else h.empty(x.shape, dtype)
-    if _array(out, "cast out").dtype != dtype or out.size != x.size:
-        raise BadArgumentError(f"cast: out must be {dtype} with {x.size} elements, got {out.dtype}{out.shape}")
-    _same_handle(h, x, out)
-    OPS["cast"].submit(h, stream, src_dtype=x.dtype, dst_dtype=dtype, n=x.size, src=x, dst=out)
-    return out
+    return _op["cast"](h, stream, dst_dtype=dtype, src=x, dst=out)
 
 
 def set_mem(h, x, value, stream=0):
     """x[:] = value (rounded to x's dtype)."""
-    x = _array(x, "set_mem x")
-    _same_handle(h, x)
-    OPS["set_mem"].submit(h, stream, dtype=x.dtype, n=x.size, value=float(value), x=x)
-    return x
+    return _op["set_mem"](h, stream, x=x, value=value)
 
 
 def _index_array(h, x, what, allowed, limit=None):
@@ -123,48 +84,23 @@ def embedding(h, ids, table, out=None, stream=0):
     """out[t, :] = table[ids[t], :]. ids: int32/int64, numpy (checked against the vocabulary)
     or device array (an out-of-range id gives a zero row). table [vocab, hidden] fp32/fp16/bf16.
     Returns out [len(ids), hidden]."""
-    table = _array(table, "embedding table")
-    if len(table.shape) != 2:
+    if len(check_array(h, table, "embedding: table").shape) != 2:
         raise BadArgumentError(f"embedding: table must be [vocab, hidden], got shape {table.shape}")
-    vocab, hidden = table.shape
-    ids = _index_array(h, ids, "embedding ids", ("int32", "int64"), vocab)
-    n = ids.size
-    out = out if out is not None else h.empty((n, hidden), table.dtype)
-    if _array(out, "embedding out").shape != (n, hidden) or out.dtype != table.dtype:
-        raise BadArgumentError(f"embedding: out must be {table.dtype}{(n, hidden)}, got {out.dtype}{out.shape}")
-    _same_handle(h, ids, table, out)
-    OPS["embedding"].submit(h, stream, id_dtype=ids.dtype, dtype=table.dtype, num_tokens=n, hidden=hidden, vocab=vocab,
-           ids=ids, table=table, out=out)
-    return out
+    ids = _index_array(h, ids, "embedding ids", ("int32", "int64"), table.shape[0])
+    return _op["embedding"](h, stream, ids=ids, table=table, out=out)
 
 
 def embedding_bwd_w(h, ids, d_out, d_table=None, vocab=None, stream=0):
     """d_table[ids[t], :] += d_out[t, :] (fp32, deterministic, token order). d_table is an fp32
     [vocab, hidden] array to accumulate into, or None for a fresh zeroed one of vocab rows.
     Returns d_table."""
-    d_out = _array(d_out, "embedding_bwd_w d_out")
-    if len(d_out.shape) != 2:
-        raise BadArgumentError(f"embedding_bwd_w: d_out must be [tokens, hidden], got shape {d_out.shape}")
-    n, hidden = d_out.shape
     if d_table is None:
         if vocab is None:
             raise BadArgumentError("embedding_bwd_w: give d_table or vocab")
-        d_table = h.zeros((vocab, hidden), "fp32", stream=stream)
-    if len(_array(d_table, "embedding_bwd_w d_table").shape) != 2 or d_table.shape[1] != hidden \
-            or d_table.dtype != "fp32":
-        raise BadArgumentError(f"embedding_bwd_w: d_table must be fp32 [vocab, {hidden}], "
-                               f"got {d_table.dtype}{d_table.shape}")
-    vocab = d_table.shape[0]
-    ids = _index_array(h, ids, "embedding_bwd_w ids", ("int32", "int64"), vocab)
-    if ids.size != n:
-        raise BadArgumentError(f"embedding_bwd_w: ids has {ids.size} tokens, d_out has {n}")
-    _same_handle(h, ids, d_out, d_table)
-    OPS["embedding_bwd_w"].submit(h, stream, id_dtype=ids.dtype, dtype=d_out.dtype, grad_dtype="fp32", num_tokens=n,
-           hidden=hidden, vocab=vocab, ids=ids, d_out=d_out, d_table=d_table)
-    return d_table
-
-
-# HF rope_type -> Dataflow_Rope_Type, and the parameters each reads (HF's names)
+        d_table = h.zeros((vocab, check_array(h, d_out, "embedding_bwd_w: d_out").shape[-1]), "fp32", stream=stream)
+    ids = _index_array(h, ids, "embedding_bwd_w ids", ("int32", "int64"),
+                       check_array(h, d_table, "embedding_bwd_w: d_table").shape[0])
+    return _op["embedding_bwd_w"](h, stream, ids=ids, d_out=d_out, d_table=d_table)
 ROPE_TYPES = {"default": opslib.DATAFLOW_ROPE_DEFAULT, "linear": opslib.DATAFLOW_ROPE_LINEAR,
               "llama3": opslib.DATAFLOW_ROPE_LLAMA3, "yarn": opslib.DATAFLOW_ROPE_YARN}
 _ROPE_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings", "beta_fast",
@@ -210,29 +146,16 @@ def rope_inv_freq(head_dim, theta=10000.0, scaling=None):
 
 def _rope(h, name, x, positions, inv_freq, out, stream):
     in_name, out_name = ("x", "out") if name == "rope" else ("dy", "dx")
-    x = _array(x, f"{name} {in_name}")
-    if len(x.shape) != 3:
-        raise BadArgumentError(f"{name}: input must be [tokens, heads, head_dim], got shape {x.shape}")
-    n, heads, head_dim = x.shape
+    x = check_array(h, x, f"{name}: {in_name}")
+    head_dim = x.shape[-1] if x.shape else 0
     positions = _index_array(h, positions, f"{name} positions", ("int32",))
-    if positions.size != n:
-        raise BadArgumentError(f"{name}: positions has {positions.size} tokens, the input has {n}")
     if not isinstance(inv_freq, Array):
         inv_freq = np.asarray(inv_freq)
         if inv_freq.dtype != np.float32 or inv_freq.shape != (head_dim // 2,):
             raise BadArgumentError(f"{name}: inv_freq must be float32 of shape {(head_dim // 2,)}, "
                                    f"got {inv_freq.dtype}{inv_freq.shape}")
         inv_freq = h.from_numpy(inv_freq)
-    elif inv_freq.dtype != "fp32" or inv_freq.size != head_dim // 2:
-        raise BadArgumentError(f"{name}: inv_freq must be fp32 with {head_dim // 2} elements, "
-                               f"got {inv_freq.dtype}{inv_freq.shape}")
-    out = out if out is not None else h.empty(x.shape, x.dtype)
-    if _array(out, f"{name} out").shape != x.shape or out.dtype != x.dtype:
-        raise BadArgumentError(f"{name}: out must be {x.dtype}{x.shape}, got {out.dtype}{out.shape}")
-    _same_handle(h, x, positions, inv_freq, out)
-    OPS[name].submit(h, stream, dtype=x.dtype, num_tokens=n, num_heads=heads, head_dim=head_dim, positions=positions,
-           inv_freq=inv_freq, **{in_name: x, out_name: out})
-    return out
+    return _op[name](h, stream, positions=positions, inv_freq=inv_freq, **{in_name: x, out_name: out})
 
 
 def rope(h, x, positions, inv_freq, out=None, stream=0):
@@ -245,44 +168,15 @@ def rope(h, x, positions, inv_freq, out=None, stream=0):
 def rope_bwd(h, dy, positions, inv_freq, dx=None, stream=0):
     """dx = the inverse rotation of dy (the gradient of rope); dx may be dy. Returns dx."""
     return _rope(h, "rope_bwd", dy, positions, inv_freq, dx, stream)
-def _scale_array(x, what):
-    if x is not None and (_array(x, what).dtype != "fp32" or x.size != 1):
-        raise BadArgumentError(f"{what}: expected an fp32 array of 1 element, got {x.dtype}{x.shape}")
-    return x
-
-
 def adamw_step(h, param, grad, m, v, step, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, master=None,
                scale=None, stream=0):
     """One torch.optim.AdamW step in place on param, m, v (and master): param fp32 or bf16,
     grad fp32 or bf16, m and v fp32, master an optional fp32 copy of a bf16 param, scale an
     optional device fp32 [1] multiplying the gradient (clip_by_global_norm's output).
     step counts from 1. Returns param."""
-    param, grad = _array(param, "adamw_step param"), _array(grad, "adamw_step grad")
-    m, v = _array(m, "adamw_step m"), _array(v, "adamw_step v")
-    for name, x, dtype in (("grad", grad, grad.dtype), ("m", m, "fp32"), ("v", v, "fp32"),
-                           ("master", master, "fp32")):
-        if x is not None and (_array(x, f"adamw_step {name}").size != param.size or x.dtype != dtype):
-            raise BadArgumentError(f"adamw_step: {name} must be {dtype} with {param.size} elements like param, "
-                                   f"got {x.dtype}{x.shape}")
-    _scale_array(scale, "adamw_step scale")
-    _same_handle(h, param, grad, m, v, master, scale)
     beta1, beta2 = betas
-    OPS["adamw_step"].submit(h, stream, param_dtype=param.dtype, grad_dtype=grad.dtype, n=param.size, param=param,
-           grad=grad, m=m, v=v, master=master, scale=scale, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
-           weight_decay=weight_decay, step=int(step))
-    return param
-
-
-def _adamw_state_args(op, param, grad, master, scale, state):
-    """Checks an AdamW step's param, grad, master and scale, and its state arrays (name:
-    (array, dtype, size)) against param: every array an Array of its dtype and size."""
-    param, grad = _array(param, f"{op} param"), _array(grad, f"{op} grad")
-    arrays = {"grad": (grad, grad.dtype, param.size), "master": (master, "fp32", param.size), **state}
-    for name, (x, dtype, size) in arrays.items():
-        if x is not None and (_array(x, f"{op} {name}").size != size or x.dtype != dtype):
-            raise BadArgumentError(f"{op}: {name} must be {dtype} with {size} elements, got {x.dtype}{x.shape}")
-    _scale_array(scale, f"{op} scale")
-    return param, grad
+    return _op["adamw_step"](h, stream, param=param, grad=grad, m=m, v=v, master=master, scale=scale, lr=lr,
+                             beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, step=step)[0]
 
 
 def adamw_step_bf16_state(h, param, grad, m, v, step, seed=0, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
@@ -290,16 +184,10 @@ def adamw_step_bf16_state(h, param, grad, m, v, step, seed=0, lr=1e-3, betas=(0.
     """adamw_step with bf16 m and v: updated in fp32, written back with stochastic rounding
     drawn from a counter-based hash of (seed, step, element index), so the bits do not depend
     on threading. seed: an unsigned 64-bit integer. Returns param."""
-    if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
-        raise BadArgumentError(f"adamw_step_bf16_state: seed must be an unsigned 64-bit integer, got {seed!r}")
-    param, grad = _adamw_state_args("adamw_step_bf16_state", param, grad, master, scale,
-                                    {"m": (m, "bf16", param.size), "v": (v, "bf16", param.size)})
-    _same_handle(h, param, grad, m, v, master, scale)
     beta1, beta2 = betas
-    OPS["adamw_step_bf16_state"].submit(h, stream, param_dtype=param.dtype, grad_dtype=grad.dtype, n=param.size,
-           param=param, grad=grad, m=m, v=v, master=master, scale=scale, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
-           weight_decay=weight_decay, step=int(step), seed=int(seed))
-    return param
+    return _op["adamw_step_bf16_state"](h, stream, param=param, grad=grad, m=m, v=v, master=master, scale=scale,
+                                        lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
+                                        step=step, seed=seed)[0]
 
 
 ADAMW_8BIT_BLOCK = opslib.DATAFLOW_ADAMW_8BIT_BLOCK
@@ -320,38 +208,29 @@ def adamw_step_8bit(h, param, grad, m, v, m_absmax, v_absmax, qmap_m, qmap_v, st
     [256], sorted ascending, e.g. adamw_8bit_dynamic_code) times an fp32 absmax per block of
     ADAMW_8BIT_BLOCK elements (m_absmax, v_absmax), dequantized, updated in fp32 and
     requantized in one pass. Returns param."""
-    n = _array(param, "adamw_step_8bit param").size
-    blocks = -(-n // ADAMW_8BIT_BLOCK)
-    param, grad = _adamw_state_args("adamw_step_8bit", param, grad, master, scale, {
-        "m": (m, "uint8", n), "v": (v, "uint8", n), "m_absmax": (m_absmax, "fp32", blocks),
-        "v_absmax": (v_absmax, "fp32", blocks), "qmap_m": (qmap_m, "fp32", ADAMW_8BIT_CODES),
-        "qmap_v": (qmap_v, "fp32", ADAMW_8BIT_CODES)})
-    _same_handle(h, param, grad, m, v, m_absmax, v_absmax, qmap_m, qmap_v, master, scale)
     beta1, beta2 = betas
-    OPS["adamw_step_8bit"].submit(h, stream, param_dtype=param.dtype, grad_dtype=grad.dtype, n=n, param=param,
-           grad=grad, m=m, v=v, m_absmax=m_absmax, v_absmax=v_absmax, qmap_m=qmap_m, qmap_v=qmap_v, master=master,
-           scale=scale, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, step=int(step))
-    return param
+    return _op["adamw_step_8bit"](h, stream, param=param, grad=grad, m=m, v=v, m_absmax=m_absmax, v_absmax=v_absmax,
+                                  qmap_m=qmap_m, qmap_v=qmap_v, master=master, scale=scale, lr=lr, beta1=beta1,
+                                  beta2=beta2, eps=eps, weight_decay=weight_decay, step=step)[0]
 
 
 def grad_norm_sq(h, x, out=None, accumulate=False, out_dtype=None, workspace=None, stream=0):
     """out[0] = (out[0] if accumulate else 0) + sum(x^2), fp64 accumulation, the same bits
     for any thread count. out: fp32 or fp64 [1] (default fp32). workspace: fp64 scratch of
     grad_norm_sq_workspace_bytes(x.size) bytes, allocated when not given. Returns out."""
-    x = _array(x, "grad_norm_sq x")
+    x = check_array(h, x, "grad_norm_sq x")
     out_dtype = out_dtype or (out.dtype if out is not None else "fp32")
     if out is None:
         if accumulate:
             raise BadArgumentError("grad_norm_sq: accumulate=True needs out")
         out = h.empty((1,), out_dtype)
-    if _array(out, "grad_norm_sq out").dtype != out_dtype or out.size != 1:
+    if check_array(h, out, "grad_norm_sq out").dtype != out_dtype or out.size != 1:
         raise BadArgumentError(f"grad_norm_sq: out must be {out_dtype} of 1 element, got {out.dtype}{out.shape}")
     nbytes = opslib.dataflow_grad_norm_sq_workspace_bytes(x.size)
     if workspace is None:
         workspace = h.empty((nbytes // 8,), "fp64")
-    if _array(workspace, "grad_norm_sq workspace").nbytes < nbytes:
+    if check_array(h, workspace, "grad_norm_sq workspace").nbytes < nbytes:
         raise BadArgumentError(f"grad_norm_sq: workspace must hold {nbytes} bytes, got {workspace.nbytes}")
-    _same_handle(h, x, out, workspace)
     check(opslib.dataflow_submit_grad_norm_sq(h._ptr(), stream, dtypes.enum(x.dtype), dtypes.enum(out.dtype), x.size,
                                               x.cdata, workspace.cdata, out.cdata, int(bool(accumulate))))
     return out
@@ -365,15 +244,8 @@ def clip_by_global_norm(h, sumsq, max_norm, scale=None, norm=None, stream=0):
     """scale = min(1, max_norm / (sqrt(sumsq) + 1e-6)) and norm = sqrt(sumsq), as
     torch.nn.utils.clip_grad_norm_, into device fp32 [1] arrays (allocated when not given);
     pass scale to adamw_step. Returns (scale, norm)."""
-    sumsq = _array(sumsq, "clip_by_global_norm sumsq")
-    if sumsq.size != 1:
-        raise BadArgumentError(f"clip_by_global_norm: sumsq must have 1 element, got shape {sumsq.shape}")
-    scale = _scale_array(scale, "clip_by_global_norm scale") if scale is not None else h.empty((1,), "fp32")
-    norm = _scale_array(norm, "clip_by_global_norm norm") if norm is not None else h.empty((1,), "fp32")
-    _same_handle(h, sumsq, scale, norm)
-    OPS["clip_by_global_norm"].submit(h, stream, sumsq_dtype=sumsq.dtype, sumsq=sumsq, max_norm=float(max_norm),
-           scale=scale, norm=norm)
-    return scale, norm
+    norm = norm if norm is not None else h.empty((1,), "fp32")
+    return _op["clip_by_global_norm"](h, stream, sumsq=sumsq, max_norm=max_norm, scale=scale, norm=norm)
 def cross_entropy(h, logits, labels, ignore_index=-100, scale=None, dlogits=None, stream=0):
     """Softmax cross-entropy forward and backward in one pass per row of logits [tokens, vocab]:
     loss[t] = logsumexp(logits[t]) - logits[t, labels[t]] (fp32) and
@@ -383,17 +255,14 @@ def cross_entropy(h, logits, labels, ignore_index=-100, scale=None, dlogits=None
     (overwrite logits). labels: numpy integers (validated, uploaded) or a device int32 array
     (labels outside [0, vocab) other than ignore_index then give loss 0, zero gradient; with
     scale=None they are read back to count the valid tokens). Returns (loss, dlogits)."""
-    logits = _array(logits, "cross_entropy logits")
+    logits = check_array(h, logits, "cross_entropy: logits")
     if len(logits.shape) != 2:
         raise BadArgumentError(f"cross_entropy: logits must be 2-D [tokens, vocab], got shape {logits.shape}")
     tokens, vocab = logits.shape
     if not isinstance(ignore_index, (int, np.integer)) or not -2**31 <= ignore_index < 2**31:
         raise BadArgumentError(f"cross_entropy: ignore_index must be an int32, got {ignore_index!r}")
     if isinstance(labels, Array):
-        if _array(labels, "cross_entropy labels").dtype != "int32" or labels.shape != (tokens,):
-            raise BadArgumentError(f"cross_entropy: labels must be int32 of shape {(tokens,)}, "
-                                   f"got {labels.dtype}{labels.shape}")
-        host_labels = labels.numpy() if scale is None else None
+        host_labels = labels.numpy() if scale is None and labels.shape == (tokens,) else None
     else:
         host_labels = np.asarray(labels)
         if host_labels.dtype.kind not in "iu" or host_labels.shape != (tokens,):
@@ -405,23 +274,15 @@ def cross_entropy(h, logits, labels, ignore_index=-100, scale=None, dlogits=None
             raise BadArgumentError(f"cross_entropy: labels must be in [0, {vocab}) or ignore_index={ignore_index}, "
                                    f"got {host_labels[t]} at token {t} ({int(bad.sum())} out of range)")
         labels = h.from_numpy(host_labels.astype(np.int32), stream=stream)
-    if scale is None:
+    if scale is None and host_labels is not None:
         valid = int(np.count_nonzero((host_labels != ignore_index) & (host_labels >= 0) & (host_labels < vocab)))
         scale = 1.0 / valid if valid else 0.0
     if isinstance(dlogits, str):
         if dlogits != "inplace":
             raise BadArgumentError(f"cross_entropy: dlogits must be an Array, None or 'inplace', got {dlogits!r}")
         dlogits = logits
-    elif dlogits is None:
-        dlogits = h.empty(logits.shape, logits.dtype)
-    elif _array(dlogits, "cross_entropy dlogits").shape != logits.shape or dlogits.dtype != logits.dtype:
-        raise BadArgumentError(f"cross_entropy: dlogits must be {logits.dtype}{logits.shape}, "
-                               f"got {dlogits.dtype}{dlogits.shape}")
-    loss = h.empty((tokens,), "fp32")
-    _same_handle(h, logits, labels, dlogits)
-    OPS["cross_entropy"].submit(h, stream, dtype=logits.dtype, tokens=tokens, vocab=vocab, ignore_index=int(ignore_index),
-           scale=float(scale), logits=logits, labels=labels, loss=loss, dlogits=dlogits)
-    return loss, dlogits
+    return _op["cross_entropy"](h, stream, logits=logits, labels=labels, dlogits=dlogits,
+                                ignore_index=ignore_index, scale=scale)
 def _cu_seqlens(h, cu_seqlens, total, stream, name="cu_seqlens", total_name="total_tokens"):
     """cu_seqlens as a device int32 array: a numpy array is validated (starts at 0, never
     decreases, ends at total) and uploaded; a device array is used as is (kernels treat bad
@@ -475,8 +336,8 @@ def _attention_shapes(q, k, v, op="attention"):
     return total_q, total_k, hq, hkv, d
 
 
-def _check_like(x, what, shape, dtype):
-    if _array(x, f"attention {what}").shape != tuple(shape) or x.dtype != dtype:
+def _check_like(h, x, what, shape, dtype):
+    if check_array(h, x, f"attention {what}").shape != tuple(shape) or x.dtype != dtype:
         raise BadArgumentError(f"attention: {what} must be {dtype}{tuple(shape)}, got {x.dtype}{x.shape}")
     return x
 
@@ -496,17 +357,10 @@ def attention(h, q, k, v, cu_seqlens, scale=None, causal=True, window=0, out=Non
     sequence offsets (numpy or device int32). scale defaults to 1/sqrt(head_dim). window > 0
     (causal only) is a sliding window: query i sees keys i - window < j <= i.
     Returns (out like q, lse fp32 (q_heads, tokens))."""
-    q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
-    total, _, hq, hkv, d = _attention_shapes(q, k, v)
-    cu = _cu_seqlens(h, cu_seqlens, total, stream)
-    out = _check_like(out, "out", q.shape, q.dtype) if out is not None else h.empty(q.shape, q.dtype)
-    lse = _check_like(lse, "lse", (hq, total), "fp32") if lse is not None else h.empty((hq, total), "fp32")
-    scale = 1.0 / d ** 0.5 if scale is None else float(scale)
-    _same_handle(h, q, k, v, cu, out, lse)
-    OPS["attention"].submit(h, stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens=cu, out=out, lse=lse,
-           total_tokens=total, num_seqs=cu.size - 1, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, scale=scale,
-           causal=bool(causal), window=_window(window, causal, "attention"))
-    return out, lse
+    q = check_array(h, q, "attention: q")
+    cu = _cu_seqlens(h, cu_seqlens, q.shape[0] if q.shape else 0, stream)
+    return _op["attention"](h, stream, q=q, k=k, v=v, cu_seqlens=cu, out=out, lse=lse, num_seqs=cu.size - 1,
+                            scale=_default_scale(scale, q), causal=causal, window=_window(window, causal, "attention"))
 
 
 def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True, window=0, out=None, lse=None,
@@ -516,17 +370,17 @@ def attention_kv(h, q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True
     kv_heads, head_dim), e.g. new tokens over a KV cache. Causal masking is bottom-right aligned:
     query i of q_len sees key j of k_len when j <= i + k_len - q_len. Returns (out like q, lse fp32
     (q_heads, total_q))."""
-    q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
-    total_q, total_k, hq, hkv, d = _attention_shapes(q, k, v, "attention_kv")
-    cu_q, cu_k = _cu_seqlens_pair(h, cu_seqlens_q, cu_seqlens_k, total_q, total_k, stream, "attention_kv")
-    out = _check_like(out, "out", q.shape, q.dtype) if out is not None else h.empty(q.shape, q.dtype)
-    lse = _check_like(lse, "lse", (hq, total_q), "fp32") if lse is not None else h.empty((hq, total_q), "fp32")
-    scale = 1.0 / d ** 0.5 if scale is None else float(scale)
-    _same_handle(h, q, k, v, cu_q, cu_k, out, lse)
-    OPS["attention_kv"].submit(h, stream, dtype=q.dtype, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, out=out,
-           lse=lse, total_q=total_q, total_k=total_k, num_seqs=cu_q.size - 1, num_q_heads=hq, num_kv_heads=hkv,
-           head_dim=d, scale=scale, causal=bool(causal), window=_window(window, causal, "attention_kv"))
-    return out, lse
+    q, k = check_array(h, q, "attention_kv: q"), check_array(h, k, "attention_kv: k")
+    cu_q, cu_k = _cu_seqlens_pair(h, cu_seqlens_q, cu_seqlens_k, q.shape[0] if q.shape else 0,
+                                  k.shape[0] if k.shape else 0, stream, "attention_kv")
+    return _op["attention_kv"](h, stream, q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, out=out, lse=lse,
+                               num_seqs=cu_q.size - 1, scale=_default_scale(scale, q), causal=causal,
+                               window=_window(window, causal, "attention_kv"))
+
+
+def _default_scale(scale, q):
+    """attention's scale: 1/sqrt(head_dim) unless given."""
+    return 1.0 / q.shape[-1] ** 0.5 if scale is None and q.shape else scale
 
 
 def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=True, window=0, dq=None, dk=None, dv=None,
@@ -534,23 +388,22 @@ def attention_bwd(h, dout, q, k, v, out, lse, cu_seqlens, scale=None, causal=Tru
     """Gradients of attention() given dout and its (out, lse); deterministic. Returns (dq, dk, dv).
     workspace: a device array of at least dataflow_attention_bwd_workspace_bytes; by default one
     is allocated, and freeing it on return waits for the handle's queued work."""
-    q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
+    q, k, v = check_array(h, q, "attention q"), check_array(h, k, "attention k"), check_array(h, v, "attention v")
     total, _, hq, hkv, d = _attention_shapes(q, k, v)
-    _check_like(dout, "dout", q.shape, q.dtype)
-    _check_like(out, "out", q.shape, q.dtype)
-    _check_like(lse, "lse", (hq, total), "fp32")
+    _check_like(h, dout, "dout", q.shape, q.dtype)
+    _check_like(h, out, "out", q.shape, q.dtype)
+    _check_like(h, lse, "lse", (hq, total), "fp32")
     cu = _cu_seqlens(h, cu_seqlens, total, stream)
-    dq = _check_like(dq, "dq", q.shape, q.dtype) if dq is not None else h.empty(q.shape, q.dtype)
-    dk = _check_like(dk, "dk", k.shape, k.dtype) if dk is not None else h.empty(k.shape, k.dtype)
-    dv = _check_like(dv, "dv", v.shape, v.dtype) if dv is not None else h.empty(v.shape, v.dtype)
+    dq = _check_like(h, dq, "dq", q.shape, q.dtype) if dq is not None else h.empty(q.shape, q.dtype)
+    dk = _check_like(h, dk, "dk", k.shape, k.dtype) if dk is not None else h.empty(k.shape, k.dtype)
+    dv = _check_like(h, dv, "dv", v.shape, v.dtype) if dv is not None else h.empty(v.shape, v.dtype)
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
-    _same_handle(h, dout, q, k, v, out, lse, cu, dq, dk, dv)
     nbytes = opslib.dataflow_attention_bwd_workspace_bytes(total, cu.size - 1, hq, hkv, d)
     if nbytes < 0:
         raise BadArgumentError(f"attention_bwd: invalid sizes: {total} tokens, {hq}/{hkv} heads, head_dim {d}")
     if workspace is None:
         workspace = h.empty((nbytes,), "uint8")
-    _same_handle(h, _array(workspace, "attention_bwd workspace"))
+    check_array(h, workspace, "attention_bwd workspace")
     check(opslib.dataflow_submit_attention_bwd(h._ptr(), stream, dtypes.enum(q.dtype), dout.cdata, q.cdata, k.cdata,
                                                v.cdata, out.cdata, lse.cdata, cu.cdata, dq.cdata, dk.cdata, dv.cdata,
                                                workspace.cdata, workspace.nbytes, total, cu.size - 1, hq, hkv, d, scale,
@@ -564,26 +417,25 @@ def attention_kv_bwd(h, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sca
     dq like q; dk, dv fp32 like k, ACCUMULATED: pass the fp32 arrays of an earlier call to add
     this call's gradients (a K/V context's keys over the chunks that attend to them); by default
     zero-filled new ones. workspace as attention_bwd's."""
-    q, k, v = _array(q, "attention q"), _array(k, "attention k"), _array(v, "attention v")
+    q, k, v = check_array(h, q, "attention q"), check_array(h, k, "attention k"), check_array(h, v, "attention v")
     total_q, total_k, hq, hkv, d = _attention_shapes(q, k, v, "attention_kv_bwd")
-    _check_like(dout, "dout", q.shape, q.dtype)
-    _check_like(out, "out", q.shape, q.dtype)
-    _check_like(lse, "lse", (hq, total_q), "fp32")
+    _check_like(h, dout, "dout", q.shape, q.dtype)
+    _check_like(h, out, "out", q.shape, q.dtype)
+    _check_like(h, lse, "lse", (hq, total_q), "fp32")
     cu_q, cu_k = _cu_seqlens_pair(h, cu_seqlens_q, cu_seqlens_k, total_q, total_k, stream, "attention_kv_bwd")
-    dq = _check_like(dq, "dq", q.shape, q.dtype) if dq is not None else h.empty(q.shape, q.dtype)
+    dq = _check_like(h, dq, "dq", q.shape, q.dtype) if dq is not None else h.empty(q.shape, q.dtype)
     grads = []
     for name, g in (("dk", dk), ("dv", dv)):
-        grads.append(_check_like(g, name, k.shape, "fp32") if g is not None else h.zeros(k.shape, "fp32", stream))
+        grads.append(_check_like(h, g, name, k.shape, "fp32") if g is not None else h.zeros(k.shape, "fp32", stream))
     dk, dv = grads
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
-    _same_handle(h, dout, q, k, v, out, lse, cu_q, cu_k, dq, dk, dv)
     nbytes = opslib.dataflow_attention_bwd_workspace_bytes(total_q, cu_q.size - 1, hq, hkv, d)
     if nbytes < 0:
         raise BadArgumentError(f"attention_kv_bwd: invalid sizes: {total_q} queries, {hq}/{hkv} heads, "
                                f"head_dim {d}")
     if workspace is None:
         workspace = h.empty((nbytes,), "uint8")
-    _same_handle(h, _array(workspace, "attention_kv_bwd workspace"))
+    check_array(h, workspace, "attention_kv_bwd workspace")
     check(opslib.dataflow_submit_attention_kv_bwd(h._ptr(), stream, dtypes.enum(q.dtype), dout.cdata, q.cdata,
                                                   k.cdata, v.cdata, out.cdata, lse.cdata, cu_q.cdata, cu_k.cdata,
                                                   dq.cdata, ffi.cast("float *", dk.cdata),
@@ -603,16 +455,19 @@ def _like(h, given, shape, dtype, what):
     """given if it has shape and dtype (else an error), or a new array."""
     if given is None:
         return h.empty(shape, dtype)
-    if _array(given, what).shape != tuple(shape) or given.dtype != dtype:
+    if check_array(h, given, what).shape != tuple(shape) or given.dtype != dtype:
         raise BadArgumentError(f"{what} must be {dtype}{tuple(shape)}, got {given.dtype}{given.shape}")
     return given
 
 
-def _check_rstd(rstd, rows, op):
-    if _array(rstd, f"{op} rstd").size != rows or rstd.dtype != "fp32":
+def _check_rstd(h, rstd, rows, op):
+    if check_array(h, rstd, f"{op} rstd").size != rows or rstd.dtype != "fp32":
         raise BadArgumentError(f"{op}: rstd must be fp32 with {rows} elements (one per row), got "
                                f"{rstd.dtype}{rstd.shape}")
     return rstd
+
+
+_RMS_NORM = _op["rms_norm"].renamed(y="out")
 
 
 def rms_norm(h, x, w, eps=1e-6, out=None, rstd=None, stream=0):
@@ -620,30 +475,15 @@ def rms_norm(h, x, w, eps=1e-6, out=None, rstd=None, stream=0):
     rstd = 1 / sqrt(mean(x^2) + eps), out = w * to_dtype(x * rstd). x, w (shape (hidden,))
     and out share a dtype (fp32, fp16, bf16); out may be x. Returns (out, rstd), rstd fp32
     with one value per row (shape x.shape[:-1]), for the backward."""
-    x, w = _array(x, "rms_norm x"), _array(w, "rms_norm w")
-    rows, hidden = _rows(x, "rms_norm x")
-    if w.shape != (hidden,) or w.dtype != x.dtype:
-        raise BadArgumentError(f"rms_norm: w must be {x.dtype}{(hidden,)}, got {w.dtype}{w.shape}")
-    out = _like(h, out, x.shape, x.dtype, "rms_norm out")
-    rstd = h.empty(x.shape[:-1] or (1,), "fp32") if rstd is None else _check_rstd(rstd, rows, "rms_norm")
-    _same_handle(h, x, w, out, rstd)
-    OPS["rms_norm"].submit(h, stream, dtype=x.dtype, rows=rows, hidden=hidden, eps=eps, x=x, w=w, y=out, rstd=rstd)
-    return out, rstd
+    if rstd is None:
+        rstd = h.empty(check_array(h, x, "rms_norm: x").shape[:-1] or (1,), "fp32")
+    return _RMS_NORM(h, stream, x=x, w=w, y=out, rstd=rstd, eps=eps)
 
 
 def rms_norm_bwd_x(h, dy, x, w, rstd, dx=None, stream=0):
     """dx = rstd * (g - x * rstd^2 * mean(g * x)) with g = dy * w, in fp32, rounded once.
     dy, x, dx share a dtype and shape; rstd is rms_norm's. dx may be dy or x. Returns dx."""
-    dy, x, w, rstd = (_array(a, f"rms_norm_bwd_x {n}") for a, n in ((dy, "dy"), (x, "x"), (w, "w"), (rstd, "rstd")))
-    rows, hidden = _rows(x, "rms_norm_bwd_x x")
-    if dy.shape != x.shape or dy.dtype != x.dtype or w.shape != (hidden,) or w.dtype != x.dtype:
-        raise BadArgumentError(f"rms_norm_bwd_x: dy must be {x.dtype}{x.shape} and w {x.dtype}{(hidden,)}, got "
-                               f"{dy.dtype}{dy.shape} and {w.dtype}{w.shape}")
-    _check_rstd(rstd, rows, "rms_norm_bwd_x")
-    dx = _like(h, dx, x.shape, x.dtype, "rms_norm_bwd_x dx")
-    _same_handle(h, dy, x, w, rstd, dx)
-    OPS["rms_norm_bwd_x"].submit(h, stream, dtype=x.dtype, rows=rows, hidden=hidden, dy=dy, x=x, w=w, rstd=rstd, dx=dx)
-    return dx
+    return _op["rms_norm_bwd_x"](h, stream, dy=dy, x=x, w=w, rstd=rstd, dx=dx)
 
 
 def rms_norm_bwd_w_workspace_bytes(rows, hidden):
@@ -657,20 +497,19 @@ def rms_norm_bwd_w(h, dy, x, rstd, dw=None, dw_dtype=None, workspace=None, strea
     workspace: fp32 of at least rms_norm_bwd_w_workspace_bytes(rows, hidden) bytes, kept
     untouched until the op has run; when not given, one is made for the call (freed in stream
     order once the op has run). Returns dw."""
-    dy, x, rstd = (_array(a, f"rms_norm_bwd_w {n}") for a, n in ((dy, "dy"), (x, "x"), (rstd, "rstd")))
+    dy, x, rstd = (check_array(h, a, f"rms_norm_bwd_w {n}") for a, n in ((dy, "dy"), (x, "x"), (rstd, "rstd")))
     rows, hidden = _rows(x, "rms_norm_bwd_w x")
     if dy.shape != x.shape or dy.dtype != x.dtype:
         raise BadArgumentError(f"rms_norm_bwd_w: dy must be {x.dtype}{x.shape}, got {dy.dtype}{dy.shape}")
-    _check_rstd(rstd, rows, "rms_norm_bwd_w")
+    _check_rstd(h, rstd, rows, "rms_norm_bwd_w")
     dw_dtype = dw_dtype or (dw.dtype if dw is not None else x.dtype)
     dw = _like(h, dw, (hidden,), dw_dtype, "rms_norm_bwd_w dw")
     nbytes = rms_norm_bwd_w_workspace_bytes(rows, hidden)
     if workspace is None:
         workspace = h.empty((nbytes // 4,), "fp32")
-    if _array(workspace, "rms_norm_bwd_w workspace").dtype != "fp32" or workspace.nbytes < nbytes:
+    if check_array(h, workspace, "rms_norm_bwd_w workspace").dtype != "fp32" or workspace.nbytes < nbytes:
         raise BadArgumentError(f"rms_norm_bwd_w: workspace must be fp32 of at least {nbytes} bytes, got "
                                f"{workspace.dtype} of {workspace.nbytes}")
-    _same_handle(h, dy, x, rstd, dw, workspace)
     check(opslib.dataflow_submit_rms_norm_bwd_w(h._ptr(), stream, dtypes.enum(x.dtype), dtypes.enum(dw_dtype), rows,
                                                 hidden, dy.cdata, x.cdata, rstd.cdata, workspace.cdata, dw.cdata))
     return dw
@@ -679,36 +518,19 @@ def rms_norm_bwd_w(h, dy, x, rstd, dw=None, dw_dtype=None, workspace=None, strea
 def swiglu(h, gate, up, out=None, stream=0):
     """out = to_dtype(to_dtype(silu(gate)) * up) in fp32, as F.silu(gate) * up (Hugging Face
     LlamaMLP). gate, up, out share shape and dtype (fp32, fp16, bf16); out may be gate or up."""
-    gate, up = _array(gate, "swiglu gate"), _array(up, "swiglu up")
-    if gate.shape != up.shape or gate.dtype != up.dtype:
-        raise BadArgumentError(f"swiglu: gate and up must match, got {gate.dtype}{gate.shape} and {up.dtype}{up.shape}")
-    rows, ffn = _rows(gate, "swiglu gate")
-    out = _like(h, out, gate.shape, gate.dtype, "swiglu out")
-    _same_handle(h, gate, up, out)
-    OPS["swiglu"].submit(h, stream, dtype=gate.dtype, rows=rows, ffn=ffn, gate=gate, up=up, out=out)
-    return out
+    return _op["swiglu"](h, stream, gate=gate, up=up, out=out)
 
 
 def swiglu_bwd(h, d_out, gate, up, d_gate=None, d_up=None, stream=0):
     """d_up = d_out * silu(gate), d_gate = d_out * up * silu'(gate), in fp32, each rounded
     once. All arrays share shape and dtype; d_gate and d_up may be inputs (not each other).
     Returns (d_gate, d_up)."""
-    d_out, gate, up = (_array(a, f"swiglu_bwd {n}") for a, n in ((d_out, "d_out"), (gate, "gate"), (up, "up")))
-    if not (d_out.shape == gate.shape == up.shape and d_out.dtype == gate.dtype == up.dtype):
-        raise BadArgumentError(f"swiglu_bwd: d_out, gate and up must match, got {d_out.dtype}{d_out.shape}, "
-                               f"{gate.dtype}{gate.shape} and {up.dtype}{up.shape}")
-    rows, ffn = _rows(gate, "swiglu_bwd gate")
-    d_gate = _like(h, d_gate, gate.shape, gate.dtype, "swiglu_bwd d_gate")
-    d_up = _like(h, d_up, gate.shape, gate.dtype, "swiglu_bwd d_up")
-    _same_handle(h, d_out, gate, up, d_gate, d_up)
-    OPS["swiglu_bwd"].submit(h, stream, dtype=gate.dtype, rows=rows, ffn=ffn, d_out=d_out, gate=gate, up=up,
-           d_gate=d_gate, d_up=d_up)
-    return d_gate, d_up
+    return _op["swiglu_bwd"](h, stream, d_out=d_out, gate=gate, up=up, d_gate=d_gate, d_up=d_up)
 
 
-def _paged_pools(k_pages, v_pages, op):
+def _paged_pools(h, k_pages, v_pages, op):
     """(num_pages, page_size, kv_heads, head_dim) of checked k_pages, v_pages."""
-    k_pages, v_pages = _array(k_pages, f"{op} k_pages"), _array(v_pages, f"{op} v_pages")
+    k_pages, v_pages = check_array(h, k_pages, f"{op} k_pages"), check_array(h, v_pages, f"{op} v_pages")
     if len(k_pages.shape) != 4 or k_pages.shape != v_pages.shape or k_pages.dtype != v_pages.dtype:
         raise BadArgumentError(f"{op}: k_pages and v_pages must be alike (num_pages, page_size, kv_heads, head_dim), "
                                f"got {k_pages.dtype}{k_pages.shape} and {v_pages.dtype}{v_pages.shape}")
@@ -729,24 +551,9 @@ def paged_kv_write(h, k, v, k_pages, v_pages, slot_mapping, stream=0):
     head_dim), k_pages/v_pages (num_pages, page_size, kv_heads, head_dim), slot_mapping int32
     (tokens,): token t goes to row slot % page_size of page slot // page_size. numpy slots are
     checked against the pool; a device slot outside it is skipped."""
-    num_pages, page_size, hkv, d = _paged_pools(k_pages, v_pages, "paged_kv_write")
-    k, v = _array(k, "paged_kv_write k"), _array(v, "paged_kv_write v")
-    if len(k.shape) != 3 or k.shape != v.shape or k.shape[1:] != (hkv, d) or k.dtype != k_pages.dtype \
-            or v.dtype != k_pages.dtype:
-        raise BadArgumentError(f"paged_kv_write: k and v must be {k_pages.dtype}(tokens, {hkv}, {d}) like the pages, "
-                               f"got {k.dtype}{k.shape} and {v.dtype}{v.shape}")
-    if not isinstance(slot_mapping, Array):
-        slot_mapping = np.asarray(slot_mapping)
-        if slot_mapping.shape != (k.shape[0],):
-            raise BadArgumentError(f"paged_kv_write: slot_mapping must have shape ({k.shape[0]},), "
-                                   f"got {slot_mapping.shape}")
+    num_pages, page_size, _, _ = _paged_pools(h, k_pages, v_pages, "paged_kv_write")
     slots = _index_array(h, slot_mapping, "paged_kv_write: slot_mapping", ("int32",), num_pages * page_size)
-    if slots.shape != (k.shape[0],):
-        raise BadArgumentError(f"paged_kv_write: slot_mapping must have shape ({k.shape[0]},), got {slots.shape}")
-    _same_handle(h, k, v, k_pages, v_pages, slots)
-    OPS["paged_kv_write"].submit(h, stream, dtype=k.dtype, k=k, v=v, slot_mapping=slots, k_pages=k_pages,
-                                 v_pages=v_pages, num_tokens=k.shape[0], num_pages=num_pages, page_size=page_size,
-                                 num_kv_heads=hkv, head_dim=d)
+    _op["paged_kv_write"](h, stream, k=k, v=v, slot_mapping=slots, k_pages=k_pages, v_pages=v_pages)
 
 
 def _check_page_tables(page_table, seq_lens, cu, num_pages, page_size):
@@ -783,8 +590,8 @@ def paged_attention(h, q, k_pages, v_pages, page_table, seq_lens, cu_seqlens_q, 
     bottom-right as attention_kv. Keys are cut in splits of split_size (a multiple of 64).
     numpy tables are checked (page ids, lengths) before upload; device tables are used as is.
     Returns (out like q, lse fp32 (q_heads, total_q))."""
-    q = _array(q, "paged_attention q")
-    num_pages, page_size, hkv, d = _paged_pools(k_pages, v_pages, "paged_attention")
+    q = check_array(h, q, "paged_attention q")
+    num_pages, page_size, hkv, d = _paged_pools(h, k_pages, v_pages, "paged_attention")
     if len(q.shape) != 3 or q.shape[2] != d or q.dtype != k_pages.dtype:
         raise BadArgumentError(f"paged_attention: q must be {k_pages.dtype}(tokens, q_heads, {d}), "
                                f"got {q.dtype}{q.shape}")
@@ -807,15 +614,14 @@ def paged_attention(h, q, k_pages, v_pages, page_table, seq_lens, cu_seqlens_q, 
                                f"got {cu.size}")
     table = _int32_table(h, page_table, "paged_attention: page_table", (batch, max_pages), stream)
     lens = _int32_table(h, seq_lens, "paged_attention: seq_lens", (batch,), stream)
-    out = _check_like(out, "out", q.shape, q.dtype) if out is not None else h.empty(q.shape, q.dtype)
-    lse = _check_like(lse, "lse", (hq, total_q), "fp32") if lse is not None else h.empty((hq, total_q), "fp32")
+    out = _check_like(h, out, "out", q.shape, q.dtype) if out is not None else h.empty(q.shape, q.dtype)
+    lse = _check_like(h, lse, "lse", (hq, total_q), "fp32") if lse is not None else h.empty((hq, total_q), "fp32")
     nbytes = opslib.dataflow_paged_attention_workspace_bytes(total_q, hq, d, max_pages, page_size, int(split_size))
     if nbytes < 0:
         raise BadArgumentError(f"paged_attention: invalid sizes: {total_q} tokens, {hq} heads, head_dim {d}, "
                                f"{max_pages} pages of {page_size}, split_size {split_size}")
     if workspace is None:
         workspace = h.empty((nbytes,), "uint8")
-    _same_handle(h, q, k_pages, v_pages, table, lens, cu, out, lse, _array(workspace, "paged_attention workspace"))
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
     check(opslib.dataflow_submit_paged_attention(
         h._ptr(), stream, dtypes.enum(q.dtype), q.cdata, k_pages.cdata, v_pages.cdata, table.cdata, lens.cdata,
@@ -824,44 +630,17 @@ def paged_attention(h, q, k_pages, v_pages, page_table, seq_lens, cu_seqlens_q, 
     return out, lse
 
 
-def _qmatmul_io(h, op, x, n, out, c, out_dtype):
-    """x [M, K] (fp32, bf16) and the out, c of a qmatmul: [M, n] of out_dtype (fp32, bf16;
-    default: out's dtype, else x's)"""
-    x = _array(x, f"{op} x")
-    if len(x.shape) != 2 or x.dtype not in ("fp32", "bf16"):
-        raise BadArgumentError(f"{op}: x must be a 2-D fp32 or bf16 array, got {x.dtype}{x.shape}")
-    out_dtype = out_dtype or (out.dtype if out is not None else x.dtype)
-    if out_dtype not in ("fp32", "bf16"):
-        raise BadArgumentError(f"{op}: out_dtype must be fp32 or bf16, got {out_dtype}")
-    shape = (x.shape[0], n)
-    out = out if out is not None else h.empty(shape, out_dtype)
-    for name, a in (("out", out), ("c", c)):
-        if a is not None and (_array(a, f"{op} {name}").shape != shape or a.dtype != out_dtype):
-            raise BadArgumentError(f"{op}: {name} must be {out_dtype}{shape}, got {a.dtype}{a.shape}")
-    return x, out
-
-
-def _check_scales(op, scales, shape):
-    if _array(scales, f"{op} scales").shape != shape or scales.dtype not in ("fp32", "bf16"):
-        raise BadArgumentError(f"{op}: scales must be fp32 or bf16 of shape {shape}, got {scales.dtype}{scales.shape}")
+_QMATMUL_INT8 = _op["qmatmul_int8"].renamed(W="w", C="c")
+_QMATMUL_INT4 = _op["qmatmul_int4"].renamed(W="w", C="c")
 
 
 def qmatmul_int8(h, x, w, scales, out=None, c=None, out_dtype=None, stream=0):
     """out = x @ (w * scales[:, None])^T (+ c): x [M, K] fp32/bf16, w int8 [N, K] (a Linear's
     layout), scales [N] fp32/bf16, out and c [M, N]; fp32 accumulation (the catalogue's
     qmatmul_int8). c may be out. Returns out."""
-    w = _array(w, "qmatmul_int8 w")
-    if len(w.shape) != 2 or w.dtype != "int8":
-        raise BadArgumentError(f"qmatmul_int8: w must be a 2-D int8 array, got {w.dtype}{w.shape}")
-    n, k = w.shape
-    x, out = _qmatmul_io(h, "qmatmul_int8", x, n, out, c, out_dtype)
-    if x.shape[1] != k:
-        raise BadArgumentError(f"qmatmul_int8: x has {x.shape[1]} columns, w has {k}")
-    _check_scales("qmatmul_int8", scales, (n,))
-    _same_handle(h, x, w, scales, out, c)
-    OPS["qmatmul_int8"].submit(h, stream, x_dtype=x.dtype, scale_dtype=scales.dtype, out_dtype=out.dtype, M=x.shape[0],
-                               N=n, K=k, x=x, W=w, scales=scales, C=c, out=out)
-    return out
+    if out_dtype is None and out is None and c is None:
+        out_dtype = check_array(h, x, "qmatmul_int8: x").dtype
+    return _QMATMUL_INT8(h, stream, out_dtype=out_dtype, x=x, W=w, scales=scales, C=c, out=out)
 
 
 def qmatmul_int4(h, x, w, scales, group_size, zeros=None, out=None, c=None, out_dtype=None, stream=0):
@@ -871,39 +650,16 @@ def qmatmul_int4(h, x, w, scales, group_size, zeros=None, out=None, c=None, out_
     32 (the catalogue's qmatmul_int4). c may be out. Returns out."""
     from .quantize import check_group_size
     group_size = check_group_size(group_size, "qmatmul_int4: group_size")
-    w = _array(w, "qmatmul_int4 w")
-    if len(w.shape) != 2 or w.dtype != "uint8":
-        raise BadArgumentError(f"qmatmul_int4: w must be a 2-D uint8 array of packed codes, got {w.dtype}{w.shape}")
-    n = w.shape[0]
-    x, out = _qmatmul_io(h, "qmatmul_int4", x, n, out, c, out_dtype)
-    k = x.shape[1]
-    if w.shape[1] != -(-k // 2):
-        raise BadArgumentError(f"qmatmul_int4: w must hold cdiv(K, 2) = {-(-k // 2)} bytes per row for x's K = {k}, "
-                               f"got {w.shape[1]}")
-    groups = (n, -(-k // group_size))
-    _check_scales("qmatmul_int4", scales, groups)
-    if zeros is not None and (_array(zeros, "qmatmul_int4 zeros").shape != groups or zeros.dtype != "uint8"):
-        raise BadArgumentError(f"qmatmul_int4: zeros must be uint8{groups}, got {zeros.dtype}{zeros.shape}")
-    _same_handle(h, x, w, scales, zeros, out, c)
-    OPS["qmatmul_int4"].submit(h, stream, x_dtype=x.dtype, scale_dtype=scales.dtype, out_dtype=out.dtype, M=x.shape[0],
-                               N=n, K=k, group_size=group_size, x=x, W=w, scales=scales, zeros=zeros, C=c, out=out)
-    return out
+    if out_dtype is None and out is None and c is None:
+        out_dtype = check_array(h, x, "qmatmul_int4: x").dtype
+    return _QMATMUL_INT4(h, stream, out_dtype=out_dtype, group_size=group_size, x=x, W=w, scales=scales,
+                               zeros=zeros, C=c, out=out)
 
-
-# ---- mixture of experts: router, permutation, grouped expert matmuls, combine, aux loss ----
-
-def _moe_ids(topk_ids, op):
+def _moe_ids(h, topk_ids, op):
     """(tokens, top_k) of an int32 [tokens, top_k] device array of expert ids."""
-    if len(_array(topk_ids, f"{op} topk_ids").shape) != 2 or topk_ids.dtype != "int32":
+    if len(check_array(h, topk_ids, f"{op} topk_ids").shape) != 2 or topk_ids.dtype != "int32":
         raise BadArgumentError(f"{op}: topk_ids must be int32 [tokens, top_k], got {topk_ids.dtype}{topk_ids.shape}")
     return topk_ids.shape
-
-
-def _moe_probs(probs, tokens, op):
-    """experts of fp32 probs [tokens, experts]."""
-    if len(_array(probs, f"{op} probs").shape) != 2 or probs.dtype != "fp32" or probs.shape[0] != tokens:
-        raise BadArgumentError(f"{op}: probs must be fp32 [{tokens}, experts], got {probs.dtype}{probs.shape}")
-    return probs.shape[1]
 
 
 def moe_router(h, logits, top_k, norm_topk_prob=False, probs=None, topk_weights=None, topk_ids=None, stream=0):
@@ -911,45 +667,25 @@ def moe_router(h, logits, top_k, norm_topk_prob=False, probs=None, topk_weights=
     topk_ids = torch.topk(probs, top_k) (torch's CPU order, ties included), topk_weights = their
     probs, renormalized to sum 1 when norm_topk_prob. Returns (probs, topk_weights fp32
     [tokens, top_k], topk_ids int32 [tokens, top_k])."""
-    if len(_array(logits, "moe_router logits").shape) != 2 or logits.dtype != "fp32":
-        raise BadArgumentError(f"moe_router: logits must be fp32 [tokens, experts], got {logits.dtype}{logits.shape}")
-    tokens, experts = logits.shape
+    logits = check_array(h, logits, "moe_router: logits")
+    experts = logits.shape[-1] if logits.shape else 0
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 0 < top_k <= experts:
         raise BadArgumentError(f"moe_router: top_k must be an integer in [1, {experts}] (the experts), got {top_k!r}")
-    probs = _like(h, probs, (tokens, experts), "fp32", "moe_router probs")
-    topk_weights = _like(h, topk_weights, (tokens, top_k), "fp32", "moe_router topk_weights")
-    topk_ids = _like(h, topk_ids, (tokens, top_k), "int32", "moe_router topk_ids")
-    _same_handle(h, logits, probs, topk_weights, topk_ids)
-    OPS["moe_router"].submit(h, stream, dtype="fp32", tokens=tokens, experts=experts, top_k=int(top_k),
-                             norm_topk_prob=bool(norm_topk_prob), logits=logits, probs=probs,
+    return _op["moe_router"](h, stream, logits=logits, top_k=top_k, norm_topk_prob=norm_topk_prob, probs=probs,
                              topk_weights=topk_weights, topk_ids=topk_ids)
-    return probs, topk_weights, topk_ids
 
 
 def moe_router_bwd(h, d_topk_weights, probs, topk_ids, norm_topk_prob=False, d_logits=None, stream=0):
     """d_logits (fp32 [tokens, experts], written) from d_topk_weights [tokens, top_k] through
     moe_router's renormalization and softmax, given its probs and topk_ids. Returns d_logits."""
-    tokens, top_k = _moe_ids(topk_ids, "moe_router_bwd")
-    experts = _moe_probs(probs, tokens, "moe_router_bwd")
-    _check_like(d_topk_weights, "moe_router_bwd d_topk_weights", (tokens, top_k), "fp32")
-    d_logits = _like(h, d_logits, (tokens, experts), "fp32", "moe_router_bwd d_logits")
-    _same_handle(h, d_topk_weights, probs, topk_ids, d_logits)
-    OPS["moe_router_bwd"].submit(h, stream, dtype="fp32", tokens=tokens, experts=experts, top_k=top_k,
-                                 norm_topk_prob=bool(norm_topk_prob), probs=probs, topk_ids=topk_ids,
-                                 d_topk_weights=d_topk_weights, d_logits=d_logits)
-    return d_logits
+    return _op["moe_router_bwd"](h, stream, d_topk_weights=d_topk_weights, probs=probs, topk_ids=topk_ids,
+                                 norm_topk_prob=norm_topk_prob, d_logits=d_logits)
 
 
 def moe_router_stats(h, probs, topk_ids, stats, stream=0):
     """Adds one layer's routing to stats (fp32 [2, experts], zero before the first layer): row 0
     counts each expert's assignments, row 1 sums its probs over tokens. Returns stats."""
-    tokens, top_k = _moe_ids(topk_ids, "moe_router_stats")
-    experts = _moe_probs(probs, tokens, "moe_router_stats")
-    _check_like(stats, "moe_router_stats stats", (2, experts), "fp32")
-    _same_handle(h, probs, topk_ids, stats)
-    OPS["moe_router_stats"].submit(h, stream, dtype="fp32", tokens=tokens, experts=experts, top_k=top_k, probs=probs,
-                                   topk_ids=topk_ids, stats=stats)
-    return stats
+    return _op["moe_router_stats"](h, stream, probs=probs, topk_ids=topk_ids, stats=stats)
 
 
 def _moe_rows(rows, op):
@@ -962,27 +698,14 @@ def moe_aux_loss(h, stats, rows, loss=None, stream=0):
     """HF's load_balancing_loss_func from the stats of every layer (moe_router_stats) and rows =
     tokens * layers: experts * sum_e (counts_e / rows) * (prob_sums_e / rows). Returns loss, an
     fp32 [1] device array."""
-    if len(_array(stats, "moe_aux_loss stats").shape) != 2 or stats.shape[0] != 2 or stats.dtype != "fp32":
-        raise BadArgumentError(f"moe_aux_loss: stats must be fp32 [2, experts], got {stats.dtype}{stats.shape}")
-    loss = _like(h, loss, (1,), "fp32", "moe_aux_loss loss")
-    _same_handle(h, stats, loss)
-    OPS["moe_aux_loss"].submit(h, stream, dtype="fp32", experts=stats.shape[1], rows=_moe_rows(rows, "moe_aux_loss"),
-                               stats=stats, loss=loss)
-    return loss
+    return _op["moe_aux_loss"](h, stream, stats=stats, rows=_moe_rows(rows, "moe_aux_loss"), loss=loss)
 
 
 def moe_aux_loss_bwd(h, stats, probs, rows, d_logits, d_loss=1.0, stream=0):
     """Adds d_loss times the gradient of moe_aux_loss with respect to one layer's router logits
     to d_logits (fp32 [tokens, experts]), given that layer's probs. Returns d_logits."""
-    tokens = _array(probs, "moe_aux_loss_bwd probs").shape[0] if len(probs.shape) == 2 else -1
-    experts = _moe_probs(probs, tokens, "moe_aux_loss_bwd")
-    _check_like(stats, "moe_aux_loss_bwd stats", (2, experts), "fp32")
-    _check_like(d_logits, "moe_aux_loss_bwd d_logits", (tokens, experts), "fp32")
-    _same_handle(h, stats, probs, d_logits)
-    OPS["moe_aux_loss_bwd"].submit(h, stream, dtype="fp32", tokens=tokens, experts=experts,
-                                   rows=_moe_rows(rows, "moe_aux_loss_bwd"), d_loss=float(d_loss), stats=stats,
-                                   probs=probs, d_logits=d_logits)
-    return d_logits
+    return _op["moe_aux_loss_bwd"](h, stream, stats=stats, probs=probs, rows=_moe_rows(rows, "moe_aux_loss_bwd"),
+                                   d_logits=d_logits, d_loss=d_loss)
 
 
 def moe_permute(h, x, topk_ids, experts, x_perm=None, expert_offsets=None, row_map=None, slot_of=None, stream=0):
@@ -991,8 +714,8 @@ def moe_permute(h, x, topk_ids, experts, x_perm=None, expert_offsets=None, row_m
     expert; expert_offsets int32 [experts + 1] their row ranges, row_map int32 [tokens * top_k]
     each row's token, slot_of int32 [tokens, top_k] each assignment's row. All on the device.
     Returns (x_perm, expert_offsets, row_map, slot_of)."""
-    tokens, top_k = _moe_ids(topk_ids, "moe_permute")
-    if len(_array(x, "moe_permute x").shape) != 2 or x.shape[0] != tokens:
+    tokens, top_k = _moe_ids(h, topk_ids, "moe_permute")
+    if len(check_array(h, x, "moe_permute x").shape) != 2 or x.shape[0] != tokens:
         raise BadArgumentError(f"moe_permute: x must be [{tokens}, hidden] (one row per token), got {x.shape}")
     if isinstance(experts, bool) or not isinstance(experts, (int, np.integer)) or experts < top_k:
         raise BadArgumentError(f"moe_permute: experts must be an integer >= top_k ({top_k}), got {experts!r}")
@@ -1001,7 +724,6 @@ def moe_permute(h, x, topk_ids, experts, x_perm=None, expert_offsets=None, row_m
     expert_offsets = _like(h, expert_offsets, (int(experts) + 1,), "int32", "moe_permute expert_offsets")
     row_map = _like(h, row_map, (n,), "int32", "moe_permute row_map")
     slot_of = _like(h, slot_of, (tokens, top_k), "int32", "moe_permute slot_of")
-    _same_handle(h, x, topk_ids, x_perm, expert_offsets, row_map, slot_of)
     i32 = lambda a: ffi.cast("int32_t *", a.cdata)  # noqa: E731
     check(opslib.dataflow_submit_moe_permute(h._ptr(), stream, dtypes.enum(x.dtype), tokens, int(experts), top_k,
                                              hidden, i32(topk_ids), x.cdata, i32(expert_offsets), i32(row_map),
@@ -1013,16 +735,7 @@ def moe_combine(h, y_perm, slot_of, topk_weights=None, y=None, stream=0):
     """y[t] = sum_j topk_weights[t, j] * y_perm[slot_of[t, j]] in fp32, rounded once (y_perm
     [tokens * top_k, hidden] and y [tokens, hidden] share a dtype). topk_weights None means 1:
     moe_permute's backward (d_x from d_x_perm). Returns y."""
-    tokens, top_k = _moe_ids(slot_of, "moe_combine")
-    if len(_array(y_perm, "moe_combine y_perm").shape) != 2 or y_perm.shape[0] != tokens * top_k:
-        raise BadArgumentError(f"moe_combine: y_perm must be [{tokens * top_k}, hidden], got {y_perm.shape}")
-    if topk_weights is not None:
-        _check_like(topk_weights, "moe_combine topk_weights", (tokens, top_k), "fp32")
-    y = _like(h, y, (tokens, y_perm.shape[1]), y_perm.dtype, "moe_combine y")
-    _same_handle(h, y_perm, slot_of, topk_weights, y)
-    OPS["moe_combine"].submit(h, stream, dtype=y_perm.dtype, tokens=tokens, top_k=top_k, hidden=y_perm.shape[1],
-                              y_perm=y_perm, slot_of=slot_of, topk_weights=topk_weights, y=y)
-    return y
+    return _op["moe_combine"](h, stream, y_perm=y_perm, slot_of=slot_of, topk_weights=topk_weights, y=y)
 
 
 def moe_permute_bwd(h, d_x_perm, slot_of, d_x=None, stream=0):
@@ -1033,25 +746,8 @@ def moe_permute_bwd(h, d_x_perm, slot_of, d_x=None, stream=0):
 def moe_combine_bwd(h, dy, y_perm, slot_of, topk_weights, d_y_perm=None, d_topk_weights=None, stream=0):
     """Gradients of moe_combine: d_y_perm[slot_of[t, j]] = topk_weights[t, j] * dy[t] and
     d_topk_weights[t, j] = dy[t] . y_perm[slot_of[t, j]] (fp32). Returns (d_y_perm, d_topk_weights)."""
-    tokens, top_k = _moe_ids(slot_of, "moe_combine_bwd")
-    if len(_array(y_perm, "moe_combine_bwd y_perm").shape) != 2 or y_perm.shape[0] != tokens * top_k:
-        raise BadArgumentError(f"moe_combine_bwd: y_perm must be [{tokens * top_k}, hidden], got {y_perm.shape}")
-    hidden = y_perm.shape[1]
-    _check_like(dy, "moe_combine_bwd dy", (tokens, hidden), y_perm.dtype)
-    _check_like(topk_weights, "moe_combine_bwd topk_weights", (tokens, top_k), "fp32")
-    d_y_perm = _like(h, d_y_perm, y_perm.shape, y_perm.dtype, "moe_combine_bwd d_y_perm")
-    d_topk_weights = _like(h, d_topk_weights, (tokens, top_k), "fp32", "moe_combine_bwd d_topk_weights")
-    _same_handle(h, dy, y_perm, slot_of, topk_weights, d_y_perm, d_topk_weights)
-    OPS["moe_combine_bwd"].submit(h, stream, dtype=y_perm.dtype, tokens=tokens, top_k=top_k, hidden=hidden, dy=dy,
-                                  y_perm=y_perm, slot_of=slot_of, topk_weights=topk_weights, d_y_perm=d_y_perm,
-                                  d_topk_weights=d_topk_weights)
-    return d_y_perm, d_topk_weights
-
-
-def _moe_offsets(expert_offsets, experts, op):
-    if _array(expert_offsets, f"{op} expert_offsets").shape != (experts + 1,) or expert_offsets.dtype != "int32":
-        raise BadArgumentError(f"{op}: expert_offsets must be int32 [{experts + 1}] (experts + 1), got "
-                               f"{expert_offsets.dtype}{expert_offsets.shape}")
+    return _op["moe_combine_bwd"](h, stream, dy=dy, y_perm=y_perm, slot_of=slot_of, topk_weights=topk_weights,
+                                  d_y_perm=d_y_perm, d_topk_weights=d_topk_weights)
 
 
 def moe_grouped_matmul(h, x, w, expert_offsets, trans_w=True, out=None, stream=0):
@@ -1059,38 +755,15 @@ def moe_grouped_matmul(h, x, w, expert_offsets, trans_w=True, out=None, stream=0
     expert_offsets[e] <= r < expert_offsets[e + 1]. trans_w (the forward): w [experts, n_out,
     k_in] as nn.Linear, op = transpose; else w [experts, k_in, n_out] (d_x = dy @ w[e]).
     fp32 or bf16, fp32 accumulation. Returns out [rows, n_out]."""
-    x, w = _array(x, "moe_grouped_matmul x"), _array(w, "moe_grouped_matmul w")
-    if len(x.shape) != 2 or len(w.shape) != 3 or x.dtype != w.dtype:
-        raise BadArgumentError(f"moe_grouped_matmul: x must be [rows, k_in] and w [experts, ., .] of one dtype, got "
-                               f"{x.dtype}{x.shape} and {w.dtype}{w.shape}")
+    if len(check_array(h, w, "moe_grouped_matmul: w").shape) != 3:
+        raise BadArgumentError(f"moe_grouped_matmul: w must be [experts, ., .], got {w.shape}")
     experts, n_out, k_in = (w.shape[0], w.shape[1], w.shape[2]) if trans_w else (w.shape[0], w.shape[2], w.shape[1])
-    if x.shape[1] != k_in:
-        layout = "[experts, n_out, k_in]" if trans_w else "[experts, k_in, n_out] (trans_w=False)"
-        raise BadArgumentError(f"moe_grouped_matmul: x has {x.shape[1]} columns, w {w.shape} as {layout} needs {k_in}")
-    _moe_offsets(expert_offsets, experts, "moe_grouped_matmul")
-    out = _like(h, out, (x.shape[0], n_out), x.dtype, "moe_grouped_matmul out")
-    _same_handle(h, x, w, expert_offsets, out)
-    OPS["moe_grouped_matmul"].submit(h, stream, dtype=x.dtype, rows=x.shape[0], experts=experts, n_out=n_out,
-                                     k_in=k_in, trans_w=bool(trans_w), x=x, w=w, expert_offsets=expert_offsets,
-                                     out=out)
-    return out
+    return _op["moe_grouped_matmul"](h, stream, x=x, w=w, expert_offsets=expert_offsets, out=out, experts=experts,
+                                     n_out=n_out, k_in=k_in, trans_w=trans_w)
 
 
 def moe_grouped_matmul_bwd_w(h, dy, x, expert_offsets, d_w, stream=0):
     """d_w[e] += dy[rows of e]^T @ x[rows of e] for the forward out = x @ w[e]^T: dy [rows,
     n_out] and x [rows, k_in] share a dtype; d_w [experts, n_out, k_in] is fp32 or that dtype.
     Returns d_w."""
-    dy, x = _array(dy, "moe_grouped_matmul_bwd_w dy"), _array(x, "moe_grouped_matmul_bwd_w x")
-    if len(dy.shape) != 2 or len(x.shape) != 2 or dy.shape[0] != x.shape[0] or dy.dtype != x.dtype:
-        raise BadArgumentError(f"moe_grouped_matmul_bwd_w: dy [rows, n_out] and x [rows, k_in] must share rows and "
-                               f"dtype, got {dy.dtype}{dy.shape} and {x.dtype}{x.shape}")
-    if len(_array(d_w, "moe_grouped_matmul_bwd_w d_w").shape) != 3 or d_w.shape[1:] != (dy.shape[1], x.shape[1]) \
-            or d_w.dtype not in ("fp32", x.dtype):
-        raise BadArgumentError(f"moe_grouped_matmul_bwd_w: d_w must be fp32 or {x.dtype} [experts, {dy.shape[1]}, "
-                               f"{x.shape[1]}], got {d_w.dtype}{d_w.shape}")
-    _moe_offsets(expert_offsets, d_w.shape[0], "moe_grouped_matmul_bwd_w")
-    _same_handle(h, dy, x, expert_offsets, d_w)
-    OPS["moe_grouped_matmul_bwd_w"].submit(h, stream, dtype=x.dtype, grad_dtype=d_w.dtype, rows=x.shape[0],
-                                           experts=d_w.shape[0], n_out=dy.shape[1], k_in=x.shape[1], dy=dy, x=x,
-                                           expert_offsets=expert_offsets, d_w=d_w)
-    return d_w
+    return _op["moe_grouped_matmul_bwd_w"](h, stream, dy=dy, x=x, expert_offsets=expert_offsets, d_w=d_w)

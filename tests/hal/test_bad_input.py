@@ -39,10 +39,10 @@ def test_wrong_arg_count(h, kept):
 
 def test_wrong_dtype(h, kept):
     ints = h.from_numpy(np.arange(4, dtype=np.int32).reshape(2, 2))
-    with pytest.raises(df.BadArgumentError, match=r"A/B dtype must be one of \{fp32, fp16, bf16\}, got int32"):
+    with pytest.raises(df.BadArgumentError, match=r"matmul: a/b dtype must be one of \{fp32, fp16, bf16\}, got int32"):
         df.ops.matmul(h, ints, ints)
     bf = h.from_numpy(np.ones(257, dtype=np.float32), dtype="bf16")
-    with pytest.raises(df.BadArgumentError, match="must match"):
+    with pytest.raises(df.BadArgumentError, match=r"add: b must be fp32 \(like a\), got bf16"):
         df.ops.add(h, kept, bf)
     op = h.register_external_op("takes_bf16", ["bf16"], lambda p: None)
     with pytest.raises(df.BadArgumentError, match="expected a bf16 array, got fp32"):

@@ -150,9 +150,9 @@ def test_bad_input(h):
     with pytest.raises(df.BadArgumentError, match=r"labels must be in \[0, 10\) or ignore_index=-100, got 10 at "
                                                  r"token 2 \(2 out of range\)"):
         df.ops.cross_entropy(h, x, np.array([0, 9, 10, -1]))
-    with pytest.raises(df.BadArgumentError, match=r"labels must be int32 of shape \(4,\), got fp32\(4,\)"):
+    with pytest.raises(df.BadArgumentError, match=r"cross_entropy: labels must be int32, got fp32"):
         df.ops.cross_entropy(h, x, h.from_numpy(np.zeros(4, np.float32)))
-    with pytest.raises(df.BadArgumentError, match=r"dlogits must be fp32\(4, 10\), got bf16\(4, 10\)"):
+    with pytest.raises(df.BadArgumentError, match=r"cross_entropy: dlogits must be fp32 \(like logits\), got bf16"):
         df.ops.cross_entropy(h, x, np.zeros(4, np.int32), dlogits=h.empty((4, 10), "bf16"))
     with pytest.raises(df.BadArgumentError, match="dlogits must be an Array, None or 'inplace', got 'in place'"):
         df.ops.cross_entropy(h, x, np.zeros(4, np.int32), dlogits="in place")

@@ -232,16 +232,14 @@ def test_adamw_bad_tensors(h, opt):
         df.ops.adamw_step(h, p, g, m, v, 0)
     with pytest.raises(df.BadArgumentError, match=r"adamw_step: param dtype must be one of \{fp32, bf16\}, got fp16"):
         df.ops.adamw_step(h, h.zeros(64, "fp16"), h.zeros(64, "fp16"), m, v, 1)
-    with pytest.raises(df.BadArgumentError, match=r"adamw_step: m must be fp32 with 64 elements like param, got "
-                                                   r"bf16\(64,\)"):
+    with pytest.raises(df.BadArgumentError, match=r"adamw_step: m must be fp32, got bf16"):
         df.ops.adamw_step(h, p, g, h.zeros(64, "bf16"), v, 1)
-    with pytest.raises(df.BadArgumentError, match=r"adamw_step: v must be fp32 with 64 elements .* got fp32\(63,\)"):
+    with pytest.raises(df.BadArgumentError, match=r"adamw_step: v must have shape \[n\] with n = 64 \(from param\), got \(63,\)"):
         df.ops.adamw_step(h, p, g, m, h.zeros(63), 1)
     with pytest.raises(df.BadArgumentError, match=r"adamw_step: requires !present\(master\) \|\| dtype\(param\) == bf16, "
                                                    r"got dtype\(param\) = fp32, master = given"):
         df.ops.adamw_step(h, p, g, m, v, 1, master=h.zeros(64))
-    with pytest.raises(df.BadArgumentError, match=r"adamw_step scale: expected an fp32 array of 1 element, got "
-                                                   r"fp32\(2,\)"):
+    with pytest.raises(df.BadArgumentError, match=r"adamw_step: scale must have shape \[1\] = \(1,\), got \(2,\)"):
         df.ops.adamw_step(h, p, g, m, v, 1, scale=h.zeros(2))
     np.testing.assert_array_equal(p.numpy(), 0)  # nothing ran
 

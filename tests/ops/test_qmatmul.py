@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dataflow as df
-from dataflow import ops, quantize
+from dataflow import catalogue, ops, quantize
 from conftest import handle_fixture
 from dataflow.errors import BadArgumentError
 from tolerances import matmul_tolerance
@@ -182,8 +182,9 @@ def test_bad_group_size_is_refused_in_c_and_python(h, group_size):
     with pytest.raises(BadArgumentError, match="group_size"):
         ops.qmatmul_int4(h, x, w, s, group_size)
     with pytest.raises(df.DataflowError, match="qmatmul_int4.*group_size"):  # straight to C: its signature
-        ops.OPS["qmatmul_int4"].submit(h, 0, x_dtype="fp32", scale_dtype="fp32", out_dtype="fp32", M=1, N=3, K=64,
-                                       group_size=group_size, x=x, W=w, scales=s, zeros=None, C=None, out=h.empty((1, 3)))
+        catalogue.OPS["qmatmul_int4"].submit(h, 0, x_dtype="fp32", scale_dtype="fp32", out_dtype="fp32", M=1, N=3, K=64,
+                                             group_size=group_size, x=x, W=w, scales=s, zeros=None, C=None,
+                                             out=h.empty((1, 3)))
     with pytest.raises(BadArgumentError, match="group_size"):
         quantize.quantize_int4(np.ones((2, 64), np.float32), group_size)
 
@@ -191,14 +192,16 @@ def test_bad_group_size_is_refused_in_c_and_python(h, group_size):
 def test_bad_shapes_and_dtypes_name_the_argument(h):
     x, q, s = h.empty((2, 64)), h.empty((5, 64), "int8"), h.empty(5)
     cases = [
-        (lambda: ops.qmatmul_int8(h, h.empty((2, 63)), q, s), "columns"),
-        (lambda: ops.qmatmul_int8(h, x, h.empty((5, 64), "uint8"), s), "w must be a 2-D int8"),
-        (lambda: ops.qmatmul_int8(h, h.empty((2, 64), "fp16"), q, s), "x must be a 2-D fp32 or bf16"),
-        (lambda: ops.qmatmul_int8(h, x, q, h.empty(4)), "scales must be"),
-        (lambda: ops.qmatmul_int8(h, x, q, s, out=h.empty((2, 4))), "out must be"),
-        (lambda: ops.qmatmul_int8(h, x, q, s, out_dtype="fp16"), "out_dtype"),
+        (lambda: ops.qmatmul_int8(h, h.empty((2, 63)), q, s),
+         r"qmatmul_int8: w must have shape \[N, K\] with K = 63 \(from x\)"),
+        (lambda: ops.qmatmul_int8(h, x, h.empty((5, 64), "uint8"), s), "qmatmul_int8: w must be int8, got uint8"),
+        (lambda: ops.qmatmul_int8(h, h.empty((2, 64), "fp16"), q, s),
+         r"qmatmul_int8: x dtype must be one of \{fp32, bf16\}, got fp16"),
+        (lambda: ops.qmatmul_int8(h, x, q, h.empty(4)), r"scales must have shape \[N\] with N = 5"),
+        (lambda: ops.qmatmul_int8(h, x, q, s, out=h.empty((2, 4))), r"out must have shape \[M, N\] with N = 5"),
+        (lambda: ops.qmatmul_int8(h, x, q, s, out_dtype="fp16"), r"out_dtype must be one of \{fp32, bf16\}, got fp16"),
         (lambda: ops.qmatmul_int4(h, x, h.empty((5, 31), "uint8"), h.empty((5, 2)), 32), "cdiv"),
-        (lambda: ops.qmatmul_int4(h, x, h.empty((5, 32), "uint8"), h.empty((5, 1)), 32), "scales must be"),
+        (lambda: ops.qmatmul_int4(h, x, h.empty((5, 32), "uint8"), h.empty((5, 1)), 32), "scales must have shape"),
         (lambda: ops.qmatmul_int4(h, x, h.empty((5, 32), "uint8"), h.empty((5, 2)), 32, zeros=h.empty((5, 2))),
          "zeros must be uint8"),
     ]
@@ -211,8 +214,8 @@ def test_c_checks_the_extents(h):
     """A W too short for N * K reaches C's signature check, which names it."""
     x, q, s = h.empty((1, 64)), h.empty((4, 64), "int8"), h.empty(5)
     with pytest.raises(df.DataflowError, match="qmatmul_int8: W"):
-        ops.OPS["qmatmul_int8"].submit(h, 0, x_dtype="fp32", scale_dtype="fp32", out_dtype="fp32", M=1, N=5, K=64,
-                                       x=x, W=q, scales=s, C=None, out=h.empty((1, 5)))
+        catalogue.OPS["qmatmul_int8"].submit(h, 0, x_dtype="fp32", scale_dtype="fp32", out_dtype="fp32", M=1, N=5, K=64,
+                                             x=x, W=q, scales=s, C=None, out=h.empty((1, 5)))
 
 
 @pytest.mark.parametrize("bad", [np.zeros((0, 4)), np.zeros(4), np.array([[1.0, np.nan]]), np.ones((2, 2), np.int32)])

@@ -26,6 +26,8 @@ typedef struct {
 	DataflowDatatype dtype; /* the datatype, or DATAFLOW_NONE when a dtype slot gives it */
 	int slot;		/* that slot's index, or -1 */
 	const char *extent;	/* tensors: elements, as an expression over the scalars */
+	int num_dims;		/* tensors: the shape, dims[0] outermost, each an expression over */
+	const char *const *dims; /* the scalars (extent is their product); scalars: 0, NULL */
 } Dataflow_Op_Arg_Info;
 
 typedef struct {
