@@ -138,6 +138,7 @@ struct Host_Stream {
 	pthread_cond_t cond; /* new work, completed work and shutdown */
 	Task *head, *tail;
 	uint64_t submitted, completed;
+	int inline_busy; /* a task runs on its submitter's thread (stream_enqueue) */
 	int shutdown;
 	/* First failure of asynchronous work, reported (and cleared) by the next sync. */
 	Dataflow_Status error;
