@@ -53,7 +53,7 @@ static void wait_completed_locked(Host_Stream *s, uint64_t value)
 	host_spin_until(reached, &c);
 	pthread_mutex_lock(&s->lock);
 	while (s->completed < value)
-		pthread_cond_wait(&s->cond, &s->lock);
+		pthread_cond_wait(&s->done, &s->lock);
 }
 
 void stream_wait(Host_Stream *s, uint64_t value)
@@ -117,7 +117,7 @@ static void *stream_main(void *arg)
 			pthread_mutex_lock(&s->lock);
 		}
 		while ((!s->head || s->inline_busy) && !s->shutdown)
-			pthread_cond_wait(&s->cond, &s->lock);
+			pthread_cond_wait(&s->work, &s->lock);
 		if (!s->head)
 			break; /* shutdown with an empty queue */
 		Task *t = s->head;
@@ -128,7 +128,7 @@ static void *stream_main(void *arg)
 		if (!s->head)
 			s->tail = NULL;
 		__atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
-		pthread_cond_broadcast(&s->cond); /* no system call when nobody sleeps on it */
+		pthread_cond_broadcast(&s->done); /* no system call when nobody sleeps on it */
 		free(t);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -141,9 +141,11 @@ Dataflow_Status stream_start(Host_Stream *s, Host_Handle *h, int id)
 	s->handle = h;
 	s->id = id;
 	pthread_mutex_init(&s->lock, NULL);
-	pthread_cond_init(&s->cond, NULL);
+	pthread_cond_init(&s->work, NULL);
+	pthread_cond_init(&s->done, NULL);
 	if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
-		pthread_cond_destroy(&s->cond);
+		pthread_cond_destroy(&s->work);
+		pthread_cond_destroy(&s->done);
 		pthread_mutex_destroy(&s->lock);
 		return dataflow_set_error(DATAFLOW_ERR_BACKEND, "host handle: cannot start worker thread of stream %d",
 					  id);
@@ -155,14 +157,15 @@ void stream_stop(Host_Stream *s)
 {
 	pthread_mutex_lock(&s->lock);
 	__atomic_store_n(&s->shutdown, 1, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&s->cond);
+	pthread_cond_broadcast(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	pthread_join(s->thread, NULL);
 }
 
 void stream_free(Host_Stream *s)
 {
-	pthread_cond_destroy(&s->cond);
+	pthread_cond_destroy(&s->work);
+	pthread_cond_destroy(&s->done);
 	pthread_mutex_destroy(&s->lock);
 }
 
@@ -212,7 +215,9 @@ static void run_inline(Host_Stream *s, Task *t)
 	pthread_mutex_lock(&s->lock);
 	s->inline_busy = 0;
 	__atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&s->cond);
+	pthread_cond_broadcast(&s->done);
+	if (s->head) /* the worker waits for this task to finish before the ones queued behind it */
+		pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	free(t);
 }
@@ -236,7 +241,7 @@ void stream_enqueue(Host_Stream *s, Task *t)
 		s->head = t;
 	s->tail = t;
 	__atomic_store_n(&s->submitted, s->submitted + 1, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&s->cond);
+	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 }
 
