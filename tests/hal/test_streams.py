@@ -136,3 +136,25 @@ def test_sync_from_own_worker_is_an_error_not_a_deadlock(h):
     h.submit_host_op(inner, stream=0)
     h.sync()
     assert errors and "own worker" in errors[0]
+
+
+def test_idle_handles_compute_runs_on_the_submitter_and_queued_work_keeps_its_order():
+    """An idle handle's op runs at once on the submitting thread (no hand-off to the worker); behind
+    queued work the next op queues on the stream's worker and runs after that work, in order."""
+    with df.Handle("host", streams=2, device_memory="16MiB", register_default_ops=False) as h:
+        ran = []
+        op = h.register_external_op("note", ["fp32"], lambda ptr: ran.append(("op", threading.get_ident())))
+        x = h.empty(1)
+        me = threading.get_ident()
+        op(x, stream=0)
+        assert ran == [("op", me)]  # before any sync: it ran inside the submission
+        gate = threading.Event()
+        h.submit_host_op(lambda: (gate.wait(10), ran.append(("host", threading.get_ident()))), stream=0)
+        op(x, stream=0)
+        assert ran == [("op", me)]  # queued behind the host op, which waits for the gate
+        gate.set()
+        h.sync()
+        worker = ran[1][1]
+        assert ran == [("op", me), ("host", worker), ("op", worker)] and worker != me
+        op(x, stream=1)  # idle again: on the submitter
+        assert ran[-1] == ("op", me)

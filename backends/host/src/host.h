@@ -138,16 +138,19 @@ struct Host_Stream {
 	int id;
 	pthread_t thread;
 	pthread_mutex_t lock;
-	pthread_cond_t cond; /* new work, completed work and shutdown */
+	/* the worker sleeps on `work` (new work, shutdown), syncs on `done` (completed work): apart, so
+	 * that a finished task wakes no worker and new work no sync */
+	pthread_cond_t work, done;
 	Task *head, *tail;
 	uint64_t submitted, completed;
+	int inline_busy; /* a task runs on its submitter's thread (stream_enqueue) */
 	int shutdown;
 	/* First failure of asynchronous work, reported (and cleared) by the next sync. */
 	Dataflow_Status error;
 	char error_message[1024];
 };
 
-/* lock and cond are made here and destroyed by stream_free: waits queued on other handles may
+/* lock and conds are made here and destroyed by stream_free: waits queued on other handles may
  * read a stream after its handle is destroyed (host_unref). */
 Dataflow_Status stream_start(Host_Stream *stream, Host_Handle *handle, int id);
 /* Finishes the queued work and joins the worker. */
