@@ -96,6 +96,7 @@ class _Wrapper:
         self.outputs = [a.name for a in self.tensors if a.role != "in"]
         self.allowed = {s: tuple(dict.fromkeys(v[i] for v in info.variants)) for i, s in enumerate(info.slots)}
         self.known = set(info.slots) | {a.name for a in info.args}
+        self.parameters = info.slots + tuple(a.name for a in info.args)
         self._label({})
 
     def _label(self, python_names):
@@ -139,6 +140,12 @@ class _Wrapper:
         self.info.submit(h, stream, **slots, **{a.name: arrays.get(a.name) for a in self.tensors}, **scalars)
         outs = tuple(arrays.get(name) for name in self.outputs)
         return outs[0] if len(outs) == 1 else outs
+
+    def fallback(self, h, stream, more, *values):
+        """checked_call with the generated __call__'s arguments (values in its order: slots, then
+        the op's arguments), leaving out the scalars not given."""
+        given = {n: v for n, v in zip(self.parameters, values) if v is not _ABSENT}
+        return self.checked_call(h, stream, **given, **more)
 
     def _bind_slots(self, given, arrays):
         slots = {s: given[s] for s in self.info.slots if given.get(s) is not None}
@@ -239,10 +246,9 @@ def _fast_call(w):
     int_scalars = [a.name for a in scalars if w.kind[a.name] in _INTS]
     alone = {d.name for dims in w.dims.values() for d in dims if d.name}
     bindable = alone | set(int_scalars)  # what checked_call's bound can hold
-    params = list(slots) + [a.name for a in w.info.args]
+    params = w.parameters
     # a scalar's default is _ABSENT, as checked_call tells a scalar given None from one not given
-    slow = (f"return _self.checked_call(h, stream, **{{_k: _v for _k, _v in ({''.join(f'({n!r}, {n}), ' for n in params)})"
-            f" if _v is not _ABSENT}}, **_more)")
+    slow = f"return _self.fallback(h, stream, _more, {', '.join(params)})"
     defaults = [f"{n}=None" for n in list(slots) + [a.name for a in tensors]] + [f"{a.name}=_ABSENT" for a in scalars]
     lines = [f"def __call__(_self, h, stream, *, {', '.join(defaults)}, **_more):",
              f"    if _more or not isinstance(h, _Handle) or getattr(h, '_h', None) is None: {slow}"]
@@ -311,7 +317,8 @@ def _fast_call(w):
         else:
             lines.append(f"        _v_{n} = float({value})")
     lines.append(f"    except (TypeError, ValueError, OverflowError): {slow}")
-    for i, group in enumerate(groups.values()):  # outputs not given, after every check
+    allocations = []  # outputs not given, once every check passed
+    for i, group in enumerate(groups.values()):
         for t in group:
             a = next(x for x in tensors if x.name == t)
             if a.role != "out" or a.nullable:
@@ -325,13 +332,15 @@ def _fast_call(w):
                              f"({' or '.join(f'_d_{n} is None' for n in names)}): {slow}")
             shape = f"({', '.join(d.source for d in dims)},)"
             dtype = f"_s_{a.dtype}" if a.dtype in slots else repr(a.dtype)
-            lines.append(f"    if {t} is None: {t} = h.empty(_like{i} if _like{i} is not None else {shape}, {dtype})")
+            allocations.append(f"    if {t} is None: {t} = h.empty(_like{i} if _like{i} is not None else {shape}, "
+                               f"{dtype})")
+    lines += allocations
     pointer = {a.name: f"({a.name}._cdata or {a.name}.cdata)" for a in tensors}
     values = [f"_ENUM[_s_{s}]" for s in slots] + \
         [(f"_NULL if {a.name} is None else {pointer[a.name]}" if a.nullable else pointer[a.name]) if a.role
          else f"_v_{a.name}" for a in w.info.args]
     lines.append(f"    _check(_c(h._h, stream, {', '.join(values)}))")
-    lines.append(f"    return {', '.join(w.outputs)}")
+    lines.append(f"    return {', '.join(w.outputs) or '()'}")
     scope = {"_Handle": Handle, "_Array": Array, "_flat": _flat, "_cdiv": _EVAL_GLOBALS["cdiv"], "_ABSENT": _ABSENT,
              "_NULL": ffi.NULL, "_check": check, "_c": w.info.c_function,
              "_ENUM": {d: dtypes.enum(d) for allowed in w.allowed.values() for d in allowed}}
