@@ -31,6 +31,8 @@ _EVAL_GLOBALS = {"__builtins__": {}, "cdiv": lambda a, b: -(-a // b)}
 
 def check_array(h, x, what):
     """x if it is an Array whose memory an op on h may use, else a BadArgumentError naming what."""
+    if x.__class__ is Array and x.handle is h and x.ptr and x._base is None and h._alive():
+        return x  # the common case, checked as _ptr_for would
     if not isinstance(x, Array):
         raise BadArgumentError(f"{what}: expected a dataflow Array, got {type(x).__name__}")
     x._ptr_for(h, what)
@@ -277,22 +279,21 @@ def _fast_call(w):
             lines.append(f"    _d_{n} = None")
     for a in tensors:  # bind the dims named alone, in argument order, each later use agreeing
         k, t = len(w.dims[a.name]), a.name
+        flat = f"(_prod(_f_{t}),)" if k == 1 else f"_flat(_f_{t}, {k})"
         lines += [f"    if {t} is not None:",
-                  f"        _f = {t}.shape",
-                  f"        if len(_f) != {k}: _f = _flat(_f, {k})"]
+                  f"        _f_{t} = {t}.shape",
+                  f"        if len(_f_{t}) != {k}: _f_{t} = {flat}"]
         for i, d in enumerate(w.dims[a.name]):
             if d.name:
-                lines += [f"        if _d_{d.name} is None: _d_{d.name} = _f[{i}]",
-                          f"        elif _d_{d.name} != _f[{i}]: {slow}"]
+                lines += [f"        if _d_{d.name} is None: _d_{d.name} = _f_{t}[{i}]",
+                          f"        elif _d_{d.name} != _f_{t}[{i}]: {slow}"]
     for a in tensors:  # numbers and expressions, where every name in them is bound
         t, dims = a.name, w.dims[a.name]
         names = set().union(*(d.names for d in dims))
         if a.name not in w.computed or not names <= bindable:
             continue
         ready = " and ".join([f"{t} is not None"] + [f"_d_{n} is not None" for n in sorted(names)])
-        k = len(dims)
-        lines.append(f"    if {ready} and (_flat({t}.shape, {k}) if len({t}.shape) != {k} else {t}.shape)"
-                     f" != ({', '.join(d.source for d in dims)},): {slow}")
+        lines.append(f"    if {ready} and _f_{t} != ({', '.join(d.source for d in dims)},): {slow}")
     groups = {}
     for a in tensors:
         groups.setdefault(w.shape_of[a.name], []).append(a.name)
@@ -341,7 +342,7 @@ def _fast_call(w):
          else f"_v_{a.name}" for a in w.info.args]
     lines.append(f"    _check(_c(h._h, stream, {', '.join(values)}))")
     lines.append(f"    return {', '.join(w.outputs) or '()'}")
-    scope = {"_Handle": Handle, "_Array": Array, "_flat": _flat, "_cdiv": _EVAL_GLOBALS["cdiv"], "_ABSENT": _ABSENT,
+    scope = {"_Handle": Handle, "_Array": Array, "_flat": _flat, "_prod": math.prod, "_cdiv": _EVAL_GLOBALS["cdiv"], "_ABSENT": _ABSENT,
              "_NULL": ffi.NULL, "_check": check, "_c": w.info.c_function,
              "_ENUM": {d: dtypes.enum(d) for allowed in w.allowed.values() for d in allowed}}
     exec(compile("\n".join(lines) + "\n", f"<dataflow.op_wrapper: {w.name}>", "exec"), scope)  # noqa: S102
