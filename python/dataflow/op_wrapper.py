@@ -260,17 +260,23 @@ def _fast_call(w):
         lines += [f"    if {t} is None: {absent}",
                   f"    elif {t}.__class__ is not _Array or {t}.handle is not h or not {t}.ptr or "
                   f"({t}._base is not None and not {t}._base.ptr): {slow}"]
+    required = {a.name for a in tensors if not (a.nullable or a.role == "out")}  # given, past this point
+
+    def when(t, condition):
+        return condition if t in required else f"{t} is not None and {condition}"
     for s in slots:  # given, else the first array typed by it, else its only allowed dtype
         typed = [a.name for a in tensors if a.dtype == s]
         lines.append(f"    _s_{s} = {s}")
         for t in typed:
-            lines.append(f"    if _s_{s} is None and {t} is not None: _s_{s} = {t}.dtype")
+            lines.append(f"    if {when(t, f'_s_{s} is None')}: _s_{s} = {t}.dtype")
+            if t in required:
+                break
         if len(w.allowed[s]) == 1:
             lines.append(f"    if _s_{s} is None: _s_{s} = {w.allowed[s][0]!r}")
         lines.append(f"    if _s_{s} not in {w.allowed[s]!r}: {slow}")
     for a in tensors:
         expected = f"_s_{a.dtype}" if a.dtype in slots else repr(a.dtype)
-        lines.append(f"    if {a.name} is not None and {a.name}.dtype != {expected}: {slow}")
+        lines.append(f"    if {when(a.name, f'{a.name}.dtype != {expected}')}: {slow}")
     for n in sorted(bindable):
         if n in int_scalars:
             lines += [f"    if {n} is None or ({n} is not _ABSENT and {n}.__class__ is not int): {slow}",
@@ -280,24 +286,31 @@ def _fast_call(w):
     for a in tensors:  # bind the dims named alone, in argument order, each later use agreeing
         k, t = len(w.dims[a.name]), a.name
         flat = f"(_prod(_f_{t}),)" if k == 1 else f"_flat(_f_{t}, {k})"
-        lines += [f"    if {t} is not None:",
-                  f"        _f_{t} = {t}.shape",
-                  f"        if len(_f_{t}) != {k}: _f_{t} = {flat}"]
+        pad = "    " if t in required else "        "
+        if t not in required:
+            lines.append(f"    if {t} is not None:")
+        lines += [f"{pad}_f_{t} = {t}.shape",
+                  f"{pad}if len(_f_{t}) != {k}: _f_{t} = {flat}"]
         for i, d in enumerate(w.dims[a.name]):
             if d.name:
-                lines += [f"        if _d_{d.name} is None: _d_{d.name} = _f_{t}[{i}]",
-                          f"        elif _d_{d.name} != _f_{t}[{i}]: {slow}"]
+                lines += [f"{pad}if _d_{d.name} is None: _d_{d.name} = _f_{t}[{i}]",
+                          f"{pad}elif _d_{d.name} != _f_{t}[{i}]: {slow}"]
     for a in tensors:  # numbers and expressions, where every name in them is bound
         t, dims = a.name, w.dims[a.name]
         names = set().union(*(d.names for d in dims))
         if a.name not in w.computed or not names <= bindable:
             continue
-        ready = " and ".join([f"{t} is not None"] + [f"_d_{n} is not None" for n in sorted(names)])
-        lines.append(f"    if {ready} and _f_{t} != ({', '.join(d.source for d in dims)},): {slow}")
+        differs = " and ".join([f"_d_{n} is not None" for n in sorted(names)] +
+                             [f"_f_{t} != ({', '.join(d.source for d in dims)},)"])
+        lines.append(f"    if {when(t, differs)}: {slow}")
     groups = {}
     for a in tensors:
         groups.setdefault(w.shape_of[a.name], []).append(a.name)
     for i, group in enumerate(groups.values()):  # tensors declared alike: the first given one's shape
+        if group[0] in required:
+            lines.append(f"    _like{i} = {group[0]}.shape")
+            lines += [f"    if {when(t, f'{t}.shape != _like{i}')}: {slow}" for t in group[1:]]
+            continue
         lines.append(f"    _like{i} = None")
         for t in group:
             lines += [f"    if {t} is not None:",
