@@ -12,7 +12,9 @@ An array's shape is read as k dims for a shape of k: more leading dimensions mul
 first (rows over the last dimension, as torch's linear layers take them), fewer are 1s; arrays
 declared with the same shape must have the same shape, which an output not given copies.
 Errors name the op and the argument (as the calling function names it: renamed()); the C layer
-checks the submit again against the op's signature."""
+checks the submit again against the op's signature.
+A wrapper's __call__ is generated per op (_fast_call): a plain valid call costs about what a
+hand-written wrapper did; checked_call does the general checks and words every error."""
 import ast
 import copy
 import math
