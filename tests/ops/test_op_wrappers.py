@@ -129,3 +129,17 @@ def test_uncommon_arguments_go_through_checked_call(h):
         WRAPPERS["add"](h, 0, a=a, b=a, n=None, alpha=1.0, beta=1.0)
     with pytest.raises(TypeError, match=r"^add: unexpected arguments \['m'\]"):
         WRAPPERS["add"](h, 0, a=a, b=a, m=4, alpha=1.0, beta=1.0)
+
+
+def test_the_generated_path_refuses_views_of_freed_arrays_and_other_handles_as_checked_call_does(h):
+    base = h.from_numpy(np.arange(8, dtype=np.float32))
+    view, b = base.view((4,), 4), h.from_numpy(np.ones(4, np.float32))
+    np.testing.assert_array_equal(ops.add(h, view, b).numpy(), np.arange(4, 8) + 1)  # a live view: fine
+    base.free()
+    with pytest.raises(df.BadArgumentError, match=r"^add: a: the array is a view of a freed array"):
+        ops.add(h, view, b)
+    with df.Handle("host", streams=1) as other:
+        with pytest.raises(df.BadArgumentError, match=r"^add: b: the array belongs to another handle"):
+            ops.add(h, b, other.zeros((4,)))
+        other.enable_peer_access(h)  # ops on `other` may use h's memory: checked_call takes the call
+        np.testing.assert_array_equal(ops.add(other, b, other.zeros((4,)), beta=0.0).numpy(), np.ones(4))
