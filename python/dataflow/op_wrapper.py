@@ -12,21 +12,29 @@ An array's shape is read as k dims for a shape of k: more leading dimensions mul
 first (rows over the last dimension, as torch's linear layers take them), fewer are 1s; arrays
 declared with the same shape must have the same shape, which an output not given copies.
 Errors name the op and the argument (as the calling function names it: renamed()); the C layer
-checks the submit again against the op's signature."""
+checks the submit again against the op's signature.
+A wrapper's __call__ is generated per op (_fast_call): a plain valid call costs about what a
+hand-written wrapper did; checked_call does the general checks and words every error."""
 import ast
 import copy
 import math
 
+from . import dtypes
+from ._ffi import ffi
 from .array import Array
 from .catalogue import OPS
-from .errors import BadArgumentError
+from .errors import BadArgumentError, check
+from .handle import Handle
 
 _INTS = {"int64": (-2**63, 2**63), "int32": (-2**31, 2**31), "uint64": (0, 2**64)}  # [low, high)
+_ABSENT = object()  # a scalar not given to a generated __call__
 _EVAL_GLOBALS = {"__builtins__": {}, "cdiv": lambda a, b: -(-a // b)}
 
 
 def check_array(h, x, what):
     """x if it is an Array whose memory an op on h may use, else a BadArgumentError naming what."""
+    if x.__class__ is Array and x.handle is h and x.ptr and x._base is None and h._alive():
+        return x  # the common case, checked as _ptr_for would
     if not isinstance(x, Array):
         raise BadArgumentError(f"{what}: expected a dataflow Array, got {type(x).__name__}")
     x._ptr_for(h, what)
@@ -42,8 +50,9 @@ class _Dim:
         tree = ast.parse(text, mode="eval").body
         self.name = tree.id if isinstance(tree, ast.Name) else None
         self.names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - {"cdiv"}
-        tree = _CIntegers().visit(ast.Expression(tree))
-        self.code = compile(ast.fix_missing_locations(tree), f"<dim {text}>", "eval")
+        tree = ast.fix_missing_locations(_CIntegers().visit(ast.Expression(tree)))
+        self.code = compile(tree, f"<dim {text}>", "eval")
+        self.source = ast.unparse(_Renamed().visit(tree))  # for the fast path: names as its locals
 
     def value(self, bound):
         if self.name is not None:
@@ -58,6 +67,13 @@ class _CIntegers(ast.NodeTransformer):
             node.op = ast.FloorDiv() if isinstance(node.op, ast.Div) else node.op
             return node
         raise ValueError(f"operator {type(node.op).__name__} in a shape")
+
+
+class _Renamed(ast.NodeTransformer):
+    """A dim's names as the fast path's locals (_d_<name>; cdiv is _cdiv)."""
+
+    def visit_Name(self, node):
+        return ast.Name("_cdiv" if node.id == "cdiv" else "_d_" + node.id, node.ctx)
 
 
 def _flat(shape, k):
@@ -84,6 +100,7 @@ class _Wrapper:
         self.outputs = [a.name for a in self.tensors if a.role != "in"]
         self.allowed = {s: tuple(dict.fromkeys(v[i] for v in info.variants)) for i, s in enumerate(info.slots)}
         self.known = set(info.slots) | {a.name for a in info.args}
+        self.parameters = info.slots + tuple(a.name for a in info.args)
         self._label({})
 
     def _label(self, python_names):
@@ -103,7 +120,9 @@ class _Wrapper:
         other._label(python_names)
         return other
 
-    def __call__(self, h, stream, **given):
+    def checked_call(self, h, stream, **given):
+        """The call with every check spelled out, naming what is wrong; the generated __call__
+        (_fast_call) comes here for anything but a plain valid call."""
         op = self.name
         unknown = given.keys() - self.known
         if unknown:
@@ -125,6 +144,12 @@ class _Wrapper:
         self.info.submit(h, stream, **slots, **{a.name: arrays.get(a.name) for a in self.tensors}, **scalars)
         outs = tuple(arrays.get(name) for name in self.outputs)
         return outs[0] if len(outs) == 1 else outs
+
+    def fallback(self, h, stream, more, *values):
+        """checked_call with the generated __call__'s arguments (values in its order: slots, then
+        the op's arguments), leaving out the scalars not given."""
+        given = {n: v for n, v in zip(self.parameters, values) if v is not _ABSENT}
+        return self.checked_call(h, stream, **given, **more)
 
     def _bind_slots(self, given, arrays):
         slots = {s: given[s] for s in self.info.slots if given.get(s) is not None}
@@ -216,5 +241,134 @@ class _Wrapper:
                 from None
 
 
-WRAPPERS = {name: _Wrapper(info) for name, info in OPS.items() if info.submit}
+def _fast_call(w):
+    """w's __call__: the plain valid call (arrays of h itself, dtypes and dims that agree, int
+    scalars as ints) checked and submitted in straight-line code generated once per op; any
+    other call goes to w.checked_call, which raises its errors or takes the rare cases (peer
+    arrays, dims or int scalars given as numpy ints). Its result is checked_call's."""
+    slots, tensors, scalars = w.info.slots, w.tensors, w.scalars
+    int_scalars = [a.name for a in scalars if w.kind[a.name] in _INTS]
+    alone = {d.name for dims in w.dims.values() for d in dims if d.name}
+    bindable = alone | set(int_scalars)  # what checked_call's bound can hold
+    params = w.parameters
+    # a scalar's default is _ABSENT, as checked_call tells a scalar given None from one not given
+    slow = f"return _self.fallback(h, stream, _more, {', '.join(params)})"
+    defaults = [f"{n}=None" for n in list(slots) + [a.name for a in tensors]] + [f"{a.name}=_ABSENT" for a in scalars]
+    lines = [f"def __call__(_self, h, stream, *, {', '.join(defaults)}, **_more):",
+             f"    if _more or not isinstance(h, _Handle) or getattr(h, '_h', None) is None: {slow}"]
+    for a in tensors:  # usable arrays of h (a view's base not freed); absent only where allowed
+        t = a.name
+        absent = "pass" if a.nullable or a.role == "out" else slow
+        lines += [f"    if {t} is None: {absent}",
+                  f"    elif {t}.__class__ is not _Array or {t}.handle is not h or not {t}.ptr or "
+                  f"({t}._base is not None and not {t}._base.ptr): {slow}"]
+    required = {a.name for a in tensors if not (a.nullable or a.role == "out")}  # given, past this point
+
+    def when(t, condition):
+        return condition if t in required else f"{t} is not None and {condition}"
+    for s in slots:  # given, else the first array typed by it, else its only allowed dtype
+        typed = [a.name for a in tensors if a.dtype == s]
+        lines.append(f"    _s_{s} = {s}")
+        for t in typed:
+            lines.append(f"    if {when(t, f'_s_{s} is None')}: _s_{s} = {t}.dtype")
+            if t in required:
+                break
+        if len(w.allowed[s]) == 1:
+            lines.append(f"    if _s_{s} is None: _s_{s} = {w.allowed[s][0]!r}")
+        lines.append(f"    if _s_{s} not in {w.allowed[s]!r}: {slow}")
+    for a in tensors:
+        expected = f"_s_{a.dtype}" if a.dtype in slots else repr(a.dtype)
+        lines.append(f"    if {when(a.name, f'{a.name}.dtype != {expected}')}: {slow}")
+    for n in sorted(bindable):
+        if n in int_scalars:
+            lines += [f"    if {n} is None or ({n} is not _ABSENT and {n}.__class__ is not int): {slow}",
+                      f"    _d_{n} = None if {n} is _ABSENT else {n}"]
+        else:
+            lines.append(f"    _d_{n} = None")
+    for a in tensors:  # bind the dims named alone, in argument order, each later use agreeing
+        k, t = len(w.dims[a.name]), a.name
+        flat = f"(_prod(_f_{t}),)" if k == 1 else f"_flat(_f_{t}, {k})"
+        pad = "    " if t in required else "        "
+        if t not in required:
+            lines.append(f"    if {t} is not None:")
+        lines += [f"{pad}_f_{t} = {t}.shape",
+                  f"{pad}if len(_f_{t}) != {k}: _f_{t} = {flat}"]
+        for i, d in enumerate(w.dims[a.name]):
+            if d.name:
+                lines += [f"{pad}if _d_{d.name} is None: _d_{d.name} = _f_{t}[{i}]",
+                          f"{pad}elif _d_{d.name} != _f_{t}[{i}]: {slow}"]
+    for a in tensors:  # numbers and expressions, where every name in them is bound
+        t, dims = a.name, w.dims[a.name]
+        names = set().union(*(d.names for d in dims))
+        if a.name not in w.computed or not names <= bindable:
+            continue
+        differs = " and ".join([f"_d_{n} is not None" for n in sorted(names)] +
+                             [f"_f_{t} != ({', '.join(d.source for d in dims)},)"])
+        lines.append(f"    if {when(t, differs)}: {slow}")
+    groups = {}
+    for a in tensors:
+        groups.setdefault(w.shape_of[a.name], []).append(a.name)
+    for i, group in enumerate(groups.values()):  # tensors declared alike: the first given one's shape
+        if group[0] in required:
+            lines.append(f"    _like{i} = {group[0]}.shape")
+            lines += [f"    if {when(t, f'{t}.shape != _like{i}')}: {slow}" for t in group[1:]]
+            continue
+        lines.append(f"    _like{i} = None")
+        for t in group:
+            lines += [f"    if {t} is not None:",
+                      f"        if _like{i} is None: _like{i} = {t}.shape",
+                      f"        elif {t}.shape != _like{i}: {slow}"]
+    lines.append("    try:")  # scalars as checked_call converts them, else its error
+    for a in scalars:
+        n, kind = a.name, w.kind[a.name]
+        value = f"_d_{n}" if n in bindable else n
+        lines.append(f"        if {value} is None: {slow}" if n in bindable else
+                     f"        if {value} is None or {value} is _ABSENT: {slow}")
+        if kind == "bool":
+            lines.append(f"        _v_{n} = 1 if {value} else 0")
+        elif kind in _INTS:
+            low, high = _INTS[kind]
+            lines += [f"        if {value}.__class__ is not int or not {low} <= {value} < {high}: {slow}",
+                      f"        _v_{n} = {value}"]
+        else:
+            lines.append(f"        _v_{n} = float({value})")
+    lines.append(f"    except (TypeError, ValueError, OverflowError): {slow}")
+    allocations = []  # outputs not given, once every check passed
+    for i, group in enumerate(groups.values()):
+        for t in group:
+            a = next(x for x in tensors if x.name == t)
+            if a.role != "out" or a.nullable:
+                continue
+            dims = w.dims[t]
+            names = sorted(set().union(*(d.names for d in dims)))
+            if not set(names) <= bindable:
+                lines.append(f"    if {t} is None and _like{i} is None: {slow}")
+            elif names:
+                lines.append(f"    if {t} is None and _like{i} is None and "
+                             f"({' or '.join(f'_d_{n} is None' for n in names)}): {slow}")
+            shape = f"({', '.join(d.source for d in dims)},)"
+            dtype = f"_s_{a.dtype}" if a.dtype in slots else repr(a.dtype)
+            allocations.append(f"    if {t} is None: {t} = h.empty(_like{i} if _like{i} is not None else {shape}, "
+                               f"{dtype})")
+    lines += allocations
+    pointer = {a.name: f"({a.name}._cdata or {a.name}.cdata)" for a in tensors}
+    values = [f"_ENUM[_s_{s}]" for s in slots] + \
+        [(f"_NULL if {a.name} is None else {pointer[a.name]}" if a.nullable else pointer[a.name]) if a.role
+         else f"_v_{a.name}" for a in w.info.args]
+    lines.append(f"    _check(_c(h._h, stream, {', '.join(values)}))")
+    lines.append(f"    return {', '.join(w.outputs) or '()'}")
+    scope = {"_Handle": Handle, "_Array": Array, "_flat": _flat, "_prod": math.prod, "_cdiv": _EVAL_GLOBALS["cdiv"], "_ABSENT": _ABSENT,
+             "_NULL": ffi.NULL, "_check": check, "_c": w.info.c_function,
+             "_ENUM": {d: dtypes.enum(d) for allowed in w.allowed.values() for d in allowed}}
+    exec(compile("\n".join(lines) + "\n", f"<dataflow.op_wrapper: {w.name}>", "exec"), scope)  # noqa: S102
+    return scope["__call__"]
+
+
+def _wrapper(info):
+    """info's _Wrapper, of a class of its own whose __call__ is generated for the op."""
+    w = _Wrapper(info)
+    return type(f"_Wrapper_{info.name}", (_Wrapper,), {"__call__": _fast_call(w)})(info)
+
+
+WRAPPERS = {name: _wrapper(info) for name, info in OPS.items() if info.submit}
 """Every catalogue op with a dataflow_submit_<op> (not the halves of a composite), wrapped."""

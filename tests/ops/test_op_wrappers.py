@@ -89,3 +89,57 @@ def test_dims_must_agree_across_arrays(h):
     with pytest.raises(df.BadArgumentError, match=r"^qmatmul_int4: scales must have shape \[N, cdiv\(K, group_size\)\] "
                                                   r"= \(4, 2\), got \(4, 1\)"):
         ops.qmatmul_int4(h, h.zeros((2, 64)), w, h.zeros((4, 1)), 32)
+
+
+def scalar_arguments(wrapper):
+    """A value for every scalar of the op: named dims 2 (as valid_arguments' arrays), other ints 1,
+    bools False, floats 0.5."""
+    names = set().union(*(d.names for dims in wrapper.dims.values() for d in dims))
+    value = {"bool": False, "int64": 1, "int32": 1, "uint64": 1}
+    return {a.name: 2 if a.name in names else value.get(wrapper.kind[a.name], 0.5) for a in wrapper.scalars}
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPERS))
+def test_a_plain_call_takes_the_generated_path_and_agrees_with_checked_call(h, name, monkeypatch):
+    wrapper = WRAPPERS[name]
+    given = {**valid_arguments(h, wrapper), **scalar_arguments(wrapper)}
+    for a in wrapper.tensors:  # outputs left to the wrapper to allocate, their dtype slots given
+        if a.role == "out" and not a.nullable:
+            if a.dtype in wrapper.info.slots:
+                given[a.dtype] = given[a.name].dtype
+            del given[a.name]
+    results = []
+    for fast in (False, True):
+        if fast:
+            monkeypatch.setattr(type(wrapper), "fallback", lambda *args: pytest.fail("fell back to checked_call"))
+        try:
+            out = (wrapper if fast else wrapper.checked_call)(h, 0, **given)
+            outs = out if isinstance(out, tuple) else (out,)
+            results.append([(x.shape, x.dtype) if x is not None else None for x in outs])
+        except df.DataflowError as e:  # the C layer may refuse these values: both paths alike
+            results.append((type(e), str(e)))
+    assert results[0] == results[1]
+
+
+def test_uncommon_arguments_go_through_checked_call(h):
+    a = h.from_numpy(np.arange(4, dtype=np.float32))
+    out = WRAPPERS["add"](h, 0, a=a, b=a, n=np.int64(4), alpha=1, beta=np.float32(2.0))
+    np.testing.assert_array_equal(out.numpy(), 3 * np.arange(4, dtype=np.float32))
+    with pytest.raises(df.BadArgumentError, match=r"^add: give n \(int64\): no array fixes it"):
+        WRAPPERS["add"](h, 0, a=a, b=a, n=None, alpha=1.0, beta=1.0)
+    with pytest.raises(TypeError, match=r"^add: unexpected arguments \['m'\]"):
+        WRAPPERS["add"](h, 0, a=a, b=a, m=4, alpha=1.0, beta=1.0)
+
+
+def test_the_generated_path_refuses_views_of_freed_arrays_and_other_handles_as_checked_call_does(h):
+    base = h.from_numpy(np.arange(8, dtype=np.float32))
+    view, b = base.view((4,), 4), h.from_numpy(np.ones(4, np.float32))
+    np.testing.assert_array_equal(ops.add(h, view, b).numpy(), np.arange(4, 8) + 1)  # a live view: fine
+    base.free()
+    with pytest.raises(df.BadArgumentError, match=r"^add: a: the array is a view of a freed array"):
+        ops.add(h, view, b)
+    with df.Handle("host", streams=1) as other:
+        with pytest.raises(df.BadArgumentError, match=r"^add: b: the array belongs to another handle"):
+            ops.add(h, b, other.zeros((4,)))
+        other.enable_peer_access(h)  # ops on `other` may use h's memory: checked_call takes the call
+        np.testing.assert_array_equal(ops.add(other, b, other.zeros((4,)), beta=0.0).numpy(), np.ones(4))
