@@ -127,11 +127,20 @@ Dataflow_Status dataflow_ring_executor_scale_grads(Dataflow_Ring_Executor *execu
  * clipping) and one AdamW step (step counts from 1) over every block, where the plan puts it. */
 Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *executor, const Dataflow_AdamW_Params *params,
 					     double max_grad_norm, int64_t step);
-/* Waits for every queued stream of the executor (one host sync per stream used). */
+/* Waits for every queued stream of the executor (one host sync per stream used): the sync
+ * point before reading weights or optimizer state (read, write, close wait here) and where a
+ * failure of the queued update surfaces. */
 Dataflow_Status dataflow_ring_executor_wait(Dataflow_Ring_Executor *executor);
+/* Waits for the last accumulate's token losses (the outbound stream, which sends them after
+ * the backward's gradients), not for an update queued after them: apply returns with it
+ * queued, and unless the plan's optimizer is streamed (its memory is the training's) or the
+ * state sharded, the next accumulate's forward of a block waits only for that block's update.
+ * A streamed or overlapped optimizer sends blocks home on the outbound stream: waiting for
+ * the losses then waits for those sends too. */
+Dataflow_Status dataflow_ring_executor_wait_losses(Dataflow_Ring_Executor *executor);
 
-/* Host results, valid after dataflow_ring_executor_wait: the token losses of the last
- * accumulate (fp32, unscaled, 0 where unlabelled; chunk i's at i * plan.chunk_tokens) and the
+/* Host results, valid after dataflow_ring_executor_wait (the losses also after
+ * dataflow_ring_executor_wait_losses): the token losses of the last accumulate (fp32, unscaled, 0 where unlabelled; chunk i's at i * plan.chunk_tokens) and the
  * pre-clip gradient norm of the last apply. */
 typedef struct {
 	const float *token_losses;

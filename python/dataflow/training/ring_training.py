@@ -260,8 +260,9 @@ class RingTraining:
 
     def run(self, chunks, accumulate, loss_scale, then=None):
         """Forward, loss and backward of the chunks (max_chunks per executor call, gradients
-        added after the first), then `then()` (e.g. the optimizer step) before the last wait;
-        returns the token losses of every chunk, in order, as one array."""
+        added after the first), then `then()` (e.g. the optimizer step) after the last call;
+        returns the token losses of every chunk, in order, as one array, once they are known
+        (an update queued by `then` may still run: Engine.wait_for_update)."""
         losses, first = [], 0
         while first < len(chunks):
             end = min(first + self.max_chunks, len(chunks))
@@ -271,7 +272,7 @@ class RingTraining:
             self.executor.accumulate(group, accumulate or first > 0, loss_scale)
             if then is not None and end >= len(chunks):
                 then()
-            self.executor.wait()
+            self.executor.wait_losses()
             losses += self.executor.token_losses([c.num_tokens for c in group])
             first = end
         return np.concatenate(losses)

@@ -1,0 +1,63 @@
+"""The optimizer under the next step's forward (ring_executor.h, dataflow_ring_executor_apply):
+where the plan's optimizer memory is its own, apply ends without a barrier and block b's next
+forward waits only for block b's update, so the next step starts while later blocks still
+update; a streamed optimizer (its slots are the training's memory) stays fenced. Trainer.step
+returns once its loss is known; reading weights right after it sees the update."""
+import numpy as np
+import pytest
+
+import dataflow as df
+from dataflow._ffi import ffi
+from dataflow.models.batch import PackedBatch
+from dataflow.models.config import LlamaConfig
+from dataflow.training.executor import RingExecutor
+from ring_models import CFG, KW, PROFILE, ROWS, SEQ, batches, plan_for
+
+# a large vocabulary: the head's update is long next to the embedding's forward
+WIDE = dict(CFG, vocab_size=8192, hidden_size=64, num_hidden_layers=2)
+PARAMS = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
+
+
+def two_steps_unwaited(plan):
+    """Two steps queued back to back (no wait between them) with tracing; the spans."""
+    ex = RingExecutor(df.Handle("host"), LlamaConfig.from_dict(WIDE), plan, "fp32", trace=True)
+    params = ffi.new("Dataflow_AdamW_Params *", PARAMS)
+    rng, T = np.random.default_rng(0), plan.chunk_tokens
+    for step in (1, 2):
+        tokens = rng.integers(0, WIDE["vocab_size"], (ROWS, SEQ))
+        chunks = [PackedBatch(tokens[i * T // SEQ:(i + 1) * T // SEQ], None, None, WIDE["vocab_size"], True)
+                  for i in range(SEQ * ROWS // T)]
+        ex.accumulate(chunks, False, 1.0 / sum(c.num_labels for c in chunks))
+        ex.apply(params, 1.0, step)
+    ex.wait()
+    spans, _ = ex.trace_events()
+    last = ex.num_blocks - 1
+    update_end = max(s["end"] for s in spans if s["what"] == "adamw" and s["block"] == last and s["step"] == 1)
+    first_update_end = max(s["end"] for s in spans if s["what"] == "adamw" and s["block"] == 0 and s["step"] == 1)
+    forward = min(s["start"] for s in spans if s["what"] == "forward" and s["block"] == 0 and s["step"] == 2)
+    return forward, first_update_end, update_end
+
+
+@pytest.mark.slow
+def test_next_forward_starts_under_the_update():
+    plan = df.ring.plan(WIDE, seq_len=SEQ, tokens_per_step=SEQ * ROWS, device_memory="256MiB",
+                        host_memory="256MiB", profile=PROFILE, dtype="fp32")
+    assert plan.optimizer.startswith("device (resident") and plan.weight_slots == plan.num_layers
+    forward, first_update_end, last_update_end = two_steps_unwaited(plan)
+    assert first_update_end <= forward < last_update_end  # block 0's update, not the head's
+
+
+def test_reading_weights_right_after_step_sees_the_update():
+    """A ring Trainer whose optimizer overlaps (state on the device): state_dict right after
+    each step equals the all-resident Trainer's, and so do the loss and gradient norm."""
+    model = df.models.Llama(df.Handle("host"), CFG, dtype="fp32", seed=1)
+    plan = plan_for(CFG, "64MiB", "fp32")
+    assert plan.optimizer.startswith("device (resident")
+    t = df.Trainer(model, **KW, plan=plan)
+    ref = df.Trainer(df.models.Llama(df.Handle("host"), CFG, dtype="fp32", seed=1, placement="device"), **KW)
+    for batch in batches(3):
+        np.testing.assert_allclose(t.step(batch), ref.step(batch), rtol=1e-6, atol=0)
+        got, want = model.state_dict(), ref.model.state_dict()
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(t.last_grad_norm, ref.last_grad_norm, rtol=1e-6, atol=0)
