@@ -11,10 +11,10 @@ from dataflow._ffi import ffi
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
 from dataflow.training.executor import RingExecutor
-from ring_models import CFG, KW, PROFILE, ROWS, SEQ, batches, plan_for
+from ring_models import CFG, KW, PROFILE, ROWS, SEQ, batches, plan_for, smallest_cap
 
-# a large vocabulary: the head's update is long next to the embedding's forward
-WIDE = dict(CFG, vocab_size=8192, hidden_size=64, num_hidden_layers=2)
+# a small embedding, many wide layers: the updates after block 0's are long next to a thread's wake-up
+WIDE = dict(CFG, vocab_size=512, hidden_size=64, intermediate_size=2048, num_hidden_layers=8)
 PARAMS = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
 
 
@@ -61,3 +61,20 @@ def test_reading_weights_right_after_step_sees_the_update():
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-12, err_msg=name)
         np.testing.assert_allclose(t.last_grad_norm, ref.last_grad_norm, rtol=1e-6, atol=0)
+
+
+def test_planner_counts_a_host_update_under_the_next_forward():
+    """The model of time (ring_time.c): a host update runs under the next step's forward, so it
+    adds nothing after the backward; a streamed one stays after it, fenced; describe() says which."""
+    host = plan_for(CFG, smallest_cap(CFG, "fp32") * 5 // 4, "fp32")
+    assert host.optimizer == "host"
+    assert [p["name"] for p in host.phases] == ["forward", "head (turn)", "backward", "optimizer (previous step's)"]
+    update, forward = host.phases[3], host.phases[0]
+    assert update["start"] == 0 and 0 < update["seconds"] <= forward["seconds"]
+    assert host.predicted_step_seconds == pytest.approx(sum(p["seconds"] for p in host.phases[:3]))
+    assert "runs under the next step's forward" in host.describe()
+    streamed = df.ring.plan("llama3-8b", 8192, "24GiB", "48GiB", tokens_per_step=64 * 8192, profile=PROFILE,
+                            optimizer_state="8bit")
+    assert streamed.optimizer.startswith("device (state streamed through slots after")
+    assert streamed.phases[3]["name"] == "optimizer" and streamed.phases[3]["seconds"] > 0
+    assert "runs after the backward, fenced" in streamed.describe()
