@@ -133,6 +133,10 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring apply: max_grad_norm must be >= 0 and step >= 1, got %g and %lld",
 					  max_grad_norm, (long long)step);
+	/* The last update ran under this step's forward, which waited for it block by block: done
+	 * with it before queuing the next, so that its failure surfaces here, at the next step. */
+	if (x->s[RS_OPT] != x->s[RS_COMPUTE])
+		TRY(dataflow_sync_stream(x->h, x->s[RS_OPT]));
 	TRY(optimizer_waits_for_training(x));
 	int s = x->s[RS_OPT], clip = max_grad_norm > 0;
 	Dataflow_Trace_Span *span;

@@ -8,6 +8,8 @@ import pytest
 
 import dataflow as df
 from dataflow._ffi import ffi
+from dataflow.custom_ops import compile_c
+from dataflow.errors import DataflowError
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
 from dataflow.training.executor import RingExecutor
@@ -15,6 +17,14 @@ from ring_models import CFG, KW, PROFILE, ROWS, SEQ, batches, plan_for, smallest
 
 # a small embedding, many wide layers: the updates after block 0's are long next to a thread's wake-up
 WIDE = dict(CFG, vocab_size=512, hidden_size=64, intermediate_size=2048, num_hidden_layers=8)
+# an external op whose asynchronous failure stands in for a failing update kernel
+FAILING_UPDATE = r"""
+#include "dataflow/handle.h"
+Dataflow_Status failing_update(Dataflow_Handle *h, int stream_id, const Op *op, void *state) {
+    (void)h; (void)stream_id; (void)op; (void)state;
+    return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "the update failed");
+}
+"""
 PARAMS = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
 
 
@@ -61,6 +71,23 @@ def test_reading_weights_right_after_step_sees_the_update():
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-12, err_msg=name)
         np.testing.assert_allclose(t.last_grad_norm, ref.last_grad_norm, rtol=1e-6, atol=0)
+
+
+def test_a_failed_update_surfaces_at_the_next_step():
+    """step() returns with the update still queued on the optimizer stream (3): a failure there
+    (FAILING_UPDATE) is raised by the next step,
+    not lost; the one after it trains again."""
+    h = df.Handle("host")
+    t = df.Trainer(df.models.Llama(h, CFG, dtype="fp32", seed=1), **KW, plan=plan_for(CFG, "64MiB", "fp32"))
+    first, second, third = batches(3)
+    assert np.isfinite(t.step(first))
+
+    fail = h.register_external_op("failing_update", ["int64_scalar"], library=compile_c(FAILING_UPDATE),
+                                  symbol="failing_update")
+    fail(1, stream=3)
+    with pytest.raises(DataflowError, match="stream 3: external op 'failing_update' failed: the update failed"):
+        t.step(second)
+    assert t.step_count == 1 and np.isfinite(t.step(third)) and t.step_count == 2
 
 
 def test_planner_counts_a_host_update_under_the_next_forward():

@@ -124,7 +124,9 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *execut
 /* Gradients *= factor (every block, wherever they live). */
 Dataflow_Status dataflow_ring_executor_scale_grads(Dataflow_Ring_Executor *executor, float factor);
 /* The global gradient norm (clipped to max_grad_norm as torch's clip_grad_norm_, 0: no
- * clipping) and one AdamW step (step counts from 1) over every block, where the plan puts it. */
+ * clipping) and one AdamW step (step counts from 1) over every block, where the plan puts it.
+ * It returns with the update queued; with an optimizer stream of its own, it first waits for
+ * the last update, whose failure it returns (the next step's, where no one read it before). */
 Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *executor, const Dataflow_AdamW_Params *params,
 					     double max_grad_norm, int64_t step);
 /* Waits for every queued stream of the executor (one host sync per stream used): the sync
