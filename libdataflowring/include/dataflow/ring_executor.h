@@ -19,7 +19,8 @@
  * Memory. At create, ONE device allocation carved by purpose (the plan's memory map: resident
  * blocks or an edge staging buffer, weight and gradient slots, activations kept on the device,
  * offload staging, the chunk working set; the optimizer's phase memory overlaps the training's
- * when the plan streams the optimizer after the backward) and host arrays for what lives on the
+ * when the plan streams the optimizer after the backward; its grad-norm scalars and workspace
+ * are outside both) and host arrays for what lives on the
  * host (parameters, gradients, optimizer state, offloaded activations, batches, token losses),
  * each registered with the handle (dataflow_enable_access_to_host_mem). Every block's state has
  * one home, on the device or on the host; read/write below reach it wherever it is.
@@ -40,7 +41,10 @@
  * bits, for an untied model). The optimizer computes the global gradient norm over the blocks
  * in order 0..N-1, clips, and runs AdamW per block: in place on
  * the device (resident state), streamed through two optimizer slots (device, streamed or
- * overlapped: both run after the backward here), or over host memory (host).
+ * overlapped), or over host memory (host). It starts after the backward; unless streamed
+ * (fenced by barriers: its slots are the training's memory) or sharded, it ends without a
+ * barrier and runs under the next accumulate's forward, block b's work waiting only for
+ * block b's update (its gradient is zeroed at its first use, not at the call's start).
  *
  * Long sequences (plan.kv_context): a document longer than a chunk comes as consecutive chunks
  * (Dataflow_Ring_Chunk.past), all in one round (a round ends early rather than split one).

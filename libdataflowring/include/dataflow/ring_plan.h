@@ -65,9 +65,9 @@
  * 2.5x forward attention, plus the recompute its save level asks for. A K/V context changes
  * no compute: attention is counted over each sequence's causal window either way, and the
  * keys and values the backward reads were kept from the forward, not rebuilt; an offloading
- * layer's keys and values travel with its activations. A host optimizer runs under the next step's
- * forward (its phase starts at 0); a device one after the backward (ring_time.c). The fastest plan wins, but one moving more bytes over the link must be
- * predicted faster by more than DATAFLOW_RING_TIE_MARGIN than one moving fewer.
+ * layer's keys and values travel with its activations. A host optimizer runs under the next
+ * step's forward (its phase starts at 0); a device one after the backward (ring_time.c). The
+ * fastest plan wins, but one moving more bytes over the link must be predicted faster by more than DATAFLOW_RING_TIE_MARGIN than one moving fewer.
  * MFU = (6 * N * tokens + 3 * attention forward flops) / (step seconds * peak), N = the
  * weights tokens meet in matmuls (layers and LM head, not the embedding gather), attention
  * flops counted over the causal window: the model's flops, recompute excluded. */
