@@ -20,11 +20,9 @@ class Trainer:
     model's own device blocks in place on the step's `stream`, and .plan stays None.
 
     Host syncs: step() submits the batch (one inbound transfer), the forward/backward and the
-    AdamW step, then waits ONCE, for the loss: in the ring the update may still run under the
-    next step's forward (each block's forward waits for that block's update). accumulate()
-    waits once for its chunk's loss; apply() does not wait. Reading weights or state
-    (last_grad_norm, state_dict, the model's forward, generate, save) waits for the pending
-    update first (Engine.wait_for_update), where its failure surfaces.
+    AdamW step, then waits ONCE, for the loss (in the ring the update may run on under the next
+    step's forward). accumulate() waits once for its chunk's loss; apply() does not wait.
+    Reading weights or state waits for the pending update first (Engine.wait_for_update).
 
     Data-parallel (comm, comm_stream; shard_optimizer=True: ZeRO-1, all-resident): each rank
     steps on its own batch and returns the mean loss over every rank's labelled tokens; see
