@@ -48,7 +48,6 @@ def two_steps_unwaited(plan):
     return forward, first_update_end, update_end
 
 
-@pytest.mark.slow
 def test_next_forward_starts_under_the_update():
     plan = df.ring.plan(WIDE, seq_len=SEQ, tokens_per_step=SEQ * ROWS, device_memory="256MiB",
                         host_memory="256MiB", profile=PROFILE, dtype="fp32")
