@@ -91,8 +91,11 @@ int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *p, char *out, int6
 	    p->num_layers, p->weight_slots, p->weight_slots >= p->num_layers ? " (all resident)" : "",
 	    p->grad_slots, p->grad_slots >= p->num_layers ? " (all resident)" : "");
 	placement(&t, p);
-	put(&t, "optimizer: AdamW on the %s, %s state (m, v)%s\n", dataflow_ring_optimizer_name(p->optimizer),
-	    dataflow_optimizer_state_name(p->optimizer_state), p->master_weights ? ", fp32 master weights" : "");
+	put(&t, "optimizer: AdamW on the %s, %s state (m, v)%s; %s\n", dataflow_ring_optimizer_name(p->optimizer),
+	    dataflow_optimizer_state_name(p->optimizer_state), p->master_weights ? ", fp32 master weights" : "",
+	    p->optimizer == DATAFLOW_RING_OPT_DEVICE_STREAMED ? "runs after the backward, fenced (its slots are the ring's memory)"
+	    : p->optimizer == DATAFLOW_RING_OPT_HOST ? "runs under the next step's forward (block b's forward waits for b's update)"
+						     : "overlaps the next step's forward, counted after the backward (one device)");
 	put(&t, "device memory (capacity %s, peak %s):\n", ring_bytes_text((double)p->device_capacity).text,
 	    ring_bytes_text((double)p->device_peak_bytes).text);
 	for (int i = 0; i < DATAFLOW_RING_DEV_NUM; i++)

@@ -135,6 +135,14 @@ Dataflow_Status ring_disk_copy(Dataflow_Ring_Executor *x, int b, Dataflow_Block_
 /* block b's master weights on disk set to the exact fp32 value of its bf16 parameters at param */
 Dataflow_Status ring_disk_set_master(Dataflow_Ring_Executor *x, int b, const void *param);
 
+/* Whether the optimizer's phase is fenced by barriers on both sides: a streamed optimizer's
+ * slots are the training's memory, and ZeRO-1's weight gathers share the comm stream's order.
+ * Otherwise the next step's uses of a block wait only for that block's update. */
+static inline int ring_optimizer_fenced(const Dataflow_Ring_Executor *x)
+{
+	return x->plan.optimizer == DATAFLOW_RING_OPT_DEVICE_STREAMED || x->shard;
+}
+
 /* every stream waits for every other's queued work: phase changes of shared memory */
 Dataflow_Status ring_barrier(Dataflow_Ring_Executor *x);
 /* what the streamed optimizer brings into a slot for block b */

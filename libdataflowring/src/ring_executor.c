@@ -128,6 +128,15 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 		x->wslot[i] = x->adopted ? x->adopted[1 + i].param : carve(&c, max_param);
 	for (int i = 0; i < x->G && grads_resident; i++)
 		x->gslot[i] = x->adopted ? x->adopted[1 + i].grad : carve(&c, max_grad);
+	/* the grad-norm scalars and workspace: outside the training phase, which the next step's
+	 * forward reuses while the update may still run */
+	int64_t largest = 0;
+	for (int b = 0; b < x->N; b++)
+		largest = max_i64(largest, x->blocks[b].numel);
+	x->norm_ws = carve(&c, dataflow_grad_norm_sq_workspace_bytes(largest));
+	x->sumsq = carve(&c, 8);
+	x->scale = carve(&c, 4);
+	x->norm = carve(&c, 4);
 	int64_t phase_start = ring_align64(c.used);
 	Carver training = {base, phase_start};
 	for (int i = 0; i < x->W && !weights_resident; i++)
@@ -207,13 +216,6 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 	Carver *opt_in = opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED ? &training : &optimizer;
 	for (int i = 0; i < 2; i++)
 		x->opt_slot[i] = streamed ? carve(opt_in, slot) : NULL;
-	int64_t largest = 0;
-	for (int b = 0; b < x->N; b++)
-		largest = max_i64(largest, x->blocks[b].numel);
-	x->norm_ws = carve(&optimizer, dataflow_grad_norm_sq_workspace_bytes(largest));
-	x->sumsq = carve(&optimizer, 8);
-	x->scale = carve(&optimizer, 4);
-	x->norm = carve(&optimizer, 4);
 	return max_i64(training.used, optimizer.used);
 }
 
@@ -644,6 +646,14 @@ Dataflow_Status dataflow_ring_executor_wait(Dataflow_Ring_Executor *x)
 	}
 	x->batches_in_flight = 0;
 	TRY(ring_disk_status(x));
+	return dataflow_trace_sample(x->trace, x->h, x->host_bytes);
+}
+
+Dataflow_Status dataflow_ring_executor_wait_losses(Dataflow_Ring_Executor *x)
+{
+	if (!x)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT, "ring executor wait_losses: executor is required");
+	TRY(dataflow_sync_stream(x->h, x->s[RS_OUT]));
 	return dataflow_trace_sample(x->trace, x->h, x->host_bytes);
 }
 

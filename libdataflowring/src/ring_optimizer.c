@@ -1,8 +1,10 @@
 /* The executor's optimizer phase: the global gradient norm over every block in block order
  * (the all-resident model's order, so the same sum), clipping, and AdamW per block where the
  * plan puts the state: in place on the device, streamed through two optimizer slots, or over
- * host memory (ops of the handle on its registered host ranges). It runs between the training
- * passes, fenced by barriers: its scalars and slots share memory with the training's scratch. */
+ * host memory (ops of the handle on its registered host ranges). It starts once the training
+ * pass is done (every gradient is final). It ends without one where its memory is
+ * its own (the scalars always are; the overlapped optimizer's slots too): each block's update
+ * records its tracks (update_done), so the next step's forward of block b waits only for b's. */
 #include <math.h>
 
 #include "ring_exec_internal.h"
@@ -47,6 +49,16 @@ Dataflow_Status ring_adamw(Dataflow_Ring_Executor *x, int b, int s, const Datafl
 					       p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, step);
 }
 
+/* Block b's update is queued on stream `role` up to here: the next uses of its kinds (the next
+ * step's forward of b first) wait for this point, not for the whole optimizer. */
+static Dataflow_Status update_done(Dataflow_Ring_Executor *x, int b, int role)
+{
+	Ring_Block *blk = &x->blocks[b];
+	for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
+		TRY(track_after(x, blk->dev[k] ? &blk->dev_track[k] : &blk->host_track[k], role));
+	return DATAFLOW_OK;
+}
+
 /* Streams block b's host-held kinds through optimizer slot k, updates, sends them home. */
 static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Dataflow_AdamW_Params *params,
 				     const float *scale, int64_t step)
@@ -72,6 +84,7 @@ static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Da
 	}
 	TRY(ring_span_end(x, span));
 	TRY(track_after(x, t, RS_IN));
+	TRY(update_done(x, b, RS_IN));
 	TRY(track_before(x, t, RS_OPT));
 	Dataflow_Block_Memory mem = {kinds[DATAFLOW_BLOCK_PARAM], kinds[DATAFLOW_BLOCK_GRAD], kinds[DATAFLOW_BLOCK_ADAM_M],
 				     kinds[DATAFLOW_BLOCK_ADAM_V], kinds[DATAFLOW_BLOCK_MASTER]};
@@ -79,6 +92,7 @@ static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Da
 	TRY(ring_adamw(x, b, x->s[RS_OPT], &mem, params, scale, step));
 	TRY(ring_span_end(x, span));
 	TRY(track_after(x, t, RS_OPT));
+	TRY(update_done(x, b, RS_OPT));
 	TRY(track_before(x, t, RS_OUT));
 	uint64_t out = 0;
 	for (int kind = 0; kind < DATAFLOW_BLOCK_NUM_KINDS; kind++)
@@ -89,7 +103,25 @@ static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Da
 			TRY(dataflow_submit_outbound_transfer(x->h, x->s[RS_OUT], blk->host[kind], kinds[kind],
 							      (uint64_t)blk->bytes[kind]));
 	TRY(ring_span_end(x, span));
+	TRY(update_done(x, b, RS_OUT));
 	return track_after(x, t, RS_OUT);
+}
+
+/* Every gradient is final: the streams the optimizer uses wait for the training pass (all of
+ * them, a barrier, where its memory is the training's). The others go on: the inbound stream
+ * with the next step's batch. */
+static Dataflow_Status optimizer_waits_for_training(Dataflow_Ring_Executor *x)
+{
+	if (ring_optimizer_fenced(x))
+		return ring_barrier(x);
+	Track training;
+	for (int r = 0; r < RS_NUM; r++)
+		TRY(track_after(x, &training, r));
+	int streamed = x->plan.optimizer == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED; /* its slots come and go */
+	TRY(track_before(x, &training, RS_OPT));
+	if (streamed)
+		TRY(track_before(x, &training, RS_IN));
+	return streamed ? track_before(x, &training, RS_OUT) : DATAFLOW_OK;
 }
 
 Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Dataflow_AdamW_Params *params,
@@ -101,7 +133,11 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring apply: max_grad_norm must be >= 0 and step >= 1, got %g and %lld",
 					  max_grad_norm, (long long)step);
-	TRY(ring_barrier(x)); /* the training pass is done with the memory the scalars share */
+	/* The last update ran under this step's forward, which waited for it block by block: done
+	 * with it before queuing the next, so that its failure surfaces here, at the next step. */
+	if (x->s[RS_OPT] != x->s[RS_COMPUTE])
+		TRY(dataflow_sync_stream(x->h, x->s[RS_OPT]));
+	TRY(optimizer_waits_for_training(x));
 	int s = x->s[RS_OPT], clip = max_grad_norm > 0;
 	Dataflow_Trace_Span *span;
 	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_GRAD_NORM, -1, -1, 0, &span));
@@ -136,6 +172,7 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 		TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_ADAMW, b, -1, 0, &span));
 		TRY(ring_adamw(x, b, s, &mem, params, scale, step));
 		TRY(ring_span_end(x, span));
+		TRY(update_done(x, b, RS_OPT));
 		blk->param_stale = blk->train_param && !blk->dev[DATAFLOW_BLOCK_PARAM];
 		TRY(ring_disk_after(x, b));
 	}
@@ -143,5 +180,5 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 		x->wslot_layer[i] = -1;
 	x->edge_stage_block = -1;
 	dataflow_trace_next_step(x->trace);
-	return ring_barrier(x);
+	return ring_optimizer_fenced(x) ? ring_barrier(x) : DATAFLOW_OK;
 }

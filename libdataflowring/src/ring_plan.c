@@ -270,7 +270,7 @@ static void search_shape(const Ring_Context *x, Search *s, int64_t C, int64_t K,
 			for (int edge = 0; edge < 4; edge++) {
 				if ((x->model->tied && edge != 0 && edge != both) || /* a tied head reads the embedding */
 				    (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && edge != both) ||
-				    /* runs as the streamed one (nothing overlaps the next forward yet), in more memory */
+				    /* a Trainer's waits would fence it like the streamed one (ring_plan.h) */
 				    opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED)
 					continue;
 				for (int si = 0; si < num_slots; si++) {

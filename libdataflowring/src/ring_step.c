@@ -106,13 +106,15 @@ static Buf grad_of(Dataflow_Ring_Executor *x, int b)
 
 /* Before block b's first gradient of the round: zero it or bring its partial sum back. A
  * gradient trained in a fixed device buffer whose home is on the host (a host optimizer) keeps
- * its partial sum there across the call's rounds: in at the first, home after the last. */
+ * its partial sum there across the call's rounds: in at the first, home after the last. One
+ * living on the device is zeroed here too, not at the call's start: its block's update may
+ * still be reading it under this step's forward. */
 static Dataflow_Status grad_begin(Round *r, int b)
 {
 	Dataflow_Ring_Executor *x = r->x;
 	Ring_Block *blk = &x->blocks[b];
-	if (blk->dev[DATAFLOW_BLOCK_GRAD] || (blk->train_grad && !r->first_round))
-		return DATAFLOW_OK; /* lives on the device (zeroed at the call's start), or stays there */
+	if ((blk->dev[DATAFLOW_BLOCK_GRAD] && !r->zero_grads) || (blk->train_grad && !r->first_round))
+		return DATAFLOW_OK; /* lives on the device, or stays there */
 	Buf g = grad_of(x, b);
 	if (r->zero_grads) {
 		Dataflow_Trace_Span *span;
@@ -620,19 +622,8 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *x, con
 			host[numel + 1] = (int32_t)(chunks[i].past + chunks[i].num_tokens);
 		}
 	}
-	TRY(ring_barrier(x)); /* after the optimizer's phase */
-	if (!accumulate_grads)
-		for (int b = 0; b < x->N; b++) {
-			Ring_Block *blk = &x->blocks[b];
-			if (!blk->dev[DATAFLOW_BLOCK_GRAD])
-				continue;
-			Dataflow_Trace_Span *span;
-			TRY(ring_span_begin(x, RS_COMPUTE, DATAFLOW_RING_WORK_ZERO_GRAD, b, -1, 0, &span));
-			TRY(dataflow_set_mem(x->h, x->s[RS_COMPUTE], blk->dev[DATAFLOW_BLOCK_GRAD], 0,
-					     (uint64_t)blk->bytes[DATAFLOW_BLOCK_GRAD]));
-			TRY(ring_span_end(x, span));
-			TRY(track_after(x, &blk->dev_track[DATAFLOW_BLOCK_GRAD], RS_COMPUTE));
-		}
+	if (ring_optimizer_fenced(x)) /* the optimizer's phase shared the training's memory */
+		TRY(ring_barrier(x));
 	int64_t items = x->L * x->K;
 	Prefetch p = {0};
 	p.layer = malloc((size_t)items * sizeof(int));

@@ -3,10 +3,11 @@
  * in the backward, its offloaded activations and partial gradient), outbound offloading this
  * layer's activations (forward) or gradient (backward); the layer takes the longest of the
  * three (slots let a transfer run one layer ahead, not more, in this model: conservative).
- * The first layer's fetch is not hidden. Phases are summed over rounds. The optimizer runs
- * after the backward, as the executor runs it (its apply ends with every stream waiting for the
- * update, so no optimizer overlaps the next step's forward yet): per block, its transfers in
- * and out and its update (device or host AdamW) run concurrently, blocks one after another.
+ * The first layer's fetch is not hidden. Phases are summed over rounds. The optimizer: per
+ * block, its transfers in and out and its update (device or host AdamW) run concurrently,
+ * blocks one after another, after the backward; a host one under the next step's forward
+ * (its phase "optimizer (previous step's)" starts at 0 and the forward's lasts at least as
+ * long), as the executor runs it.
  * The disk tier is a fourth stream at the disk's rate (reads and writes share it): the bytes of
  * a kind in files move between disk and host staging as they move over the link (weights
  * read where they are fetched, gradients written where they go home and read where they come
@@ -210,18 +211,27 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 		disk_read += rd, disk_write += wr;
 		add(&opt, in / x->h2d, compute, out / x->d2h, (rd + wr) / x->disk_rate);
 	}
+	/* A host update runs under the next step's forward (the executor's forward of block b waits
+	 * only for b's update), beside the device: the forward takes the longer of itself and the
+	 * update, each link direction carrying both's transfers; nothing is left after the backward.
+	 * A device one shares the device's compute with the forward: counted after the backward. */
+	int under = c->opt == DATAFLOW_RING_OPT_HOST;
+	if (under) {
+		double in = fwd.in + opt.in, out = fwd.out + opt.out;
+		fwd.seconds = max3(fwd.seconds, in > out ? in : out, opt.seconds);
+	}
 	if (plan) {
-		double clock = 0;
+		double clock = 0, zero = 0;
 		plan->num_phases = 0;
 		phase(plan, "forward", &fwd, &clock);
 		phase(plan, "head (turn)", &turn, &clock);
 		phase(plan, "backward", &bwd, &clock);
-		phase(plan, "optimizer", &opt, &clock);
+		phase(plan, under ? "optimizer (previous step's)" : "optimizer", &opt, under ? &zero : &clock);
 		plan->inbound_bytes = ring_clamp_bytes(in_bytes);
 		plan->outbound_bytes = ring_clamp_bytes(out_bytes);
 		plan->disk_read_bytes = ring_clamp_bytes(disk_read);
 		plan->disk_write_bytes = ring_clamp_bytes(disk_write);
 	}
 	*link_bytes = in_bytes + out_bytes;
-	return fwd.seconds + turn.seconds + bwd.seconds + opt.seconds;
+	return fwd.seconds + turn.seconds + bwd.seconds + (under ? 0 : opt.seconds);
 }

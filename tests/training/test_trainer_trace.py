@@ -1,7 +1,7 @@
 """Trainer traces (Trainer.start_trace / trace(path), dataflow.trace): all-resident training is
-the ring executor's all-resident plan, so its trace is the executor's: per step the gradients
-zeroed, the batch in, a forward per block, the head, the losses out, a backward per block in
-reverse, the gradient norm and an AdamW update per block, every role on the Trainer's one stream
+the ring executor's all-resident plan, so its trace is the executor's: per step the batch in,
+a forward per block, the head, the losses out, a backward per block in reverse (each block's
+gradient zeroed before its first use, as its update may still be reading it), the gradient norm and an AdamW update per block, every role on the Trainer's one stream
 in submission order; memory counters per step; recording changes no bits (the oracle: the same
 training untraced). Data-parallel traces: tests/training/test_distributed.py. Nothing timed."""
 import json
@@ -16,10 +16,10 @@ CFG = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layer
            num_key_value_heads=2, max_position_embeddings=64)
 STEPS, BLOCKS = 3, CFG["num_hidden_layers"] + 2
 ROLES = ("compute", "inbound", "outbound", "optimizer")
-STEP_SPANS = [("zero grad", b) for b in range(BLOCKS)] + [("batch in", -1)] + \
-    [("forward", b) for b in range(BLOCKS - 1)] + [("head", BLOCKS - 1), ("losses out", BLOCKS - 1)] + \
-    [("backward", b) for b in reversed(range(BLOCKS - 1))] + [("grad norm", -1)] + \
-    [("adamw", b) for b in range(BLOCKS)]
+STEP_SPANS = [("batch in", -1)] + [("forward", b) for b in range(BLOCKS - 1)] + \
+    [("zero grad", BLOCKS - 1), ("head", BLOCKS - 1), ("losses out", BLOCKS - 1)] + \
+    [span for b in reversed(range(BLOCKS - 1)) for span in (("zero grad", b), ("backward", b))] + \
+    [("grad norm", -1)] + [("adamw", b) for b in range(BLOCKS)]
 
 
 def batches():

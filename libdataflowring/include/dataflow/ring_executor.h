@@ -19,7 +19,8 @@
  * Memory. At create, ONE device allocation carved by purpose (the plan's memory map: resident
  * blocks or an edge staging buffer, weight and gradient slots, activations kept on the device,
  * offload staging, the chunk working set; the optimizer's phase memory overlaps the training's
- * when the plan streams the optimizer after the backward) and host arrays for what lives on the
+ * when the plan streams the optimizer after the backward; its grad-norm scalars and workspace
+ * are outside both) and host arrays for what lives on the
  * host (parameters, gradients, optimizer state, offloaded activations, batches, token losses),
  * each registered with the handle (dataflow_enable_access_to_host_mem). Every block's state has
  * one home, on the device or on the host; read/write below reach it wherever it is.
@@ -40,7 +41,10 @@
  * bits, for an untied model). The optimizer computes the global gradient norm over the blocks
  * in order 0..N-1, clips, and runs AdamW per block: in place on
  * the device (resident state), streamed through two optimizer slots (device, streamed or
- * overlapped: both run after the backward here), or over host memory (host).
+ * overlapped), or over host memory (host). It starts after the backward; unless streamed
+ * (fenced by barriers: its slots are the training's memory) or sharded, it ends without a
+ * barrier and runs under the next accumulate's forward, block b's work waiting only for
+ * block b's update (its gradient is zeroed at its first use, not at the call's start).
  *
  * Long sequences (plan.kv_context): a document longer than a chunk comes as consecutive chunks
  * (Dataflow_Ring_Chunk.past), all in one round (a round ends early rather than split one).
@@ -147,13 +151,25 @@ Dataflow_Status dataflow_ring_executor_accumulate(Dataflow_Ring_Executor *execut
 /* Gradients *= factor (every block, wherever they live). */
 Dataflow_Status dataflow_ring_executor_scale_grads(Dataflow_Ring_Executor *executor, float factor);
 /* The global gradient norm (clipped to max_grad_norm as torch's clip_grad_norm_, 0: no
- * clipping) and one AdamW step (step counts from 1) over every block, where the plan puts it. */
+ * clipping) and one AdamW step (step counts from 1) over every block, where the plan puts it.
+ * It returns with the update queued; with an optimizer stream of its own, it first waits for
+ * the last update, whose failure it returns (the next step's, where no one read it before). */
 Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *executor, const Dataflow_AdamW_Params *params,
 					     double max_grad_norm, int64_t step);
-/* Waits for every queued stream of the executor (one host sync per stream used). */
+/* Waits for every queued stream of the executor (one host sync per stream used): the sync
+ * point before reading weights or optimizer state (read, write, close wait here) and where a
+ * failure of the queued update surfaces. */
 Dataflow_Status dataflow_ring_executor_wait(Dataflow_Ring_Executor *executor);
+/* Waits for the last accumulate's token losses (the outbound stream, which sends them after
+ * the backward's gradients), not for an update queued after them: apply returns with it
+ * queued, and unless the plan's optimizer is streamed (its memory is the training's) or the
+ * state sharded, the next accumulate's forward of a block waits only for that block's update.
+ * A streamed or overlapped optimizer sends blocks home on the outbound stream: waiting for
+ * the losses then waits for those sends too. */
+Dataflow_Status dataflow_ring_executor_wait_losses(Dataflow_Ring_Executor *executor);
 
-/* Host results, valid after dataflow_ring_executor_wait: the token losses of the last
+/* Host results, valid after dataflow_ring_executor_wait (the losses also after
+ * dataflow_ring_executor_wait_losses): the token losses of the last
  * accumulate (fp32, unscaled, 0 where unlabelled; chunk i's at i * plan.chunk_tokens) and the
  * pre-clip gradient norm of the last apply; a mixture of experts trained with HF's
  * load-balancing loss (router_aux_loss_coef > 0): router_loss, that loss of the last accumulate

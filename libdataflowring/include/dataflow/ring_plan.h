@@ -31,10 +31,13 @@
  *   Layers keeping theirs on the device are the LAST ones (the backward needs them first).
  *   The optimizer (after the global gradient norm is known) runs on the device with every
  *   block's state resident; on the device streaming param, grad, m, v (and master) through
- *   optimizer slots, in the ring's memory (STREAMED) or in slots of their own (OVERLAPPED:
- *   meant to run under the next step's forward; the executor runs it after the backward like
- *   STREAMED, so the planner does not choose it); or on the host. Every optimizer runs after
- *   the backward: the executor's apply ends with all its streams waiting for the update.
+ *   optimizer slots, in the ring's memory (STREAMED) or in slots of their own (OVERLAPPED);
+ *   or on the host. Every optimizer starts after the backward. A streamed one is fenced (the
+ *   executor's streams all wait for its update: its slots are the ring's memory); the others
+ *   run under the next step's forward, block b's forward waiting only for block b's update.
+ *   The planner does not choose OVERLAPPED yet: a Trainer waits for each step's losses on
+ *   the outbound stream, and reuses the host batch buffer after the inbound stream, the two
+ *   streams its update's transfers use, so it would not overlap there.
  *
  * How the executor (next) consumes a plan, on any backend through the public dataflow_* calls:
  *   - refuse a plan made for another model: num_layers and model_param_bytes must match the
@@ -62,9 +65,9 @@
  * 2.5x forward attention, plus the recompute its save level asks for. A K/V context changes
  * no compute: attention is counted over each sequence's causal window either way, and the
  * keys and values the backward reads were kept from the forward, not rebuilt; an offloading
- * layer's keys and values travel with its activations. The optimizer runs after the
- * backward. The fastest plan wins, but one moving more bytes over the link must be
- * predicted faster by more than DATAFLOW_RING_TIE_MARGIN than one moving fewer.
+ * layer's keys and values travel with its activations. A host optimizer runs under the next
+ * step's forward (its phase starts at 0); a device one after the backward (ring_time.c). The
+ * fastest plan wins, but one moving more bytes over the link must be predicted faster by more than DATAFLOW_RING_TIE_MARGIN than one moving fewer.
  * MFU = (6 * N * tokens + 3 * attention forward flops) / (step seconds * peak), N = the
  * weights tokens meet in matmuls (layers and LM head, not the embedding gather), attention
  * flops counted over the causal window: the model's flops, recompute excluded. */
@@ -82,7 +85,7 @@ enum { DATAFLOW_RING_DISK_OPTIMIZER_STATE = 1, DATAFLOW_RING_DISK_PARAMS = 2, DA
 typedef enum {
 	DATAFLOW_RING_OPT_DEVICE_RESIDENT = 0,
 	DATAFLOW_RING_OPT_DEVICE_STREAMED = 1,    /* after the backward, in the ring's memory */
-	DATAFLOW_RING_OPT_DEVICE_OVERLAPPED = 2,  /* in its own slots (not chosen: see above) */
+	DATAFLOW_RING_OPT_DEVICE_OVERLAPPED = 2,  /* in its own slots, unfenced (not chosen: see above) */
 	DATAFLOW_RING_OPT_HOST = 3,
 	DATAFLOW_RING_NUM_OPT = 4
 } Dataflow_Ring_Optimizer;

@@ -67,19 +67,33 @@ class Engine:
         self._norm_pending = True
         self.ring.updated(self.model)
 
-    def grad_norm(self, waited=False):
-        """The pre-clip global gradient norm of the last apply (None before one): waits for the
-        executor once, unless the caller did (waited) after the apply."""
+    def wait_for_update(self, waited=False):
+        """The sync point before reading weights or optimizer state: apply returns with the
+        update queued (step() waits for the loss only), so this waits for it (unless the caller's
+        wait did: waited), raises its failure (DataflowError) and reads its gradient norm."""
         if self._norm_pending:
+            self._norm_pending = False
             if not waited:
                 self.ring.executor.wait()
-            self._norm, self._norm_pending = self.ring.executor.grad_norm(), False
+            self._norm = self.ring.executor.grad_norm()
+
+    def loss_known(self):
+        """After step() waited for its loss: an all-resident executor runs every role on the
+        step's stream, so that wait finished the update too; its norm is read now (no further
+        sync), before a batch of another shape replaces the executor. The ring's update may
+        still run under the next step's forward."""
+        if self.ring.stream is not None:
+            self.wait_for_update(waited=True)
+
+    def grad_norm(self):
+        """The pre-clip global gradient norm of the last apply (None before one)."""
+        self.wait_for_update()
         return self._norm
 
     def forget(self):
         """Closes the executors that adopted the model's state (about to move); the next batch
         adopts it again."""
-        self.grad_norm()
+        self.wait_for_update()
         for executor in list(self.model._adopters):
             executor.close()
         self.ring = None

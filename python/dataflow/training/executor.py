@@ -151,10 +151,15 @@ class RingExecutor:
         check(ringlib.dataflow_ring_executor_apply(self._ptr(), params, float(max_grad_norm), int(step)))
 
     def wait(self):
+        """Waits for everything queued, the update included (raising its failure)."""
         check(ringlib.dataflow_ring_executor_wait(self._ptr()))
 
+    def wait_losses(self):
+        """Waits for the last accumulate's token losses, not for the update queued after them."""
+        check(ringlib.dataflow_ring_executor_wait_losses(self._ptr()))
+
     def token_losses(self, chunk_sizes):
-        """Host copies of the last accumulate's token losses, per chunk (after wait())."""
+        """Host copies of the last accumulate's token losses, per chunk (after wait() or wait_losses())."""
         out = ffi.new("Dataflow_Ring_Outputs *")
         check(ringlib.dataflow_ring_executor_outputs(self._ptr(), out))
         T = out.chunk_tokens

@@ -268,8 +268,9 @@ class RingTraining:
 
     def run(self, chunks, accumulate, loss_scale, then=None):
         """Forward, loss and backward of the chunks (max_chunks per executor call, gradients
-        added after the first), then `then()` (e.g. the optimizer step) before the last wait;
-        returns the token losses of every chunk, in order, as one array. A mixture of experts
+        added after the first), then `then()` (e.g. the optimizer step) after the last call;
+        returns the token losses of every chunk, in order, as one array, once they are known
+        (an update queued by `then` may still run: Engine.wait_for_update). A mixture of experts
         trained with HF's load-balancing loss: .aux_loss, router_aux_loss_coef times that loss of
         the call (0.0 without one)."""
         losses, first, self.aux_loss = [], 0, 0.0
@@ -285,7 +286,7 @@ class RingTraining:
             self.executor.accumulate(group, accumulate or first > 0, loss_scale)
             if then is not None and end >= len(chunks):
                 then()
-            self.executor.wait()
+            self.executor.wait_losses()
             losses += self.executor.token_losses([c.num_tokens for c in group])
             router_loss = self.executor.router_loss()
             self.aux_loss = 0.0 if router_loss is None else self.router_coef * router_loss

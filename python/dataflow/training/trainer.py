@@ -21,8 +21,9 @@ class Trainer:
     model's own device blocks in place on the step's `stream`, and .plan stays None.
 
     Host syncs: step() submits the batch (one inbound transfer), the forward/backward and the
-    AdamW step, then waits ONCE to read the loss and the gradient norm together. accumulate()
-    waits once for its chunk's loss; apply() does not wait: last_grad_norm waits when read.
+    AdamW step, then waits ONCE, for the loss (in the ring the update may run on under the next
+    step's forward). accumulate() waits once for its chunk's loss; apply() does not wait.
+    Reading weights or state waits for the pending update first (Engine.wait_for_update).
 
     Data-parallel (comm, comm_stream; shard_optimizer=True: ZeRO-1, all-resident): each rank
     steps on its own batch and returns the mean loss over every rank's labelled tokens; see
@@ -118,7 +119,7 @@ class Trainer:
         if num_labels == 0:
             raise BadArgumentError("step: no labelled tokens (every target is -100)")
         losses = ring.run(chunks, False, 1.0 / num_labels, lambda: self._adamw(hyperparameters))
-        self._engine.grad_norm(waited=True)  # run() waited after the update: read with the loss
+        self._engine.loss_known()
         return self._ranks.mean_loss(self.model, losses, num_labels, stream) + ring.aux_loss
 
     def accumulate(self, tokens, labels=None, documents=None, stream=0):
@@ -156,6 +157,7 @@ class Trainer:
         (m and v as torch.optim.AdamW names them; empty dicts before the first step), and
         "master": {name: float32 numpy} when the model keeps fp32 master weights; bf16 and 8-bit
         moments as trained (raw bytes per block, "optimizer_state" naming the precision)."""
+        self._engine.wait_for_update()
         return trainer_state.state_dict(self)
 
     def load_state_dict(self, state, convert=False):
@@ -165,4 +167,5 @@ class Trainer:
         stored in another precision than this Trainer's optimizer_state load only with
         convert=True (decoded to fp32, then rounded as the kernels store them).
         BadArgumentError naming the field for a malformed state, before anything changes."""
+        self._engine.wait_for_update()
         trainer_state.load_state_dict(self, state, convert)
