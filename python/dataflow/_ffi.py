@@ -47,6 +47,14 @@ class CheckedLibrary:
 
     def __init__(self, library):
         self._library = library
+        # Every binding is looked up now, not at its first call: cffi looks a name up under a
+        # lock it may already hold when a garbage collection runs a finalizer (a close calling
+        # its destroy function for the first time) in the middle of its own parsing - a hang.
+        for name in dir(library):
+            try:
+                getattr(self, name)
+            except AttributeError:  # declared in _cdef.h for another of the five libraries
+                pass
 
     def __getattr__(self, name):
         value = getattr(self._library, name)

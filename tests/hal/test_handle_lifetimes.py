@@ -97,3 +97,15 @@ def test_destroy_from_a_launch_function_is_refused():
         with pytest.raises(df.BadArgumentError, match="called from inside a call on this handle"):
             op(None)
         h.sync()
+
+
+def test_every_binding_is_resolved_at_import():
+    # cffi resolves a name under a lock that a garbage collection may find held (a finalizer
+    # closing an executor in the middle of cffi's own parsing): nothing may be resolved later.
+    from dataflow._ffi import commlib, modelslib, ringlib
+    for library, names in ((lib, ["dataflow_handle_destroy", "dataflow_last_error"]),
+                           (modelslib, ["dataflow_llama_destroy"]),
+                           (ringlib, ["dataflow_ring_executor_destroy", "dataflow_ring_executor_wait_losses"]),
+                           (commlib, ["dataflow_comm_destroy"])):
+        for name in names:
+            assert name in vars(library), name
