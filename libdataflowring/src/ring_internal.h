@@ -35,6 +35,7 @@ typedef struct {
 	double max_param, max_grad;  /* of a layer: a slot's bytes */
 	int master;                  /* the MASTER kind counts */
 	Dataflow_Optimizer_State state; /* how m and v are stored */
+	double host_grad_ratio;      /* bytes of a host-held gradient per byte of the model's fp32 one */
 	double kv_grad_ratio;        /* a K/V context's fp32 gradient bytes per byte of keys and values */
 } Ring_Context;
 
@@ -57,6 +58,12 @@ static inline double ring_opt_state_bytes(const Ring_Context *x, const Dataflow_
 {
 	return 2 * (double)dataflow_optimizer_state_bytes(x->state, b->sizes.bytes[DATAFLOW_BLOCK_ADAM_M] / 4) +
 	       (x->master ? (double)b->sizes.bytes[DATAFLOW_BLOCK_MASTER] : 0);
+}
+
+/* a block's gradient as the host stores it (the model reports fp32 gradients) */
+static inline double ring_host_grad_bytes(const Ring_Context *x, const Dataflow_Ring_Block *b)
+{
+	return x->host_grad_ratio * (double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD];
 }
 
 static inline uint64_t ring_clamp_bytes(double b)

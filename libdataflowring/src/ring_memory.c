@@ -36,7 +36,7 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 	}
 	dev[DATAFLOW_RING_DEV_EDGE_BLOCKS] += staging;
 
-	double max_opt_block = 0, max_dacts = 0, max_recomputed = 0, max_stage = 0, max_kv = 0;
+	double max_opt_block = 0, max_host_grad = 0, max_dacts = 0, max_recomputed = 0, max_stage = 0, max_kv = 0;
 	int kv_context = ring_kv_context(x->req, c), offloading = 0;
 	for (int b = 0; b < m->num_blocks; b++) {
 		const Dataflow_Ring_Block *blk = &m->blocks[b];
@@ -49,11 +49,15 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 		if (!param_res || c->opt == DATAFLOW_RING_OPT_HOST)
 			host[DATAFLOW_RING_HOST_PARAMS] += kind_bytes(blk, DATAFLOW_BLOCK_PARAM);
 		if (!grad_res || c->opt == DATAFLOW_RING_OPT_HOST)
-			host[DATAFLOW_RING_HOST_GRADS] += kind_bytes(blk, DATAFLOW_BLOCK_GRAD);
+			host[DATAFLOW_RING_HOST_GRADS] += ring_host_grad_bytes(x, blk);
 		if (host_copies)
 			host[DATAFLOW_RING_HOST_OPTIMIZER_STATE] += ring_opt_state_bytes(x, blk);
+		/* AdamW reads a bf16 host gradient as it is (adamw_step's grad dtype) */
+		double host_grad = !grad_res || c->opt == DATAFLOW_RING_OPT_HOST ? ring_host_grad_bytes(x, blk) : 0;
 		double streamed = ring_opt_state_bytes(x, blk) + (param_res ? 0 : kind_bytes(blk, DATAFLOW_BLOCK_PARAM)) +
-				  (grad_res ? 0 : kind_bytes(blk, DATAFLOW_BLOCK_GRAD));
+				  (grad_res ? 0 : host_grad);
+		if (x->host_grad_ratio < 1 && host_grad > max_host_grad)
+			max_host_grad = host_grad;
 		if (streamed > max_opt_block)
 			max_opt_block = streamed;
 		if ((double)blk->sizes.dacts_bytes_per_token > max_dacts)
@@ -76,7 +80,8 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 			max_stage = layer_chunk_acts(x, blk, c);
 	}
 	dev[DATAFLOW_RING_DEV_WEIGHT_SLOTS] = (double)c->weight_slots * x->max_param;
-	dev[DATAFLOW_RING_DEV_GRAD_SLOTS] = (double)c->grad_slots * x->max_grad;
+	/* bf16 host gradients pass through two staging buffers: one going home, one coming in */
+	dev[DATAFLOW_RING_DEV_GRAD_SLOTS] = (double)c->grad_slots * x->max_grad + 2 * max_host_grad;
 	/* one chunk being written, one going out, one coming in; offloading layers' keys and values
 	 * in two sets (one layer's going out or coming in while the next one's are used) */
 	dev[DATAFLOW_RING_DEV_OFFLOAD_STAGING] =

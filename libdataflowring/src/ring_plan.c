@@ -92,6 +92,8 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 					  "ring plan: master_weights needs a bf16 model (this one has no MASTER kind)");
 	if (!dataflow_optimizer_state_name(r->optimizer_state))
 		return bad("optimizer_state", "fp32 (0), bf16 (1) or 8bit (2)", (double)r->optimizer_state);
+	if (!dataflow_host_gradients_name(r->host_gradients))
+		return bad("host_gradients", "fp32 (0) or bf16 (1)", (double)r->host_gradients);
 	if (r->device_bytes == 0)
 		return bad("device_bytes", "> 0", 0);
 	Dataflow_Status st = check_rate("h2d_bytes_per_sec", r->h2d_bytes_per_sec);
@@ -120,6 +122,7 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 	x->memory_rate = p->memory_bytes_per_sec;
 	x->master = r->master_weights;
 	x->state = r->optimizer_state;
+	x->host_grad_ratio = r->host_gradients == DATAFLOW_HOST_GRADIENTS_BF16 ? 0.5 : 1;
 	x->kv_grad_ratio = bf16 ? 2 : 1;
 	for (int l = 0; l < x->num_layers; l++) {
 		const Dataflow_Ring_Block *b = ring_layer(x, l);
@@ -328,6 +331,7 @@ static void fill_plan(const Ring_Context *x, const Ring_Candidate *c, Dataflow_R
 	plan->optimizer = c->opt;
 	plan->master_weights = x->req->master_weights;
 	plan->optimizer_state = x->req->optimizer_state;
+	plan->host_gradients = x->req->host_gradients;
 	double link_bytes;
 	plan->step_seconds = ring_time(x, c, plan, &link_bytes);
 	plan->tokens_per_second = (double)x->req->tokens_per_step / plan->step_seconds;

@@ -61,6 +61,16 @@ Dataflow_Status dataflow_ring_layer_seconds(const Dataflow_Device_Profile *profi
 	return DATAFLOW_OK;
 }
 
+/* bf16 host gradients: the device narrows a gradient going home (reads fp32, writes bf16) and
+ * widens one coming in (`in_share` of the time); 0 with fp32 host gradients */
+static double host_grad_casts(const Ring_Context *x, const Dataflow_Ring_Block *b, double in_share)
+{
+	if (x->host_grad_ratio >= 1)
+		return 0;
+	double numel = (double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD] / 4;
+	return (1 + in_share) * 6 * numel / x->memory_rate;
+}
+
 static double max3(double a, double b, double c)
 {
 	double m = a > b ? a : b;
@@ -119,15 +129,15 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 	/* the head: forward, loss and backward back to back on each chunk */
 	forward_parts(x, head, c, parts);
 	double head_in = head_res ? 0 : (double)head->sizes.bytes[DATAFLOW_BLOCK_PARAM] +
-						partial * (double)head->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+						partial * ring_host_grad_bytes(x, head);
 	/* meanwhile the last layer's offloaded activations and partial gradient come in */
 	const Dataflow_Ring_Block *last = ring_layer(x, L - 1);
 	if (c->device_layers == 0)
 		head_in += tokens * ring_kept_bytes_per_token(x, c, last);
 	if (!grads_resident)
-		head_in += partial * (double)last->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-	add(&turn, IN(head_in), 3 * parts[0] + 3 * parts[2],
-	    head_res ? 0 : OUT((double)head->sizes.bytes[DATAFLOW_BLOCK_GRAD]));
+		head_in += partial * ring_host_grad_bytes(x, last);
+	add(&turn, IN(head_in), 3 * parts[0] + 3 * parts[2] + (head_res ? 0 : host_grad_casts(x, head, partial)),
+	    head_res ? 0 : OUT(ring_host_grad_bytes(x, head)));
 	for (int l = L - 1; l >= 0; l--) {
 		const Dataflow_Ring_Block *b = ring_layer(x, l);
 		forward_parts(x, b, c, parts);
@@ -142,13 +152,16 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 			if (l - 1 < L - c->device_layers)
 				in += tokens * ring_kept_bytes_per_token(x, c, p);
 			if (!grads_resident)
-				in += partial * (double)p->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+				in += partial * ring_host_grad_bytes(x, p);
 		}
-		add(&bwd, IN(in), compute, grads_resident ? 0 : OUT((double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD]));
+		if (!grads_resident)
+			compute += host_grad_casts(x, b, partial);
+		add(&bwd, IN(in), compute, grads_resident ? 0 : OUT(ring_host_grad_bytes(x, b)));
 	}
 	forward_parts(x, emb, c, parts);
-	add(&bwd, emb_res ? 0 : IN(partial * (double)emb->sizes.bytes[DATAFLOW_BLOCK_GRAD]), 2 * parts[2],
-	    emb_res ? 0 : OUT((double)emb->sizes.bytes[DATAFLOW_BLOCK_GRAD]));
+	add(&bwd, emb_res ? 0 : IN(partial * ring_host_grad_bytes(x, emb)),
+	    2 * parts[2] + (emb_res ? 0 : host_grad_casts(x, emb, partial)),
+	    emb_res ? 0 : OUT(ring_host_grad_bytes(x, emb)));
 	fwd.in *= R, fwd.compute *= R, fwd.out *= R, fwd.seconds *= R;
 	turn.in *= R, turn.compute *= R, turn.out *= R, turn.seconds *= R;
 	bwd.in *= R, bwd.compute *= R, bwd.out *= R, bwd.seconds *= R;
@@ -163,12 +176,16 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 		int gres = layer ? grads_resident : res;
 		double state = ring_opt_state_bytes(x, blk);
 		double p = (double)blk->sizes.bytes[DATAFLOW_BLOCK_PARAM], g = (double)blk->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-		double touched = 2 * p + g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate;
-		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out;
-							  * the host's update counts as the phase's compute */
-			in = res ? p : 0, out = gres ? g : 0, compute = touched / x->host_adamw;
+		double hg = ring_host_grad_bytes(x, blk);
+		/* AdamW reads a host gradient as the host stores it (adamw_step takes bf16 gradients) */
+		double read_g = gres && c->opt != DATAFLOW_RING_OPT_HOST ? g : hg;
+		double touched = 2 * p + read_g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate;
+		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out
+							  * (narrowed first); the host's update counts as the phase's compute */
+			in = res ? p : 0, out = gres ? hg : 0;
+			compute = touched / x->host_adamw + (gres ? host_grad_casts(x, blk, 0) : 0);
 		} else if (c->opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
-			in = state + (res ? 0 : p) + (gres ? 0 : g), out = state + (res ? 0 : p);
+			in = state + (res ? 0 : p) + (gres ? 0 : hg), out = state + (res ? 0 : p);
 		}
 		in_bytes += in, out_bytes += out;
 		add(&opt, in / x->h2d, compute, out / x->d2h);

@@ -100,12 +100,27 @@ int64_t dataflow_optimizer_state_bytes(Dataflow_Optimizer_State state, int64_t n
 /* "fp32", "bf16", "8bit"; NULL for a value out of range. */
 const char *dataflow_optimizer_state_name(Dataflow_Optimizer_State state);
 
+/* How a gradient whose home is on the host is stored there (the user's choice: it changes
+ * numerics). Gradients always accumulate in fp32 on the device; with bf16 a gradient is
+ * rounded (to nearest even) when it goes home and widened back to fp32 when it comes in for
+ * the next round or the optimizer, so it is rounded once per round. Gradients on the device
+ * (resident grad slots, the all-resident plan) are unaffected. */
+typedef enum {
+	DATAFLOW_HOST_GRADIENTS_FP32 = 0,
+	DATAFLOW_HOST_GRADIENTS_BF16 = 1,
+	DATAFLOW_NUM_HOST_GRADIENTS = 2
+} Dataflow_Host_Gradients;
+
+/* "fp32", "bf16"; NULL for a value out of range. */
+const char *dataflow_host_gradients_name(Dataflow_Host_Gradients host_gradients);
+
 typedef struct {
 	const Dataflow_Ring_Model *model;
 	int64_t seq_len;          /* tokens per sequence */
 	int64_t tokens_per_step;  /* a multiple of seq_len */
 	int master_weights;       /* bf16 models: fp32 master weights (the MASTER kind) */
 	Dataflow_Optimizer_State optimizer_state; /* how m and v are stored (0: fp32) */
+	Dataflow_Host_Gradients host_gradients;   /* how host-held gradients are stored (0: fp32) */
 	uint64_t device_bytes;    /* device capacity the plan must stay within */
 	uint64_t host_bytes;      /* host memory the plan may use */
 	double h2d_bytes_per_sec; /* 0: the profile's */
@@ -164,6 +179,7 @@ typedef struct {
 	Dataflow_Ring_Optimizer optimizer;
 	int master_weights;
 	Dataflow_Optimizer_State optimizer_state;
+	Dataflow_Host_Gradients host_gradients;
 	/* memory maps, bytes by purpose */
 	uint64_t device_bytes[DATAFLOW_RING_DEV_NUM];
 	Dataflow_Ring_Phase_Kind device_phase[DATAFLOW_RING_DEV_NUM];

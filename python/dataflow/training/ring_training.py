@@ -70,7 +70,7 @@ def _resident_plan(model, seq_len, tokens, free, optimizer_state):
 
 
 def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None,
-              optimizer_state="fp32"):
+              optimizer_state="fp32", host_gradients="fp32"):
     """ring.plan of training `config` on `tokens` per step within device_bytes and host_bytes.
     profile None: only whether some plan fits, which depends on sizes, not speeds (a named
     profile's plan), so it is known before measuring this machine or building the model.
@@ -78,7 +78,7 @@ def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_w
     try:
         return ring.plan(config, seq_len, device_bytes, host_bytes, tokens_per_step=tokens,
                          profile=profile or ring.profile_names()[0], dtype=dtype, master_weights=master_weights,
-                         optimizer_state=optimizer_state)
+                         optimizer_state=optimizer_state, host_gradients=host_gradients)
     except OutOfMemoryError as e:  # the planner's figures are rounded: add the exact bytes
         raise OutOfMemoryError(f"{e} (in bytes: {parse_bytes(device_bytes, 'device'):,} device free, "
                                f"{parse_bytes(host_bytes, 'host'):,} host; the smallest plan needs "
@@ -113,7 +113,7 @@ def resident_training(model, batch, stream, current, optimizer_state="fp32"):
     return training
 
 
-def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state="fp32"):
+def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state="fp32", host_gradients="fp32"):
     """None when `model` is all-resident and its training on batch_size sequences of seq_len
     tokens (default: max_position_embeddings) fits its handle; else the fastest ring plan within
     the handle's free device memory (what an all-resident model frees included) and host_memory
@@ -132,9 +132,9 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_stat
     host = host_memory_available() if host_memory is None else parse_bytes(host_memory, "host_memory")
     args = (config, seq_len, free, host, tokens, model.dtype, model.master_weights)
     if profile is None:
-        ring_plan(*args, optimizer_state=optimizer_state)
+        ring_plan(*args, optimizer_state=optimizer_state, host_gradients=host_gradients)
         profile = measured_profile(h.backend, config, seq_len, tokens, model.dtype)
-    return ring_plan(*args, profile=profile, optimizer_state=optimizer_state)
+    return ring_plan(*args, profile=profile, optimizer_state=optimizer_state, host_gradients=host_gradients)
 
 
 def resident_shape(lengths):

@@ -5,7 +5,7 @@ the all-resident plan over the model's own device blocks; larger than the device
 from .. import trace as traces
 from .._ffi import modelslib
 from ..errors import BadArgumentError, DataflowError, check
-from ..ring import Plan, optimizer_state_enum
+from ..ring import Plan, host_gradients_enum, optimizer_state_enum
 from . import trainer_state
 from .adamw_hyperparameters import adamw_hyperparameters, betas_pair
 from .ring_training import ResidentTraining, RingTraining, choose_plan
@@ -69,12 +69,17 @@ class Trainer:
     are the executor's own, in all-resident and ring training alike, and the planner counts
     their bytes. Not with shard_optimizer. state_dict() keeps them as trained (raw bytes per
     block, "optimizer_state" naming the precision); load_state_dict(..., convert=True) loads a
-    state of another precision."""
+    state of another precision.
+
+    host_gradients: how the ring keeps gradients on the host between rounds, "fp32" or "bf16"
+    (accumulated in fp32 on the device within a round, rounded to nearest even when sent home:
+    half the host memory and link traffic, a rounding per round). All-resident training keeps
+    every gradient on the device: there it changes nothing."""
 
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
                  seq_len=None, batch_size=1, profile=None, plan=None, trace=False, optimizer_state="fp32",
-                 optimizer_seed=0):
+                 optimizer_seed=0, host_gradients="fp32"):
         if model.config.quantization:
             raise BadArgumentError(f"Trainer: the model's linear weights are quantized "
                                    f"(int{model.config.quantization['bits']}), for inference only; train the "
@@ -89,6 +94,10 @@ class Trainer:
         if isinstance(plan, Plan) and plan.optimizer_state != optimizer_state:
             raise BadArgumentError(f"Trainer: the plan stores the optimizer state as {plan.optimizer_state}, "
                                    f"but optimizer_state={optimizer_state!r}")
+        host_gradients_enum(host_gradients, "Trainer")
+        if isinstance(plan, Plan) and plan.host_gradients != host_gradients:
+            raise BadArgumentError(f"Trainer: the plan keeps host gradients in {plan.host_gradients}, "
+                                   f"but host_gradients={host_gradients!r}")
         if shard_optimizer and comm is None:
             raise BadArgumentError("Trainer: shard_optimizer shards the optimizer state over the ranks of comm; "
                                    "pass comm=df.distributed.init()")
@@ -107,7 +116,8 @@ class Trainer:
         self.shard_optimizer, self._ring, self._trace = bool(shard_optimizer), None, None
         self.plan = plan
         if plan is None and (host_memory is not None or model.placement == "host"):
-            self.plan = choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state)
+            self.plan = choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state,
+                                    host_gradients)
         if self.plan is not None and self.shard_optimizer:
             raise BadArgumentError("Trainer: shard_optimizer (ZeRO-1) trains all-resident models only; drop "
                                    "host_memory and plan, and place the model on the device")
