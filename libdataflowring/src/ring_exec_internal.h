@@ -83,8 +83,7 @@ struct Dataflow_Ring_Executor {
 	float *ctx_dk, *ctx_dv;  /* plan.kv_context: a document's dK, dV [seq_len, kvd] fp32 */
 	float *dev_losses;       /* [K * T] */
 	Track losses_track;
-	void *grad_stage[2];     /* bf16 host gradients: [0] coming in, [1] going home */
-	Track grad_stage_track[2];
+	void *grad_stage[2];     /* bf16 host gradients: [0] coming in (inbound only), [1] going home (outbound only) */
 	void *opt_slot[2];       /* streamed optimizer */
 	Track opt_track[2];
 	void *norm_ws;
@@ -112,14 +111,13 @@ Dataflow_Status ring_adamw(Dataflow_Ring_Executor *x, int b, int s, const Datafl
 			   const Dataflow_AdamW_Params *params, const float *scale, int64_t step);
 
 /* Host gradients (ring_host_grads.c): block b's gradient as the host stores it (bf16 with
- * plan.host_gradients bf16, else fp32) and its bytes there; the largest bf16 one (each staging
- * buffer's bytes); g (fp32, on the device) sent home or its partial sum brought back into g, through
- * the staging buffers when narrowed; a host gradient read or written as fp32. */
+ * plan.host_gradients bf16, else fp32) and its bytes there; each staging buffer's bytes; g (fp32,
+ * on the device) sent home (going_home) or its partial sum brought back into g, through the staging buffers
+ * when narrowed; a host gradient read or written as fp32. */
 int64_t ring_host_grad_bytes(const Dataflow_Ring_Executor *x, int b);
 DataflowDatatype ring_grad_home_dtype(const Dataflow_Ring_Executor *x, int b);
 int64_t ring_grad_stage_bytes(const Dataflow_Ring_Executor *x);
-Dataflow_Status ring_grad_send_home(Dataflow_Ring_Executor *x, int b, const void *g, Track *g_track);
-Dataflow_Status ring_grad_bring_back(Dataflow_Ring_Executor *x, int b, void *g, Track *g_track);
+Dataflow_Status ring_grad_move(Dataflow_Ring_Executor *x, int b, void *g, Track *g_track, int going_home);
 void ring_host_grad_read(const Dataflow_Ring_Executor *x, int b, float *dst);
 void ring_host_grad_write(Dataflow_Ring_Executor *x, int b, const float *src);
 

@@ -16,6 +16,7 @@ typedef struct {
 	int edge_resident;   /* EDGE_* bits */
 	int weight_slots, grad_slots;
 	int device_layers;   /* the last device_layers layers keep activations on the device */
+	int high_layers;     /* the last high_layers layers save everything (DATAFLOW_SAVE_ALL), the rest level */
 } Ring_Candidate;
 
 /* Chunks are pieces of sequences attending over a K/V context: each layer's keys and values of
@@ -44,11 +45,19 @@ static inline const Dataflow_Ring_Block *ring_layer(const Ring_Context *x, int l
 	return &x->model->blocks[1 + l];
 }
 
+/* The save level of layer block b (a pointer into the model's blocks) in candidate c. */
+static inline Dataflow_Save_Level ring_save_level(const Ring_Context *x, const Ring_Candidate *c,
+						  const Dataflow_Ring_Block *b)
+{
+	int l = (int)(b - x->model->blocks) - 1;
+	return l >= x->num_layers - c->high_layers ? DATAFLOW_SAVE_ALL : c->level;
+}
+
 /* Bytes per token a layer keeps from its forward to its backward (on the device or offloaded):
  * its input, what its save level saves, and its keys and values with a K/V context. */
 static inline double ring_kept_bytes_per_token(const Ring_Context *x, const Ring_Candidate *c, const Dataflow_Ring_Block *b)
 {
-	return (double)(b->sizes.saved_bytes_per_token[c->level] + x->model->hidden_bytes_per_token) +
+	return (double)(b->sizes.saved_bytes_per_token[ring_save_level(x, c, b)] + x->model->hidden_bytes_per_token) +
 	       (ring_kv_context(x->req, c) ? (double)b->kv_bytes_per_token : 0);
 }
 

@@ -9,7 +9,7 @@ static double kind_bytes(const Dataflow_Ring_Block *b, Dataflow_Block_Kind k)
 /* a layer's input and saved activations for one chunk, with 64-byte alignment per array */
 static double layer_chunk_acts(const Ring_Context *x, const Dataflow_Ring_Block *b, const Ring_Candidate *c)
 {
-	return (double)(b->sizes.saved_bytes_per_token[c->level] + x->model->hidden_bytes_per_token) *
+	return (double)(b->sizes.saved_bytes_per_token[ring_save_level(x, c, b)] + x->model->hidden_bytes_per_token) *
 		       (double)c->chunk + 16 * 64;
 }
 
@@ -64,8 +64,8 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 			max_dacts = (double)blk->sizes.dacts_bytes_per_token;
 		if (!layer)
 			continue;
-		if ((double)blk->sizes.recomputed_bytes_per_token[c->level] > max_recomputed)
-			max_recomputed = (double)blk->sizes.recomputed_bytes_per_token[c->level];
+		if ((double)blk->sizes.recomputed_bytes_per_token[ring_save_level(x, c, blk)] > max_recomputed)
+			max_recomputed = (double)blk->sizes.recomputed_bytes_per_token[ring_save_level(x, c, blk)];
 		/* with a K/V context, the round's keys and values too (two arrays) */
 		double kv = kv_context ? K * T * (double)blk->kv_bytes_per_token + 2 * 64 : 0;
 		double acts = K * layer_chunk_acts(x, blk, c) + kv;
@@ -81,7 +81,8 @@ int ring_memory(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_Pl
 	}
 	dev[DATAFLOW_RING_DEV_WEIGHT_SLOTS] = (double)c->weight_slots * x->max_param;
 	/* bf16 host gradients pass through two staging buffers: one going home, one coming in */
-	dev[DATAFLOW_RING_DEV_GRAD_SLOTS] = (double)c->grad_slots * x->max_grad + 2 * max_host_grad;
+	double piece = (double)DATAFLOW_RING_GRAD_PIECE_BYTES;
+	dev[DATAFLOW_RING_DEV_GRAD_SLOTS] = (double)c->grad_slots * x->max_grad + 2 * (max_host_grad < piece ? max_host_grad : piece);
 	/* one chunk being written, one going out, one coming in; offloading layers' keys and values
 	 * in two sets (one layer's going out or coming in while the next one's are used) */
 	dev[DATAFLOW_RING_DEV_OFFLOAD_STAGING] =

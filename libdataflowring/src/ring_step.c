@@ -120,7 +120,7 @@ static Dataflow_Status grad_begin(Round *r, int b)
 		TRY(ring_span_end(x, span));
 		return track_after(x, g.track, RS_COMPUTE);
 	}
-	return ring_grad_bring_back(x, b, g.ptr, g.track);
+	return ring_grad_move(x, b, g.ptr, g.track, 0);
 }
 
 /* After block b's last gradient of the round: summed over the ranks (data-parallel, once it is
@@ -136,7 +136,7 @@ static Dataflow_Status grad_end(Round *r, int b)
 	if (blk->dev[DATAFLOW_BLOCK_GRAD] || (blk->train_grad && !r->last_round))
 		return DATAFLOW_OK;
 	Buf g = grad_of(x, b);
-	return ring_grad_send_home(x, b, g.ptr, g.track);
+	return ring_grad_move(x, b, g.ptr, g.track, 1);
 }
 
 /* compute is about to use (then has used) these buffers */

@@ -3,7 +3,8 @@
  * in the backward, its offloaded activations and partial gradient), outbound offloading this
  * layer's activations (forward) or gradient (backward); the layer takes the longest of the
  * three (slots let a transfer run one layer ahead, not more, in this model: conservative).
- * The first layer's fetch is not hidden. Phases are summed over rounds. The optimizer runs
+ * bf16 host gradients are cast on the stream that moves them. The first layer's fetch is not
+ * hidden. Phases are summed over rounds. The optimizer runs
  * after the backward, as the executor runs it (its apply ends with every stream waiting for the
  * update, so no optimizer overlaps the next step's forward yet): per block, its transfers in
  * and out and its update (device or host AdamW) run concurrently, blocks one after another. */
@@ -61,14 +62,14 @@ Dataflow_Status dataflow_ring_layer_seconds(const Dataflow_Device_Profile *profi
 	return DATAFLOW_OK;
 }
 
-/* bf16 host gradients: the device narrows a gradient going home (reads fp32, writes bf16) and
- * widens one coming in (`in_share` of the time); 0 with fp32 host gradients */
-static double host_grad_casts(const Ring_Context *x, const Dataflow_Ring_Block *b, double in_share)
+/* bf16 host gradients: the transfer stream that moves a gradient also narrows it going home
+ * (reads fp32, writes bf16) or widens it coming in, piece by piece; 0 with fp32 ones */
+static double host_grad_cast(const Ring_Context *x, const Dataflow_Ring_Block *b)
 {
 	if (x->host_grad_ratio >= 1)
 		return 0;
 	double numel = (double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD] / 4;
-	return (1 + in_share) * 6 * numel / x->memory_rate;
+	return 6 * numel / x->memory_rate;
 }
 
 static double max3(double a, double b, double c)
@@ -134,34 +135,38 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 	const Dataflow_Ring_Block *last = ring_layer(x, L - 1);
 	if (c->device_layers == 0)
 		head_in += tokens * ring_kept_bytes_per_token(x, c, last);
-	if (!grads_resident)
+	double head_casts = head_res ? 0 : partial * host_grad_cast(x, head);
+	if (!grads_resident) {
 		head_in += partial * ring_host_grad_bytes(x, last);
-	add(&turn, IN(head_in), 3 * parts[0] + 3 * parts[2] + (head_res ? 0 : host_grad_casts(x, head, partial)),
-	    head_res ? 0 : OUT(ring_host_grad_bytes(x, head)));
+		head_casts += partial * host_grad_cast(x, last);
+	}
+	add(&turn, IN(head_in) + head_casts, 3 * parts[0] + 3 * parts[2],
+	    head_res ? 0 : OUT(ring_host_grad_bytes(x, head)) + host_grad_cast(x, head));
 	for (int l = L - 1; l >= 0; l--) {
 		const Dataflow_Ring_Block *b = ring_layer(x, l);
 		forward_parts(x, b, c, parts);
-		double recompute = c->level == DATAFLOW_SAVE_INPUT ? parts[0] + parts[1] + parts[2]
-				   : c->level == DATAFLOW_SAVE_ATTENTION ? parts[0] + parts[2] : 0;
+		Dataflow_Save_Level level = ring_save_level(x, c, b);
+		double recompute = level == DATAFLOW_SAVE_INPUT ? parts[0] + parts[1] + parts[2]
+				   : level == DATAFLOW_SAVE_ATTENTION ? parts[0] + parts[2] : 0;
 		double compute = backward_seconds(parts) + recompute;
-		double in = 0;
+		double in = 0, casts = 0;
 		if (l > 0) { /* prefetch for the layer below: weights not kept over the turn, activations */
 			const Dataflow_Ring_Block *p = ring_layer(x, l - 1);
 			if (!weights_resident && l - 1 < L - c->weight_slots)
 				in += (double)p->sizes.bytes[DATAFLOW_BLOCK_PARAM];
 			if (l - 1 < L - c->device_layers)
 				in += tokens * ring_kept_bytes_per_token(x, c, p);
-			if (!grads_resident)
+			if (!grads_resident) {
 				in += partial * ring_host_grad_bytes(x, p);
+				casts = partial * host_grad_cast(x, p);
+			}
 		}
-		if (!grads_resident)
-			compute += host_grad_casts(x, b, partial);
-		add(&bwd, IN(in), compute, grads_resident ? 0 : OUT(ring_host_grad_bytes(x, b)));
+		add(&bwd, IN(in) + casts, compute,
+		    grads_resident ? 0 : OUT(ring_host_grad_bytes(x, b)) + host_grad_cast(x, b));
 	}
 	forward_parts(x, emb, c, parts);
-	add(&bwd, emb_res ? 0 : IN(partial * ring_host_grad_bytes(x, emb)),
-	    2 * parts[2] + (emb_res ? 0 : host_grad_casts(x, emb, partial)),
-	    emb_res ? 0 : OUT(ring_host_grad_bytes(x, emb)));
+	add(&bwd, emb_res ? 0 : IN(partial * ring_host_grad_bytes(x, emb)) + partial * host_grad_cast(x, emb),
+	    2 * parts[2], emb_res ? 0 : OUT(ring_host_grad_bytes(x, emb)) + host_grad_cast(x, emb));
 	fwd.in *= R, fwd.compute *= R, fwd.out *= R, fwd.seconds *= R;
 	turn.in *= R, turn.compute *= R, turn.out *= R, turn.seconds *= R;
 	bwd.in *= R, bwd.compute *= R, bwd.out *= R, bwd.seconds *= R;
@@ -180,15 +185,17 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 		/* AdamW reads a host gradient as the host stores it (adamw_step takes bf16 gradients) */
 		double read_g = gres && c->opt != DATAFLOW_RING_OPT_HOST ? g : hg;
 		double touched = 2 * p + read_g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate;
+		double narrowing = 0;
 		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out
-							  * (narrowed first); the host's update counts as the phase's compute */
+							  * (narrowed); the host's update counts as the phase's compute */
 			in = res ? p : 0, out = gres ? hg : 0;
-			compute = touched / x->host_adamw + (gres ? host_grad_casts(x, blk, 0) : 0);
+			compute = touched / x->host_adamw;
+			narrowing = gres ? host_grad_cast(x, blk) : 0;
 		} else if (c->opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
 			in = state + (res ? 0 : p) + (gres ? 0 : hg), out = state + (res ? 0 : p);
 		}
 		in_bytes += in, out_bytes += out;
-		add(&opt, in / x->h2d, compute, out / x->d2h);
+		add(&opt, in / x->h2d, compute, out / x->d2h + narrowing);
 	}
 	if (plan) {
 		double clock = 0;

@@ -15,6 +15,7 @@ import pytest
 import dataflow as df
 from dataflow._ffi import ffi, lib, modelslib
 from dataflow.cli import main as cli
+from dataflow.io import checkpoint
 from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
@@ -172,13 +173,21 @@ def test_host_bytes_halve_in_plan_and_executor():
     np.testing.assert_array_equal(e16.read(homed[0], GRAD).view(np.float32), to_bf16_rne(g))
 
 
+@pytest.mark.slow
 def test_planner_counts_halved_gradient_traffic():
-    """llama3-8b at 8k under 24 GiB: the same plan shape moves half the gradient bytes."""
+    """llama3-8b at 8k under 24 GiB: bf16 halves the gradients the host holds and moves, and the
+    plan is faster."""
     args = dict(seq_len=8192, tokens_per_step=524288, device_memory="24GiB", host_memory="512GiB",
                 optimizer_state="8bit")
     p32 = df.ring.plan("llama3-8b", **args)
     p16 = df.ring.plan("llama3-8b", **args, host_gradients="bf16")
-    assert p16.host_memory["gradients"] * 2 == p32.host_memory["gradients"] > 0
+    model, _ = df.ring.blocked_ring_model(df.ring.model_config("llama3-8b"), "bf16")
+    grads = [model.blocks[b].sizes.bytes[GRAD] for b in range(model.num_blocks)]
+    for p, share in ((p32, 1), (p16, 0.5)):  # the host holds the gradients of streamed grad slots and edges
+        homed = [b for b in range(model.num_blocks) if p.optimizer == "host" or (
+            p.grad_slots < p.num_layers if 0 < b < model.num_blocks - 1
+            else not (p.embedding_resident if b == 0 else p.head_resident))]
+        assert p.host_memory["gradients"] == sum(grads[b] * share for b in homed) > 0
     assert p16.inbound_bytes < p32.inbound_bytes and p16.outbound_bytes < p32.outbound_bytes
     assert "host gradients: bf16" in p16.describe() and "host gradients: fp32" in p32.describe()
     assert p16.tokens_per_second >= p32.tokens_per_second
@@ -215,3 +224,38 @@ def test_cli_plan_and_train_flags(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--host-gradients", "int8"])
     assert "--host-gradients: invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_trainer_plans_with_bf16_host_gradients():
+    """Trainer(host_gradients=...) reaches the planner and the executor: just above the smallest
+    bf16 cap (the handle rounds capacities down a little) the bf16 Trainer's plan keeps bf16
+    gradients on the host; its losses stay within 2e-3 of the fp32 Trainer's (its own plan at that
+    cap) over 4 steps."""
+    cap = smallest_bf16_cap() + 4096
+    rng = np.random.default_rng(3)
+    batches = [rng.integers(0, CFG["vocab_size"], (ROWS, SEQ)) for _ in range(4)]
+    losses = {}
+    for hg in ("bf16", "fp32"):
+        model = df.models.Llama(df.Handle("host", device_memory=cap), CFG, dtype="fp32", seed=1, placement="host")
+        t = df.Trainer(model, lr=1e-2, weight_decay=0.1, host_memory=HOST, seq_len=SEQ, batch_size=ROWS,
+                       profile="h100-sxm", host_gradients=hg)
+        assert t.plan.host_gradients == hg and t.plan.host_memory["gradients"] > 0
+        losses[hg] = [t.step(b) for b in batches]
+        assert model.handle.memory_peak() <= cap
+    np.testing.assert_allclose(losses["bf16"], losses["fp32"], rtol=2e-3)
+    assert losses["bf16"][1:] != losses["fp32"][1:]
+
+
+@pytest.mark.slow
+def test_cli_train_keeps_bf16_host_gradients(tmp_path, capsys):
+    """dataflow train --host-gradients bf16 trains in the ring with them and records the choice in
+    the run settings of its checkpoint (a resumed run keeps it unless told otherwise)."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**CFG, "model_type": "llama", "vocab_size": 260}))
+    out = tmp_path / "run"
+    assert cli.main(["train", "--config", str(config), "--tokenizer", "bytes", "--batch", "4", "--seq-len", "16",
+                     "--steps", "2", "--device-memory", "1MiB", "--host-memory", "256MiB", "--host-gradients",
+                     "bf16", "--out", str(out)]) == 0
+    assert "ring: training does not fit the device" in capsys.readouterr().out
+    assert checkpoint.load(out / "checkpoint").state["run"]["host_gradients"] == "bf16"

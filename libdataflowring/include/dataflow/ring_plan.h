@@ -111,6 +111,11 @@ typedef enum {
 	DATAFLOW_NUM_HOST_GRADIENTS = 2
 } Dataflow_Host_Gradients;
 
+/* bf16 host gradients pass through two device staging buffers (one per direction) of at most
+ * this many bytes: the outbound stream narrows a gradient piece by piece into its buffer and sends
+ * each piece; the inbound stream brings each piece into its buffer and widens it into place. */
+#define DATAFLOW_RING_GRAD_PIECE_BYTES ((int64_t)16 << 20)
+
 /* "fp32", "bf16"; NULL for a value out of range. */
 const char *dataflow_host_gradients_name(Dataflow_Host_Gradients host_gradients);
 
