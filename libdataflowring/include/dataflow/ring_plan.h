@@ -29,6 +29,10 @@
  *   activations_on_device[l], else go to the host after its forward and come back, in
  *   reverse, before its backward; the backward recomputes what the level does not keep.
  *   Layers keeping theirs on the device are the LAST ones (the backward needs them first).
+ *   Save levels may differ by layer: the last layers may save everything (no recompute) while
+ *   the ones below save less (save_level[l] never decreases going up).
+ *   Gradients whose home is the host are stored there as host_gradients says (bf16: rounded
+ *   each time they go home, widened when they come back; Dataflow_Host_Gradients).
  *   The optimizer (after the global gradient norm is known) runs on the device with every
  *   block's state resident; on the device streaming param, grad, m, v (and master) through
  *   optimizer slots, in the ring's memory (STREAMED) or in slots of their own (OVERLAPPED:
@@ -41,8 +45,9 @@
  *     blocked model it is given;
  *   - allocate device memory once, by purpose, exactly as device_bytes says: the resident
  *     embedding/head blocks (or one staging buffer), weight_slots layer buffers of the largest
- *     layer's PARAM bytes, grad_slots fp32 ones, for each layer with activations_on_device its
- *     chunks_per_round inputs and saved buffers (dataflow_block_acts_bytes at save_level[l] and
+ *     layer's PARAM bytes, grad_slots fp32 ones (with bf16 host gradients also two staging
+ *     buffers of the largest such gradient's bf16 bytes, at most DATAFLOW_RING_GRAD_PIECE_BYTES),
+ *     for each layer with activations_on_device its chunks_per_round inputs and saved buffers (dataflow_block_acts_bytes at save_level[l] and
  *     chunk_tokens; with kv_context also the chunk's keys and values), three offload staging
  *     buffers (and, kv_context, up to two K/V staging pairs for layers that offload), the
  *     chunk working set (recomputed, dacts, dataflow_blocked_model_workspace_bytes,
