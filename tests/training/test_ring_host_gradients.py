@@ -171,6 +171,8 @@ def test_host_bytes_halve_in_plan_and_executor():
     g = np.linspace(-1, 1, e16.block_bytes(homed[0], GRAD) // 4, dtype=np.float32)
     e16.write(homed[0], GRAD, g.view(np.uint8))
     np.testing.assert_array_equal(e16.read(homed[0], GRAD).view(np.float32), to_bf16_rne(g))
+    e16.scale_grads(0.5)  # scales the bf16 home (exactly, by a power of two)
+    np.testing.assert_array_equal(e16.read(homed[0], GRAD).view(np.float32), to_bf16_rne(g) * 0.5)
 
 
 @pytest.mark.slow
