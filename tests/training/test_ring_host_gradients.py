@@ -20,6 +20,7 @@ from dataflow.errors import BadArgumentError, OutOfMemoryError
 from dataflow.models.batch import PackedBatch
 from dataflow.models.config import LlamaConfig
 from dataflow.ring import Plan
+from dataflow.training import loss_backward
 from dataflow.training.executor import RingExecutor
 from resident_oracle import resident_adamw
 from ring_models import CFG, HOST, ROWS, SEQ, block_bytes
@@ -83,7 +84,7 @@ def train(plan, cap, rounding_oracle=True):
         ring_l.append(float(sum(ref._batch_loss(t, scale) for t in ex.token_losses([c.num_tokens for c in chunks]))))
         loss = 0.0
         for i, r in enumerate(rows):
-            loss += ref.loss_backward(r, accumulate=i > 0, loss_scale=scale)[0]
+            loss += loss_backward(ref, r, accumulate=i > 0, loss_scale=scale)[0]
             end_of_round, last = (i + 1) % K == 0, i == len(rows) - 1
             for b in homed:
                 if (end_of_round and rounded_each_round(plan, b)) or last:
