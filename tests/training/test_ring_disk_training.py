@@ -46,7 +46,7 @@ def test_disk_tier_equals_host_tier_bit_for_bit(tmp_path, state, dtype, master):
     cap, host_plan, disk_plan = plans(state, dtype, master)
     ref = trainer(cap, host_plan, state, dtype, master)
     t = trainer(cap, disk_plan, state, dtype, master, disk=tmp_path, disk_throttle="200MB")
-    assert t._engine.executor.disk_mode in ("O_DIRECT", "buffered")
+    assert t._engine.ring.executor.disk_mode in ("O_DIRECT", "buffered")
     for b in batches(4, seed=3):
         assert t.step(b) == ref.step(b)
         assert t.last_grad_norm == ref.last_grad_norm
