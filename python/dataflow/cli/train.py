@@ -350,7 +350,7 @@ def _banner(spec, trainer, handle, engine, ranks):
                         f"predicted {p.predicted_step_seconds:.3g} s per step")
         if p.disk["used"]:
             lines.insert(5, f"  disk tier: {', '.join(f'{k} {mib(v)}' for k, v in p.disk_memory.items())} in "
-                            f"{spec.disk.directory} ({trainer._engine.executor.disk_mode})")
+                            f"{spec.disk.directory} ({trainer._engine.ring.executor.disk_mode})")
     if ranks > 1:
         lines.insert(-1, f"  data-parallel: {ranks} ranks (mpirun), {run['batch'] // ranks} sequences each per step"
                      + (", optimizer state sharded (ZeRO-1)" if spec.shard_optimizer else ""))
