@@ -66,7 +66,7 @@ def main():
     state = disk_plan.disk_memory["optimizer state"]
     throttle = df.handle.parse_bytes(args.throttle)
     out = {"uptime": os.getloadavg(), "steps": args.steps, "optimizer_state_bytes": state,
-           "disk_mode": sides["disk tier"]._engine.executor.disk_mode,
+           "disk_mode": sides["disk tier"]._engine.ring.executor.disk_mode,
            "throttle_bytes_per_sec": throttle, "throttle_seconds_per_step": 2 * state / throttle,
            "same_losses": losses["host tier"] == losses["disk tier"] == losses["disk tier, throttled"],
            "median_step_seconds": {name: statistics.median(v) for name, v in times.items()},

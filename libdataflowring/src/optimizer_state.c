@@ -1,4 +1,4 @@
-/* How AdamW's m and v are stored, and what that costs (ring_plan.h). */
+/* How AdamW's m and v and the host's gradients are stored, and what that costs (ring_plan.h). */
 #include "dataflow/default_ops.h"
 #include "dataflow/ring_plan.h"
 
@@ -22,4 +22,10 @@ const char *dataflow_optimizer_state_name(Dataflow_Optimizer_State state)
 {
 	static const char *names[DATAFLOW_NUM_OPTIMIZER_STATES] = {"fp32", "bf16", "8bit"};
 	return (int)state >= 0 && state < DATAFLOW_NUM_OPTIMIZER_STATES ? names[state] : NULL;
+}
+
+const char *dataflow_host_gradients_name(Dataflow_Host_Gradients host_gradients)
+{
+	static const char *names[DATAFLOW_NUM_HOST_GRADIENTS] = {"fp32", "bf16"};
+	return (int)host_gradients >= 0 && host_gradients < DATAFLOW_NUM_HOST_GRADIENTS ? names[host_gradients] : NULL;
 }

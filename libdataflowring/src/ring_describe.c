@@ -96,6 +96,14 @@ int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *p, char *out, int6
 	    p->optimizer == DATAFLOW_RING_OPT_DEVICE_STREAMED ? "runs after the backward, fenced (its slots are the ring's memory)"
 	    : p->optimizer == DATAFLOW_RING_OPT_HOST ? "runs under the next step's forward (block b's forward waits for b's update)"
 						     : "overlaps the next step's forward, counted after the backward (one device)");
+	if (p->host_bytes[DATAFLOW_RING_HOST_GRADS] || p->disk_bytes[DATAFLOW_RING_HOST_GRADS]) /* home: host or disk */
+		put(&t, "host gradients: %s%s\n", dataflow_host_gradients_name(p->host_gradients),
+		    p->host_gradients == DATAFLOW_HOST_GRADIENTS_BF16
+			    ? " (accumulated in fp32 on the device, rounded to nearest even when sent home each round)"
+			    : "");
+	else if (p->host_gradients != DATAFLOW_HOST_GRADIENTS_FP32)
+		put(&t, "host gradients: none (every gradient stays on the device): %s changes nothing\n",
+		    dataflow_host_gradients_name(p->host_gradients));
 	put(&t, "device memory (capacity %s, peak %s):\n", ring_bytes_text((double)p->device_capacity).text,
 	    ring_bytes_text((double)p->device_peak_bytes).text);
 	for (int i = 0; i < DATAFLOW_RING_DEV_NUM; i++)

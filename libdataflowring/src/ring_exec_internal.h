@@ -89,6 +89,7 @@ struct Dataflow_Ring_Executor {
 	float *router_stats;     /* HF's load-balancing loss: a round's router statistics [2, E] (NULL: none), */
 	float *router_loss;      /* its loss [1] and the call's mean over rounds [1] */
 	Track router_track;
+	void *grad_stage[2];     /* bf16 host gradients: [0] coming in (inbound only), [1] going home (outbound only) */
 	void *opt_slot[2];       /* streamed optimizer */
 	Track opt_track[2];
 	void *norm_ws;
@@ -134,6 +135,16 @@ Dataflow_Status ring_disk_status(Dataflow_Ring_Executor *x);
 Dataflow_Status ring_disk_copy(Dataflow_Ring_Executor *x, int b, Dataflow_Block_Kind kind, void *buffer, int write);
 /* block b's master weights on disk set to the exact fp32 value of its bf16 parameters at param */
 Dataflow_Status ring_disk_set_master(Dataflow_Ring_Executor *x, int b, const void *param);
+/* Host gradients (ring_host_grads.c): block b's gradient as the host stores it (bf16 with
+ * plan.host_gradients bf16, else fp32) and its bytes there; each staging buffer's bytes; g (fp32,
+ * on the device) sent home (going_home) or its partial sum brought back into g, through the staging buffers
+ * when narrowed; a host gradient read or written as fp32. */
+int64_t ring_host_grad_bytes(const Dataflow_Ring_Executor *x, int b);
+DataflowDatatype ring_grad_home_dtype(const Dataflow_Ring_Executor *x, int b);
+int64_t ring_grad_stage_bytes(const Dataflow_Ring_Executor *x);
+Dataflow_Status ring_grad_move(Dataflow_Ring_Executor *x, int b, void *g, Track *g_track, int going_home);
+void ring_host_grad_read(const Dataflow_Ring_Executor *x, int b, float *dst);
+void ring_host_grad_write(Dataflow_Ring_Executor *x, int b, const float *src);
 
 /* Whether the optimizer's phase is fenced by barriers on both sides: a streamed optimizer's
  * slots are the training's memory, and ZeRO-1's weight gathers share the comm stream's order.

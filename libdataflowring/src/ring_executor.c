@@ -67,7 +67,7 @@ int64_t ring_opt_slot_bytes(const Dataflow_Ring_Executor *x, int b)
 	int64_t bytes = 0;
 	for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
 		if ((k != DATAFLOW_BLOCK_MASTER || x->master) && !home_on_device(x, b, (Dataflow_Block_Kind)k))
-			bytes += ring_align64(x->blocks[b].bytes[k]);
+			bytes += ring_align64(k == DATAFLOW_BLOCK_GRAD ? ring_host_grad_bytes(x, b) : x->blocks[b].bytes[k]);
 	return bytes;
 }
 
@@ -155,7 +155,10 @@ static int64_t layout(Dataflow_Ring_Executor *x, char *base)
 		blk->dev[DATAFLOW_BLOCK_PARAM] = host_opt ? NULL : blk->train_param;
 		blk->dev[DATAFLOW_BLOCK_GRAD] = host_opt ? NULL : blk->train_grad;
 	}
-	/* phase TRAINING: activations, staging, the chunk working set */
+	/* phase TRAINING: bf16 host gradients' staging, activations, staging, the chunk working set */
+	int64_t grad_stage = ring_grad_stage_bytes(x);
+	for (int i = 0; i < 2; i++)
+		x->grad_stage[i] = grad_stage ? carve(&training, grad_stage) : NULL;
 	int64_t max_stride = 0, max_recomputed = 0, max_dacts = 0, head_saved, head_dacts;
 	for (int l = 0; l < L; l++) {
 		Ring_Acts *a = &x->acts[l];
@@ -331,7 +334,7 @@ static Dataflow_Status host_arrays(Dataflow_Ring_Executor *x)
 		for (int k = 0; k < DATAFLOW_BLOCK_NUM_KINDS; k++)
 			if (!blk->dev[k] && blk->bytes[k] && (k != DATAFLOW_BLOCK_MASTER || x->master) &&
 			    !ring_disk_holds(x, (Dataflow_Block_Kind)k))
-				blk->host[k] = host_alloc(x, blk->bytes[k], &st);
+				blk->host[k] = host_alloc(x, k == DATAFLOW_BLOCK_GRAD ? ring_host_grad_bytes(x, b) : blk->bytes[k], &st);
 	}
 	for (int l = 0; l < x->L; l++)
 		if (!x->acts[l].on_device) {
@@ -592,10 +595,12 @@ Dataflow_Status dataflow_ring_executor_read(Dataflow_Ring_Executor *x, int block
 	const Ring_Block *blk = &x->blocks[block];
 	if (ring_disk_holds(x, kind))
 		return ring_disk_copy(x, block, kind, dst, 0);
-	if (!blk->dev[kind]) {
+	if (!blk->dev[kind] && kind == DATAFLOW_BLOCK_GRAD)
+		ring_host_grad_read(x, block, dst);
+	else if (!blk->dev[kind])
 		memcpy(dst, blk->host[kind], (size_t)blk->bytes[kind]);
+	if (!blk->dev[kind])
 		return DATAFLOW_OK;
-	}
 	TRY(dataflow_submit_outbound_transfer(x->h, x->s[RS_OUT], dst, blk->dev[kind], (uint64_t)blk->bytes[kind]));
 	return dataflow_sync_stream(x->h, x->s[RS_OUT]);
 }
@@ -611,6 +616,8 @@ Dataflow_Status dataflow_ring_executor_write(Dataflow_Ring_Executor *x, int bloc
 	void *at = blk->dev[kind] ? blk->dev[kind] : blk->host[kind];
 	if (blk->dev[kind])
 		TRY(dataflow_submit_inbound_transfer(x->h, x->s[RS_IN], at, src, (uint64_t)blk->bytes[kind]));
+	else if (kind == DATAFLOW_BLOCK_GRAD)
+		ring_host_grad_write(x, block, src);
 	else
 		memcpy(at, src, (size_t)blk->bytes[kind]);
 	if (kind == DATAFLOW_BLOCK_PARAM) {

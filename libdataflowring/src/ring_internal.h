@@ -16,6 +16,7 @@ typedef struct {
 	int edge_resident;   /* EDGE_* bits */
 	int weight_slots, grad_slots;
 	int device_layers;   /* the last device_layers layers keep activations on the device */
+	int high_layers;     /* the last high_layers layers save everything (DATAFLOW_SAVE_ALL), the rest level */
 	int disk;            /* DATAFLOW_RING_DISK_* bits: the host kinds kept in files (set by ring_memory) */
 	double disk_bytes;   /* their bytes (set by ring_memory) */
 } Ring_Candidate;
@@ -39,6 +40,7 @@ typedef struct {
 	double max_param, max_grad;  /* of a layer: a slot's bytes */
 	int master;                  /* the MASTER kind counts */
 	Dataflow_Optimizer_State state; /* how m and v are stored */
+	double host_grad_ratio;      /* bytes of a host-held gradient per byte of the model's fp32 one */
 	double kv_grad_ratio;        /* a K/V context's fp32 gradient bytes per byte of keys and values */
 } Ring_Context;
 
@@ -47,11 +49,19 @@ static inline const Dataflow_Ring_Block *ring_layer(const Ring_Context *x, int l
 	return &x->model->blocks[1 + l];
 }
 
+/* The save level of layer block b (a pointer into the model's blocks) in candidate c. */
+static inline Dataflow_Save_Level ring_save_level(const Ring_Context *x, const Ring_Candidate *c,
+						  const Dataflow_Ring_Block *b)
+{
+	int l = (int)(b - x->model->blocks) - 1;
+	return l >= x->num_layers - c->high_layers ? DATAFLOW_SAVE_ALL : c->level;
+}
+
 /* Bytes per token a layer keeps from its forward to its backward (on the device or offloaded):
  * its input, what its save level saves, and its keys and values with a K/V context. */
 static inline double ring_kept_bytes_per_token(const Ring_Context *x, const Ring_Candidate *c, const Dataflow_Ring_Block *b)
 {
-	return (double)(b->sizes.saved_bytes_per_token[c->level] + x->model->hidden_bytes_per_token) +
+	return (double)(b->sizes.saved_bytes_per_token[ring_save_level(x, c, b)] + x->model->hidden_bytes_per_token) +
 	       (ring_kv_context(x->req, c) ? (double)b->kv_bytes_per_token : 0);
 }
 
@@ -61,6 +71,12 @@ static inline double ring_opt_state_bytes(const Ring_Context *x, const Dataflow_
 {
 	return 2 * (double)dataflow_optimizer_state_bytes(x->state, b->sizes.bytes[DATAFLOW_BLOCK_ADAM_M] / 4) +
 	       (x->master ? (double)b->sizes.bytes[DATAFLOW_BLOCK_MASTER] : 0);
+}
+
+/* a block's gradient as the host stores it (the model reports fp32 gradients) */
+static inline double ring_host_grad_bytes(const Ring_Context *x, const Dataflow_Ring_Block *b)
+{
+	return x->host_grad_ratio * (double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD];
 }
 
 static inline uint64_t ring_clamp_bytes(double b)

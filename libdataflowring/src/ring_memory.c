@@ -9,7 +9,7 @@ static double kind_bytes(const Dataflow_Ring_Block *b, Dataflow_Block_Kind k)
 /* a layer's input and saved activations for one chunk, with 64-byte alignment per array */
 static double layer_chunk_acts(const Ring_Context *x, const Dataflow_Ring_Block *b, const Ring_Candidate *c)
 {
-	return (double)(b->sizes.saved_bytes_per_token[c->level] + x->model->hidden_bytes_per_token) *
+	return (double)(b->sizes.saved_bytes_per_token[ring_save_level(x, c, b)] + x->model->hidden_bytes_per_token) *
 		       (double)c->chunk + 16 * 64;
 }
 
@@ -37,7 +37,7 @@ int ring_memory(const Ring_Context *x, Ring_Candidate *c, Dataflow_Ring_Plan *pl
 	}
 	dev[DATAFLOW_RING_DEV_EDGE_BLOCKS] += staging;
 
-	double max_opt_block = 0, max_dacts = 0, max_recomputed = 0, max_stage = 0, max_kv = 0;
+	double max_opt_block = 0, max_host_grad = 0, max_dacts = 0, max_recomputed = 0, max_stage = 0, max_kv = 0;
 	int kv_context = ring_kv_context(x->req, c), offloading = 0;
 	for (int b = 0; b < m->num_blocks; b++) {
 		const Dataflow_Ring_Block *blk = &m->blocks[b];
@@ -50,23 +50,27 @@ int ring_memory(const Ring_Context *x, Ring_Candidate *c, Dataflow_Ring_Plan *pl
 		if (!param_res || c->opt == DATAFLOW_RING_OPT_HOST)
 			host[DATAFLOW_RING_HOST_PARAMS] += kind_bytes(blk, DATAFLOW_BLOCK_PARAM);
 		if (!grad_res || c->opt == DATAFLOW_RING_OPT_HOST)
-			host[DATAFLOW_RING_HOST_GRADS] += kind_bytes(blk, DATAFLOW_BLOCK_GRAD);
+			host[DATAFLOW_RING_HOST_GRADS] += ring_host_grad_bytes(x, blk);
 		if (host_copies)
 			host[DATAFLOW_RING_HOST_OPTIMIZER_STATE] += ring_opt_state_bytes(x, blk);
-		double kinds[3] = {kind_bytes(blk, DATAFLOW_BLOCK_PARAM), kind_bytes(blk, DATAFLOW_BLOCK_GRAD),
+		/* AdamW reads a bf16 host gradient as it is (adamw_step's grad dtype) */
+		double host_grad = !grad_res || c->opt == DATAFLOW_RING_OPT_HOST ? ring_host_grad_bytes(x, blk) : 0;
+		double kinds[3] = {kind_bytes(blk, DATAFLOW_BLOCK_PARAM), ring_host_grad_bytes(x, blk),
 				   ring_opt_state_bytes(x, blk)};
-		for (int k = 0; k < 3; k++) /* host purposes 0..2: weights, gradients, optimizer state */
+		for (int k = 0; k < 3; k++) /* host purposes 0..2: weights, gradients (as the host stores them), optimizer state */
 			largest[k] = kinds[k] > largest[k] ? kinds[k] : largest[k];
 		double streamed = ring_opt_state_bytes(x, blk) + (param_res ? 0 : kind_bytes(blk, DATAFLOW_BLOCK_PARAM)) +
-				  (grad_res ? 0 : kind_bytes(blk, DATAFLOW_BLOCK_GRAD));
+				  (grad_res ? 0 : host_grad);
+		if (x->host_grad_ratio < 1 && host_grad > max_host_grad)
+			max_host_grad = host_grad;
 		if (streamed > max_opt_block)
 			max_opt_block = streamed;
 		if ((double)blk->sizes.dacts_bytes_per_token > max_dacts)
 			max_dacts = (double)blk->sizes.dacts_bytes_per_token;
 		if (!layer)
 			continue;
-		if ((double)blk->sizes.recomputed_bytes_per_token[c->level] > max_recomputed)
-			max_recomputed = (double)blk->sizes.recomputed_bytes_per_token[c->level];
+		if ((double)blk->sizes.recomputed_bytes_per_token[ring_save_level(x, c, blk)] > max_recomputed)
+			max_recomputed = (double)blk->sizes.recomputed_bytes_per_token[ring_save_level(x, c, blk)];
 		/* with a K/V context, the round's keys and values too (two arrays) */
 		double kv = kv_context ? K * T * (double)blk->kv_bytes_per_token + 2 * 64 : 0;
 		double acts = K * layer_chunk_acts(x, blk, c) + kv;
@@ -81,7 +85,9 @@ int ring_memory(const Ring_Context *x, Ring_Candidate *c, Dataflow_Ring_Plan *pl
 			max_stage = layer_chunk_acts(x, blk, c);
 	}
 	dev[DATAFLOW_RING_DEV_WEIGHT_SLOTS] = (double)c->weight_slots * x->max_param;
-	dev[DATAFLOW_RING_DEV_GRAD_SLOTS] = (double)c->grad_slots * x->max_grad;
+	/* bf16 host gradients pass through two staging buffers: one going home, one coming in */
+	double piece = (double)DATAFLOW_RING_GRAD_PIECE_BYTES;
+	dev[DATAFLOW_RING_DEV_GRAD_SLOTS] = (double)c->grad_slots * x->max_grad + 2 * (max_host_grad < piece ? max_host_grad : piece);
 	/* one chunk being written, one going out, one coming in; offloading layers' keys and values
 	 * in two sets (one layer's going out or coming in while the next one's are used) */
 	dev[DATAFLOW_RING_DEV_OFFLOAD_STAGING] =

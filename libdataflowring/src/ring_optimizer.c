@@ -24,7 +24,8 @@ Dataflow_Status dataflow_ring_executor_scale_grads(Dataflow_Ring_Executor *x, fl
 		void *g = grad_home(&x->blocks[b]);
 		Dataflow_Trace_Span *span;
 		TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_SCALE_GRADS, b, -1, 0, &span));
-		TRY(dataflow_submit_add(x->h, x->s[RS_OPT], DATAFLOW_FP32, x->blocks[b].numel, factor, g, 0.0f, g, g));
+		TRY(dataflow_submit_add(x->h, x->s[RS_OPT], ring_grad_home_dtype(x, b), x->blocks[b].numel, factor, g, 0.0f,
+					g, g));
 		TRY(ring_span_end(x, span));
 	}
 	return ring_barrier(x);
@@ -33,18 +34,21 @@ Dataflow_Status dataflow_ring_executor_scale_grads(Dataflow_Ring_Executor *x, fl
 Dataflow_Status ring_adamw(Dataflow_Ring_Executor *x, int b, int s, const Dataflow_Block_Memory *mem,
 			   const Dataflow_AdamW_Params *p, const float *scale, int64_t step)
 {
-	if (x->state == DATAFLOW_OPTIMIZER_STATE_FP32)
-		return dataflow_block_adamw(x->model, b, s, mem, p, scale, step);
-	DataflowDatatype dt = dataflow_blocked_model_config(x->model)->dtype;
+	DataflowDatatype dt = dataflow_blocked_model_config(x->model)->dtype, gt = ring_grad_home_dtype(x, b);
 	int64_t n = x->blocks[b].numel;
+	if (x->state == DATAFLOW_OPTIMIZER_STATE_FP32 && gt == DATAFLOW_FP32)
+		return dataflow_block_adamw(x->model, b, s, mem, p, scale, step);
+	if (x->state == DATAFLOW_OPTIMIZER_STATE_FP32) /* a bf16 host gradient, read as it is */
+		return dataflow_submit_adamw_step(x->h, s, dt, gt, n, mem->param, mem->grad, mem->m, mem->v, mem->master,
+						  scale, p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, step);
 	if (x->state == DATAFLOW_OPTIMIZER_STATE_BF16) /* each block its own stream of rounding words */
-		return dataflow_submit_adamw_step_bf16_state(x->h, s, dt, DATAFLOW_FP32, n, mem->param, mem->grad, mem->m,
+		return dataflow_submit_adamw_step_bf16_state(x->h, s, dt, gt, n, mem->param, mem->grad, mem->m,
 							     mem->v, mem->master, scale, p->lr, p->beta1, p->beta2, p->eps,
 							     p->weight_decay, step,
 							     p->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(b + 1)));
 	char *m = (char *)mem->m, *v = (char *)mem->v; /* codes, then the absmax of each block */
 	int64_t codes = ring_align64(n);
-	return dataflow_submit_adamw_step_8bit(x->h, s, dt, DATAFLOW_FP32, n, mem->param, mem->grad, m, v, m + codes,
+	return dataflow_submit_adamw_step_8bit(x->h, s, dt, gt, n, mem->param, mem->grad, m, v, m + codes,
 					       v + codes, x->qmap, x->qmap + DATAFLOW_ADAMW_8BIT_CODES, mem->master, scale,
 					       p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, step);
 }
@@ -77,10 +81,10 @@ static Dataflow_Status adamw_streamed(Dataflow_Ring_Executor *x, int b, const Da
 		kinds[kind] = blk->dev[kind];
 		if (kinds[kind])
 			continue;
+		int64_t bytes = kind == DATAFLOW_BLOCK_GRAD ? ring_host_grad_bytes(x, b) : blk->bytes[kind];
 		kinds[kind] = at;
-		at += ring_align64(blk->bytes[kind]);
-		TRY(dataflow_submit_inbound_transfer(x->h, x->s[RS_IN], kinds[kind], blk->host[kind],
-						     (uint64_t)blk->bytes[kind]));
+		at += ring_align64(bytes);
+		TRY(dataflow_submit_inbound_transfer(x->h, x->s[RS_IN], kinds[kind], blk->host[kind], (uint64_t)bytes));
 	}
 	TRY(ring_span_end(x, span));
 	TRY(track_after(x, t, RS_IN));
@@ -145,8 +149,11 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 		TRY(ring_sharded_norm_sq(x));
 	else
 		for (int b = 0; b < x->N; b++)
-			TRY(dataflow_block_grad_norm_sq(x->model, b, s, grad_home(&x->blocks[b]), x->norm_ws, x->sumsq,
-							b > 0));
+			TRY(ring_grad_home_dtype(x, b) == DATAFLOW_FP32
+				    ? dataflow_block_grad_norm_sq(x->model, b, s, grad_home(&x->blocks[b]), x->norm_ws,
+								  x->sumsq, b > 0)
+				    : dataflow_submit_grad_norm_sq(x->h, s, DATAFLOW_BF16, DATAFLOW_FP64, x->blocks[b].numel,
+								   grad_home(&x->blocks[b]), x->norm_ws, x->sumsq, b > 0));
 	TRY(dataflow_submit_clip_by_global_norm(x->h, s, DATAFLOW_FP64, x->sumsq, clip ? max_grad_norm : 1e30, x->scale,
 						x->norm));
 	TRY(ring_span_end(x, span));

@@ -1,5 +1,5 @@
 /* The planner's search: every candidate shape of a step (chunk size, chunks per round, save
- * level, optimizer placement, which of embedding/head stay resident, weight slots), each with
+ * level, and how many top layers save everything instead, optimizer placement, which of embedding/head stay resident, weight slots), each with
  * as many layers' activations on the device as fit; the fastest that fits wins. Candidates do
  * not depend on the capacities, so more memory never gives a slower plan. */
 #include <math.h>
@@ -92,6 +92,8 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 					  "ring plan: master_weights needs a bf16 model (this one has no MASTER kind)");
 	if (!dataflow_optimizer_state_name(r->optimizer_state))
 		return bad("optimizer_state", "fp32 (0), bf16 (1) or 8bit (2)", (double)r->optimizer_state);
+	if (!dataflow_host_gradients_name(r->host_gradients))
+		return bad("host_gradients", "fp32 (0) or bf16 (1)", (double)r->host_gradients);
 	if (r->device_bytes == 0)
 		return bad("device_bytes", "> 0", 0);
 	Dataflow_Status st = check_rate("h2d_bytes_per_sec", r->h2d_bytes_per_sec);
@@ -125,6 +127,7 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 	x->memory_rate = p->memory_bytes_per_sec;
 	x->master = r->master_weights;
 	x->state = r->optimizer_state;
+	x->host_grad_ratio = r->host_gradients == DATAFLOW_HOST_GRADIENTS_BF16 ? 0.5 : 1;
 	x->kv_grad_ratio = bf16 ? 2 : 1;
 	for (int l = 0; l < x->num_layers; l++) {
 		const Dataflow_Ring_Block *b = ring_layer(x, l);
@@ -260,6 +263,18 @@ static int try_candidate(const Ring_Context *x, Ring_Candidate c, Search *s)
 	return 1;
 }
 
+/* c as it is, and with its top layers saving everything (an eighth of the layers at a time):
+ * recompute traded for activation memory. Returns try_candidate's answer for c as it is (the
+ * least memory of them). */
+static int try_save_levels(const Ring_Context *x, Ring_Candidate c, Search *s)
+{
+	int L = x->num_layers, step = L >= 8 ? L / 8 : 1;
+	int fits = try_candidate(x, c, s);
+	for (c.high_layers = step; fits && c.level != DATAFLOW_SAVE_ALL && c.high_layers < L; c.high_layers += step)
+		try_candidate(x, c, s);
+	return fits;
+}
+
 /* Every placement of one step shape (chunk, chunks per round): save level, optimizer,
  * resident embedding/head, weight slots (ascending, so the first that does not fit ends them). */
 static void search_shape(const Ring_Context *x, Search *s, int64_t C, int64_t K, const int *slots, int num_slots)
@@ -278,12 +293,12 @@ static void search_shape(const Ring_Context *x, Search *s, int64_t C, int64_t K,
 					if (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && w < L)
 						continue;
 					Ring_Candidate c = {C, K, x->req->tokens_per_step / C / K, (Dataflow_Save_Level)level,
-							    (Dataflow_Ring_Optimizer)opt, edge, w, w >= L ? L : 2, 0, 0, 0};
-					int fits = try_candidate(x, c, s);
+							    (Dataflow_Ring_Optimizer)opt, edge, w, w >= L ? L : 2, 0, 0, 0, 0};
+					int fits = try_save_levels(x, c, s);
 					/* resident weights, streamed grads (resident optimizer state needs both) */
 					if (w >= L && L > 2 && opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
 						c.grad_slots = 2;
-						fits |= try_candidate(x, c, s);
+						fits |= try_save_levels(x, c, s);
 					}
 					if (!fits)
 						break;
@@ -332,12 +347,13 @@ static void fill_plan(const Ring_Context *x, Ring_Candidate *c, Dataflow_Ring_Pl
 	plan->weight_slots = c->weight_slots;
 	plan->grad_slots = c->grad_slots;
 	for (int l = 0; l < x->num_layers; l++) {
-		plan->save_level[l] = c->level;
+		plan->save_level[l] = ring_save_level(x, c, ring_layer(x, l));
 		plan->activations_on_device[l] = l >= x->num_layers - c->device_layers;
 	}
 	plan->optimizer = c->opt;
 	plan->master_weights = x->req->master_weights;
 	plan->optimizer_state = x->req->optimizer_state;
+	plan->host_gradients = x->req->host_gradients;
 	double link_bytes;
 	plan->step_seconds = ring_time(x, c, plan, &link_bytes);
 	plan->tokens_per_second = (double)x->req->tokens_per_step / plan->step_seconds;
@@ -406,7 +422,7 @@ Dataflow_Status dataflow_ring_plan_resident(const Dataflow_Ring_Request *request
 		return st;
 	int L = x.num_layers;
 	Ring_Candidate c = {request->tokens_per_step, 1, 1, save_level, DATAFLOW_RING_OPT_DEVICE_RESIDENT,
-			    EDGE_EMBEDDING | EDGE_HEAD, L, L, L, 0, 0};
+			    EDGE_EMBEDDING | EDGE_HEAD, L, L, L, 0, 0, 0};
 	double dev, host;
 	int fits = ring_memory(&x, &c, NULL, &dev, &host);
 	plan->device_capacity = request->device_bytes;

@@ -124,8 +124,7 @@ static Dataflow_Status grad_begin(Round *r, int b)
 		TRY(ring_span_end(x, span));
 		return track_after(x, g.track, RS_COMPUTE);
 	}
-	return copy_in(x, g, &blk->host_track[DATAFLOW_BLOCK_GRAD], blk->host[DATAFLOW_BLOCK_GRAD],
-		       blk->bytes[DATAFLOW_BLOCK_GRAD], DATAFLOW_RING_WORK_GRAD_IN, b, -1);
+	return ring_grad_move(x, b, g.ptr, g.track, 0);
 }
 
 /* After block b's last gradient of the round: summed over the ranks (data-parallel, once it is
@@ -140,8 +139,8 @@ static Dataflow_Status grad_end(Round *r, int b)
 	}
 	if (blk->dev[DATAFLOW_BLOCK_GRAD] || (blk->train_grad && !r->last_round))
 		return DATAFLOW_OK;
-	return copy_out(x, blk->host[DATAFLOW_BLOCK_GRAD], &blk->host_track[DATAFLOW_BLOCK_GRAD], grad_of(x, b),
-			blk->bytes[DATAFLOW_BLOCK_GRAD], DATAFLOW_RING_WORK_GRAD_OUT, b, -1);
+	Buf g = grad_of(x, b);
+	return ring_grad_move(x, b, g.ptr, g.track, 1);
 }
 
 /* compute is about to use (then has used) these buffers */

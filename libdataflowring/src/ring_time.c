@@ -3,7 +3,8 @@
  * in the backward, its offloaded activations and partial gradient), outbound offloading this
  * layer's activations (forward) or gradient (backward); the layer takes the longest of the
  * three (slots let a transfer run one layer ahead, not more, in this model: conservative).
- * The first layer's fetch is not hidden. Phases are summed over rounds. The optimizer: per
+ * bf16 host gradients are cast on the stream that moves them. The first layer's fetch is not
+ * hidden. Phases are summed over rounds. The optimizer: per
  * block, its transfers in and out and its update (device or host AdamW) run concurrently,
  * blocks one after another, after the backward; a host one under the next step's forward
  * (its phase "optimizer (previous step's)" starts at 0 and the forward's lasts at least as
@@ -64,6 +65,16 @@ Dataflow_Status dataflow_ring_layer_seconds(const Dataflow_Device_Profile *profi
 		    parts);
 	*seconds = parts[0] + parts[1] + parts[2] + backward_seconds(parts);
 	return DATAFLOW_OK;
+}
+
+/* bf16 host gradients: the transfer stream that moves a gradient also narrows it going home
+ * (reads fp32, writes bf16) or widens it coming in, piece by piece; 0 with fp32 ones */
+static double host_grad_cast(const Ring_Context *x, const Dataflow_Ring_Block *b)
+{
+	if (x->host_grad_ratio >= 1)
+		return 0;
+	double numel = (double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD] / 4;
+	return 6 * numel / x->memory_rate;
 }
 
 static double max3(double a, double b, double c)
@@ -142,42 +153,50 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 	/* the head: forward, loss and backward back to back on each chunk */
 	forward_parts(x, head, c, parts);
 	double head_p = head_res ? 0 : (double)head->sizes.bytes[DATAFLOW_BLOCK_PARAM];
-	double head_g = head_res ? 0 : partial * (double)head->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+	double head_g = head_res ? 0 : partial * ring_host_grad_bytes(x, head);
+	double head_casts = head_res ? 0 : partial * host_grad_cast(x, head);
 	double head_in = head_p + head_g;
 	/* meanwhile the last layer's offloaded activations and partial gradient come in */
 	const Dataflow_Ring_Block *last = ring_layer(x, L - 1);
 	if (c->device_layers == 0)
 		head_in += tokens * ring_kept_bytes_per_token(x, c, last);
-	if (!grads_resident)
-		head_g += partial * (double)last->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-	if (!grads_resident)
-		head_in += partial * (double)last->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-	double head_out = head_res ? 0 : (double)head->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-	add(&turn, IN(head_in), 3 * parts[0] + 3 * parts[2], OUT(head_out),
+	if (!grads_resident) {
+		head_g += partial * ring_host_grad_bytes(x, last);
+		head_in += partial * ring_host_grad_bytes(x, last);
+		head_casts += partial * host_grad_cast(x, last);
+	}
+	double head_out = head_res ? 0 : ring_host_grad_bytes(x, head);
+	double head_narrow = head_res ? 0 : host_grad_cast(x, head);
+	add(&turn, IN(head_in) + head_casts, 3 * parts[0] + 3 * parts[2], OUT(head_out) + head_narrow,
 	    (dp ? DREAD(head_p) : 0) + (dg ? DREAD(head_g) + DWRITE(head_out) : 0));
 	for (int l = L - 1; l >= 0; l--) {
 		const Dataflow_Ring_Block *b = ring_layer(x, l);
 		forward_parts(x, b, c, parts);
-		double recompute = c->level == DATAFLOW_SAVE_INPUT ? parts[0] + parts[1] + parts[2]
-				   : c->level == DATAFLOW_SAVE_ATTENTION ? parts[0] + parts[2] : 0;
+		Dataflow_Save_Level level = ring_save_level(x, c, b);
+		double recompute = level == DATAFLOW_SAVE_INPUT ? parts[0] + parts[1] + parts[2]
+				   : level == DATAFLOW_SAVE_ATTENTION ? parts[0] + parts[2] : 0;
 		double compute = backward_seconds(parts) + recompute;
-		double in = 0, in_p = 0, in_g = 0;
+		double in = 0, in_p = 0, in_g = 0, casts = 0;
 		if (l > 0) { /* prefetch for the layer below: weights not kept over the turn, activations */
 			const Dataflow_Ring_Block *p = ring_layer(x, l - 1);
 			if (!weights_resident && l - 1 < L - c->weight_slots)
 				in_p = (double)p->sizes.bytes[DATAFLOW_BLOCK_PARAM];
 			if (l - 1 < L - c->device_layers)
 				in += tokens * ring_kept_bytes_per_token(x, c, p);
-			if (!grads_resident)
-				in_g = partial * (double)p->sizes.bytes[DATAFLOW_BLOCK_GRAD];
+			if (!grads_resident) {
+				in_g = partial * ring_host_grad_bytes(x, p);
+				casts = partial * host_grad_cast(x, p);
+			}
 		}
-		double out = grads_resident ? 0 : (double)b->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-		add(&bwd, IN(in + in_p + in_g), compute, OUT(out),
+		double out = grads_resident ? 0 : ring_host_grad_bytes(x, b);
+		double narrowing = grads_resident ? 0 : host_grad_cast(x, b);
+		add(&bwd, IN(in + in_p + in_g) + casts, compute, OUT(out) + narrowing,
 		    (dp ? DREAD(in_p) : 0) + (dg ? DREAD(in_g) + DWRITE(out) : 0));
 	}
 	forward_parts(x, emb, c, parts);
-	double emb_g = emb_res ? 0 : (double)emb->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-	add(&bwd, IN(partial * emb_g), 2 * parts[2], OUT(emb_g), dg ? DREAD(partial * emb_g) + DWRITE(emb_g) : 0);
+	double emb_g = emb_res ? 0 : ring_host_grad_bytes(x, emb), emb_cast = emb_res ? 0 : host_grad_cast(x, emb);
+	add(&bwd, IN(partial * emb_g) + partial * emb_cast, 2 * parts[2], OUT(emb_g) + emb_cast,
+	    dg ? DREAD(partial * emb_g) + DWRITE(emb_g) : 0);
 	Span *passes[3] = {&fwd, &turn, &bwd};
 	for (int i = 0; i < 3; i++) {
 		Span *s = passes[i];
@@ -196,20 +215,26 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 		int gres = layer ? grads_resident : res;
 		double state = ring_opt_state_bytes(x, blk);
 		double p = (double)blk->sizes.bytes[DATAFLOW_BLOCK_PARAM], g = (double)blk->sizes.bytes[DATAFLOW_BLOCK_GRAD];
-		double touched = 2 * p + g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate;
-		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out;
-							  * the host's update counts as the phase's compute */
-			in = res ? p : 0, out = gres ? g : 0, compute = touched / x->host_adamw;
+		double hg = ring_host_grad_bytes(x, blk);
+		/* AdamW reads a host gradient as the host stores it (adamw_step takes bf16 gradients) */
+		double read_g = gres && c->opt != DATAFLOW_RING_OPT_HOST ? g : hg;
+		double touched = 2 * p + read_g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate;
+		double narrowing = 0;
+		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out
+							  * (narrowed); the host's update counts as the phase's compute */
+			in = res ? p : 0, out = gres ? hg : 0;
+			compute = touched / x->host_adamw;
+			narrowing = gres ? host_grad_cast(x, blk) : 0;
 		} else if (c->opt != DATAFLOW_RING_OPT_DEVICE_RESIDENT) {
-			in = state + (res ? 0 : p) + (gres ? 0 : g), out = state + (res ? 0 : p);
+			in = state + (res ? 0 : p) + (gres ? 0 : hg), out = state + (res ? 0 : p);
 		}
 		in_bytes += in, out_bytes += out;
-		/* from files: the state; weights and gradients on disk as the optimizer reads them */
+		/* from files: the state; weights and gradients on disk (as the host stores them) as the optimizer reads them */
 		int host_reads = c->opt == DATAFLOW_RING_OPT_HOST;
-		double rd = (ds ? state : 0) + (dp && (host_reads || !res) ? p : 0) + (dg && (host_reads || !gres) ? g : 0);
+		double rd = (ds ? state : 0) + (dp && (host_reads || !res) ? p : 0) + (dg && (host_reads || !gres) ? hg : 0);
 		double wr = (ds ? state : 0) + (dp && (host_reads || !res) ? p : 0);
 		disk_read += rd, disk_write += wr;
-		add(&opt, in / x->h2d, compute, out / x->d2h, (rd + wr) / x->disk_rate);
+		add(&opt, in / x->h2d, compute, out / x->d2h + narrowing, (rd + wr) / x->disk_rate);
 	}
 	/* A host update runs under the next step's forward (the executor's forward of block b waits
 	 * only for b's update), beside the device: the forward takes the longer of itself and the

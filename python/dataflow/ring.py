@@ -120,6 +120,11 @@ class Plan:
         return OPTIMIZER_STATES[self._c.optimizer_state]
 
     @property
+    def host_gradients(self):
+        """How gradients held on the host between rounds are stored: "fp32" or "bf16"."""
+        return HOST_GRADIENTS[self._c.host_gradients]
+
+    @property
     def save_levels(self):
         return [int(self._c.save_level[i]) for i in range(self._c.num_layers)]
 
@@ -181,6 +186,7 @@ class Plan:
 
 OPTIMIZER_STATES = ("fp32", "bf16", "8bit")  # Dataflow_Optimizer_State, in its order
 DISK_KINDS = ("optimizer state", "weights", "gradients")  # DATAFLOW_RING_DISK_* bits, in the order the disk takes them
+HOST_GRADIENTS = ("fp32", "bf16")  # Dataflow_Host_Gradients, in its order
 
 
 def optimizer_state_enum(optimizer_state, what="plan"):
@@ -191,9 +197,17 @@ def optimizer_state_enum(optimizer_state, what="plan"):
     return OPTIMIZER_STATES.index(optimizer_state)
 
 
+def host_gradients_enum(host_gradients, what="plan"):
+    """Dataflow_Host_Gradients of a HOST_GRADIENTS name."""
+    if host_gradients not in HOST_GRADIENTS:
+        raise BadArgumentError(f"{what}: host_gradients must be one of {', '.join(HOST_GRADIENTS)}, "
+                               f"got {host_gradients!r}")
+    return HOST_GRADIENTS.index(host_gradients)
+
+
 def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
              h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None, optimizer_state="fp32",
-             disk_memory=None, disk_bandwidth=None, disk_kinds=None):
+             disk_memory=None, disk_bandwidth=None, disk_kinds=None, host_gradients="fp32"):
     """The checked Dataflow_Ring_Request and what it points at (kept alive with it)."""
     cfg = model_config(config)
     for name, value in (("seq_len", seq_len), ("tokens_per_step", tokens_per_step)):
@@ -210,6 +224,7 @@ def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profi
     req.tokens_per_step = int(seq_len if tokens_per_step is None else tokens_per_step)
     req.master_weights = int(master_weights)
     req.optimizer_state = optimizer_state_enum(optimizer_state)
+    req.host_gradients = host_gradients_enum(host_gradients)
     for name, value in (("device_memory", device_memory), ("host_memory", host_memory), ("disk_memory", disk_memory)):
         if value is not None or name != "disk_memory":  # no disk tier: 0 bytes
             setattr(req, name.replace("memory", "bytes"), parse_bytes(value, name))
@@ -237,12 +252,14 @@ def _planned(plan_fn, req, *args):
 
 def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, profile="h100-sxm", dtype="bf16",
          master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None,
-         optimizer_state="fp32", disk_memory=None, disk_bandwidth=None, disk_kinds=None):
+         optimizer_state="fp32", disk_memory=None, disk_bandwidth=None, disk_kinds=None, host_gradients="fp32"):
     """The fastest plan for training `config` (a dataflow.models.presets spec, an HF config dict or a LlamaConfig)
     on sequences of seq_len tokens, tokens_per_step per optimizer step (default one sequence),
     within device_memory and host_memory ("24GiB" or bytes). profile: a name or a Profile;
     bandwidths (bytes/s or "50GB") override the profile's link. optimizer_state: how AdamW's m
-    and v are stored (OPTIMIZER_STATES; the planner counts their bytes). disk_memory: a disk tier
+    and v are stored (OPTIMIZER_STATES; the planner counts their bytes); host_gradients: how
+    gradients kept on the host between rounds are stored (HOST_GRADIENTS: bf16 halves their
+    bytes and transfers, rounding each round's partial sum). disk_memory: a disk tier
     ("1TiB"; None: none) taking optimizer state, then weights, then gradients when host memory
     runs out, at disk_bandwidth bytes/s (None: DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC);
     disk_kinds: which of DISK_KINDS it may take (None: all; the executor runs "optimizer state"
@@ -250,7 +267,7 @@ def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, prof
     .min_device_bytes, .min_host_bytes)."""
     req, keep = _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
                          h2d_bandwidth, d2h_bandwidth, host_adamw_bandwidth, optimizer_state, disk_memory,
-                         disk_bandwidth, disk_kinds)
+                         disk_bandwidth, disk_kinds, host_gradients)
     return _planned(ringlib.dataflow_ring_plan, req)
 
 

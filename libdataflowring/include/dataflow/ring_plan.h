@@ -29,6 +29,10 @@
  *   activations_on_device[l], else go to the host after its forward and come back, in
  *   reverse, before its backward; the backward recomputes what the level does not keep.
  *   Layers keeping theirs on the device are the LAST ones (the backward needs them first).
+ *   Save levels may differ by layer: the last layers may save everything (no recompute) while
+ *   the ones below save less (save_level[l] never decreases going up).
+ *   Gradients whose home is the host are stored there as host_gradients says (bf16: rounded
+ *   each time they go home, widened when they come back; Dataflow_Host_Gradients).
  *   The optimizer (after the global gradient norm is known) runs on the device with every
  *   block's state resident; on the device streaming param, grad, m, v (and master) through
  *   optimizer slots, in the ring's memory (STREAMED) or in slots of their own (OVERLAPPED);
@@ -44,8 +48,9 @@
  *     blocked model it is given;
  *   - allocate device memory once, by purpose, exactly as device_bytes says: the resident
  *     embedding/head blocks (or one staging buffer), weight_slots layer buffers of the largest
- *     layer's PARAM bytes, grad_slots fp32 ones, for each layer with activations_on_device its
- *     chunks_per_round inputs and saved buffers (dataflow_block_acts_bytes at save_level[l] and
+ *     layer's PARAM bytes, grad_slots fp32 ones (with bf16 host gradients also two staging
+ *     buffers of the largest such gradient's bf16 bytes, at most DATAFLOW_RING_GRAD_PIECE_BYTES),
+ *     for each layer with activations_on_device its chunks_per_round inputs and saved buffers (dataflow_block_acts_bytes at save_level[l] and
  *     chunk_tokens; with kv_context also the chunk's keys and values), three offload staging
  *     buffers (and, kv_context, up to two K/V staging pairs for layers that offload), the
  *     chunk working set (recomputed, dacts, dataflow_blocked_model_workspace_bytes,
@@ -108,12 +113,32 @@ int64_t dataflow_optimizer_state_bytes(Dataflow_Optimizer_State state, int64_t n
 /* "fp32", "bf16", "8bit"; NULL for a value out of range. */
 const char *dataflow_optimizer_state_name(Dataflow_Optimizer_State state);
 
+/* How a gradient whose home is on the host is stored there (the user's choice: it changes
+ * numerics). Gradients always accumulate in fp32 on the device; with bf16 a gradient is
+ * rounded (to nearest even) when it goes home and widened back to fp32 when it comes in for
+ * the next round or the optimizer, so it is rounded once per round. Gradients on the device
+ * (resident grad slots, the all-resident plan) are unaffected. */
+typedef enum {
+	DATAFLOW_HOST_GRADIENTS_FP32 = 0,
+	DATAFLOW_HOST_GRADIENTS_BF16 = 1,
+	DATAFLOW_NUM_HOST_GRADIENTS = 2
+} Dataflow_Host_Gradients;
+
+/* bf16 host gradients pass through two device staging buffers (one per direction) of at most
+ * this many bytes: the outbound stream narrows a gradient piece by piece into its buffer and sends
+ * each piece; the inbound stream brings each piece into its buffer and widens it into place. */
+#define DATAFLOW_RING_GRAD_PIECE_BYTES ((int64_t)16 << 20)
+
+/* "fp32", "bf16"; NULL for a value out of range. */
+const char *dataflow_host_gradients_name(Dataflow_Host_Gradients host_gradients);
+
 typedef struct {
 	const Dataflow_Ring_Model *model;
 	int64_t seq_len;          /* tokens per sequence */
 	int64_t tokens_per_step;  /* a multiple of seq_len */
 	int master_weights;       /* bf16 models: fp32 master weights (the MASTER kind) */
 	Dataflow_Optimizer_State optimizer_state; /* how m and v are stored (0: fp32) */
+	Dataflow_Host_Gradients host_gradients;   /* how host-held gradients are stored (0: fp32) */
 	uint64_t device_bytes;    /* device capacity the plan must stay within */
 	uint64_t host_bytes;      /* host memory the plan may use */
 	double h2d_bytes_per_sec; /* 0: the profile's */
@@ -181,6 +206,7 @@ typedef struct {
 	Dataflow_Ring_Optimizer optimizer;
 	int master_weights;
 	Dataflow_Optimizer_State optimizer_state;
+	Dataflow_Host_Gradients host_gradients;
 	/* memory maps, bytes by purpose */
 	uint64_t device_bytes[DATAFLOW_RING_DEV_NUM];
 	Dataflow_Ring_Phase_Kind device_phase[DATAFLOW_RING_DEV_NUM];

@@ -275,13 +275,14 @@ def plan(args):
                   profile=profile, dtype=args.dtype, master_weights=args.master_weights,
                   h2d_bandwidth=rates["--h2d-bandwidth"], d2h_bandwidth=rates["--d2h-bandwidth"],
                   optimizer_state=args.optimizer_state, disk_memory=sizes["--disk-memory"],
-                  disk_bandwidth=rates["--disk-bandwidth"])
+                  disk_bandwidth=rates["--disk-bandwidth"], host_gradients=args.host_gradients)
     if args.json:
         print(json.dumps({"step_seconds": p.predicted_step_seconds, "tokens_per_second": p.tokens_per_second,
                           "mfu": p.mfu, "chunk_tokens": p.chunk_tokens, "chunks_per_round": p.chunks_per_round,
                           "rounds_per_step": p.rounds_per_step, "weight_slots": p.weight_slots,
                           "grad_slots": p.grad_slots, "optimizer": p.optimizer,
-                          "optimizer_state": p.optimizer_state, "save_levels": p.save_levels,
+                          "optimizer_state": p.optimizer_state, "host_gradients": p.host_gradients,
+                          "save_levels": p.save_levels,
                           "activations_on_device": p.activations_on_device, "device_memory": p.device_memory,
                           "host_memory": p.host_memory, "disk": p.disk, "phases": p.phases,
                           "profile": profile.source if isinstance(profile, ring.Profile) else profile}, indent=2))
@@ -315,6 +316,9 @@ def _add_plan(sub):
                         "when host memory runs out (default: none)")
     p.add_argument("--disk-bandwidth", dest="disk_bandwidth",
                    help="the disk's read/write bytes/s, e.g. 3GB (default 2GB: a PCIe 3.0 NVMe)")
+    p.add_argument("--host-gradients", dest="host_gradients", choices=ring.HOST_GRADIENTS, default="fp32",
+                   help="how gradients kept on the host between rounds are stored: fp32, or bf16 (half the host "
+                        "memory and transfers; each round's partial sum rounded to nearest even); default fp32")
     p.add_argument("--h2d-bandwidth", dest="h2d_bandwidth", help="host->device bytes/s (default: the profile's)")
     p.add_argument("--d2h-bandwidth", dest="d2h_bandwidth", help="device->host bytes/s (default: the profile's)")
     p.add_argument("--threads", type=int, help="host threads for --profile host (default: all cores)")
@@ -353,6 +357,9 @@ def _add_train(sub):
     p.add_argument("--optimizer-state", dest="optimizer_state", choices=("fp32", "bf16", "8bit"),
                    help="how AdamW's m and v are stored: fp32, bf16 (stochastic rounding) or 8bit (blockwise); "
                         "saved as trained in checkpoints, kept on resume (default fp32)")
+    p.add_argument("--host-gradients", dest="host_gradients", choices=("fp32", "bf16"),
+                   help="how the ring keeps gradients on the host between rounds: fp32, or bf16 (half the host memory "
+                        "and transfers, rounded to nearest even each round); no effect all-resident (default fp32)")
     p.add_argument("--seed", type=_integer(0), help="weight initialisation seed of a new run (default 0)")
     _add_device(p)
     p.add_argument("--host-memory", dest="host_memory", type=_bytes, metavar="SIZE",

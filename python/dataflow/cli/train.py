@@ -51,7 +51,7 @@ DEFAULT_STEPS = 800
 # lr (the schedule's peak): the default run's validation loss ends at 5.10 with 2e-3, 4.87 with 1e-3 and
 # 4.85 with 5e-4; 1e-3 learns faster in the first half
 RUN_DEFAULTS = {"batch": 8, "seq_len": 128, "lr": 1e-3, "dtype": "fp32", "seed": 0, "master_weights": False,
-                "optimizer_state": "fp32"}
+                "optimizer_state": "fp32", "host_gradients": "fp32"}
 EMBEDDED = "embedded"
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 TRACE_STEPS = 20
@@ -80,7 +80,7 @@ def _refuse_changes(args, resumed):
 RUN_CHECKS = {"batch": lambda v: type(v) is int and v >= 1, "seq_len": lambda v: type(v) is int and v >= 2,
               "lr": lambda v: type(v) in (int, float) and 0 < v <= 1, "dtype": lambda v: v in ("fp32", "bf16"),
               "seed": lambda v: type(v) is int and v >= 0, "master_weights": lambda v: type(v) is bool,
-              "optimizer_state": lambda v: v in ("fp32", "bf16", "8bit"),
+              "optimizer_state": lambda v: v in ("fp32", "bf16", "8bit"), "host_gradients": lambda v: v in ("fp32", "bf16"),
               "eval_every": lambda v: type(v) is int and v >= 1, "schedule_steps": lambda v: type(v) is int and v >= 1}
 
 
@@ -437,6 +437,8 @@ def _model_and_trainer(spec, handle, Trainer, weights, comm):
     options = {"master_weights": True} if run["master_weights"] else {}
     if run["optimizer_state"] != "fp32":
         options["optimizer_state"] = run["optimizer_state"]
+    if run["host_gradients"] != "fp32":
+        options["host_gradients"] = run["host_gradients"]
     ranks = comm.size if comm is not None else 1
     sharded = comm is not None and spec.shard_optimizer
     if comm is not None:
@@ -461,7 +463,8 @@ def _model_and_trainer(spec, handle, Trainer, weights, comm):
                 ring_plan(spec.config, run["seq_len"], handle.memory_capacity() - handle.memory_in_use(),
                           options["host_memory"], options["batch_size"] * run["seq_len"], run["dtype"],
                           run["master_weights"], optimizer_state=run["optimizer_state"],
-                          disk_bytes=spec.disk.bytes if spec.disk else None)
+                          disk_bytes=spec.disk.bytes if spec.disk else None,
+                          host_gradients=run["host_gradients"])
         model = model_from_config(spec.config, handle, run["dtype"], seed=run["seed"], where=spec.config_source)
         if weights:
             copy_weights(model, weights)

@@ -34,12 +34,13 @@ class Engine:
     """.ring: the RingTraining of the last batch (None before the first step of all-resident
     training, and after forget())."""
 
-    def __init__(self, model, plan, planning, optimizer_state, ranks, on_new, disk=None):
+    def __init__(self, model, plan, planning, optimizer_state, ranks, on_new, disk=None, host_gradients="fp32"):
         """plan: a dataflow.ring.Plan, or None to choose one (choose_plan) when planning
         ((host_memory, seq_len, batch_size, profile)) or a disk tier (disk_tier.DiskTier) asks
-        for it or the model is host-held."""
+        for it or the model is host-held; a chosen plan keeps host-held gradients as
+        host_gradients says."""
         if plan is None and (planning[0] is not None or model.placement == "host" or disk is not None):
-            plan = choose_plan(model, *planning, optimizer_state, disk)
+            plan = choose_plan(model, *planning, optimizer_state, disk, host_gradients)
         ranks.check_plan(plan)
         self.model, self.plan, self._ranks, self._on_new = model, plan, ranks, on_new
         self._source = ResidentTraining(model, optimizer_state) if plan is None else RingTraining(model, plan, disk=disk)

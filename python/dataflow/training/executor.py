@@ -101,6 +101,13 @@ class RingExecutor:
     def block_bytes(self, block, kind):
         return self._sizes[block][1][kind]
 
+    def on_device(self, block, kind):
+        """Whether the block's kind lives in device memory (else on the host)."""
+        on = int(ringlib.dataflow_ring_executor_on_device(self._ptr(), block, kind))
+        if on < 0:
+            raise BadArgumentError(f"ring on_device: no block {block!r} kind {kind!r}")
+        return bool(on)
+
     def read(self, block, kind):
         """The block's kind as raw bytes (uint8 numpy)."""
         out = np.empty(self.block_bytes(block, kind), np.uint8)

@@ -2,7 +2,7 @@
 training engine, the ring executor (libdataflowring), through dataflow.training.engine: the same
 path for all-resident, ring, data-parallel and ZeRO-1 training."""
 from ..errors import BadArgumentError
-from ..ring import Plan, optimizer_state_enum
+from ..ring import Plan, host_gradients_enum, optimizer_state_enum
 from . import trainer_state
 from .adamw_hyperparameters import adamw_hyperparameters, betas_pair
 from .data_parallel import ranks_of
@@ -45,6 +45,11 @@ class Trainer:
     state_dict() keeps them as trained; load_state_dict(..., convert=True) loads a state of
     another precision.
 
+    host_gradients: how the ring keeps gradients on the host between rounds, "fp32" or "bf16"
+    (accumulated in fp32 on the device within a round, rounded to nearest even when sent home:
+    half the host memory and link traffic, a rounding per round). All-resident training keeps
+    every gradient on the device: there it changes nothing.
+
     disk (a directory), disk_memory (default: its free space), disk_throttle (bytes/s): a disk
     tier the plan may use when host memory runs out (optimizer state first; the executor runs
     optimizer state there, dataflow.training.disk_tier); implies planning, as host_memory does."""
@@ -52,7 +57,7 @@ class Trainer:
     def __init__(self, model, lr=3e-4, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8, grad_clip=1.0,
                  master_weights=None, comm=None, comm_stream=None, shard_optimizer=False, host_memory=None,
                  seq_len=None, batch_size=1, profile=None, plan=None, trace=False, optimizer_state="fp32",
-                 optimizer_seed=0, disk=None, disk_memory=None, disk_throttle=None):
+                 optimizer_seed=0, disk=None, disk_memory=None, disk_throttle=None, host_gradients="fp32"):
         refuse_untrainable(model)
         self.model, self.lr, self.weight_decay, self.betas, self.eps = model, lr, weight_decay, betas_pair(betas), eps
         self.grad_clip = 0.0 if grad_clip is None else grad_clip
@@ -60,6 +65,10 @@ class Trainer:
         if isinstance(plan, Plan) and plan.optimizer_state != optimizer_state:
             raise BadArgumentError(f"Trainer: the plan stores the optimizer state as {plan.optimizer_state}, "
                                    f"but optimizer_state={optimizer_state!r}")
+        host_gradients_enum(host_gradients, "Trainer")
+        if isinstance(plan, Plan) and plan.host_gradients != host_gradients:
+            raise BadArgumentError(f"Trainer: the plan keeps host gradients in {plan.host_gradients}, "
+                                   f"but host_gradients={host_gradients!r}")
         self.optimizer_state, self.optimizer_seed, self._pending_state = optimizer_state, optimizer_seed, None
         self._ranks = ranks_of(model, comm, comm_stream, shard_optimizer, optimizer_state)
         adamw_hyperparameters(self)  # refused now, not at the first step
@@ -70,7 +79,7 @@ class Trainer:
         self.step_count, self._acc_loss, self._acc_labels = 0, 0.0, 0
         self._engine = Engine(model, plan, (host_memory, seq_len, batch_size, profile), optimizer_state, self._ranks,
                               lambda executor: trainer_state.write_pending(self, executor),
-                              disk_tier(disk, disk_memory, disk_throttle))
+                              disk_tier(disk, disk_memory, disk_throttle), host_gradients)
         self.plan = self._engine.plan
         self._ranks.shard(model, self._engine, True)
         if trace:
