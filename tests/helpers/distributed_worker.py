@@ -2,6 +2,8 @@
 
     python distributed_worker.py train OUT.npz [FAMILY]   5 steps on this rank's share of each batch
     python distributed_worker.py zero OUT.npz [FAMILY]    the same with the optimizer state sharded (ZeRO-1)
+    python distributed_worker.py ring OUT.npz     the same through the ring, under half the device memory all-resident needs
+    python distributed_worker.py ring-zero OUT.npz    the ring with the optimizer state sharded (ZeRO-1)
     python distributed_worker.py kill OUTDIR       rank 1 dies in step 2; rank 0 checkpoints, then steps on
     python distributed_worker.py hang OUTDIR       rank 1 stops answering in step 2 (sleeps)
     python distributed_worker.py collectives -     each collective against numpy (exit 1 on a mismatch)
@@ -16,6 +18,7 @@ import sys
 import numpy as np
 
 import dataflow as df
+from dataflow._ffi import ringlib
 from dataflow.io import checkpoint
 from dataflow.models import Llama, LlamaConfig
 
@@ -64,6 +67,38 @@ def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=Fal
         result.update({f"m/{n}": a for n, a in state["exp_avg"].items()})
         result.update({f"v/{n}": a for n, a in state["exp_avg_sq"].items()})
     return np.array(losses), {n: a.numpy() for n, a in model.named_parameters().items()}
+
+
+def resident_need(rows):
+    """Device bytes all-resident training of CONFIG on `rows` sequences takes: its plan's."""
+    try:
+        df.ring.resident_plan(CONFIG, SEQ, SEQ * rows, 1024, profile="h100-sxm", dtype="fp32")
+    except df.OutOfMemoryError as e:
+        return e.min_device_bytes
+    raise AssertionError("1 KiB holds all-resident training")
+
+
+def train_ring(comm, shard, result):
+    """train() through the ring on this rank's rows, the handle capped at half the device memory
+    all-resident training of the whole batch needs; result receives the cap, the device peak,
+    the host bytes of the executor and of its plan, and the plan's optimizer state bytes."""
+    rows = BATCH // comm.size
+    cap = resident_need(BATCH) // 2
+    h = df.Handle("host", streams=5, device_memory=cap, threads=1)  # the ring's four and the comm stream
+    model = Llama(h, LlamaConfig.from_dict(CONFIG), seed=5)
+    trainer = df.Trainer(model, lr=LR, weight_decay=0.1, grad_clip=0.5, comm=comm, comm_stream=4, shard_optimizer=shard,
+                         host_memory="256MiB", seq_len=SEQ, batch_size=rows, profile="h100-sxm")
+    assert trainer.plan is not None, "all-resident training fit the cap"
+    losses = [trainer.step(tokens[comm.rank * rows:(comm.rank + 1) * rows]) for tokens in batches()]
+    x = trainer._engine.ring.executor
+    plan = trainer.plan
+    result.update(cap=cap, peak=h.memory_peak(), host=x.host_bytes(), plan_host=plan.host_total_bytes,
+                  state=plan.host_bytes[ringlib.DATAFLOW_RING_HOST_OPTIMIZER_STATE] +
+                  plan.device_bytes[ringlib.DATAFLOW_RING_DEV_OPTIMIZER_STATE])
+    state = trainer.state_dict()  # sharded: gathered from every rank
+    result.update({f"m/{n}": a for n, a in state["exp_avg"].items()})
+    result.update({f"v/{n}": a for n, a in state["exp_avg_sq"].items()})
+    return np.array(losses), model.state_dict()  # the executor holds the weights
 
 
 # 8 layers of ~10 ms of backward each (256 tokens a rank): the upper blocks' all-reduce has lower
@@ -124,6 +159,11 @@ def main():
         result = {}
         family = sys.argv[3] if len(sys.argv) > 3 else "llama"
         losses, weights = train(comm.rank, comm.size, comm, shard=mode == "zero", result=result, family=family)
+        if comm.rank == 0:
+            np.savez(out, losses=losses, **weights, **{f"opt/{k}": v for k, v in result.items()})
+    elif mode in ("ring", "ring-zero"):
+        result = {}
+        losses, weights = train_ring(comm, mode == "ring-zero", result)
         if comm.rank == 0:
             np.savez(out, losses=losses, **weights, **{f"opt/{k}": v for k, v in result.items()})
     else:
