@@ -147,7 +147,29 @@ Dataflow_Status dataflow_ring_executor_set_comm(Dataflow_Ring_Executor *x, Dataf
 	x->comm = comm;
 	x->shard = comm && shard_optimizer;
 	x->s[RS_COMM] = comm ? stream : x->s[RS_COMPUTE];
-	return DATAFLOW_OK;
+	if (!x->shard || !x->master_unset)
+		return DATAFLOW_OK;
+	for (int b = 0; b < x->N; b++)
+		TRY(ring_sharded_set_master(x, b));
+	x->master_unset = 0;
+	return dataflow_sync_stream(x->h, x->s[RS_OPT]);
+}
+
+Dataflow_Status ring_sharded_set_master(Dataflow_Ring_Executor *x, int b)
+{
+	if (!x->shard) {
+		x->master_unset = 1;
+		return DATAFLOW_OK;
+	}
+	Shard sh = shard_of(x, b);
+	const char *param = home(x, b, DATAFLOW_BLOCK_PARAM);
+	float *master = (float *)home(x, b, DATAFLOW_BLOCK_MASTER);
+	int s = x->s[RS_OPT];
+	if (sh.part > 0)
+		TRY(dataflow_submit_cast(x->h, s, DATAFLOW_BF16, DATAFLOW_FP32, sh.part, param + sh.own * x->es, master));
+	return sh.tail_len > 0 ? dataflow_submit_cast(x->h, s, DATAFLOW_BF16, DATAFLOW_FP32, sh.tail_len,
+						      param + sh.tail * x->es, master + sh.part)
+			       : DATAFLOW_OK;
 }
 
 Dataflow_Status ring_sharded_state_copy(Dataflow_Ring_Executor *x, int b, Dataflow_Block_Kind kind, void *buffer,

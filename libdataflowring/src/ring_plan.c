@@ -96,12 +96,11 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 		return bad("host_gradients", "fp32 (0) or bf16 (1)", (double)r->host_gradients);
 	if (r->shard_ranks < 0)
 		return bad("shard_ranks", ">= 0", r->shard_ranks);
-	if (r->shard_ranks > 1 && (r->optimizer_state != DATAFLOW_OPTIMIZER_STATE_FP32 || r->master_weights || r->disk_bytes))
+	if (r->shard_ranks > 1 && (r->optimizer_state != DATAFLOW_OPTIMIZER_STATE_FP32 || r->disk_bytes))
 		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
-					  "ring plan: shard_ranks (ZeRO-1) shards fp32 optimizer state without master weights "
-					  "or a disk tier; got optimizer_state %s, master_weights %d, disk_bytes %llu",
-					  dataflow_optimizer_state_name(r->optimizer_state), r->master_weights,
-					  (unsigned long long)r->disk_bytes);
+					  "ring plan: shard_ranks (ZeRO-1) shards fp32 optimizer state without a disk tier; got "
+					  "optimizer_state %s, disk_bytes %llu",
+					  dataflow_optimizer_state_name(r->optimizer_state), (unsigned long long)r->disk_bytes);
 	if (r->device_bytes == 0)
 		return bad("device_bytes", "> 0", 0);
 	Dataflow_Status st = check_rate("h2d_bytes_per_sec", r->h2d_bytes_per_sec);

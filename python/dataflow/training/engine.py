@@ -43,7 +43,8 @@ class Engine:
             plan = choose_plan(model, *planning, optimizer_state, disk, host_gradients, ranks.shard_ranks)
         ranks.check_plan(plan)
         self.model, self.plan, self._ranks, self._on_new = model, plan, ranks, on_new
-        self._source = ResidentTraining(model, optimizer_state) if plan is None else RingTraining(model, plan, disk=disk)
+        self._source = (ResidentTraining(model, optimizer_state) if plan is None
+                        else RingTraining(model, plan, disk=disk, bind=ranks.bind))
         self.ring, self._trace, self._norm, self._norm_pending = None, None, None, False
         if self._source.current is not None:
             self._use(self._source.current)

@@ -194,9 +194,11 @@ class RingTraining:
     """A model handed to a ring executor that trains it from `plan` (the model's weights, master
     weights and AdamW state move into the executor), or, with `stream`, an all-resident model
     whose own device blocks an executor of the all-resident `plan` trains in place, every role
-    on `stream` (the model keeps them: forward and generate run on the device as before)."""
+    on `stream` (the model keeps them: forward and generate run on the device as before).
+    bind: called with a new ring executor before the model's state moves in (the ranks: a plan
+    sharding the optimizer state needs the executor to know its rank first)."""
 
-    def __init__(self, model, plan, stream=None, disk=None):
+    def __init__(self, model, plan, stream=None, disk=None, bind=None):
         if not isinstance(plan, ring.Plan):
             raise BadArgumentError(f"Trainer: plan must be a dataflow.ring.Plan (from dataflow.ring.plan), got "
                                    f"{type(plan).__name__}")
@@ -216,8 +218,12 @@ class RingTraining:
             raise BadArgumentError(f"Trainer: the plan was made {'with' if plan.master_weights else 'without'} fp32 "
                                    f"master weights, but the model keeps {'them' if model.master_weights else 'none'}")
         self.stream = None
-        self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype, disk=disk),
-                                       fp32_state=plan.optimizer_state == "fp32")
+        def bound():
+            executor = RingExecutor(model.handle, model.config, plan, model.dtype, disk=disk)
+            if bind is not None:
+                bind(executor)
+            return executor
+        self.executor = model._hand_to(bound, fp32_state=plan.optimizer_state == "fp32")
 
     @property
     def current(self):
