@@ -16,6 +16,7 @@ layout; in the ring, the plan is made for the rank count (plan.shard_ranks) and 
 keeps 1/N of each block's state from the start (fp32, no master weights: ring_plan.h)."""
 from .._ffi import ffi, modelslib, ringlib
 from ..errors import BadArgumentError, check
+from ..ring import Plan
 
 
 def ranks_of(model, comm, comm_stream, shard_optimizer, optimizer_state):
@@ -36,8 +37,9 @@ class OneRank:
     shard_ranks = 1  # the ranks a ring plan shards the optimizer state over
 
     def check_plan(self, plan):
-        """A ring plan shards the optimizer state over as many ranks as these shard it."""
-        if plan is not None and max(plan.shard_ranks, 1) != self.shard_ranks:
+        """A ring plan shards the optimizer state over as many ranks as these shard it (a plan
+        of another type is RingTraining's to refuse)."""
+        if isinstance(plan, Plan) and max(plan.shard_ranks, 1) != self.shard_ranks:
             raise BadArgumentError(f"Trainer: the plan shards the optimizer state over {plan.shard_ranks} ranks, "
                                    f"these ranks over {self.shard_ranks} (shard_optimizer with comm: its size); "
                                    f"plan with ring.plan(..., shard_ranks={self.shard_ranks})")
