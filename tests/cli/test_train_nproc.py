@@ -86,6 +86,14 @@ def test_nproc_trains_in_the_ring_under_a_device_cap(tmp_path, shard):
     assert ("optimizer state sharded (ZeRO-1)" in ring.stdout) == bool(shard), ring.stdout
     _assert_continues(checkpoint.load(tmp_path / "ring" / "checkpoint"),
                       checkpoint.load(tmp_path / "ref" / "checkpoint"))
+    if shard:  # the gathered state resumes into 2 sharded ring ranks (each writes its part)
+        assert dataflow_subprocess("train", "--steps", "2", "--resume", "--out", "ref", cwd=tmp_path).returncode == 0
+        resumed = _mpirun(2, "train", "--steps", "2", "--resume", "--out", "ring", "--shard-optimizer",
+                          "--device-memory", "800KiB", "--host-memory", "1GiB", cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "ring: training does not fit the device" in resumed.stdout, resumed.stdout
+        _assert_continues(checkpoint.load(tmp_path / "ring" / "checkpoint"),
+                          checkpoint.load(tmp_path / "ref" / "checkpoint"))
 
 
 @pytest.mark.parametrize("argv,message", [
