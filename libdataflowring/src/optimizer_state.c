@@ -18,6 +18,11 @@ int64_t dataflow_optimizer_state_bytes(Dataflow_Optimizer_State state, int64_t n
 	}
 }
 
+int64_t dataflow_shard_numel(int64_t numel, int ranks)
+{
+	return ranks > 1 ? numel / ranks + numel % ranks : numel;
+}
+
 const char *dataflow_optimizer_state_name(Dataflow_Optimizer_State state)
 {
 	static const char *names[DATAFLOW_NUM_OPTIMIZER_STATES] = {"fp32", "bf16", "8bit"};

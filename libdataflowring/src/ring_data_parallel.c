@@ -7,7 +7,13 @@
  * the block are [its part | the tail]. The backward reduce-scatters each gradient (rank r
  * receives its part summed in rank order: the bits an all-reduce gives) and all-reduces the
  * tail; the step sums the squared norms of every rank's part (the tail counted on rank 0),
- * updates the part and the tail, and all-gathers the parts of the weights. */
+ * updates the part and the tail, and all-gathers the parts of the weights. In the ring (a plan
+ * with shard_ranks N) the same runs where each kind's home is: the state the executor keeps, on
+ * the device or the host, is [part | tail] from the start, the gradient's home holds the
+ * reduce-scattered sums (sent home whole, its other parts unread), and the weights are gathered
+ * into their home before the next step's forward reads them (the optimizer phase is fenced). */
+
+#include <string.h>
 
 #include "ring_exec_internal.h"
 
@@ -49,20 +55,32 @@ Dataflow_Status ring_sum_grad(Dataflow_Ring_Executor *x, int b, void *g, Track *
 	return track_after(x, track, RS_COMM);
 }
 
+/* where block b's kind lives: the device when it holds the truth, else the host */
+static char *home(const Dataflow_Ring_Executor *x, int b, Dataflow_Block_Kind kind)
+{
+	const Ring_Block *blk = &x->blocks[b];
+	return blk->dev[kind] ? blk->dev[kind] : blk->host[kind];
+}
+
+/* bytes per element of block b's gradient home (fp32, or bf16 host gradients) */
+static int64_t grad_es(const Dataflow_Ring_Executor *x, int b)
+{
+	return ring_grad_home_dtype(x, b) == DATAFLOW_BF16 ? 2 : 4;
+}
+
 /* AdamW over n elements of block b from element `at`, its state from `state_at`. */
 static Dataflow_Status adamw_range(Dataflow_Ring_Executor *x, int b, int64_t at, int64_t state_at, int64_t n,
 				   const Dataflow_AdamW_Params *p, const float *clip_scale, int64_t step)
 {
 	if (n == 0)
 		return DATAFLOW_OK;
-	const Ring_Block *blk = &x->blocks[b];
 	const Dataflow_Llama_Config *cfg = dataflow_blocked_model_config(x->model);
-	float *master = x->master ? (float *)blk->dev[DATAFLOW_BLOCK_MASTER] + state_at : NULL;
-	return dataflow_submit_adamw_step(x->h, x->s[RS_OPT], cfg->dtype, DATAFLOW_FP32, n,
-					  (char *)blk->dev[DATAFLOW_BLOCK_PARAM] + at * x->es,
-					  (float *)blk->dev[DATAFLOW_BLOCK_GRAD] + at,
-					  (float *)blk->dev[DATAFLOW_BLOCK_ADAM_M] + state_at,
-					  (float *)blk->dev[DATAFLOW_BLOCK_ADAM_V] + state_at, master, clip_scale, p->lr, p->beta1,
+	float *master = x->master ? (float *)home(x, b, DATAFLOW_BLOCK_MASTER) + state_at : NULL;
+	return dataflow_submit_adamw_step(x->h, x->s[RS_OPT], cfg->dtype, ring_grad_home_dtype(x, b), n,
+					  home(x, b, DATAFLOW_BLOCK_PARAM) + at * x->es,
+					  home(x, b, DATAFLOW_BLOCK_GRAD) + at * grad_es(x, b),
+					  (float *)home(x, b, DATAFLOW_BLOCK_ADAM_M) + state_at,
+					  (float *)home(x, b, DATAFLOW_BLOCK_ADAM_V) + state_at, master, clip_scale, p->lr, p->beta1,
 					  p->beta2, p->eps, p->weight_decay, step);
 }
 
@@ -72,12 +90,14 @@ Dataflow_Status ring_sharded_norm_sq(Dataflow_Ring_Executor *x)
 	TRY(dataflow_set_mem(x->h, s, x->sumsq, 0, 8));
 	for (int b = 0; b < x->N; b++) {
 		Shard sh = shard_of(x, b);
-		const float *g = x->blocks[b].dev[DATAFLOW_BLOCK_GRAD];
+		const char *g = home(x, b, DATAFLOW_BLOCK_GRAD);
+		DataflowDatatype gt = ring_grad_home_dtype(x, b);
+		int64_t es = grad_es(x, b);
 		if (sh.part > 0)
-			TRY(dataflow_submit_grad_norm_sq(x->h, s, DATAFLOW_FP32, DATAFLOW_FP64, sh.part, g + sh.own,
-							 x->norm_ws, x->sumsq, 1));
+			TRY(dataflow_submit_grad_norm_sq(x->h, s, gt, DATAFLOW_FP64, sh.part, g + sh.own * es, x->norm_ws,
+							 x->sumsq, 1));
 		if (lead && sh.tail_len > 0)
-			TRY(dataflow_submit_grad_norm_sq(x->h, s, DATAFLOW_FP32, DATAFLOW_FP64, sh.tail_len, g + sh.tail,
+			TRY(dataflow_submit_grad_norm_sq(x->h, s, gt, DATAFLOW_FP64, sh.tail_len, g + sh.tail * es,
 							 x->norm_ws, x->sumsq, 1));
 	}
 	return dataflow_submit_all_reduce(x->comm, s, DATAFLOW_FP64, 1, x->sumsq, x->sumsq, DATAFLOW_REDUCE_SUM);
@@ -87,7 +107,7 @@ Dataflow_Status ring_sharded_adamw(Dataflow_Ring_Executor *x, int b, const Dataf
 				   const float *clip_scale, int64_t step)
 {
 	Shard sh = shard_of(x, b);
-	char *param = x->blocks[b].dev[DATAFLOW_BLOCK_PARAM];
+	char *param = home(x, b, DATAFLOW_BLOCK_PARAM);
 	const Dataflow_Llama_Config *cfg = dataflow_blocked_model_config(x->model);
 	Dataflow_Trace_Span *span;
 	TRY(ring_span_begin(x, RS_OPT, DATAFLOW_RING_WORK_ADAMW, b, -1, 0, &span));
@@ -95,6 +115,8 @@ Dataflow_Status ring_sharded_adamw(Dataflow_Ring_Executor *x, int b, const Dataf
 	TRY(adamw_range(x, b, sh.tail, sh.part, sh.tail_len, params, clip_scale, step));
 	if (sh.part > 0)
 		TRY(dataflow_submit_all_gather(x->comm, x->s[RS_OPT], cfg->dtype, sh.part, param + sh.own * x->es, param));
+	Ring_Block *blk = &x->blocks[b]; /* a resident copy of a host home is older now */
+	blk->param_stale = blk->train_param && !blk->dev[DATAFLOW_BLOCK_PARAM];
 	return ring_span_end(x, span);
 }
 
@@ -111,15 +133,82 @@ Dataflow_Status dataflow_ring_executor_set_comm(Dataflow_Ring_Executor *x, Dataf
 		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
 					  "ring set_comm: a sharded optimizer state (ZeRO-1) is fp32 only; this executor "
 					  "keeps %s state", dataflow_optimizer_state_name(x->state));
-	if (comm && shard_optimizer && !x->adopted)
+	if (comm && shard_optimizer && !x->adopted && x->plan.shard_ranks != dataflow_comm_size(comm))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring set_comm: a sharded optimizer state (ZeRO-1) needs an executor adopting a "
-					  "resident model's sharded state (dataflow_ring_executor_adopt)");
+					  "resident model's sharded state (dataflow_ring_executor_adopt) or a plan sharding "
+					  "it over the communicator's %d ranks (plan shard_ranks %d)",
+					  dataflow_comm_size(comm), x->plan.shard_ranks);
+	if (comm && !shard_optimizer && x->plan.shard_ranks > 1)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring set_comm: the plan shards the optimizer state over %d ranks; pass "
+					  "shard_optimizer", x->plan.shard_ranks);
 	TRY(dataflow_ring_executor_wait(x)); /* the old stream's sums are done */
 	x->comm = comm;
 	x->shard = comm && shard_optimizer;
 	x->s[RS_COMM] = comm ? stream : x->s[RS_COMPUTE];
-	return DATAFLOW_OK;
+	if (!x->shard || !x->master_unset)
+		return DATAFLOW_OK;
+	for (int b = 0; b < x->N; b++)
+		TRY(ring_sharded_set_master(x, b));
+	x->master_unset = 0;
+	return dataflow_sync_stream(x->h, x->s[RS_OPT]);
+}
+
+Dataflow_Status ring_sharded_set_master(Dataflow_Ring_Executor *x, int b)
+{
+	if (!x->shard) {
+		x->master_unset = 1;
+		return DATAFLOW_OK;
+	}
+	Shard sh = shard_of(x, b);
+	const char *param = home(x, b, DATAFLOW_BLOCK_PARAM);
+	float *master = (float *)home(x, b, DATAFLOW_BLOCK_MASTER);
+	int s = x->s[RS_OPT];
+	if (sh.part > 0)
+		TRY(dataflow_submit_cast(x->h, s, DATAFLOW_BF16, DATAFLOW_FP32, sh.part, param + sh.own * x->es, master));
+	return sh.tail_len > 0 ? dataflow_submit_cast(x->h, s, DATAFLOW_BF16, DATAFLOW_FP32, sh.tail_len,
+						      param + sh.tail * x->es, master + sh.part)
+			       : DATAFLOW_OK;
+}
+
+Dataflow_Status ring_sharded_state_copy(Dataflow_Ring_Executor *x, int b, Dataflow_Block_Kind kind, void *buffer,
+					int write)
+{
+	if (!x->shard)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring executor %s: block %d's optimizer state is sharded over %d ranks; set the "
+					  "communicator first (set_comm with shard_optimizer)",
+					  write ? "write" : "read", b, x->plan.shard_ranks);
+	Shard sh = shard_of(x, b);
+	float *state = (float *)home(x, b, kind), *whole = buffer;
+	int s = x->s[RS_OPT], on_device = x->blocks[b].dev[kind] != NULL;
+	if (write) {
+		if (!on_device) {
+			memcpy(state, whole + sh.own, (size_t)sh.part * 4);
+			memcpy(state + sh.part, whole + sh.tail, (size_t)sh.tail_len * 4);
+			return DATAFLOW_OK;
+		}
+		if (sh.part > 0)
+			TRY(dataflow_submit_inbound_transfer(x->h, s, state, whole + sh.own, (uint64_t)sh.part * 4));
+		if (sh.tail_len > 0)
+			TRY(dataflow_submit_inbound_transfer(x->h, s, state + sh.part, whole + sh.tail, (uint64_t)sh.tail_len * 4));
+		return dataflow_sync_stream(x->h, s);
+	}
+	/* the parts gathered straight into the caller's memory (registered for the comm: no device
+	 * memory, which a capped ring has none of to spare), the tail alike on every rank */
+	uint64_t bytes = (uint64_t)x->blocks[b].numel * 4;
+	TRY(dataflow_enable_access_to_host_mem(x->h, whole, bytes, 0));
+	Dataflow_Status st = sh.part > 0 ? dataflow_submit_all_gather(x->comm, s, DATAFLOW_FP32, sh.part, state, whole)
+					 : DATAFLOW_OK;
+	if (st == DATAFLOW_OK && sh.tail_len > 0 && on_device)
+		st = dataflow_submit_outbound_transfer(x->h, s, whole + sh.tail, state + sh.part, (uint64_t)sh.tail_len * 4);
+	else if (st == DATAFLOW_OK)
+		memcpy(whole + sh.tail, state + sh.part, (size_t)sh.tail_len * 4);
+	if (st == DATAFLOW_OK)
+		st = dataflow_sync_stream(x->h, s);
+	dataflow_disable_access_to_host_mem(x->h, whole);
+	return st;
 }
 
 static Dataflow_Status copy_floats(Dataflow_Handle *h, int s, float *dst, const float *src, int64_t n)

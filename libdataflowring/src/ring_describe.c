@@ -93,9 +93,13 @@ int64_t dataflow_ring_plan_describe(const Dataflow_Ring_Plan *p, char *out, int6
 	placement(&t, p);
 	put(&t, "optimizer: AdamW on the %s, %s state (m, v)%s; %s\n", dataflow_ring_optimizer_name(p->optimizer),
 	    dataflow_optimizer_state_name(p->optimizer_state), p->master_weights ? ", fp32 master weights" : "",
-	    p->optimizer == DATAFLOW_RING_OPT_DEVICE_STREAMED ? "runs after the backward, fenced (its slots are the ring's memory)"
+	    p->shard_ranks > 1 ? "runs after the backward, fenced (ZeRO-1, below)"
+	    : p->optimizer == DATAFLOW_RING_OPT_DEVICE_STREAMED ? "runs after the backward, fenced (its slots are the ring's memory)"
 	    : p->optimizer == DATAFLOW_RING_OPT_HOST ? "runs under the next step's forward (block b's forward waits for b's update)"
 						     : "overlaps the next step's forward, counted after the backward (one device)");
+	if (p->shard_ranks > 1)
+		put(&t, "ZeRO-1: each of %d ranks keeps 1/%d of the optimizer state (m, v) and updates its part of "
+			"each block, the weights all-gathered after (fenced)\n", p->shard_ranks, p->shard_ranks);
 	if (p->host_bytes[DATAFLOW_RING_HOST_GRADS] || p->disk_bytes[DATAFLOW_RING_HOST_GRADS]) /* home: host or disk */
 		put(&t, "host gradients: %s%s\n", dataflow_host_gradients_name(p->host_gradients),
 		    p->host_gradients == DATAFLOW_HOST_GRADIENTS_BF16

@@ -111,6 +111,7 @@ struct Dataflow_Ring_Executor {
 	Dataflow_Trace *trace;   /* the attached recorder (NULL: none) */
 	Dataflow_Comm *comm;     /* data-parallel: gradients summed over its ranks (NULL: none) */
 	int shard;               /* ZeRO-1: the optimizer state holds this rank's part of each block */
+	int master_unset;        /* a sharded plan's master weights wait for the rank (set_comm) */
 	Ring_Disk *disk;         /* the disk tier holding m and v (NULL: none) */
 };
 
@@ -169,6 +170,14 @@ Dataflow_Status ring_sum_grad(Dataflow_Ring_Executor *x, int b, void *g, Track *
 Dataflow_Status ring_sharded_norm_sq(Dataflow_Ring_Executor *x);
 Dataflow_Status ring_sharded_adamw(Dataflow_Ring_Executor *x, int b, const Dataflow_AdamW_Params *params,
 				   const float *clip_scale, int64_t step);
+/* A sharded executor's (plan.shard_ranks > 1) m or v of block b as a whole: read gathers every
+ * rank's part into buffer (a collective: every rank reads), write keeps this rank's part and
+ * the tail of it; both need the communicator (set_comm). */
+Dataflow_Status ring_sharded_state_copy(Dataflow_Ring_Executor *x, int b, Dataflow_Block_Kind kind, void *buffer,
+					int write);
+/* A sharded executor's master weights of block b set to its parameters' part and tail (after a
+ * write of the parameters; before set_comm the rank is not known: set_comm sets them then). */
+Dataflow_Status ring_sharded_set_master(Dataflow_Ring_Executor *x, int b);
 
 /* Tracing (ring_trace.c): a span of work on stream role opens (its start stamp queued) and
  * closes (its end stamp); *span is NULL, and nothing is queued, while not recording. */

@@ -270,6 +270,13 @@ static Dataflow_Status check_plan(Dataflow_Ring_Executor *x, const Dataflow_Ring
 	if (p->master_weights && x->blocks[1].bytes[DATAFLOW_BLOCK_MASTER] == 0)
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring executor: the plan keeps fp32 master weights, but the model is not bf16");
+	if (p->shard_ranks > 1 &&
+	    (p->optimizer_state != DATAFLOW_OPTIMIZER_STATE_FP32 || p->disk_total_bytes ||
+	     (p->optimizer != DATAFLOW_RING_OPT_DEVICE_RESIDENT && p->optimizer != DATAFLOW_RING_OPT_HOST)))
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+					  "ring executor: a plan sharding the optimizer state (shard_ranks %d) needs fp32 "
+					  "state without a disk tier, updated on the device or the host",
+					  p->shard_ranks);
 	if (x->tied && !(p->embedding_resident && p->head_resident))
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring executor: a tied model needs its embedding and head resident in the plan");
@@ -408,9 +415,13 @@ static Dataflow_Status build(Dataflow_Ring_Executor *x, const Dataflow_Ring_Plan
 	x->plan = *plan;
 	x->master = plan->master_weights;
 	x->state = plan->optimizer_state;
-	for (int b = 0; b < x->N; b++) /* m and v as stored */
+	for (int b = 0; b < x->N; b++) { /* m and v as stored (ZeRO-1: this rank's part and the tail, master too) */
+		int64_t numel = dataflow_shard_numel(x->blocks[b].numel, plan->shard_ranks);
 		x->blocks[b].bytes[DATAFLOW_BLOCK_ADAM_M] = x->blocks[b].bytes[DATAFLOW_BLOCK_ADAM_V] =
-			dataflow_optimizer_state_bytes(x->state, x->blocks[b].numel);
+			dataflow_optimizer_state_bytes(x->state, numel);
+		if (x->master)
+			x->blocks[b].bytes[DATAFLOW_BLOCK_MASTER] = 4 * numel;
+	}
 	TRY(ring_disk_open(x, disk));
 	x->T = plan->chunk_tokens;
 	x->K = plan->chunks_per_round;
@@ -593,6 +604,8 @@ Dataflow_Status dataflow_ring_executor_read(Dataflow_Ring_Executor *x, int block
 	TRY(check_kind(x, block, kind, dst, "read"));
 	TRY(dataflow_ring_executor_wait(x));
 	const Ring_Block *blk = &x->blocks[block];
+	if (x->plan.shard_ranks > 1 && kind >= DATAFLOW_BLOCK_ADAM_M)
+		return ring_sharded_state_copy(x, block, kind, dst, 0);
 	if (ring_disk_holds(x, kind))
 		return ring_disk_copy(x, block, kind, dst, 0);
 	if (!blk->dev[kind] && kind == DATAFLOW_BLOCK_GRAD)
@@ -611,6 +624,8 @@ Dataflow_Status dataflow_ring_executor_write(Dataflow_Ring_Executor *x, int bloc
 	TRY(check_kind(x, block, kind, src, "write"));
 	TRY(dataflow_ring_executor_wait(x));
 	Ring_Block *blk = &x->blocks[block];
+	if (x->plan.shard_ranks > 1 && kind >= DATAFLOW_BLOCK_ADAM_M)
+		return ring_sharded_state_copy(x, block, kind, (void *)src, 1);
 	if (ring_disk_holds(x, kind))
 		return ring_disk_copy(x, block, kind, (void *)src, 1);
 	void *at = blk->dev[kind] ? blk->dev[kind] : blk->host[kind];
@@ -628,7 +643,9 @@ Dataflow_Status dataflow_ring_executor_write(Dataflow_Ring_Executor *x, int bloc
 			void *master = blk->dev[DATAFLOW_BLOCK_MASTER] ? blk->dev[DATAFLOW_BLOCK_MASTER]
 								       : blk->host[DATAFLOW_BLOCK_MASTER];
 			TRY(dataflow_sync_stream(x->h, x->s[RS_IN])); /* the param is in place */
-			TRY(dataflow_submit_cast(x->h, x->s[RS_OPT], DATAFLOW_BF16, DATAFLOW_FP32, blk->numel, at, master));
+			TRY(x->plan.shard_ranks > 1 ? ring_sharded_set_master(x, block)
+						    : dataflow_submit_cast(x->h, x->s[RS_OPT], DATAFLOW_BF16, DATAFLOW_FP32,
+									   blk->numel, at, master));
 		}
 		blk->param_stale = blk->train_param && !blk->dev[DATAFLOW_BLOCK_PARAM];
 		for (int i = 0; i < x->W; i++)

@@ -40,6 +40,7 @@ typedef struct {
 	double max_param, max_grad;  /* of a layer: a slot's bytes */
 	int master;                  /* the MASTER kind counts */
 	Dataflow_Optimizer_State state; /* how m and v are stored */
+	int shard_ranks;             /* ZeRO-1: a rank keeps the state of dataflow_shard_numel elements (1: all) */
 	double host_grad_ratio;      /* bytes of a host-held gradient per byte of the model's fp32 one */
 	double kv_grad_ratio;        /* a K/V context's fp32 gradient bytes per byte of keys and values */
 } Ring_Context;
@@ -65,12 +66,12 @@ static inline double ring_kept_bytes_per_token(const Ring_Context *x, const Ring
 	       (ring_kv_context(x->req, c) ? (double)b->kv_bytes_per_token : 0);
 }
 
-/* a block's optimizer state: m and v as stored (the model reports fp32 moments: numel = bytes / 4),
- * and (with master weights) the fp32 master copy */
+/* a block's optimizer state on one rank: m and v as stored (the model reports fp32 moments:
+ * numel = bytes / 4), and (with master weights) the fp32 master copy; ZeRO-1 keeps 1/N of it */
 static inline double ring_opt_state_bytes(const Ring_Context *x, const Dataflow_Ring_Block *b)
 {
-	return 2 * (double)dataflow_optimizer_state_bytes(x->state, b->sizes.bytes[DATAFLOW_BLOCK_ADAM_M] / 4) +
-	       (x->master ? (double)b->sizes.bytes[DATAFLOW_BLOCK_MASTER] : 0);
+	int64_t numel = dataflow_shard_numel(b->sizes.bytes[DATAFLOW_BLOCK_ADAM_M] / 4, x->shard_ranks);
+	return 2 * (double)dataflow_optimizer_state_bytes(x->state, numel) + (x->master ? 4 * (double)numel : 0);
 }
 
 /* a block's gradient as the host stores it (the model reports fp32 gradients) */

@@ -137,6 +137,10 @@ Dataflow_Status dataflow_ring_executor_apply(Dataflow_Ring_Executor *x, const Da
 		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
 					  "ring apply: max_grad_norm must be >= 0 and step >= 1, got %g and %lld",
 					  max_grad_norm, (long long)step);
+	if (x->plan.shard_ranks > 1 && !x->shard)
+		return dataflow_set_error(DATAFLOW_ERR_INVALID_ARGUMENT,
+					  "ring apply: the plan shards the optimizer state over %d ranks; set the communicator "
+					  "first (set_comm with shard_optimizer)", x->plan.shard_ranks);
 	/* The last update ran under this step's forward, which waited for it block by block: done
 	 * with it before queuing the next, so that its failure surfaces here, at the next step. */
 	if (x->s[RS_OPT] != x->s[RS_COMPUTE])

@@ -94,6 +94,13 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 		return bad("optimizer_state", "fp32 (0), bf16 (1) or 8bit (2)", (double)r->optimizer_state);
 	if (!dataflow_host_gradients_name(r->host_gradients))
 		return bad("host_gradients", "fp32 (0) or bf16 (1)", (double)r->host_gradients);
+	if (r->shard_ranks < 0)
+		return bad("shard_ranks", ">= 0", r->shard_ranks);
+	if (r->shard_ranks > 1 && (r->optimizer_state != DATAFLOW_OPTIMIZER_STATE_FP32 || r->disk_bytes))
+		return dataflow_set_error(DATAFLOW_ERR_UNSUPPORTED,
+					  "ring plan: shard_ranks (ZeRO-1) shards fp32 optimizer state without a disk tier; got "
+					  "optimizer_state %s, disk_bytes %llu",
+					  dataflow_optimizer_state_name(r->optimizer_state), (unsigned long long)r->disk_bytes);
 	if (r->device_bytes == 0)
 		return bad("device_bytes", "> 0", 0);
 	Dataflow_Status st = check_rate("h2d_bytes_per_sec", r->h2d_bytes_per_sec);
@@ -127,6 +134,7 @@ static Dataflow_Status setup(const Dataflow_Ring_Request *r, Ring_Context *x)
 	x->memory_rate = p->memory_bytes_per_sec;
 	x->master = r->master_weights;
 	x->state = r->optimizer_state;
+	x->shard_ranks = r->shard_ranks > 1 ? r->shard_ranks : 1;
 	x->host_grad_ratio = r->host_gradients == DATAFLOW_HOST_GRADIENTS_BF16 ? 0.5 : 1;
 	x->kv_grad_ratio = bf16 ? 2 : 1;
 	for (int l = 0; l < x->num_layers; l++) {
@@ -286,7 +294,9 @@ static void search_shape(const Ring_Context *x, Search *s, int64_t C, int64_t K,
 				if ((x->model->tied && edge != 0 && edge != both) || /* a tied head reads the embedding */
 				    (opt == DATAFLOW_RING_OPT_DEVICE_RESIDENT && edge != both) ||
 				    /* a Trainer's waits would fence it like the streamed one (ring_plan.h) */
-				    opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED)
+				    opt == DATAFLOW_RING_OPT_DEVICE_OVERLAPPED ||
+				    /* ZeRO-1 updates a rank's part where its state lives, not through slots */
+				    (x->shard_ranks > 1 && opt == DATAFLOW_RING_OPT_DEVICE_STREAMED))
 					continue;
 				for (int si = 0; si < num_slots; si++) {
 					int w = slots[si];
@@ -354,6 +364,7 @@ static void fill_plan(const Ring_Context *x, Ring_Candidate *c, Dataflow_Ring_Pl
 	plan->master_weights = x->req->master_weights;
 	plan->optimizer_state = x->req->optimizer_state;
 	plan->host_gradients = x->req->host_gradients;
+	plan->shard_ranks = x->shard_ranks;
 	double link_bytes;
 	plan->step_seconds = ring_time(x, c, plan, &link_bytes);
 	plan->tokens_per_second = (double)x->req->tokens_per_step / plan->step_seconds;

@@ -218,7 +218,8 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 		double hg = ring_host_grad_bytes(x, blk);
 		/* AdamW reads a host gradient as the host stores it (adamw_step takes bf16 gradients) */
 		double read_g = gres && c->opt != DATAFLOW_RING_OPT_HOST ? g : hg;
-		double touched = 2 * p + read_g + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate;
+		/* ZeRO-1: a rank updates its 1/N of the block (the state is counted per rank already) */
+		double touched = (2 * p + read_g) / x->shard_ranks + 2 * state, in = 0, out = 0, compute = touched / x->memory_rate;
 		double narrowing = 0;
 		if (c->opt == DATAFLOW_RING_OPT_HOST) { /* resident weights come back updated, resident grads go out
 							  * (narrowed); the host's update counts as the phase's compute */
@@ -239,8 +240,9 @@ double ring_time(const Ring_Context *x, const Ring_Candidate *c, Dataflow_Ring_P
 	/* A host update runs under the next step's forward (the executor's forward of block b waits
 	 * only for b's update), beside the device: the forward takes the longer of itself and the
 	 * update, each link direction carrying both's transfers; nothing is left after the backward.
-	 * A device one shares the device's compute with the forward: counted after the backward. */
-	int under = c->opt == DATAFLOW_RING_OPT_HOST;
+	 * A device one shares the device's compute with the forward: counted after the backward, as
+	 * is a ZeRO-1 one (fenced: its weight gathers; the collectives' time is not modelled). */
+	int under = c->opt == DATAFLOW_RING_OPT_HOST && x->shard_ranks == 1;
 	if (under) {
 		double in = fwd.in + opt.in, out = fwd.out + opt.out;
 		fwd.seconds = max3(fwd.seconds, in > out ? in : out, opt.seconds);

@@ -207,13 +207,15 @@ def host_gradients_enum(host_gradients, what="plan"):
 
 def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
              h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None, optimizer_state="fp32",
-             disk_memory=None, disk_bandwidth=None, disk_kinds=None, host_gradients="fp32"):
+             disk_memory=None, disk_bandwidth=None, disk_kinds=None, host_gradients="fp32", shard_ranks=1):
     """The checked Dataflow_Ring_Request and what it points at (kept alive with it)."""
     cfg = model_config(config)
     for name, value in (("seq_len", seq_len), ("tokens_per_step", tokens_per_step)):
         if (value is not None or name == "seq_len") and (isinstance(value, bool) or not isinstance(
                 value, (int, np.integer)) or not 0 < value < 2**63):  # the planner checks its own range
             raise BadArgumentError(f"plan: {name} must be a positive integer, got {value!r:.40}")
+    if isinstance(shard_ranks, bool) or not isinstance(shard_ranks, (int, np.integer)) or not 0 < shard_ranks < 2**31:
+        raise BadArgumentError(f"plan: shard_ranks must be a positive integer, got {shard_ranks!r:.40}")
     if not isinstance(master_weights, bool):
         raise BadArgumentError(f"plan: master_weights must be True or False, got {master_weights!r}")
     prof = profile if isinstance(profile, Profile) else Profile.named(profile)
@@ -225,6 +227,7 @@ def _request(config, seq_len, device_memory, host_memory, tokens_per_step, profi
     req.master_weights = int(master_weights)
     req.optimizer_state = optimizer_state_enum(optimizer_state)
     req.host_gradients = host_gradients_enum(host_gradients)
+    req.shard_ranks = int(shard_ranks)
     for name, value in (("device_memory", device_memory), ("host_memory", host_memory), ("disk_memory", disk_memory)):
         if value is not None or name != "disk_memory":  # no disk tier: 0 bytes
             setattr(req, name.replace("memory", "bytes"), parse_bytes(value, name))
@@ -252,7 +255,8 @@ def _planned(plan_fn, req, *args):
 
 def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, profile="h100-sxm", dtype="bf16",
          master_weights=False, h2d_bandwidth=None, d2h_bandwidth=None, host_adamw_bandwidth=None,
-         optimizer_state="fp32", disk_memory=None, disk_bandwidth=None, disk_kinds=None, host_gradients="fp32"):
+         optimizer_state="fp32", disk_memory=None, disk_bandwidth=None, disk_kinds=None, host_gradients="fp32",
+         shard_ranks=1):
     """The fastest plan for training `config` (a dataflow.models.presets spec, an HF config dict or a LlamaConfig)
     on sequences of seq_len tokens, tokens_per_step per optimizer step (default one sequence),
     within device_memory and host_memory ("24GiB" or bytes). profile: a name or a Profile;
@@ -263,11 +267,12 @@ def plan(config, seq_len, device_memory, host_memory, tokens_per_step=None, prof
     ("1TiB"; None: none) taking optimizer state, then weights, then gradients when host memory
     runs out, at disk_bandwidth bytes/s (None: DATAFLOW_RING_DISK_DEFAULT_BYTES_PER_SEC);
     disk_kinds: which of DISK_KINDS it may take (None: all; the executor runs "optimizer state"
-    only). Raises OutOfMemoryError naming the least device and host memory a plan needs (also as
+    only). shard_ranks: ZeRO-1 over that many data-parallel ranks, each keeping 1/N of the fp32
+    optimizer state (the planner counts one rank's). Raises OutOfMemoryError naming the least device and host memory a plan needs (also as
     .min_device_bytes, .min_host_bytes)."""
     req, keep = _request(config, seq_len, device_memory, host_memory, tokens_per_step, profile, dtype, master_weights,
                          h2d_bandwidth, d2h_bandwidth, host_adamw_bandwidth, optimizer_state, disk_memory,
-                         disk_bandwidth, disk_kinds, host_gradients)
+                         disk_bandwidth, disk_kinds, host_gradients, shard_ranks)
     return _planned(ringlib.dataflow_ring_plan, req)
 
 

@@ -71,18 +71,29 @@ def test_checkpoints_resume_with_any_number_of_processes(tmp_path):
 
 
 @needs_mpirun
-def test_nproc_trains_in_the_ring_under_a_device_cap(tmp_path):
+@pytest.mark.parametrize("shard", [[], ["--shard-optimizer"]])
+def test_nproc_trains_in_the_ring_under_a_device_cap(tmp_path, shard):
     """--nproc 2 with a device cap all-resident training does not fit: each rank plans into the ring
-    (the executor sums every block's gradient over the ranks as it goes home) and the run continues
-    as one uninterrupted all-resident process would."""
+    (the executor sums every block's gradient over the ranks as it goes home; ZeRO-1: each rank
+    keeps and updates its half of the optimizer state) and the run continues as one uninterrupted
+    all-resident process would."""
     (tmp_path / "micro.json").write_text(MICRO)
     assert dataflow_subprocess("train", "--steps", "2", *COMMON, "--out", "ref", cwd=tmp_path).returncode == 0
     ring = dataflow_subprocess("train", "--steps", "2", *COMMON, "--out", "ring", "--nproc", "2", "--device-memory", "800KiB",
-                     "--host-memory", "1GiB", cwd=tmp_path)
+                     "--host-memory", "1GiB", *shard, cwd=tmp_path)
     assert ring.returncode == 0, ring.stdout + ring.stderr
     assert "ring: training does not fit the device" in ring.stdout, ring.stdout
+    assert ("optimizer state sharded (ZeRO-1)" in ring.stdout) == bool(shard), ring.stdout
     _assert_continues(checkpoint.load(tmp_path / "ring" / "checkpoint"),
                       checkpoint.load(tmp_path / "ref" / "checkpoint"))
+    if shard:  # the gathered state resumes into 2 sharded ring ranks (each writes its part)
+        assert dataflow_subprocess("train", "--steps", "2", "--resume", "--out", "ref", cwd=tmp_path).returncode == 0
+        resumed = _mpirun(2, "train", "--steps", "2", "--resume", "--out", "ring", "--shard-optimizer",
+                          "--device-memory", "800KiB", "--host-memory", "1GiB", cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "ring: training does not fit the device" in resumed.stdout, resumed.stdout
+        _assert_continues(checkpoint.load(tmp_path / "ring" / "checkpoint"),
+                          checkpoint.load(tmp_path / "ref" / "checkpoint"))
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -90,8 +101,8 @@ def test_nproc_trains_in_the_ring_under_a_device_cap(tmp_path):
     (["--nproc", "2", "--batch", "3"], "--batch: 3 sequences per step do not split evenly over 2 ranks; pass a "
                                        "multiple of 2"),
     (["--shard-optimizer"], "--shard-optimizer: shards the optimizer state over several ranks; add --nproc N"),
-    (["--nproc", "2", "--shard-optimizer", "--host-memory", "1GiB"], "--host-memory: --shard-optimizer (ZeRO-1) "
-                                                                      "trains all-resident"),
+    (["--nproc", "2", "--shard-optimizer", "--disk", "."], "--disk: --shard-optimizer (ZeRO-1) keeps each rank's "
+                                                            "part of the optimizer state in memory"),
 ])
 def test_nproc_is_checked_before_anything_starts(stand_in, tmp_path, capsys, argv, message):  # noqa: F811
     assert run_cli("train", *SMALL, *argv, "--out", str(tmp_path / "run")) == 2

@@ -2,6 +2,9 @@
 
     python distributed_worker.py train OUT.npz [FAMILY]   5 steps on this rank's share of each batch
     python distributed_worker.py zero OUT.npz [FAMILY]    the same with the optimizer state sharded (ZeRO-1)
+    python distributed_worker.py ring OUT.npz     the same through the ring, under half the device memory all-resident needs
+    python distributed_worker.py ring-zero OUT.npz    the ring with the optimizer state sharded (ZeRO-1)
+    python distributed_worker.py ring-zero-bf16 OUT.npz   the same for a bf16 model with fp32 master weights
     python distributed_worker.py kill OUTDIR       rank 1 dies in step 2; rank 0 checkpoints, then steps on
     python distributed_worker.py hang OUTDIR       rank 1 stops answering in step 2 (sleeps)
     python distributed_worker.py collectives -     each collective against numpy (exit 1 on a mismatch)
@@ -16,6 +19,7 @@ import sys
 import numpy as np
 
 import dataflow as df
+from dataflow._ffi import ringlib
 from dataflow.io import checkpoint
 from dataflow.models import Llama, LlamaConfig
 
@@ -40,13 +44,14 @@ def batches():
 
 
 def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=False, shard=False, result=None,
-          family="llama"):
+          family="llama", dtype="fp32"):
     """Losses and final weights of training on rows [rank * B / size, (rank + 1) * B / size) of each
     batch; result (a dict), when given, receives the device memory in use after the first step and
-    the final optimizer state."""
+    the final optimizer state. dtype bf16: with fp32 master weights."""
     h = df.Handle("host", streams=2, device_memory="64MiB", threads=1)
-    model = Llama(h, LlamaConfig.from_dict(FAMILIES[family]), seed=5)
-    trainer = df.Trainer(model, lr=LR, weight_decay=0.1, grad_clip=0.5, comm=comm, shard_optimizer=shard)
+    model = Llama(h, LlamaConfig.from_dict(FAMILIES[family]), seed=5, dtype=dtype)
+    trainer = df.Trainer(model, lr=LR, weight_decay=0.1, grad_clip=0.5, comm=comm, shard_optimizer=shard,
+                         master_weights=dtype == "bf16" or None)
     rows = BATCH // size
     losses = []
     for step, tokens in enumerate(batches()):
@@ -60,10 +65,49 @@ def train(rank=0, size=1, comm=None, kill_at=None, checkpoint_dir=None, hang=Fal
         if result is not None and step == 0:
             result["memory"] = h.memory_in_use()
     if result is not None:
-        state = trainer.state_dict()  # sharded: gathered from every rank
-        result.update({f"m/{n}": a for n, a in state["exp_avg"].items()})
-        result.update({f"v/{n}": a for n, a in state["exp_avg_sq"].items()})
+        record_state(trainer, result)
     return np.array(losses), {n: a.numpy() for n, a in model.named_parameters().items()}
+
+
+def record_state(trainer, result):
+    """The trainer's final optimizer state (sharded: gathered from every rank) into result:
+    m/NAME, v/NAME and, with master weights, master/NAME."""
+    state = trainer.state_dict()
+    for key, prefix in (("exp_avg", "m"), ("exp_avg_sq", "v"), ("master", "master")):
+        result.update({f"{prefix}/{n}": a for n, a in state.get(key, {}).items()})
+
+
+def resident_need(rows, dtype="fp32"):
+    """Device bytes all-resident training of CONFIG on `rows` sequences takes: its plan's (bf16:
+    with master weights)."""
+    try:
+        df.ring.resident_plan(CONFIG, SEQ, SEQ * rows, 1024, profile="h100-sxm", dtype=dtype,
+                              master_weights=dtype == "bf16")
+    except df.OutOfMemoryError as e:
+        return e.min_device_bytes
+    raise AssertionError("1 KiB holds all-resident training")
+
+
+def train_ring(comm, shard, result, dtype="fp32"):
+    """train() through the ring on this rank's rows, the handle capped at half the device memory
+    all-resident training of the whole batch needs; result receives the cap, the device peak,
+    the host bytes of the executor and of its plan, and the plan's optimizer state bytes."""
+    rows = BATCH // comm.size
+    cap = resident_need(BATCH, dtype) // 2
+    h = df.Handle("host", streams=5, device_memory=cap, threads=1)  # the ring's four and the comm stream
+    model = Llama(h, LlamaConfig.from_dict(CONFIG), seed=5, dtype=dtype)
+    trainer = df.Trainer(model, lr=LR, weight_decay=0.1, grad_clip=0.5, comm=comm, comm_stream=4, shard_optimizer=shard,
+                         host_memory="256MiB", seq_len=SEQ, batch_size=rows, profile="h100-sxm",
+                         master_weights=dtype == "bf16" or None)
+    assert trainer.plan is not None, "all-resident training fit the cap"
+    losses = [trainer.step(tokens[comm.rank * rows:(comm.rank + 1) * rows]) for tokens in batches()]
+    x = trainer._engine.ring.executor
+    plan = trainer.plan
+    result.update(cap=cap, peak=h.memory_peak(), host=x.host_bytes(), plan_host=plan.host_total_bytes,
+                  state=plan.host_bytes[ringlib.DATAFLOW_RING_HOST_OPTIMIZER_STATE] +
+                  plan.device_bytes[ringlib.DATAFLOW_RING_DEV_OPTIMIZER_STATE])
+    record_state(trainer, result)
+    return np.array(losses), model.state_dict()  # the executor holds the weights
 
 
 # 8 layers of ~10 ms of backward each (256 tokens a rank): the upper blocks' all-reduce has lower
@@ -124,6 +168,11 @@ def main():
         result = {}
         family = sys.argv[3] if len(sys.argv) > 3 else "llama"
         losses, weights = train(comm.rank, comm.size, comm, shard=mode == "zero", result=result, family=family)
+        if comm.rank == 0:
+            np.savez(out, losses=losses, **weights, **{f"opt/{k}": v for k, v in result.items()})
+    elif mode in ("ring", "ring-zero", "ring-zero-bf16"):
+        result = {}
+        losses, weights = train_ring(comm, mode != "ring", result, "bf16" if mode.endswith("bf16") else "fp32")
         if comm.rank == 0:
             np.savez(out, losses=losses, **weights, **{f"opt/{k}": v for k, v in result.items()})
     else:

@@ -68,17 +68,55 @@ def test_two_ranks_on_half_batches_equal_one_process_on_whole_batches(tmp_path, 
         assert err <= 1e-5, f"{key}: relative difference {err:.3g}"
 
 
-def test_sharding_halves_the_optimizer_memory_of_each_rank(tmp_path):
-    memory = {}
-    for mode in ("train", "zero"):
+def rank0_figures(tmp_path, modes, key):
+    """{mode: rank 0's integer result `key`} of a run of each mode, and the bytes of the whole
+    model's fp32 m and v."""
+    got = {}
+    for mode in modes:
         rc, out = mpirun(mode, tmp_path / f"{mode}.npz")
         assert rc == 0, out
-        memory[mode] = int(np.load(tmp_path / f"{mode}.npz")["opt/memory"])
+        got[mode] = int(np.load(tmp_path / f"{mode}.npz")[f"opt/{key}"])
     h = df.Handle("host", streams=1, device_memory="64MiB", threads=1)
     model = Llama(h, LlamaConfig.from_dict(worker.CONFIG), seed=5)
-    optimizer = 2 * 4 * sum(a.size for a in model.named_parameters().values())  # m and v, fp32
+    return got, 2 * 4 * sum(a.size for a in model.named_parameters().values())
+
+
+def test_sharding_halves_the_optimizer_memory_of_each_rank(tmp_path):
+    memory, optimizer = rank0_figures(tmp_path, ("train", "zero"), "memory")
     saved = memory["train"] - memory["zero"]  # rank 0 keeps half of m and v (and a tail of < 2 elements a block)
     assert abs(saved - optimizer / 2) <= 0.01 * optimizer, (memory, optimizer)
+
+
+@pytest.mark.parametrize("mode", ["ring", "ring-zero", "ring-zero-bf16"])
+def test_two_ranks_in_the_ring_under_half_the_memory_equal_one_resident_process(tmp_path, mode):
+    """Ring training under a device cap of half what all-resident training needs, on half
+    batches, with and without ZeRO-1 (bf16: its fp32 master weights sharded too), against one
+    all-resident process on whole batches; the state compared gathered from both ranks."""
+    rc, out = mpirun(mode, tmp_path / "ring.npz")
+    assert rc == 0, out
+    got = np.load(tmp_path / "ring.npz")
+    oracle = {}
+    losses, weights = worker.train(result=oracle, dtype="bf16" if mode.endswith("bf16") else "fp32")
+    np.testing.assert_allclose(got["losses"], losses, rtol=1e-6, atol=0)
+    for name, w in weights.items():
+        err = relative_error(got[name], w)
+        assert err <= 1e-5, f"{name}: relative difference {err:.3g}"
+    assert any(k.startswith("master/") for k in oracle) == mode.endswith("bf16")
+    for key in (k for k in oracle if k != "memory"):
+        err = relative_error(got[f"opt/{key}"], oracle[key])
+        assert err <= 1e-5, f"{key}: relative difference {err:.3g}"
+    assert got["opt/peak"] <= got["opt/cap"], (got["opt/peak"], got["opt/cap"])
+
+
+def test_sharding_in_the_ring_halves_the_optimizer_state_of_each_rank(tmp_path):
+    """The plan's optimizer state (where it lives: the sharded plan updates on the host) is
+    the rank's 1/2, and the executor holds what its plan counts."""
+    state, optimizer = rank0_figures(tmp_path, ("ring", "ring-zero"), "state")
+    got = np.load(tmp_path / "ring-zero.npz")
+    held, counted = int(got["opt/host"]), int(got["opt/plan_host"])  # besides: batches, losses (< 1 KiB)
+    assert counted <= held <= counted + 0.01 * optimizer, (held, counted, optimizer)
+    assert state["ring"] == optimizer, (state, optimizer)
+    assert abs(state["ring-zero"] - optimizer / 2) <= 0.01 * optimizer, (state, optimizer)
 
 
 def assert_complete_or_absent(directory):
@@ -117,6 +155,18 @@ def test_sharding_needs_a_communicator():
     model = Llama(h, LlamaConfig.from_dict(worker.CONFIG), seed=5)
     with pytest.raises(df.BadArgumentError, match="shard_optimizer shards the optimizer state over the ranks of comm"):
         df.Trainer(model, shard_optimizer=True)
+
+
+def test_a_sharded_plan_needs_as_many_sharding_ranks():
+    """A ring plan made for ZeRO-1 over 2 ranks: one process (no comm) would update half of
+    every block."""
+    h = df.Handle("host", streams=4, device_memory="16MiB", threads=1)
+    model = Llama(h, LlamaConfig.from_dict(worker.CONFIG), seed=5)
+    plan = df.ring.plan(worker.CONFIG, worker.SEQ, worker.resident_need(worker.BATCH) // 2, "256MiB",
+                        tokens_per_step=worker.SEQ * worker.BATCH, profile="h100-sxm", dtype="fp32", shard_ranks=2)
+    with pytest.raises(df.BadArgumentError, match="the plan shards the optimizer state over 2 ranks, these ranks "
+                                                  "over 1"):
+        df.Trainer(model, plan=plan)
 
 
 def traced_spans(path):

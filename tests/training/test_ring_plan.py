@@ -8,6 +8,7 @@ import pytest
 import dataflow as df
 from dataflow.cli import main as cli, plan_timeline as ring_timeline
 from dataflow import ring
+from dataflow.models.llama import GRAD
 from dataflow.training.calibration import calibrate
 
 GIB = 1 << 30
@@ -298,3 +299,31 @@ def test_sliding_window_cuts_the_predicted_attention():
     pairs = w * (w + 1) / 2 + (S - w) * w
     assert full.model_flops - windowed.model_flops == pytest.approx(3 * layers * per_pair * (S * (S + 1) / 2 - pairs))
     assert windowed.predicted_step_seconds < full.predicted_step_seconds
+
+
+def test_zero1_counts_one_ranks_part_of_the_optimizer_state():
+    """shard_ranks N: each block's m and v counted as a rank keeps them (n // N + n % N
+    elements), wherever the plan puts them; never streamed through slots; describe() says so."""
+    model = df.models.Llama(df.Handle("host"), df.models.LlamaConfig.from_dict(TINY), dtype="fp32", seed=0)
+    numels = [row[GRAD] // 4 for row in model.layout.bytes]
+    for ranks, device in ((1, "1GiB"), (3, "1GiB"), (1, "2MiB"), (3, "2MiB")):
+        p = ring.plan(TINY, seq_len=64, tokens_per_step=256, device_memory=device, host_memory="1GiB", dtype="fp32",
+                      shard_ranks=ranks)
+        state = p.host_bytes[df._ffi.ringlib.DATAFLOW_RING_HOST_OPTIMIZER_STATE] + \
+            p.device_bytes[df._ffi.ringlib.DATAFLOW_RING_DEV_OPTIMIZER_STATE]
+        assert state == sum(2 * 4 * (n // ranks + n % ranks) for n in numels), (ranks, device, p.optimizer)
+        assert p.shard_ranks == ranks
+        assert ranks == 1 or "streamed" not in p.optimizer
+        assert ("ZeRO-1: each of 3 ranks keeps 1/3" in p.describe()) == (ranks == 3)
+        _within(p)
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    (dict(shard_ranks=0), df.BadArgumentError, "shard_ranks must be a positive integer"),
+    (dict(shard_ranks=True), df.BadArgumentError, "shard_ranks must be a positive integer"),
+    (dict(shard_ranks=2, optimizer_state="bf16"), df.UnsupportedError, "shard_ranks (ZeRO-1) shards fp32 optimizer state"),
+    (dict(shard_ranks=2, disk_memory="1GiB"), df.UnsupportedError, "without a disk tier"),
+])
+def test_zero1_plan_refusals_name_the_argument(kw, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ring.plan(TINY, seq_len=64, tokens_per_step=256, device_memory="1GiB", host_memory="1GiB", dtype="fp32", **kw)

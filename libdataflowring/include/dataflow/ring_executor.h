@@ -190,11 +190,17 @@ Dataflow_Status dataflow_ring_executor_outputs(const Dataflow_Ring_Executor *exe
  * with the blocks below, before it is sent home; apply then computes the same norm and update
  * on every rank. The caller scales the loss by 1 / the labelled tokens of every rank, and a
  * step's gradients must come from ONE accumulate call (a second call would sum the first's
- * already-summed gradients again). shard_optimizer (ZeRO-1, an adopting executor only): the
- * adopted m, v and master hold this rank's part of each block as
- * dataflow_ring_shard_optimizer_state lays them out (ring_data_parallel.c): gradients are reduce-scattered, each rank updates its
- * part and the weights are all-gathered. Waits for the queued work first. Errors:
- * INVALID_ARGUMENT for a stream out of range or sharding without adoption. */
+ * already-summed gradients again). shard_optimizer (ZeRO-1): the adopted m, v and master hold
+ * this rank's part of each block as dataflow_ring_shard_optimizer_state lays them out
+ * (ring_data_parallel.c), or the plan's shard_ranks (the communicator's size) made the
+ * executor keep only that part of m and v, on the device or the host, from the start:
+ * gradients are reduce-scattered, each rank updates its part where the state lives, and the
+ * weights are all-gathered into their home, the optimizer phase fenced. Such an executor's
+ * read of m or v gathers the block from every rank (a collective: every rank reads), its
+ * write keeps this rank's part; apply, read and write of m, v need the communicator first.
+ * Waits for the queued work first. Errors: INVALID_ARGUMENT for a stream out of range,
+ * sharding without adoption or a plan for the communicator's ranks, or a sharded plan without
+ * shard_optimizer. */
 Dataflow_Status dataflow_ring_executor_set_comm(Dataflow_Ring_Executor *executor, Dataflow_Comm *comm, int stream,
 						int shard_optimizer);
 

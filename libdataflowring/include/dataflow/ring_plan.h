@@ -110,6 +110,9 @@ typedef enum {
  * or numel codes padded to 64 bytes then 4 bytes per block of DATAFLOW_ADAMW_8BIT_BLOCK; -1 for
  * a bad state or numel < 0. */
 int64_t dataflow_optimizer_state_bytes(Dataflow_Optimizer_State state, int64_t numel);
+/* ZeRO-1: the elements of a block of numel one rank of `ranks` keeps state for: its part of
+ * numel / ranks and the tail of numel % ranks every rank updates alike (ring_data_parallel.c). */
+int64_t dataflow_shard_numel(int64_t numel, int ranks);
 /* "fp32", "bf16", "8bit"; NULL for a value out of range. */
 const char *dataflow_optimizer_state_name(Dataflow_Optimizer_State state);
 
@@ -139,6 +142,7 @@ typedef struct {
 	int master_weights;       /* bf16 models: fp32 master weights (the MASTER kind) */
 	Dataflow_Optimizer_State optimizer_state; /* how m and v are stored (0: fp32) */
 	Dataflow_Host_Gradients host_gradients;   /* how host-held gradients are stored (0: fp32) */
+	int shard_ranks;          /* ZeRO-1: fp32 state sharded over this many ranks, each keeping 1/N (0, 1: none) */
 	uint64_t device_bytes;    /* device capacity the plan must stay within */
 	uint64_t host_bytes;      /* host memory the plan may use */
 	double h2d_bytes_per_sec; /* 0: the profile's */
@@ -207,6 +211,7 @@ typedef struct {
 	int master_weights;
 	Dataflow_Optimizer_State optimizer_state;
 	Dataflow_Host_Gradients host_gradients;
+	int shard_ranks;             /* ZeRO-1: the optimizer state counted per rank of this many (1: unsharded) */
 	/* memory maps, bytes by purpose */
 	uint64_t device_bytes[DATAFLOW_RING_DEV_NUM];
 	Dataflow_Ring_Phase_Kind device_phase[DATAFLOW_RING_DEV_NUM];

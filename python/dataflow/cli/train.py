@@ -190,12 +190,8 @@ def prepare(args, ranks=1):
         raise BadArgumentError("--shard-optimizer: shards the optimizer state over several ranks; add --nproc N "
                                "(N >= 2) or run under mpirun -n N")
     if spec.disk is not None and args.shard_optimizer:
-        raise BadArgumentError("--disk: --shard-optimizer (ZeRO-1) trains all-resident, with no disk tier; drop one "
-                               "of them")
-    if args.host_memory is not None and args.shard_optimizer:
-        raise BadArgumentError("--host-memory: --shard-optimizer (ZeRO-1) trains all-resident and uses no host "
-                               "memory budget; drop one of them (data-parallel ranks without --shard-optimizer "
-                               "plan into the ring under --host-memory)")
+        raise BadArgumentError("--disk: --shard-optimizer (ZeRO-1) keeps each rank's part of the optimizer state in "
+                               "memory, with no disk tier; drop one of them")
     if spec.run["batch"] % ranks:
         raise BadArgumentError(f"--batch: {spec.run['batch']} sequences per step do not split evenly over {ranks} "
                                f"ranks; pass a multiple of {ranks}")
@@ -432,7 +428,8 @@ def _stop_requested(interrupts, comm):
 def _model_and_trainer(spec, handle, Trainer, weights, comm):
     """The model and its Trainer: all-resident when training fits the device, else planned into
     the ring under --device-memory and --host-memory (default: what the host has available),
-    data-parallel ranks (comm) too; --shard-optimizer (ZeRO-1) trains all-resident models only."""
+    data-parallel ranks (comm) too, the plan counting one rank's part of a sharded optimizer state
+    (--shard-optimizer, ZeRO-1)."""
     run = spec.run
     options = {"master_weights": True} if run["master_weights"] else {}
     if run["optimizer_state"] != "fp32":
@@ -440,31 +437,24 @@ def _model_and_trainer(spec, handle, Trainer, weights, comm):
     if run["host_gradients"] != "fp32":
         options["host_gradients"] = run["host_gradients"]
     ranks = comm.size if comm is not None else 1
-    sharded = comm is not None and spec.shard_optimizer
+    shards = ranks if spec.shard_optimizer else 1
     if comm is not None:
         options.update(comm=comm, shard_optimizer=spec.shard_optimizer)
-    if sharded:
-        check_memory(handle, spec.config, run["dtype"], spec.config_source, training=True,
-                     master_weights=run["master_weights"],
-                     hint="; --shard-optimizer trains all-resident: pass a larger --device-memory or a smaller "
-                          "--config, or drop --shard-optimizer to train in the ring")
-    else:
-        options.update(host_memory=host_memory_available() if spec.host_memory is None else spec.host_memory,
-                       seq_len=run["seq_len"], batch_size=run["batch"] // ranks)
-        if spec.disk is not None:
-            options["disk"] = spec.disk
+    options.update(host_memory=host_memory_available() if spec.host_memory is None else spec.host_memory,
+                   seq_len=run["seq_len"], batch_size=run["batch"] // ranks)
+    if spec.disk is not None:
+        options["disk"] = spec.disk
     hint = "; pass a larger --device-memory or --host-memory, or a smaller --batch, --seq-len or --config"
     try:
-        if not sharded:
-            try:
-                check_memory(handle, spec.config, run["dtype"], spec.config_source, training=True,
-                             master_weights=run["master_weights"])
-            except OutOfMemoryError:  # not all-resident: does the ring fit, before building a large model?
-                ring_plan(spec.config, run["seq_len"], handle.memory_capacity() - handle.memory_in_use(),
-                          options["host_memory"], options["batch_size"] * run["seq_len"], run["dtype"],
-                          run["master_weights"], optimizer_state=run["optimizer_state"],
-                          disk_bytes=spec.disk.bytes if spec.disk else None,
-                          host_gradients=run["host_gradients"])
+        try:
+            check_memory(handle, spec.config, run["dtype"], spec.config_source, training=True,
+                         master_weights=run["master_weights"])
+        except OutOfMemoryError:  # not all-resident: does the ring fit, before building a large model?
+            ring_plan(spec.config, run["seq_len"], handle.memory_capacity() - handle.memory_in_use(),
+                      options["host_memory"], options["batch_size"] * run["seq_len"], run["dtype"],
+                      run["master_weights"], optimizer_state=run["optimizer_state"],
+                      disk_bytes=spec.disk.bytes if spec.disk else None, host_gradients=run["host_gradients"],
+                      shard_ranks=shards)
         model = model_from_config(spec.config, handle, run["dtype"], seed=run["seed"], where=spec.config_source)
         if weights:
             copy_weights(model, weights)

@@ -7,13 +7,16 @@ rank steps on its own batch; every block's gradient is summed over the ranks on 
 differentiate (ring_executor.h); the loss is the mean over all ranks' labelled tokens, so every
 rank applies the same AdamW (clipped on the global norm) and returns the same loss. Two small
 host collectives per step (label count, loss) add two syncs; a step's batch must fit one
-executor call. shard_optimizer=True (ZeRO-1, with comm, all-resident): each rank keeps 1/N of
-the optimizer state (m, v, master weights), the gradients are reduce-scattered instead of
-all-reduced, each rank runs AdamW on its part and the weights are all-gathered; state_dict() and
+executor call. shard_optimizer=True (ZeRO-1, with comm): each rank keeps 1/N of the optimizer
+state (m, v, master weights), the gradients are reduce-scattered instead of all-reduced, each
+rank runs AdamW on its part and the weights are all-gathered; state_dict() and
 load_state_dict() gather and split the state (every rank must call them), so checkpoints are
-the same for any number of ranks."""
+the same for any number of ranks. All-resident, the model's state is converted to the sharded
+layout; in the ring, the plan is made for the rank count (plan.shard_ranks) and the executor
+keeps 1/N of each block's state from the start (fp32, no master weights: ring_plan.h)."""
 from .._ffi import ffi, modelslib, ringlib
 from ..errors import BadArgumentError, check
+from ..ring import Plan
 
 
 def ranks_of(model, comm, comm_stream, shard_optimizer, optimizer_state):
@@ -31,9 +34,15 @@ def ranks_of(model, comm, comm_stream, shard_optimizer, optimizer_state):
 class OneRank:
     """Training in one process: a sum over the ranks is the value itself."""
     shard_optimizer = False
+    shard_ranks = 1  # the ranks a ring plan shards the optimizer state over
 
     def check_plan(self, plan):
-        pass
+        """A ring plan shards the optimizer state over as many ranks as these shard it (a plan
+        of another type is RingTraining's to refuse)."""
+        if isinstance(plan, Plan) and max(plan.shard_ranks, 1) != self.shard_ranks:
+            raise BadArgumentError(f"Trainer: the plan shards the optimizer state over {plan.shard_ranks} ranks, "
+                                   f"these ranks over {self.shard_ranks} (shard_optimizer with comm: its size); "
+                                   f"plan with ring.plan(..., shard_ranks={self.shard_ranks})")
 
     def bind(self, executor):
         pass
@@ -62,19 +71,15 @@ class DataParallel(OneRank):
         self.comm = comm.on(model.handle)
         self.stream = comm_stream if comm_stream is not None else int(model.handle.num_streams > 1)
         self.shard_optimizer = shard_optimizer
-
-    def check_plan(self, plan):
-        if plan is not None and self.shard_optimizer:
-            raise BadArgumentError("Trainer: shard_optimizer (ZeRO-1) trains all-resident models only; drop "
-                                   "host_memory and plan, and place the model on the device")
+        self.shard_ranks = self.comm.size if shard_optimizer else 1
 
     def bind(self, executor):
         executor.set_comm(self.comm, self.stream, self.shard_optimizer)
 
     def shard(self, model, engine, shard):
         """ZeRO-1: the optimizer state sharded over the ranks, or gathered whole (a collective)."""
-        if not self.shard_optimizer:
-            return
+        if not self.shard_optimizer or engine.plan is not None:
+            return  # a ring executor keeps its state sharded from the start
         engine.forget()  # the state its executors adopted is about to move
         if bool(shard) == model._sharded():
             return

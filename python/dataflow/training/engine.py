@@ -40,10 +40,11 @@ class Engine:
         for it or the model is host-held; a chosen plan keeps host-held gradients as
         host_gradients says."""
         if plan is None and (planning[0] is not None or model.placement == "host" or disk is not None):
-            plan = choose_plan(model, *planning, optimizer_state, disk, host_gradients)
+            plan = choose_plan(model, *planning, optimizer_state, disk, host_gradients, ranks.shard_ranks)
         ranks.check_plan(plan)
         self.model, self.plan, self._ranks, self._on_new = model, plan, ranks, on_new
-        self._source = ResidentTraining(model, optimizer_state) if plan is None else RingTraining(model, plan, disk=disk)
+        self._source = (ResidentTraining(model, optimizer_state) if plan is None
+                        else RingTraining(model, plan, disk=disk, bind=ranks.bind))
         self.ring, self._trace, self._norm, self._norm_pending = None, None, None, False
         if self._source.current is not None:
             self._use(self._source.current)

@@ -57,7 +57,7 @@ class RingExecutor:
             sizes = [int(s.bytes[k]) for k in range(5)]
             sizes[2] = sizes[3] = int(ringlib.dataflow_optimizer_state_bytes(plan._c.optimizer_state, s.numel))
             self._sizes.append((int(s.numel), sizes))  # m and v (kinds 2, 3) as the plan stores them
-        self._trace, self._comm = None, None
+        self._trace, self._comm, self._shard_ranks = None, None, plan._c.shard_ranks
         if trace:
             self.start_trace()
 
@@ -147,9 +147,9 @@ class RingExecutor:
             ringlib.dataflow_ring_executor_set_comm(self._x, ffi.NULL, 0, 0)
         self._comm = None
 
-    @staticmethod
-    def _sharded():
-        return False
+    def _sharded(self):
+        """Whether its optimizer state is sharded over the communicator's ranks (a ZeRO-1 plan)."""
+        return self._x is not None and self._shard_ranks > 1
 
     def scale_grads(self, factor):
         check(ringlib.dataflow_ring_executor_scale_grads(self._ptr(), float(factor)))

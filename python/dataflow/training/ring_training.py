@@ -86,7 +86,7 @@ RUN_ON_DISK = ("optimizer state",)  # what the executor keeps on a disk tier (ri
 
 
 def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_weights, profile=None,
-              optimizer_state="fp32", disk_bytes=None, disk_bandwidth=None, host_gradients="fp32"):
+              optimizer_state="fp32", disk_bytes=None, disk_bandwidth=None, host_gradients="fp32", shard_ranks=1):
     """ring.plan of training `config` on `tokens` per step within device_bytes and host_bytes.
     profile None: only whether some plan fits, which depends on sizes, not speeds (a named
     profile's plan), so it is known before measuring this machine or building the model.
@@ -95,7 +95,8 @@ def ring_plan(config, seq_len, device_bytes, host_bytes, tokens, dtype, master_w
         return ring.plan(config, seq_len, device_bytes, host_bytes, tokens_per_step=tokens,
                          profile=profile or ring.profile_names()[0], dtype=dtype, master_weights=master_weights,
                          optimizer_state=optimizer_state, disk_memory=disk_bytes, disk_bandwidth=disk_bandwidth,
-                         disk_kinds=RUN_ON_DISK if disk_bytes else None, host_gradients=host_gradients)
+                         disk_kinds=RUN_ON_DISK if disk_bytes else None, host_gradients=host_gradients,
+                         shard_ranks=shard_ranks)
     except OutOfMemoryError as e:  # the planner's figures are rounded: add the exact bytes
         raise OutOfMemoryError(f"{e} (in bytes: {parse_bytes(device_bytes, 'device'):,} device free, "
                                f"{parse_bytes(host_bytes, 'host'):,} host; the smallest plan needs "
@@ -131,13 +132,14 @@ def resident_training(model, batch, stream, current, optimizer_state="fp32"):
 
 
 def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_state="fp32", disk=None,
-                host_gradients="fp32"):
+                host_gradients="fp32", shard_ranks=1):
     """None when `model` is all-resident and its training on batch_size sequences of seq_len
     tokens (default: max_position_embeddings) fits its handle; else the fastest ring plan within
     the handle's free device memory (what an all-resident model frees included) and host_memory
     (default: what the host has available). OutOfMemoryError (the planner's, with the least
     device and host memory a plan needs) when none fits. disk: a DiskTier the plan may use when
-    host memory runs out (its bytes, and its measured rate, DiskTier.bytes_per_second)."""
+    host memory runs out (its bytes, and its measured rate, DiskTier.bytes_per_second).
+    shard_ranks: a ring plan's optimizer state is sharded over that many ranks (ZeRO-1)."""
     h, config = model.handle, model.config
     seq_len = _positive(config.max_position_embeddings if seq_len is None else seq_len, "seq_len")
     tokens = seq_len * _positive(batch_size, "batch_size")
@@ -152,10 +154,12 @@ def choose_plan(model, host_memory, seq_len, batch_size, profile, optimizer_stat
     args = (config, seq_len, free, host, tokens, model.dtype, model.master_weights)
     disk_bytes = None if disk is None else disk.bytes
     if profile is None:  # whether some plan fits: sizes only, no disk probe yet
-        ring_plan(*args, optimizer_state=optimizer_state, disk_bytes=disk_bytes, host_gradients=host_gradients)
+        ring_plan(*args, optimizer_state=optimizer_state, disk_bytes=disk_bytes, host_gradients=host_gradients,
+                  shard_ranks=shard_ranks)
         profile = measured_profile(h.backend, config, seq_len, tokens, model.dtype)
     return ring_plan(*args, profile=profile, optimizer_state=optimizer_state, disk_bytes=disk_bytes,
-                     disk_bandwidth=None if disk is None else disk.bytes_per_second, host_gradients=host_gradients)
+                     disk_bandwidth=None if disk is None else disk.bytes_per_second, host_gradients=host_gradients,
+                     shard_ranks=shard_ranks)
 
 
 def resident_shape(lengths):
@@ -190,9 +194,11 @@ class RingTraining:
     """A model handed to a ring executor that trains it from `plan` (the model's weights, master
     weights and AdamW state move into the executor), or, with `stream`, an all-resident model
     whose own device blocks an executor of the all-resident `plan` trains in place, every role
-    on `stream` (the model keeps them: forward and generate run on the device as before)."""
+    on `stream` (the model keeps them: forward and generate run on the device as before).
+    bind: called with a new ring executor before the model's state moves in (the ranks: a plan
+    sharding the optimizer state needs the executor to know its rank first)."""
 
-    def __init__(self, model, plan, stream=None, disk=None):
+    def __init__(self, model, plan, stream=None, disk=None, bind=None):
         if not isinstance(plan, ring.Plan):
             raise BadArgumentError(f"Trainer: plan must be a dataflow.ring.Plan (from dataflow.ring.plan), got "
                                    f"{type(plan).__name__}")
@@ -212,8 +218,12 @@ class RingTraining:
             raise BadArgumentError(f"Trainer: the plan was made {'with' if plan.master_weights else 'without'} fp32 "
                                    f"master weights, but the model keeps {'them' if model.master_weights else 'none'}")
         self.stream = None
-        self.executor = model._hand_to(lambda: RingExecutor(model.handle, model.config, plan, model.dtype, disk=disk),
-                                       fp32_state=plan.optimizer_state == "fp32")
+        def bound():
+            executor = RingExecutor(model.handle, model.config, plan, model.dtype, disk=disk)
+            if bind is not None:
+                bind(executor)
+            return executor
+        self.executor = model._hand_to(bound, fp32_state=plan.optimizer_state == "fp32")
 
     @property
     def current(self):

@@ -25,7 +25,7 @@ class Trainer:
     step's forward). accumulate() waits once for its chunk's loss; apply() does not wait.
     Reading weights or state waits for the pending update first (Engine.wait_for_update).
 
-    Data-parallel (comm, comm_stream; shard_optimizer=True: ZeRO-1, all-resident): each rank
+    Data-parallel (comm, comm_stream; shard_optimizer=True: ZeRO-1, resident or ring): each rank
     steps on its own batch and returns the mean loss over every rank's labelled tokens; see
     dataflow.training.data_parallel.
 
